@@ -1,0 +1,106 @@
+"""Segment reductions: sums, counts and means of per-question values over integer group ids.
+
+Every group-by in scoring is one of these: ids are dense integers 0..S-1 (see `factorize`), a sum
+is one `index_add_` (or `bincount`) pass over all questions, and a mean is sum / count. A weighted
+variant turns a batch of weight vectors (bootstrap counts, abstention masks) into a batch of
+segment sums with one matrix product.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+MISSING_LABEL = "(missing)"
+
+
+def factorize(values: Iterable[Any] | np.ndarray | pd.Series, sort: bool = True) -> tuple[torch.Tensor, list[Any]]:
+    """Labels → (int64 ids, unique labels). Missing values (None/NaN) get id -1, as pandas'
+    group-by drops them; `sort=True` orders ids like `DataFrame.groupby`."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values,
+                                  sort=sort, use_na_sentinel=True)
+    return torch.from_numpy(np.asarray(codes, dtype=np.int64)), list(uniques)
+
+
+def segment_count(ids: torch.Tensor, n_segments: int) -> torch.Tensor:
+    """Questions per segment (float64 [S]); ids outside 0..S-1 are not counted."""
+    ids = ids.to(torch.int64)
+    keep = (ids >= 0) & (ids < n_segments)
+    return torch.bincount(ids[keep], minlength=n_segments).to(torch.float64)
+
+
+def segment_sum(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> torch.Tensor:
+    """Σ values per segment: [N] → [S] or [N, C] → [S, C] (float64). Ids outside 0..S-1 are dropped."""
+    ids = ids.to(torch.int64)
+    values = values.to(torch.float64)
+    keep = (ids >= 0) & (ids < n_segments)
+    if not bool(keep.all()):
+        ids, values = ids[keep], values[keep]
+    out = torch.zeros((n_segments,) + tuple(values.shape[1:]), dtype=torch.float64, device=values.device)
+    return out.index_add_(0, ids, values)
+
+
+def segment_mean(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean per segment, count per segment); the mean of an empty segment is NaN."""
+    sums = segment_sum(values, ids, n_segments)
+    counts = segment_count(ids, n_segments).to(sums.device)
+    shape = (-1,) + (1,) * (sums.dim() - 1)
+    return sums / counts.view(shape), counts
+
+
+def joint_counts(a: torch.Tensor, b: torch.Tensor, n_a: int, n_b: int) -> torch.Tensor:
+    """Contingency table [n_a, n_b] of two small non-negative integer codes in ONE bincount pass
+    (codes packed as a * n_b + b). Used where per-question values are categorical: the table is
+    then the whole sufficient statistic (e.g. domain × {multi-answer, correct})."""
+    packed = a.to(torch.int64) * n_b + b.to(torch.int64)
+    return torch.bincount(packed, minlength=n_a * n_b).view(n_a, n_b)
+
+
+def segment_design(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> torch.Tensor:
+    """[N, S*C] matrix whose row n holds values[n] in the block of segment ids[n] (zeros elsewhere):
+    weights [R, N] @ design gives R batches of segment sums at once."""
+    values = values.to(torch.float64)
+    if values.dim() == 1:
+        values = values[:, None]
+    n, c = values.shape
+    design = torch.zeros(n, n_segments, c, dtype=torch.float64, device=values.device)
+    keep = (ids >= 0) & (ids < n_segments)
+    rows = torch.arange(n, device=values.device)[keep]
+    design[rows, ids[keep].to(torch.int64)] = values[keep]
+    return design.view(n, n_segments * c)
+
+
+def weighted_segment_sums(weights: torch.Tensor, values: torch.Tensor, ids: torch.Tensor,
+                          n_segments: int) -> torch.Tensor:
+    """For each weight vector w (rows of [R, N]): Σ_n w[n]·values[n] per segment → [R, S, C].
+    Weights may be resample counts (bootstrap) or 0/1 masks (abstention thresholds)."""
+    c = 1 if values.dim() == 1 else values.shape[1]
+    design = segment_design(values, ids, n_segments)
+    return (weights.to(torch.float64) @ design).view(weights.shape[0], n_segments, c)
+
+
+def multi_column_counts_sums(codes: Sequence[torch.Tensor], sizes: Sequence[int],
+                             values: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Counts and sums of `values` ([N] or [N, C]) per group for several grouping columns in one
+    pass: each column's ids are offset into one shared id space, concatenated, and reduced once.
+    Ids must be in 0..size-1 (map missing labels to their own id first)."""
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    all_ids = torch.cat([c.to(torch.int64) + int(o) for c, o in zip(codes, offsets[:-1])])
+    values = values.to(torch.float64)
+    all_values = values.repeat((len(codes),) + (1,) * (values.dim() - 1))
+    total = int(offsets[-1])
+    counts = torch.bincount(all_ids, minlength=total).to(torch.float64)
+    sums = torch.zeros((total,) + tuple(values.shape[1:]), dtype=torch.float64, device=values.device)
+    sums.index_add_(0, all_ids, all_values)
+    bounds = list(zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+    return [counts[a:b] for a, b in bounds], [sums[a:b] for a, b in bounds]
+
+
+def with_missing_segment(ids: torch.Tensor, labels: Sequence[Any]) -> tuple[torch.Tensor, list[Any]]:
+    """Give missing ids (-1) a segment of their own, labelled MISSING_LABEL, for display tables."""
+    if bool((ids < 0).any()):
+        return torch.where(ids < 0, torch.full_like(ids, len(labels)), ids), list(labels) + [MISSING_LABEL]
+    return ids, list(labels)

@@ -1,0 +1,31 @@
+"""Model families: one file each. `load_model` reads the checkpoint's config, picks the family
+adapter by `model_type`, and loads it; unknown architectures fail at start-up with one line."""
+
+from __future__ import annotations
+
+from finbench.models.base import HFVisionLanguageModel
+from finbench.models.qwen2_5_vl import Qwen25VL
+
+FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL,)
+
+
+def family_for(model_type: str) -> type[HFVisionLanguageModel]:
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    known = ", ".join(t for f in FAMILIES for t in f.model_types)
+    raise ValueError(f"model_type {model_type!r} is not supported yet (supported: {known})")
+
+
+def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
+               max_pixels: int | None = None) -> HFVisionLanguageModel:
+    """Load a model from a hub id or a local folder through the transformers Auto classes."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
+                         f"a hub id available offline ({str(err).splitlines()[0]})") from None
+    family = family_for(config.model_type)
+    return family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels)

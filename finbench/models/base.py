@@ -1,0 +1,291 @@
+"""The model contract, implemented once for Hugging Face image-text-to-text models.
+
+A family file subclasses `HFVisionLanguageModel` and overrides only what its architecture does
+differently (decode-step positions, image-token counting, processor settings). The runner sees:
+
+- `prepare(requests)`       → processor output on the CPU (thread-safe; runs in worker threads)
+- `prefill(inputs)`         → last-position hidden state [B, H] and a decode state (KV cache)
+- `decode_step(state, ids)` → next last-position hidden state, one token per row
+- `output_rows(token_ids)`  → the LM-head rows to project onto (never the whole vocabulary)
+- `score_options(inputs, option_token_ids)` → log-probs [B, K] from one prefill
+- `generate(inputs, max_new_tokens)` → free greedy text (the `official` protocol)
+- `fingerprint()`           → everything that can change the outputs
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
+from finbench.types import ModelRequest
+
+
+@dataclass
+class DecodeState:
+    """What a decode step needs: the KV cache, the attention mask so far, family extras."""
+
+    cache: Any
+    attention_mask: torch.Tensor
+    extras: dict[str, Any]
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"--dtype {dtype}: expected one of auto, {', '.join(table)}")
+    return table[dtype]
+
+
+def attention_implementation(device: torch.device) -> str:
+    """flash-attn when it is installed and we are on CUDA, else PyTorch SDPA."""
+    if device.type == "cuda":
+        try:
+            import flash_attn  # noqa: F401
+
+            return "flash_attention_2"
+        except ImportError:
+            pass
+    return "sdpa"
+
+
+def weights_digest(source: str) -> str:
+    """A cheap content fingerprint of a local checkpoint: per weight file its name, size and the
+    SHA-256 of its first and last MiB (hashing 15 GB in full would cost more than a short run)."""
+    folder = Path(source)
+    if not folder.is_dir():
+        return ""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*")):
+        if path.suffix not in {".safetensors", ".bin", ".json"} or not path.is_file():
+            continue
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with path.open("rb") as handle:
+            digest.update(handle.read(1 << 20))
+            if size > 2 << 20:
+                handle.seek(-(1 << 20), 2)
+                digest.update(handle.read())
+    return digest.hexdigest()[:16]
+
+
+class HFVisionLanguageModel:
+    """Generic adapter over `AutoProcessor` + `AutoModelForImageTextToText`."""
+
+    family = "generic"
+
+    def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
+                 attn_implementation: str = "sdpa", max_pixels: int | None = None) -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        # Left padding keeps every row's last position real: padding on the right would put pad
+        # tokens where we read the answer logits (measured: Δ = 0.67 with right padding).
+        self.tokenizer.padding_side = "left"
+        self.source = source
+        self.quant = quant
+        self.attn_implementation = attn_implementation
+        self.max_pixels = max_pixels
+        self.device = next(model.parameters()).device
+        self.dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
+        forward_params = inspect.signature(self.model.model.forward).parameters
+        # transformers renamed past_key_values → cache (5.2x); support both.
+        self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
+
+    # ---- loading ------------------------------------------------------------------------------
+    @classmethod
+    def processor_kwargs(cls, max_pixels: int | None) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
+             max_pixels: int | None = None) -> "HFVisionLanguageModel":
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        from finbench.models.quant import quantization_kwargs
+
+        target = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, target)
+        attn = attention_implementation(target)
+        processor = AutoProcessor.from_pretrained(source, **cls.processor_kwargs(max_pixels))
+        if not hasattr(processor, "tokenizer"):
+            raise ValueError(f"{source}: AutoProcessor returned {type(processor).__name__}, not a "
+                             "multimodal processor (is the processor class saved with the model?)")
+        model = AutoModelForImageTextToText.from_pretrained(
+            source, dtype=torch_dtype, attn_implementation=attn, **quantization_kwargs(quant, target))
+        if quant == "none":
+            model = model.to(target)
+        return cls(model, processor, source, quant=quant, attn_implementation=attn, max_pixels=max_pixels)
+
+    # ---- tokens -------------------------------------------------------------------------------
+    def single_token_ids(self, texts: Sequence[str]) -> list[int]:
+        """Token ids of strings that must each be exactly one token; fails loudly otherwise,
+        because a letter split in two would make its logit meaningless."""
+        ids = []
+        for text in texts:
+            encoded = self.tokenizer.encode(text, add_special_tokens=False)
+            if len(encoded) != 1:
+                raise ValueError(f"{self.source}: {text!r} is {len(encoded)} tokens {encoded}; "
+                                 "constrained decoding needs it to be a single token")
+            ids.append(encoded[0])
+        return ids
+
+    def stop_token_ids(self) -> list[int]:
+        """Tokens that end generation: EOS, the chat turn's end, the generation config's EOS."""
+        ids = {self.tokenizer.eos_token_id}
+        for text in ("<|im_end|>", "<|endoftext|>"):
+            encoded = self.tokenizer.encode(text, add_special_tokens=False)
+            if len(encoded) == 1:
+                ids.add(encoded[0])
+        generation_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
+        return sorted(i for i in ids if i is not None)
+
+    def end_token_ids(self) -> list[int]:
+        """Tokens that may end a constrained answer: the stop tokens and a newline."""
+        newline = self.tokenizer.encode("\n", add_special_tokens=False)
+        return sorted(set(self.stop_token_ids()) | (set(newline) if len(newline) == 1 else set()))
+
+    def text_token_counts(self, texts: Sequence[str]) -> list[int]:
+        return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def image_token_count(self, width: int, height: int) -> int:
+        raise NotImplementedError
+
+    def count_image_tokens(self, inputs: Any) -> int:
+        """Image placeholder tokens in a prepared batch (the processor expands one per token)."""
+        config = self.model.config
+        token = getattr(config, "image_token_id", None) or getattr(config, "image_token_index", None)
+        return int((inputs["input_ids"] == token).sum()) if token is not None else 0
+
+    def prefill_flops(self, inputs: Any) -> float:
+        """Analytic FLOPs of one prefill over `inputs`; 0 where the family has no count yet."""
+        return 0.0
+
+    # ---- inputs -------------------------------------------------------------------------------
+    def prompt_text(self, request: ModelRequest) -> str:
+        return self.processor.apply_chat_template(
+            [dict(m) for m in request.messages], tokenize=False, add_generation_prompt=True
+        ) + request.answer_prefix
+
+    def prepare(self, requests: Sequence[ModelRequest]) -> Any:
+        """Processor output for a batch, on the CPU, left-padded."""
+        texts = [self.prompt_text(r) for r in requests]
+        images = [image for r in requests for image in r.images]
+        return self.processor(text=texts, images=images or None, return_tensors="pt", padding=True)
+
+    def to_device(self, inputs: Any) -> Any:
+        if self.device.type == "cuda":
+            # pinned host memory lets the copy overlap with work already queued on the GPU
+            return {k: v.pin_memory().to(self.device, non_blocking=True) if torch.is_tensor(v) else v
+                    for k, v in inputs.items()}
+        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
+
+    # ---- compute ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, inputs: Any) -> tuple[torch.Tensor, DecodeState]:
+        """One forward over the whole prompt through the base model (no LM head): the hidden
+        state at the last position of every row, and a KV cache for decode steps."""
+        outputs = self.model.model(**inputs, use_cache=True)
+        cache = getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
+        state = DecodeState(cache=cache, attention_mask=inputs["attention_mask"], extras=self.decode_extras())
+        return outputs.last_hidden_state[:, -1, :], state
+
+    def decode_extras(self) -> dict[str, Any]:
+        return {}
+
+    def decode_position_ids(self, state: DecodeState) -> torch.Tensor:
+        """Position of the token being fed: the count of real tokens before it (left padding)."""
+        return state.attention_mask.sum(-1, keepdim=True) - 1
+
+    @torch.inference_mode()
+    def decode_step(self, state: DecodeState, token_ids: torch.Tensor) -> torch.Tensor:
+        """Feed one token per row; returns the new last hidden state [B, H]."""
+        ones = torch.ones_like(state.attention_mask[:, :1])
+        state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
+        outputs = self.model.model(
+            input_ids=token_ids[:, None].to(self.device),
+            attention_mask=state.attention_mask,
+            position_ids=self.decode_position_ids(state),
+            use_cache=True,
+            **{self._cache_kw: state.cache},
+        )
+        state.cache = getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
+        return outputs.last_hidden_state[:, -1, :]
+
+    @torch.inference_mode()
+    def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """LM-head rows [R, H] of the given tokens: a gather, not a projection."""
+        head = self.model.get_output_embeddings()
+        index = torch.as_tensor(token_ids, device=head.weight.device, dtype=torch.long)
+        return head.weight.index_select(0, index)
+
+    @torch.inference_mode()
+    def score_options(self, inputs: Any, option_token_ids: torch.Tensor) -> torch.Tensor:
+        """log P(option) [B, K] from one prefill. `option_token_ids` [S, K]: S spellings of each
+        of K options (e.g. "A" and " A"), combined with logsumexp."""
+        hidden, _ = self.prefill(inputs)
+        spellings, n_options = option_token_ids.shape
+        logits = project_rows(hidden, self.output_rows(option_token_ids.reshape(-1)))
+        scores = combine_spellings(logits, spellings)
+        allowed = torch.ones_like(scores, dtype=torch.bool)
+        return masked_log_softmax(scores, allowed)
+
+    @torch.inference_mode()
+    def generate(self, inputs: Any, max_new_tokens: int) -> tuple[list[str], list[int]]:
+        """Greedy free generation (temperature 0), batched with left padding."""
+        prompt_length = inputs["input_ids"].shape[1]
+        output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                     temperature=None, top_p=None, top_k=None,
+                                     pad_token_id=self.tokenizer.pad_token_id)
+        new_tokens = output[:, prompt_length:]
+        stops = list(self.stop_token_ids())
+        if self.tokenizer.pad_token_id is not None:
+            stops.append(self.tokenizer.pad_token_id)
+        is_stop = torch.isin(new_tokens, torch.tensor(stops, device=new_tokens.device))
+        # generated length = up to and including the first stop token
+        counts = torch.where(is_stop.any(-1), is_stop.int().argmax(-1) + 1, new_tokens.shape[1]).tolist()
+        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return texts, counts
+
+    # ---- identity -----------------------------------------------------------------------------
+    def processor_settings(self) -> dict[str, Any]:
+        image_processor = getattr(self.processor, "image_processor", None)
+        settings = image_processor.to_dict() if image_processor is not None else {}
+        return {k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool, list, dict, type(None)))}
+
+    def fingerprint(self) -> dict[str, Any]:
+        import transformers
+
+        config = self.model.config
+        return {
+            "family": self.family,
+            "source": self.source,
+            "model_type": config.model_type,
+            "revision": getattr(config, "_commit_hash", None) or "",
+            "weights": weights_digest(self.source),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "quant": self.quant,
+            "attn_implementation": self.attn_implementation,
+            "device_type": self.device.type,
+            "transformers": transformers.__version__,
+            "processor": json.loads(json.dumps(self.processor_settings(), sort_keys=True, default=str)),
+        }

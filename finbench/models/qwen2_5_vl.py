@@ -1,0 +1,66 @@
+"""Qwen2.5-VL (and Qwen2-VL) family: `Qwen2_5_VLForConditionalGeneration` via the Auto classes.
+
+What differs from the generic adapter:
+- multimodal rotary positions (M-RoPE): a decode step's position is the text position plus the
+  per-row `rope_deltas` the model computed during prefill from the image grids;
+- image tokens: the processor resizes to multiples of 28 px within [min_pixels, max_pixels]
+  (`smart_resize`), one token per 28×28 block after the 2×2 patch merge;
+- `--max-pixels` caps the image processor's `longest_edge` (pixel budget).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from finbench.models.base import DecodeState, HFVisionLanguageModel
+
+
+def _size_value(size: Any, key: str) -> int:
+    return int(size[key] if isinstance(size, dict) else getattr(size, key))
+
+
+class Qwen25VL(HFVisionLanguageModel):
+    family = "qwen2.5-vl"
+    model_types = ("qwen2_5_vl", "qwen2_vl")
+
+    def __init__(self, model: Any, processor: Any, source: str, **kwargs: Any) -> None:
+        super().__init__(model, processor, source, **kwargs)
+        if self.max_pixels is not None:
+            image_processor = processor.image_processor
+            shortest = min(_size_value(image_processor.size, "shortest_edge"), self.max_pixels)
+            image_processor.size = {"shortest_edge": shortest, "longest_edge": int(self.max_pixels)}
+
+    def _pixel_bounds(self) -> tuple[int, int, int]:
+        image_processor = self.processor.image_processor
+        factor = image_processor.patch_size * image_processor.merge_size
+        size = image_processor.size
+        return factor, _size_value(size, "shortest_edge"), _size_value(size, "longest_edge")
+
+    def image_token_count(self, width: int, height: int) -> int:
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+        factor, min_pixels, max_pixels = self._pixel_bounds()
+        resized_height, resized_width = smart_resize(height, width, factor=factor,
+                                                     min_pixels=min_pixels, max_pixels=max_pixels)
+        return (resized_height // factor) * (resized_width // factor)
+
+    def decode_extras(self) -> dict[str, Any]:
+        # Prefill stored each row's offset between M-RoPE and text positions on the module; keep
+        # our own copy so nothing else running on the model can change it under us.
+        deltas = self.model.model.rope_deltas
+        return {"rope_deltas": None if deltas is None else deltas.clone()}
+
+    def decode_position_ids(self, state: DecodeState) -> torch.Tensor:
+        text_position = state.attention_mask.sum(-1, keepdim=True) - 1  # [B, 1]
+        deltas = state.extras.get("rope_deltas")
+        if deltas is not None:
+            text_position = text_position + deltas.to(text_position.device).view(-1, 1)
+        return text_position[None].expand(3, -1, -1)  # temporal, height, width share it for text
+
+    def processor_settings(self) -> dict[str, Any]:
+        factor, min_pixels, max_pixels = self._pixel_bounds()
+        settings = super().processor_settings()
+        settings.update({"factor": factor, "min_pixels": min_pixels, "max_pixels": max_pixels})
+        return settings

@@ -1,0 +1,85 @@
+"""Parallel preprocessing: image decode, prompt building and the processor call run in worker
+threads (the heavy parts release the GIL; a fork-based process pool deadlocks once torch is
+loaded), with batches prefetched while the model works on the current one."""
+
+from __future__ import annotations
+
+import io
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from finbench.types import Question
+
+MAX_IMAGE_PIXELS = 64_000_000  # larger images are rejected per sample instead of exhausting memory
+
+
+class ImageError(ValueError):
+    """A question's image cannot be used; becomes that sample's error."""
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the image header only, without decoding the pixels."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        return image.size
+
+
+def decode_images(question: Question) -> list[Any]:
+    from PIL import Image
+
+    images = []
+    for n, data in enumerate(question.images):
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                if image.size[0] * image.size[1] > MAX_IMAGE_PIXELS:
+                    raise ImageError(f"image {n + 1} is {image.size[0]}×{image.size[1]} pixels, over the "
+                                     f"{MAX_IMAGE_PIXELS:,} pixel limit")
+                images.append(image.convert("RGB"))
+        except ImageError:
+            raise
+        except Exception as err:  # noqa: BLE001 — PIL raises many types for corrupt data
+            raise ImageError(f"image {n + 1} cannot be decoded: {type(err).__name__}: {err}") from None
+    return images
+
+
+@dataclass
+class PreparedBatch:
+    indices: list[int]  # questions whose inputs are in `inputs`, in row order
+    inputs: Any  # processor output (CPU tensors), None when no question survived
+    errors: dict[int, str] = field(default_factory=dict)  # question index → message
+    seconds: float = 0.0
+
+
+def prepare_batch(indices: Sequence[int], questions: Sequence[Question],
+                  build_request: Callable[[Question, list[Any]], Any],
+                  prepare: Callable[[list[Any]], Any]) -> PreparedBatch:
+    """Decode images, build requests and call the processor for one batch. A question whose
+    image fails is dropped from the batch with its error recorded."""
+    started = time.perf_counter()
+    kept, requests, errors = [], [], {}
+    for index in indices:
+        try:
+            requests.append(build_request(questions[index], decode_images(questions[index])))
+            kept.append(index)
+        except ImageError as err:
+            errors[index] = str(err)
+    inputs = prepare(requests) if requests else None
+    return PreparedBatch(kept, inputs, errors, time.perf_counter() - started)
+
+
+def prefetch(batches: Sequence[Sequence[int]], work: Callable[[Sequence[int]], PreparedBatch],
+             workers: int = 2, depth: int = 2) -> Iterator[PreparedBatch]:
+    """Yield `work(batch)` for every batch, in order, keeping up to `depth` batches in flight
+    on `workers` threads while the caller runs the model on the one it holds."""
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="finbench-prep") as pool:
+        pending: list[Future] = [pool.submit(work, b) for b in batches[:depth]]
+        next_batch = len(pending)
+        while pending:
+            result = pending.pop(0).result()
+            if next_batch < len(batches):
+                pending.append(pool.submit(work, batches[next_batch]))
+                next_batch += 1
+            yield result

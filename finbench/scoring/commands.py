@@ -1,0 +1,205 @@
+"""`finbench score` and `finbench compare` on cached run folders (CPU only, no model needed).
+
+A run folder holds `samples.parquet` (see finbench/report/schema.py); scores are recomputed from
+it, printed as rich tables and written as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from finbench.scoring import compare_runs, score_samples
+
+SAMPLES_FILE = "samples.parquet"
+RESULTS_FILE = "results.json"
+PERCENT_METRICS = {"finscore", "domain_accuracy", "domain_score", "p_h", "accuracy", "score", "score_old"}
+
+
+# ---- IO ---------------------------------------------------------------------------------------------
+def load_samples(run_dir: Path) -> pd.DataFrame:
+    """The run's samples table; a clear error when the folder is not a run folder."""
+    path = Path(run_dir) / SAMPLES_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: {run_dir} is not a finbench run folder")
+    return pd.read_parquet(path)
+
+
+def detect_benchmark(df: pd.DataFrame, run_dir: Path | None = None) -> str:
+    """Benchmark name from the samples' `benchmark` column, else results.json, else finmme."""
+    if "benchmark" in df.columns:
+        names = df["benchmark"].dropna().astype(str)
+        names = names[names != ""]
+        if len(names):
+            return names.iloc[0].lower()
+    if run_dir is not None and (Path(run_dir) / RESULTS_FILE).is_file():
+        try:
+            return str(json.loads((Path(run_dir) / RESULTS_FILE).read_text())["benchmark"]).lower()
+        except (KeyError, ValueError):
+            pass
+    return "finmme"
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> Path:
+    """Strict JSON (scores contain no NaN: missing values are null)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    return path
+
+
+# ---- commands ---------------------------------------------------------------------------------------
+def score_command(run_dir: Path, variant: str = "official", n_bootstrap: int = 1000, seed: int = 0,
+                  console: Any = None) -> dict[str, Any]:
+    """Score RUN_DIR/samples.parquet, write RUN_DIR/scores_<variant>.json, print the tables."""
+    run_dir = Path(run_dir)
+    df = load_samples(run_dir)
+    scores = score_samples(df, benchmark=detect_benchmark(df, run_dir), variant=variant,
+                           n_bootstrap=n_bootstrap, seed=seed)
+    scores["run_dir"] = str(run_dir)
+    path = write_json(run_dir / f"scores_{variant}.json", scores)
+    print_scores(scores, console)
+    _console(console).print(f"wrote {path}")
+    return scores
+
+
+def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstrap: int = 1000, seed: int = 0,
+                    console: Any = None) -> dict[str, Any]:
+    """Compare runs against the first (baseline); print tables and write the JSON to `out`
+    (default RUN_A/compare.json)."""
+    run_dirs = [Path(d) for d in run_dirs]
+    if len(run_dirs) < 2:
+        raise ValueError("compare needs at least two run folders")
+    dfs = [load_samples(d) for d in run_dirs]
+    benchmarks = {detect_benchmark(df, d) for df, d in zip(dfs, run_dirs)}
+    if len(benchmarks) != 1:
+        raise ValueError(f"runs are on different benchmarks: {sorted(benchmarks)}")
+    names = [d.name or str(d) for d in run_dirs]
+    if len(set(names)) != len(names):
+        names = [str(d) for d in run_dirs]
+    result = compare_runs(dfs, names, benchmark=benchmarks.pop(), n_bootstrap=n_bootstrap, seed=seed)
+    result["run_dirs"] = [str(d) for d in run_dirs]
+    path = write_json(Path(out) if out is not None else run_dirs[0] / "compare.json", result)
+    print_comparison(result, console)
+    _console(console).print(f"wrote {path}")
+    return result
+
+
+# ---- tables -------------------------------------------------------------------------------------------
+def _console(console: Any = None) -> Any:
+    if console is not None:
+        return console
+    from rich.console import Console
+
+    return Console()
+
+
+def _fmt(name: str, value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 100:.{digits}f}" if name in PERCENT_METRICS else f"{value:.4g}"
+
+
+def _fmt_ci(name: str, ci: dict[str, Any] | None) -> str:
+    if not ci or ci.get("low") is None:
+        return ""
+    return f"[{_fmt(name, ci['low'])}, {_fmt(name, ci['high'])}]"
+
+
+def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 30) -> None:
+    """Rich tables of a `score_samples` result: headline (×100, with CIs), breakdowns, calibration."""
+    from rich.table import Table
+
+    con = _console(console)
+    ci = scores.get("ci", {})
+    level = next(iter(ci.values()))["level"] if ci else None
+    title = f"{scores.get('label', scores.get('benchmark'))} — variant: {scores.get('variant')}"
+    head = Table(title=title, caption=f"n = {scores.get('n')}, errors = {scores.get('n_errors')}; values × 100")
+    head.add_column("metric")
+    head.add_column("value", justify="right")
+    if ci:
+        head.add_column(f"{level:.0%} CI (bootstrap ×{scores['bootstrap']['n_resamples']})", justify="right")
+    for name in scores.get("headline", []):
+        row = [name, _fmt(name, scores.get(name))]
+        if ci:
+            row.append(_fmt_ci(name, ci.get(name)))
+        head.add_row(*row)
+    con.print(head)
+
+    for column, groups in scores.get("breakdowns", {}).items():
+        has_score = any("score" in g for g in groups.values())
+        table = Table(title=f"by {column}")
+        table.add_column(column)
+        table.add_column("n", justify="right")
+        table.add_column("accuracy", justify="right")
+        if has_score:
+            table.add_column("score", justify="right")
+        ordered = sorted(groups.items(), key=lambda kv: -kv[1]["n"])
+        for label, g in ordered[:max_groups]:
+            row = [label, str(g["n"]), _fmt("accuracy", g["accuracy"])]
+            if has_score:
+                row.append(_fmt("score", g.get("score")))
+            table.add_row(*row)
+        if len(ordered) > max_groups:
+            table.add_row(f"… {len(ordered) - max_groups} more", "", "")
+        con.print(table)
+
+    calib = scores.get("calibration")
+    if calib:
+        con.print(f"calibration ({calib['items']}, n = {calib['n']}): ECE {_fmt('accuracy', calib['ece'])} "
+                  f"· Brier {calib['brier']:.4f} · mean confidence {_fmt('accuracy', calib['mean_confidence'])} "
+                  f"· top-1 accuracy {_fmt('accuracy', calib['accuracy'])}  (×100)")
+    selective = scores.get("selective")
+    if selective:
+        primary = scores.get("primary", "accuracy")
+        table = Table(title="selective prediction (abstain below confidence τ)")
+        for col in ("τ", "coverage", "accuracy", primary) if primary != "accuracy" else ("τ", "coverage", "accuracy"):
+            table.add_column(col, justify="right")
+        for row in selective[::4] + ([selective[-1]] if (len(selective) - 1) % 4 else []):
+            cells = [f"{row['tau']:.2f}", _fmt("accuracy", row["coverage"]), _fmt("accuracy", row.get("accuracy"))]
+            if primary != "accuracy":
+                cells.append(_fmt(primary, row.get(primary)))
+            table.add_row(*cells)
+        con.print(table)
+    for note in scores.get("notes", []):
+        con.print(f"note: {note}")
+
+
+def print_comparison(result: dict[str, Any], console: Any = None) -> None:
+    """Rich tables of a `compare_runs` result."""
+    from rich.table import Table
+
+    con = _console(console)
+    headline = result.get("headline", [])
+    scores = Table(title=f"{result.get('label')} — {result['n_shared']} shared questions (values × 100)")
+    scores.add_column("run")
+    for name in headline:
+        scores.add_column(name, justify="right")
+    for run in result["runs"]:
+        label = f"{run} (baseline)" if run == result["baseline"] else run
+        scores.add_row(label, *[_fmt(m, result["scores"][run].get(m)) for m in headline])
+    con.print(scores)
+
+    primary = result.get("primary", "accuracy")
+    shown = [primary] + (["accuracy"] if primary != "accuracy" else [])
+    table = Table(title=f"vs {result['baseline']}: paired bootstrap (×{result['bootstrap']['n_resamples']}), "
+                        "exact McNemar, Holm")
+    table.add_column("run")
+    for m in shown:
+        table.add_column(f"Δ {m} [CI]", justify="right")
+    for col in ("only baseline right", "only run right", "McNemar p", "Holm p"):
+        table.add_column(col, justify="right")
+    for c in result["comparisons"]:
+        cells = [c["run"]]
+        for m in shown:
+            d = c["delta"][m]
+            cells.append(f"{_fmt(m, d['value'])} {_fmt_ci(m, d.get('ci'))}".strip())
+        cells += [str(c["mcnemar"]["baseline_only"]), str(c["mcnemar"]["run_only"]),
+                  f"{c['mcnemar']['p']:.3g}", f"{c['p_holm']:.3g}"]
+        table.add_row(*cells)
+    con.print(table)
+    for note in result.get("notes", []):
+        con.print(f"note: {note}")

@@ -1,0 +1,231 @@
+"""Statistics over scored questions: point estimates, bootstrap CIs, paired comparisons, calibration.
+
+Every benchmark rule (finmme.py, finmtm.py, famma.py) turns a samples table into a `ScoreTable`:
+per-question value channels [N, C], a segment id per question (the domain, for FinMME) and a
+`statistic` mapping segment sums [..., S, C] to the headline numbers. Point estimates, bootstrap
+resamples, paired differences and abstention curves all evaluate that same function on different
+segment sums, so the headline number and its CI can never be computed two different ways.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
+from finbench.kernels.segments import segment_sum, weighted_segment_sums
+
+Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+
+
+# ---- the common currency of the benchmark rules -----------------------------------------------
+@dataclass(frozen=True)
+class ScoreTable:
+    """Scored questions of one run, ready for statistics.
+
+    `correct` is the binary per-question correctness (McNemar, flips, breakdown accuracy);
+    `score` the per-question score the rule averages (== correct for binary rules); `values`
+    [N, C] the channels `statistic` needs; `segments` [N] ids in 0..n_segments-1."""
+
+    ids: np.ndarray
+    correct: torch.Tensor
+    score: torch.Tensor
+    values: torch.Tensor
+    segments: torch.Tensor
+    n_segments: int
+    statistic: Statistic
+    headline: tuple[str, ...]
+    primary: str
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.values.shape[0])
+
+    def subset(self, positions: torch.Tensor | np.ndarray) -> "ScoreTable":
+        """The same table restricted to (and reordered by) `positions`."""
+        pos = torch.as_tensor(np.asarray(positions), dtype=torch.int64, device=self.values.device)
+        return ScoreTable(ids=self.ids[pos.cpu().numpy()], correct=self.correct[pos], score=self.score[pos],
+                          values=self.values[pos], segments=self.segments[pos], n_segments=self.n_segments,
+                          statistic=self.statistic, headline=self.headline, primary=self.primary, info=self.info)
+
+
+def point_estimates(table: ScoreTable) -> dict[str, float]:
+    """The statistic on the full sample."""
+    sums = segment_sum(table.values, table.segments, table.n_segments)[None]
+    return {k: float(v[0]) for k, v in table.statistic(sums).items()}
+
+
+def ci_dict(low: float, high: float, level: float) -> dict[str, float | None]:
+    return {"low": _finite_or_none(low), "high": _finite_or_none(high), "level": level}
+
+
+def bootstrap_cis(table: ScoreTable, n_bootstrap: int, seed: int = 0, level: float = 0.95,
+                  method: str = "auto") -> dict[str, dict[str, float | None]]:
+    """Seeded percentile bootstrap CI of every statistic: questions are resampled with replacement
+    and the whole statistic (domain normalisation, P_H, ...) is recomputed inside each resample."""
+    sums = bootstrap_segment_sums(table.values, table.segments, table.n_segments, n_bootstrap,
+                                  seed=seed, method=method)
+    samples = table.statistic(sums)
+    return {k: ci_dict(*percentile_ci(v, level), level) for k, v in samples.items()}
+
+
+def paired_bootstrap(a: ScoreTable, b: ScoreTable, n_bootstrap: int, seed: int = 0, level: float = 0.95,
+                     method: str = "auto") -> dict[str, dict[str, float | None]]:
+    """Percentile CI of statistic(b) − statistic(a) when the SAME resampled questions feed both
+    runs (the tables must be aligned row by row; segments are taken from `a`)."""
+    if a.n != b.n:
+        raise ValueError("paired bootstrap needs aligned tables of equal length")
+    c = a.values.shape[1]
+    joint = torch.cat([a.values, b.values.to(a.values.device)], dim=1)
+    sums = bootstrap_segment_sums(joint, a.segments, a.n_segments, n_bootstrap, seed=seed, method=method)
+    stat_a, stat_b = a.statistic(sums[..., :c]), b.statistic(sums[..., c:])
+    return {k: ci_dict(*percentile_ci(stat_b[k] - stat_a[k], level), level) for k in stat_a if k in stat_b}
+
+
+# ---- paired tests -------------------------------------------------------------------------------
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """Exact (binomial) McNemar p-value, two-sided: under H0 the b + c discordant questions split
+    Binomial(b + c, 1/2), so p = min(1, 2·P[X ≤ min(b, c)]) — scipy.stats.binomtest(b, b+c).pvalue."""
+    n = int(b) + int(c)
+    if n == 0:
+        return 1.0
+    k = torch.arange(min(int(b), int(c)) + 1, dtype=torch.float64)
+    log_pmf = (math.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)) - n * math.log(2.0)
+    return float(min(1.0, 2.0 * float(torch.logsumexp(log_pmf, 0).exp())))
+
+
+def mcnemar(correct_a: torch.Tensor, correct_b: torch.Tensor) -> dict[str, float | int]:
+    """Discordant counts and exact p: `a_only` = right in A only, `b_only` = right in B only."""
+    a = correct_a.to(torch.bool)
+    bb = correct_b.to(torch.bool).to(a.device)
+    a_only, b_only = int((a & ~bb).sum()), int((~a & bb).sum())
+    return {"a_only": a_only, "b_only": b_only, "p": mcnemar_exact_p(a_only, b_only)}
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm step-down adjusted p-values (family-wise error control), in input order:
+    sorted ascending, p_(i) → max_{j ≤ i} min(1, (m − j + 1)·p_(j))."""
+    p = torch.as_tensor(list(pvalues), dtype=torch.float64)
+    m = p.numel()
+    if m == 0:
+        return []
+    order = torch.argsort(p, stable=True)
+    scaled = (p[order] * torch.arange(m, 0, -1, dtype=torch.float64)).clamp(max=1.0)
+    adjusted = torch.cummax(scaled, 0).values
+    out = torch.empty_like(p)
+    out[order] = adjusted
+    return out.tolist()
+
+
+def flipped_ids(table_a: ScoreTable, table_b: ScoreTable) -> dict[str, list[str]]:
+    """Questions whose correctness differs: `gained` (wrong in A, right in B), `lost` (the reverse)."""
+    a = table_a.correct.to(torch.bool).cpu().numpy()
+    b = table_b.correct.to(torch.bool).cpu().numpy()
+    return {"gained": [str(i) for i in table_a.ids[~a & b]], "lost": [str(i) for i in table_a.ids[a & ~b]]}
+
+
+# ---- calibration ----------------------------------------------------------------------------------
+def bin_index(confidence: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Equal-width bins (lo, hi] on [0, 1]; confidence 0 goes to the first bin."""
+    return (torch.ceil(confidence * n_bins) - 1).clamp(0, n_bins - 1).to(torch.int64)
+
+
+def reliability_bins(confidence: torch.Tensor, hit: torch.Tensor, n_bins: int = 10) -> list[dict[str, Any]]:
+    """Per bin: range, count, mean confidence, accuracy (None when the bin is empty)."""
+    idx = bin_index(confidence, n_bins)
+    n = torch.bincount(idx, minlength=n_bins).to(torch.float64)
+    conf = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, idx, confidence.to(torch.float64))
+    acc = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, idx, hit.to(torch.float64))
+    return [{"low": i / n_bins, "high": (i + 1) / n_bins, "n": int(n[i]),
+             "confidence": float(conf[i] / n[i]) if n[i] > 0 else None,
+             "accuracy": float(acc[i] / n[i]) if n[i] > 0 else None} for i in range(n_bins)]
+
+
+def expected_calibration_error(confidence: torch.Tensor, hit: torch.Tensor, n_bins: int = 10) -> float:
+    """ECE = Σ_b (n_b / N)·|accuracy_b − confidence_b| over equal-width bins (Guo et al., 2017)."""
+    n = confidence.numel()
+    if n == 0:
+        return float("nan")
+    idx = bin_index(confidence, n_bins)
+    gap = torch.zeros(n_bins, dtype=torch.float64).index_add_(
+        0, idx, confidence.to(torch.float64) - hit.to(torch.float64))
+    return float(gap.abs().sum() / n)
+
+
+def brier_score(probs: torch.Tensor, target: torch.Tensor) -> float:
+    """Multi-class Brier score (Brier, 1950): mean over questions of Σ_k (p_k − 1[k = gold])²."""
+    if probs.shape[0] == 0:
+        return float("nan")
+    onehot = torch.zeros_like(probs, dtype=torch.float64)
+    onehot[torch.arange(probs.shape[0]), target] = 1.0
+    return float(((probs.to(torch.float64) - onehot) ** 2).sum(1).mean())
+
+
+def calibration(probs: torch.Tensor, target: torch.Tensor, n_bins: int = 10) -> dict[str, Any]:
+    """Calibration of the top-1 option: confidence = max probability, hit = argmax is the gold.
+    `probs` [N, K] rows summing to 1 (zero-padded past each question's options), `target` [N]."""
+    confidence, predicted = probs.max(dim=1)
+    hit = predicted == target
+    return {"n": int(probs.shape[0]), "n_bins": n_bins,
+            "accuracy": float(hit.to(torch.float64).mean()) if probs.shape[0] else None,
+            "mean_confidence": float(confidence.mean()) if probs.shape[0] else None,
+            "ece": _finite_or_none(expected_calibration_error(confidence, hit, n_bins)),
+            "brier": _finite_or_none(brier_score(probs, target)),
+            "bins": reliability_bins(confidence, hit, n_bins)}
+
+
+def selective_curve(table: ScoreTable, confidence: torch.Tensor,
+                    thresholds: Sequence[float] | None = None) -> list[dict[str, Any]]:
+    """Abstain on every question whose confidence is below τ; questions without a confidence
+    (NaN, e.g. numerical items) are always answered. Per τ: coverage (answered / all), and the
+    benchmark's statistic (accuracy, FinScore, ...) over the answered questions only."""
+    if thresholds is None:
+        thresholds = [round(0.05 * i, 2) for i in range(21)]
+    tau = torch.as_tensor(list(thresholds), dtype=torch.float64, device=table.values.device)
+    conf = confidence.to(torch.float64).to(table.values.device)
+    answered = torch.isnan(conf)[None, :] | (conf[None, :] >= tau[:, None])  # [T, N]
+    sums = weighted_segment_sums(answered.to(torch.float64), table.values, table.segments, table.n_segments)
+    stats = table.statistic(sums)
+    n_answered = answered.sum(1)
+    rows = []
+    for t in range(len(thresholds)):
+        row: dict[str, Any] = {"tau": float(thresholds[t]), "n_answered": int(n_answered[t]),
+                               "coverage": float(n_answered[t]) / table.n if table.n else None}
+        row.update({k: _finite_or_none(float(v[t])) if n_answered[t] > 0 else None for k, v in stats.items()})
+        rows.append(row)
+    return rows
+
+
+# ---- reading samples tables (shared by the benchmark rules) ----------------------------------------
+def str_column(df: pd.DataFrame, name: str, default: str = "") -> np.ndarray:
+    """A column as a numpy object array of str; missing column or None/NaN → `default`."""
+    if name not in df.columns:
+        return np.full(len(df), default, dtype=object)
+    col = df[name]
+    return col.astype(object).where(col.notna(), default).astype(str).to_numpy(dtype=object)
+
+
+def float_column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """A column as float64 (unparseable or missing → NaN)."""
+    if name not in df.columns:
+        return np.full(len(df), np.nan)
+    return np.array(pd.to_numeric(df[name], errors="coerce"), dtype=np.float64)  # writable copy
+
+
+def error_mask(df: pd.DataFrame) -> np.ndarray:
+    """True where the row carries a per-sample error (those count as wrong, never disappear)."""
+    return np.char.str_len(str_column(df, "error").astype(str)) > 0 if len(df) else np.zeros(0, bool)
+
+
+def first_present(df: pd.DataFrame, names: Sequence[str]) -> str | None:
+    return next((n for n in names if n in df.columns), None)
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None

@@ -1,0 +1,55 @@
+"""Shared fixtures: a tiny random Qwen2.5-VL and a synthetic FinMME set, built once per session,
+offline. Everything runs on the CPU in float32 so equality tests are exact to ~1e-6."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+import torch
+
+SHARPEN = 4.0
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(tmp_path_factory):
+    """A tiny Qwen2.5-VL whose matrices are scaled ×4. At the stock init (std 0.02) a random model
+    gives the same answer to every question, which would hide bugs that mix up rows; sharpened,
+    its answers depend on the image and text. Saved back, so it loads like a real checkpoint."""
+    from transformers import AutoModelForImageTextToText
+
+    from finbench.models.tiny import make_tiny
+
+    path = make_tiny("qwen2.5-vl", tmp_path_factory.mktemp("models") / "tiny-qwen2.5-vl",
+                     weights_dtype="float32")
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.ndim >= 2:
+                parameter.mul_(SHARPEN)
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def synthetic_parquet(tmp_path_factory):
+    from finbench.benchmarks.finmme_synthetic import write_parquet
+
+    return write_parquet(tmp_path_factory.mktemp("data") / "finmme_synthetic.parquet", n_items=72, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_qwen_dir):
+    from finbench.models import load_model
+
+    return load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def questions(synthetic_parquet):
+    from finbench.benchmarks import finmme
+
+    return finmme.load_questions(synthetic_parquet)

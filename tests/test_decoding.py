@@ -1,0 +1,166 @@
+"""Constrained decoders: batch invariance, grammar, cache-step correctness, no full-vocab logits."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from finbench.benchmarks import finmme
+from finbench.runner.decoding import (AnswerVocabulary, decode_multi, decode_numerical, decode_single)
+from finbench.runner.preprocess import decode_images
+
+DECODERS = {
+    "single": lambda model, inputs, n, vocab: decode_single(model, inputs, n, vocab),
+    "multi": lambda model, inputs, n, vocab: decode_multi(model, inputs, n, vocab),
+    "numerical": lambda model, inputs, n, vocab: decode_numerical(model, inputs, 8, vocab),
+}
+
+
+def _prepare(model, questions):
+    return model.prepare([finmme.build_request(q, decode_images(q), "constrained") for q in questions])
+
+
+def _max_logprob_gap(a, b):
+    """Largest |Δ| over finite log-probs; -inf (disallowed) must sit at the same places."""
+    gap = 0.0
+    rows_a = (a.option_logprobs,) + tuple(a.step_logprobs)
+    rows_b = (b.option_logprobs,) + tuple(b.step_logprobs)
+    assert len(rows_a) == len(rows_b)
+    for row_a, row_b in zip(rows_a, rows_b):
+        assert len(row_a) == len(row_b)
+        for x, y in zip(row_a, row_b):
+            assert math.isinf(x) == math.isinf(y)
+            if not math.isinf(x):
+                gap = max(gap, abs(x - y))
+    return gap
+
+
+@pytest.mark.parametrize("kind", ["single", "multi", "numerical"])
+def test_batch_of_8_equals_one_by_one(tiny_model, questions, kind):
+    chosen = [q for q in questions if q.kind == kind][:8]
+    sizes = {(len(q.text), __import__("PIL.Image").Image.open(__import__("io").BytesIO(q.images[0])).size) for q in chosen}
+    assert len(chosen) == 8 and len(sizes) > 1, "the batch must mix image sizes and prompt lengths"
+    vocab = AnswerVocabulary.for_model(tiny_model)
+    n_options = torch.tensor([len(q.options) for q in chosen])
+    batched = DECODERS[kind](tiny_model, _prepare(tiny_model, chosen), n_options, vocab)
+    single = [DECODERS[kind](tiny_model, _prepare(tiny_model, [q]), n_options[i:i + 1], vocab)[0]
+              for i, q in enumerate(chosen)]
+    assert [p.answer for p in batched] == [p.answer for p in single]
+    assert max(_max_logprob_gap(a, b) for a, b in zip(batched, single)) <= 1e-4
+    if kind != "numerical":  # a non-degenerate model: answers depend on the question
+        assert len({p.answer for p in batched}) > 1
+
+
+def test_answers_follow_their_grammar(tiny_model, questions):
+    vocab = AnswerVocabulary.for_model(tiny_model)
+    multi = [q for q in questions if q.kind == "multi"][:8]
+    n_options = torch.tensor([len(q.options) for q in multi])
+    for question, prediction in zip(multi, decode_multi(tiny_model, _prepare(tiny_model, multi), n_options, vocab)):
+        letters = prediction.answer
+        assert letters and list(letters) == sorted(set(letters))
+        assert all(ord(c) - ord("A") < len(question.options) for c in letters)
+        assert len(prediction.option_logprobs) == len(question.options)
+        assert math.isclose(sum(math.exp(x) for x in prediction.option_logprobs), 1.0, rel_tol=1e-5)
+    numerical = [q for q in questions if q.kind == "numerical"][:8]
+    for prediction in decode_numerical(tiny_model, _prepare(tiny_model, numerical), 6, vocab):
+        assert re.fullmatch(r"-?\d*(\.\d*)?%?", prediction.answer), prediction.answer
+        assert 1 <= prediction.n_generated_tokens <= 6
+
+
+def test_decode_step_matches_a_full_recompute(tiny_model, questions):
+    """A KV-cached decode step (with M-RoPE position deltas and left padding) must give the same
+    hidden state as re-running the whole prompt with the token appended."""
+    chosen = [questions[0], questions[5]]
+    inputs = _prepare(tiny_model, chosen)
+    assert inputs["attention_mask"][:, 0].min() == 0 or inputs["attention_mask"].all()
+    _, state = tiny_model.prefill(dict(inputs))
+    tokens = torch.tensor(tiny_model.single_token_ids([" B", "7"]))
+    stepped = tiny_model.decode_step(state, tokens)
+    stepped_again = tiny_model.decode_step(state, torch.tensor(tiny_model.single_token_ids([",", "."])))
+    extended = dict(inputs)
+    extended["input_ids"] = torch.cat([inputs["input_ids"], tokens[:, None]], 1)
+    extended["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1)
+    if "mm_token_type_ids" in inputs:
+        extended["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros(2, 1, dtype=inputs["mm_token_type_ids"].dtype)], 1)
+    recomputed, _ = tiny_model.prefill(extended)
+    assert torch.allclose(stepped, recomputed, atol=1e-4)
+    assert not torch.allclose(stepped, stepped_again, atol=1e-3)
+
+
+def test_single_choice_never_materializes_full_vocabulary_logits(tiny_model, questions):
+    """Watch every module's output during scoring: no tensor may have a vocabulary-sized last
+    dimension, and the LM head module itself is never run (only its option rows are gathered)."""
+    vocab_size = tiny_model.model.get_output_embeddings().weight.shape[0]
+    seen: list[tuple[str, tuple[int, ...]]] = []
+
+    def record(module, args, output):
+        tensors = [output] if torch.is_tensor(output) else [getattr(output, "last_hidden_state", None)]
+        for tensor in tensors:
+            if torch.is_tensor(tensor):
+                seen.append((type(module).__name__, tuple(tensor.shape)))
+
+    handles = [m.register_forward_hook(record) for m in tiny_model.model.modules()]
+    try:
+        chosen = [q for q in questions if q.kind == "single"][:4]
+        vocab = AnswerVocabulary.for_model(tiny_model)
+        logprobs = tiny_model.score_options(_prepare(tiny_model, chosen), vocab.letters)
+    finally:
+        for handle in handles:
+            handle.remove()
+    head = type(tiny_model.model.get_output_embeddings()).__name__
+    assert seen, "hooks saw nothing"
+    assert all(shape[-1] != vocab_size for _, shape in seen), [s for s in seen if s[1][-1] == vocab_size]
+    assert not any(name == head and shape[-1] == vocab_size for name, shape in seen)
+    assert logprobs.shape == (4, 14)
+
+
+class ScriptedModel:
+    """A fake model for the decoders: step t's logits over a 50-token vocabulary are given by a
+    script, so the grammar's masking can be checked exactly."""
+
+    def __init__(self, script: list[dict[int, float]]):
+        self.script, self.step = script, 0
+        self.device = torch.device("cpu")
+
+    def _hidden(self):
+        hidden = torch.full((1, 50), -5.0)
+        for token, logit in self.script[min(self.step, len(self.script) - 1)].items():
+            hidden[0, token] = logit
+        return hidden
+
+    def prefill(self, inputs):
+        return self._hidden(), None
+
+    def decode_step(self, state, token_ids):
+        self.step += 1
+        return self._hidden()
+
+    def output_rows(self, token_ids):
+        return torch.eye(50)[torch.as_tensor(token_ids)]
+
+
+SCRIPTED_VOCAB = AnswerVocabulary(letters=torch.stack([torch.arange(14), torch.arange(14) + 14]), separator=28,
+                                  ends=(29,), number=torch.arange(30, 44))
+
+
+def test_multi_decoder_enforces_ascending_letters_and_option_count():
+    # step 0 prefers C; step 1 prefers A (not allowed after C) then ','; step 2 prefers B (not
+    # allowed) then " E" (beyond 4 options: not allowed) then D; step 3 prefers ',' but nothing
+    # can follow D, so it must end.
+    script = [{2: 3.0}, {0: 5.0, 28: 2.0}, {1: 5.0, 18: 4.0, 3: 1.0}, {28: 5.0, 29: 0.0}]
+    prediction = decode_multi(ScriptedModel(script), None, torch.tensor([4]), SCRIPTED_VOCAB)[0]
+    assert prediction.answer == "CD"
+    assert prediction.n_generated_tokens == 4  # C , D end
+    assert len(prediction.step_logprobs) == 4
+
+
+def test_number_decoder_follows_the_grammar():
+    # wants '%' first (illegal), then '-', '4', '.', '.', '5', then end
+    digit = lambda d: 30 + d  # noqa: E731
+    dot, minus, pct = 40, 41, 42
+    script = [{pct: 9.0, minus: 5.0}, {digit(4): 5.0}, {dot: 5.0}, {dot: 9.0, digit(5): 3.0}, {29: 5.0}]
+    prediction = decode_numerical(ScriptedModel(script), None, 10, SCRIPTED_VOCAB)[0]
+    assert prediction.answer == "-4.5"

@@ -1,0 +1,208 @@
+"""Kernels against plain-Python / pandas references: bitmasks, segment reductions, resampling."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from finbench.kernels import bitmask, bootstrap, segments
+from finbench.kernels.bitmask import (UNKNOWN_BIT, difference_size, intersection_size, is_equal, is_subset,
+                                      letters_to_mask, masks_to_letters, popcount, single_bit_index)
+
+LETTERS = "ABCDEFGHIJKLMN"
+
+
+def ref_mask(text, casefold=True) -> int:
+    """The FinMME judge's letter set, as an int."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        text = ""
+    source = str(text).upper() if casefold else str(text)
+    return sum(1 << i for i, letter in enumerate(LETTERS) if letter in source)
+
+
+def random_strings(rng: random.Random, n: int) -> list:
+    pool = ["", "A", "A,C", "ac", "**B**", "$\\boxed{C}$", "ﬀ", "ı", "é", "ACD", "N", "O", "xyz", "Answer",
+            "abcdefghijklmnop", "A C", None, float("nan"), 12, "Ｂ", "ß"]
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.5:
+            out.append(rng.choice(pool))
+        else:
+            k = rng.randint(0, 40)
+            out.append("".join(rng.choice(LETTERS + LETTERS.lower() + "OPQZ ,;.-0123456789é") for _ in range(k)))
+    return out
+
+
+@pytest.mark.parametrize("casefold", [True, False])
+def test_letters_to_mask_matches_reference(casefold):
+    rng = random.Random(0)
+    values = random_strings(rng, 3000)
+    got = letters_to_mask(values, casefold=casefold).tolist()
+    assert got == [ref_mask(v, casefold) for v in values]
+
+
+def test_letters_to_mask_block_boundaries(monkeypatch):
+    # tiny blocks force many chunks, including a long string wider than one block
+    monkeypatch.setattr(bitmask, "_BLOCK_CELLS", 16)
+    values = ["A" * 5, "b" * 40 + "N", "", "ﬀ", "zzz", "C,A"] * 7
+    assert letters_to_mask(values).tolist() == [ref_mask(v) for v in values]
+
+
+def test_letters_to_mask_empty_and_edge():
+    assert letters_to_mask([]).tolist() == []
+    assert letters_to_mask(["", ""]).tolist() == [0, 0]
+    # 'ﬀ'.upper() == 'FF' in Python, so the official rule sees an F
+    assert letters_to_mask(["ﬀ"]).tolist() == [1 << LETTERS.index("F")]
+    assert masks_to_letters(letters_to_mask(["DCA", "", "n"])) == ["ACD", "", "N"]
+    assert masks_to_letters([1 << UNKNOWN_BIT | 1]) == ["A?"]
+
+
+def test_popcount_and_set_ops():
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randint(0, 2**62, (5000,), generator=gen, dtype=torch.int64)
+    b = torch.randint(0, 2**62, (5000,), generator=gen, dtype=torch.int64)
+    a[:10] = torch.tensor([0, 1, 2, 3, 2**62, 2**63 - 1, 255, 256, 2**32, 2**32 - 1])
+    assert popcount(a).tolist() == [bin(x).count("1") for x in a.tolist()]
+    small_a, small_b = a & 0x3FFF, b & 0x3FFF
+    sa = [{i for i in range(14) if x >> i & 1} for x in small_a.tolist()]
+    sb = [{i for i in range(14) if x >> i & 1} for x in small_b.tolist()]
+    assert intersection_size(small_a, small_b).tolist() == [len(x & y) for x, y in zip(sa, sb)]
+    assert difference_size(small_a, small_b).tolist() == [len(x - y) for x, y in zip(sa, sb)]
+    assert is_subset(small_a, small_b).tolist() == [x <= y for x, y in zip(sa, sb)]
+    assert is_subset(small_a & small_b, small_b).all()
+    assert is_equal(small_a, small_a).all()
+    masks = torch.tensor([0, 1, 2, 4, 1 << 13, 6])
+    assert single_bit_index(masks).tolist() == [-1, 0, 1, 2, 13, 1]
+
+
+def test_factorize_matches_groupby_order():
+    values = ["b", "a", None, "c", "a", float("nan"), ""]
+    ids, labels = segments.factorize(values)
+    assert labels == ["", "a", "b", "c"]
+    assert ids.tolist() == [2, 1, -1, 3, 1, -1, 0]
+
+
+def test_segment_reductions_match_pandas():
+    rng = np.random.default_rng(0)
+    n, s = 1000, 7
+    ids = rng.integers(0, s, n)
+    ids[:3] = [-1, s, s + 2]  # out of range ids are dropped
+    vals = rng.normal(size=(n, 3))
+    frame = pd.DataFrame(vals, columns=list("xyz")).assign(g=ids)
+    frame = frame[(frame.g >= 0) & (frame.g < s)]
+    ref_sum = frame.groupby("g")[list("xyz")].sum().reindex(range(s), fill_value=0).to_numpy()
+    ref_cnt = frame.groupby("g").size().reindex(range(s), fill_value=0).to_numpy()
+    t_ids, t_vals = torch.from_numpy(ids), torch.from_numpy(vals)
+    assert np.allclose(segments.segment_sum(t_vals, t_ids, s).numpy(), ref_sum, atol=1e-12, rtol=0)
+    assert segments.segment_count(t_ids, s).numpy().tolist() == ref_cnt.tolist()
+    mean, cnt = segments.segment_mean(t_vals[:, 0], t_ids, s)
+    assert np.allclose(mean.numpy(), frame.groupby("g")["x"].mean().reindex(range(s)).to_numpy(), atol=1e-12)
+    empty_mean, _ = segments.segment_mean(torch.ones(2), torch.tensor([0, 0]), 2)
+    assert math.isnan(float(empty_mean[1]))
+
+
+def test_joint_counts_matches_crosstab():
+    rng = np.random.default_rng(1)
+    a, b = rng.integers(0, 5, 500), rng.integers(0, 4, 500)
+    ref = pd.crosstab(a, b).reindex(index=range(5), columns=range(4), fill_value=0).to_numpy()
+    assert segments.joint_counts(torch.from_numpy(a), torch.from_numpy(b), 5, 4).numpy().tolist() == ref.tolist()
+
+
+def test_weighted_segment_sums_matches_loop():
+    rng = np.random.default_rng(2)
+    n, s, r = 60, 4, 5
+    ids = rng.integers(0, s, n)
+    vals = rng.normal(size=(n, 2))
+    w = rng.integers(0, 3, (r, n)).astype(float)
+    got = segments.weighted_segment_sums(torch.from_numpy(w), torch.from_numpy(vals), torch.from_numpy(ids), s)
+    ref = np.zeros((r, s, 2))
+    for i in range(r):
+        for q in range(n):
+            ref[i, ids[q]] += w[i, q] * vals[q]
+    assert np.allclose(got.numpy(), ref, atol=1e-12)
+
+
+def test_multi_column_counts_sums_one_pass():
+    rng = np.random.default_rng(3)
+    cols = [rng.integers(0, 3, 200), rng.integers(0, 5, 200)]
+    vals = rng.random(200)
+    counts, sums = segments.multi_column_counts_sums([torch.from_numpy(c) for c in cols], [3, 5],
+                                                     torch.from_numpy(vals))
+    for c, k, cnt, sm in zip(cols, [3, 5], counts, sums):
+        ref = pd.Series(vals).groupby(c).agg(["size", "sum"]).reindex(range(k), fill_value=0)
+        assert cnt.numpy().tolist() == ref["size"].tolist()
+        assert np.allclose(sm.numpy(), ref["sum"].to_numpy(), atol=1e-12)
+
+
+def test_resample_indices_seeded_and_chunk_invariant():
+    g1, g2, g3 = (bootstrap.make_generator(7) for _ in range(3))
+    full = torch.cat(list(bootstrap.resample_indices(50, 23, g1)))
+    chunked = torch.cat(list(bootstrap.resample_indices(50, 23, g2, chunk_size=4)))
+    assert full.shape == (23, 50) and torch.equal(full, chunked)
+    assert int(full.min()) >= 0 and int(full.max()) < 50
+    other = torch.cat(list(bootstrap.resample_indices(50, 23, bootstrap.make_generator(8))))
+    assert not torch.equal(full, other)
+    assert torch.equal(full, torch.cat(list(bootstrap.resample_indices(50, 23, g3, chunk_size=23))))
+
+
+def test_indices_to_counts():
+    idx = torch.tensor([[0, 0, 2, 3], [1, 1, 1, 1]])
+    assert bootstrap.indices_to_counts(idx, 4).tolist() == [[2, 0, 1, 1], [0, 4, 0, 0]]
+
+
+def test_multinomial_counts_exact_totals_and_moments():
+    m = torch.tensor([5, 0, 20, 75])
+    draws = bootstrap.multinomial_counts(m, 20000, bootstrap.make_generator(0))
+    assert torch.all(draws.sum(1) == 100) and torch.all(draws[:, 1] == 0) and torch.all(draws >= 0)
+    p = m.double() / 100
+    assert torch.allclose(draws.mean(0), 100 * p, atol=0.15)
+    assert torch.allclose(draws.var(0), 100 * p * (1 - p), rtol=0.05, atol=0.05)
+    again = bootstrap.multinomial_counts(m, 20000, bootstrap.make_generator(0))
+    assert torch.equal(draws, again)
+
+
+def test_bootstrap_segment_sums_index_method_is_resampling():
+    rng = np.random.default_rng(4)
+    n, s, r = 40, 3, 9
+    vals = torch.from_numpy(rng.normal(size=(n, 2)))
+    ids = torch.from_numpy(rng.integers(0, s, n))
+    got = bootstrap.bootstrap_segment_sums(vals, ids, s, r, seed=5, method="index", chunk_size=4)
+    idx = torch.cat(list(bootstrap.resample_indices(n, r, bootstrap.make_generator(5), chunk_size=4)))
+    for i in range(r):
+        rows = idx[i].numpy()
+        ref = pd.DataFrame(vals.numpy()[rows]).groupby(ids.numpy()[rows]).sum().reindex(range(s), fill_value=0)
+        assert np.allclose(got[i].numpy(), ref.to_numpy(), atol=1e-12)
+
+
+def test_multinomial_and_index_methods_agree_in_distribution():
+    rng = np.random.default_rng(5)
+    n = 300
+    vals = torch.from_numpy((rng.random((n, 1)) < 0.3).astype(float))
+    ids = torch.zeros(n, dtype=torch.int64)
+    a = bootstrap.bootstrap_segment_sums(vals, ids, 1, 4000, seed=1, method="multinomial")[:, 0, 0] / n
+    b = bootstrap.bootstrap_segment_sums(vals, ids, 1, 4000, seed=1, method="index")[:, 0, 0] / n
+    assert abs(float(a.mean() - b.mean())) < 0.003
+    assert abs(float(a.std() / b.std()) - 1) < 0.06
+
+
+def test_compress_rows_multiplicities():
+    vals = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    ids = torch.tensor([0, 1, 0, 0])
+    unique, segs, counts = bootstrap.compress_rows(vals, ids)
+    got = sorted(zip(segs.tolist(), map(tuple, unique.tolist()), counts.tolist()))
+    assert got == [(0, (0.0, 1.0), 1), (0, (1.0, 0.0), 2), (1, (1.0, 0.0), 1)]
+
+
+def test_percentile_ci_matches_numpy():
+    x = torch.from_numpy(np.random.default_rng(6).normal(size=1001))
+    low, high = bootstrap.percentile_ci(x, 0.9)
+    assert low == pytest.approx(np.percentile(x.numpy(), 5), abs=1e-12)
+    assert high == pytest.approx(np.percentile(x.numpy(), 95), abs=1e-12)
+    with_nan = torch.cat([x, torch.tensor([math.nan])])
+    assert bootstrap.percentile_ci(with_nan, 0.9) == (low, high)
+    assert all(math.isnan(v) for v in bootstrap.percentile_ci(torch.tensor([math.nan]), 0.9))

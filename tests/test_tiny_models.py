@@ -1,0 +1,206 @@
+"""Tiny random-weight models of the real architectures: built offline, loaded back through the
+same Auto* entry points a real checkpoint takes, and usable for batched multimodal forwards."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported: never the network
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("torchvision")  # the processors' video halves need it in transformers 5
+
+from PIL import Image  # noqa: E402
+from transformers import AutoModelForImageTextToText, AutoProcessor  # noqa: E402
+
+from finbench.models.tiny import (  # noqa: E402
+    TINY_FAMILIES,
+    TINY_MARKER,
+    TINY_NOTE,
+    check_tokenizer,
+    make_tiny,
+    read_tiny_marker,
+)
+from finbench.types import OPTION_LETTERS  # noqa: E402
+
+EXPECTED_CLASSES = {
+    "qwen2.5-vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration"),
+    "qwen3-vl": ("Qwen3VLProcessor", "Qwen3VLForConditionalGeneration"),
+    "internvl": ("InternVLProcessor", "InternVLForConditionalGeneration"),
+}
+# How one image part of a chat message renders in each family's real chat template.
+IMAGE_PLACEHOLDER = {
+    "qwen2.5-vl": "<|vision_start|><|image_pad|><|vision_end|>",
+    "qwen3-vl": "<|vision_start|><|image_pad|><|vision_end|>",
+    "internvl": "<IMG_CONTEXT>\n",
+}
+
+
+@pytest.fixture(scope="module", params=TINY_FAMILIES)
+def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    family = request.param
+    return family, make_tiny(family, tmp_path_factory.mktemp(family.replace(".", "")) / "model")
+
+
+def _load(path: Path):
+    processor = AutoProcessor.from_pretrained(path)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
+    return processor, model
+
+
+def _prompt(processor, n_images: int, question: str, answer_prefix: str = "") -> str:
+    content = [{"type": "image"}] * n_images + [{"type": "text", "text": question}]
+    messages = [{"role": "user", "content": content}]
+    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + answer_prefix
+
+
+def _images() -> list[Image.Image]:
+    # Three sizes and aspect ratios, so the two samples get different numbers of image tokens.
+    return [
+        Image.new("RGB", (200, 120), (200, 30, 30)),
+        Image.new("RGB", (64, 96), (30, 200, 30)),
+        Image.new("RGB", (500, 500), (30, 30, 200)),
+    ]
+
+
+def test_loads_through_auto_classes(tiny: tuple[str, Path]) -> None:
+    family, path = tiny
+    processor, model = _load(path)
+    processor_cls, model_cls = EXPECTED_CLASSES[family]
+    # AutoProcessor falls back to a bare tokenizer when it cannot resolve the processor class.
+    assert type(processor).__name__ == processor_cls
+    assert type(model).__name__ == model_cls
+    assert type(processor.tokenizer).__name__ == "Qwen2Tokenizer"
+    assert processor.tokenizer.padding_side == "left"
+    assert model.dtype == torch.float32
+    marker = read_tiny_marker(path)
+    assert marker is not None and marker["family"] == family and marker["seed"] == 0
+    assert marker["note"] == TINY_NOTE
+    assert json.loads((path / TINY_MARKER).read_text())["architecture"] == model_cls
+
+
+def test_config_token_ids_match_tokenizer(tiny: tuple[str, Path]) -> None:
+    family, path = tiny
+    processor, model = _load(path)
+    tok, config = processor.tokenizer, model.config
+    if family == "internvl":
+        assert config.image_token_id == tok.convert_tokens_to_ids("<IMG_CONTEXT>") == processor.image_token_id
+        assert processor.start_image_token == "<img>" and processor.end_image_token == "</img>"
+    else:
+        assert config.image_token_id == tok.convert_tokens_to_ids("<|image_pad|>") == processor.image_token_id
+        assert config.video_token_id == tok.convert_tokens_to_ids("<|video_pad|>")
+        assert config.vision_start_token_id == tok.convert_tokens_to_ids("<|vision_start|>")
+        assert config.vision_end_token_id == tok.convert_tokens_to_ids("<|vision_end|>")
+        assert config.vision_config.out_hidden_size == config.text_config.hidden_size
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert config.get_text_config().vocab_size >= len(tok)
+    assert config.get_text_config().num_hidden_layers == 2
+
+
+def test_tokenization_properties(tiny: tuple[str, Path]) -> None:
+    family, path = tiny
+    tok = AutoProcessor.from_pretrained(path).tokenizer
+    singles = [*OPTION_LETTERS, *(" " + c for c in OPTION_LETTERS), *"0123456789", ".", "-", "%", ",", " "]
+    for text in singles:
+        assert len(tok.encode(text, add_special_tokens=False)) == 1, text
+    processor = AutoProcessor.from_pretrained(path)
+    prompts = [
+        _prompt(processor, 1, "Which option? A. up B. down", answer_prefix="Answer:"),  # ends in "Answer:"
+        _prompt(processor, 1, "Which option? A. up B. down"),  # ends in "assistant\n"
+    ]
+    assert prompts[1].endswith("assistant\n")
+    for prompt in prompts:
+        base = tok.encode(prompt, add_special_tokens=False)
+        for letter in OPTION_LETTERS:
+            for spelling in (letter, " " + letter):
+                ids = tok.encode(prompt + spelling, add_special_tokens=False)
+                assert ids[: len(base)] == base, (prompt, spelling)
+                assert len(ids) == len(base) + 1, (prompt, spelling)
+    check_tokenizer(tok, tuple(prompts))  # the shared checker agrees
+
+
+def test_chat_template_renders_images(tiny: tuple[str, Path]) -> None:
+    family, path = tiny
+    processor = AutoProcessor.from_pretrained(path)
+    text = _prompt(processor, 2, "Compare the two charts.")
+    assert text.count(IMAGE_PLACEHOLDER[family]) == 2
+    assert text.endswith("<|im_start|>assistant\n")
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    no_prompt = processor.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+    assert not no_prompt.endswith("assistant\n")
+
+
+def test_batched_forward_with_images(tiny: tuple[str, Path]) -> None:
+    family, path = tiny
+    processor, model = _load(path)
+    images = _images()
+    prompts = [
+        _prompt(processor, 1, "What was the revenue growth? A. 5% B. 10%", answer_prefix="Answer:"),
+        _prompt(processor, 2, "Which chart shows higher profit?"),
+    ]
+    batch = processor(text=prompts, images=images, padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert ids.shape[0] == 2
+    # Left padding: every row ends with real tokens; the shorter row starts with pad tokens.
+    assert bool(mask[:, -1].all())
+    short = int(mask.sum(1).argmin())
+    assert mask[short, 0] == 0 and ids[short, 0] == processor.tokenizer.pad_token_id
+    with torch.no_grad():
+        out = model(**batch)
+    vocab = model.config.get_text_config().vocab_size
+    assert out.logits.shape == (2, ids.shape[1], vocab)
+    assert torch.isfinite(out.logits).all()
+
+    # Batched and one-by-one last-position logits agree (left padding + the processor's mask).
+    per_sample_images = [images[:1], images[1:]]
+    for i, (prompt, imgs) in enumerate(zip(prompts, per_sample_images)):
+        single = processor(text=[prompt], images=imgs, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(**single).logits[0, -1]
+        torch.testing.assert_close(out.logits[i, -1], logits, rtol=0, atol=1e-5)
+
+
+def test_same_seed_same_files_other_seed_other_weights(tiny: tuple[str, Path], tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    family, path = tiny
+    again = make_tiny(family, tmp_path / "again", seed=0)
+    for f in sorted(path.iterdir()):
+        assert (again / f.name).read_bytes() == f.read_bytes(), f.name
+    first, second = load_file(path / "model.safetensors"), load_file(again / "model.safetensors")
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    other = load_file(make_tiny(family, tmp_path / "other", seed=1) / "model.safetensors")
+    assert any(not torch.equal(first[k], other[k]) for k in first)
+
+
+def test_folder_is_small(tiny: tuple[str, Path]) -> None:
+    _, path = tiny
+    total = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    assert total < 5 * 1024 * 1024, total
+
+
+def test_wider_hidden_size(tmp_path: Path) -> None:
+    path = make_tiny("qwen2.5-vl", tmp_path / "wide", hidden_size=128)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
+    assert model.config.text_config.hidden_size == 128
+    assert model.config.vision_config.out_hidden_size == 128
+
+
+def test_build_leaves_caller_rng_alone(tmp_path: Path) -> None:
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    make_tiny("qwen2.5-vl", tmp_path / "m", seed=7)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_bad_arguments_fail_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown tiny family"):
+        make_tiny("llava", tmp_path / "x")
+    with pytest.raises(ValueError, match="hidden_size"):
+        make_tiny("qwen2.5-vl", tmp_path / "y", hidden_size=60)
+    assert read_tiny_marker(tmp_path) is None
