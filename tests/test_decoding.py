@@ -70,11 +70,18 @@ def test_answers_follow_their_grammar(tiny_model, questions):
         assert 1 <= prediction.n_generated_tokens <= 6
 
 
-def test_decode_step_matches_a_full_recompute(tiny_model, questions):
+@pytest.mark.parametrize("with_images", [True, False])
+def test_decode_step_matches_a_full_recompute(tiny_model, questions, with_images):
     """A KV-cached decode step (with M-RoPE position deltas and left padding) must give the same
-    hidden state as re-running the whole prompt with the token appended."""
+    hidden state as re-running the whole prompt with the token appended — also for a text-only
+    batch, where the model keeps stale M-RoPE offsets from the previous batch unless cleared."""
     chosen = [questions[0], questions[5]]
-    inputs = _prepare(tiny_model, chosen)
+    if with_images:
+        inputs = _prepare(tiny_model, chosen)
+    else:
+        _prepare(tiny_model, chosen[:1])  # leave image offsets behind on the model
+        tiny_model.prefill(dict(_prepare(tiny_model, chosen[:1])))
+        inputs = tiny_model.prepare([finmme.build_request(q, [], "constrained") for q in chosen])
     assert inputs["attention_mask"][:, 0].min() == 0 or inputs["attention_mask"].all()
     _, state = tiny_model.prefill(dict(inputs))
     tokens = torch.tensor(tiny_model.single_token_ids([" B", "7"]))

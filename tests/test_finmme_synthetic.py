@@ -30,8 +30,8 @@ def items() -> list[dict]:
 def parquet_pair(tmp_path_factory) -> tuple[Path, Path]:
     """The same small set written twice, independently."""
     base = tmp_path_factory.mktemp("synth")
-    return synth.write_parquet(base / "a.parquet", n_items=15), synth.write_parquet(
-        base / "b.parquet", n_items=15
+    return synth.write_parquet(base / "a.parquet", n_items=10), synth.write_parquet(
+        base / "b.parquet", n_items=10
     )
 
 
@@ -104,8 +104,8 @@ def test_same_seed_gives_identical_parquet_bytes(parquet_pair, items):
     assert a.read_bytes() == b.read_bytes()
     # item i depends only on (seed, i): the small set is a prefix of the default one
     small = pq.read_table(a).to_pylist()
-    assert [r["id"] for r in small] == [it["id"] for it in items[:15]]
-    assert [r["image"]["bytes"] for r in small] == [it["image"]["bytes"] for it in items[:15]]
+    assert [r["id"] for r in small] == [it["id"] for it in items[:10]]
+    assert [r["image"]["bytes"] for r in small] == [it["image"]["bytes"] for it in items[:10]]
     assert synth.generate_items(3, seed=1)[0]["image"] != items[0]["image"]  # the seed matters
 
 
@@ -125,7 +125,7 @@ def test_load_dataset_reads_it_back(parquet_pair, tmp_path):
     ds = datasets.load_dataset(
         "parquet", data_files=str(parquet_pair[0]), split="train", cache_dir=str(tmp_path / "hf")
     )
-    assert len(ds) == 15
+    assert len(ds) == 10
     assert set(synth.COLUMNS) <= set(ds.column_names)
     ds = ds.cast_column("image", datasets.Image())
     row = ds[0]

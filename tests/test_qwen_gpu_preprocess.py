@@ -120,3 +120,10 @@ def test_out_dtype_and_unsupported_settings(stock):
     assert pixel_values.dtype == torch.bfloat16
     with pytest.raises(ValueError, match="do_normalize"):
         processor_settings(Qwen2VLImageProcessor(do_normalize=False))
+
+
+def test_out_dtype_is_the_float32_result_cast_once(stock):
+    images = _images([(90, 130), (90, 130), (40, 300)])
+    full, _ = qwen_preprocess(images, **processor_settings(stock))
+    half, _ = qwen_preprocess(images, **processor_settings(stock), out_dtype=torch.bfloat16)
+    assert torch.equal(half, full.to(torch.bfloat16))

@@ -198,6 +198,32 @@ def test_build_leaves_caller_rng_alone(tmp_path: Path) -> None:
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
+class _CharTokenizer:
+    """A stand-in tokenizer that spells everything bytewise, except that it merges ":A"."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        ids: list[int] = []
+        i = 0
+        while i < len(text):
+            if text.startswith(":A", i):
+                ids.append(1000)
+                i += 2
+            else:
+                ids.append(ord(text[i]))
+                i += 1
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(":A" if i == 1000 else chr(i) for i in ids)
+
+
+def test_check_tokenizer_fails_loudly() -> None:
+    with pytest.raises(ValueError, match="single token"):
+        check_tokenizer(_CharTokenizer())  # " A" is two characters here
+    with pytest.raises(ValueError, match="merges across the boundary"):
+        check_tokenizer(_CharTokenizer(), boundary_prompts=("Answer:",), single_tokens=("A",))
+
+
 def test_bad_arguments_fail_clearly(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown tiny family"):
         make_tiny("llava", tmp_path / "x")

@@ -12,7 +12,7 @@ Face `datasets` stores a data set with an Image feature (an `image` struct {byte
 `huggingface` schema metadata), so `datasets.load_dataset("parquet", ...)` yields the same fields,
 a decoded PIL image included, as the hub set.
 
-Determinism: item `i` depends only on (seed, i) — a shorter set is a prefix of a longer one — and
+Determinism: item `i` depends only on (seed, i), so a shorter set is a prefix of a longer one, and
 the same seed gives a byte-identical parquet file (images are encoded by PIL without metadata,
 matplotlib's rc settings are reset to its defaults while drawing, arithmetic is exact).
 
@@ -219,7 +219,9 @@ def new_axes(plan: Plan, title: str, suptitle: bool = False):  # -> tuple[Figure
     return fig, ax
 
 
-def set_margins(fig, plan: Plan, left: float, bottom: float, right: float = 8, top: float = 22) -> None:
+def set_margins(
+    fig, plan: Plan, left: float, bottom: float, right: float = 8, top: float = 22
+) -> None:
     """Fixed margins in pixels: tight_layout would cost more time than drawing the chart."""
     fig.subplots_adjust(left=left / plan.width, right=1 - right / plan.width,
                         bottom=bottom / plan.height, top=1 - top / plan.height)  # fmt: skip
@@ -316,79 +318,136 @@ class TableTheme:
 
 
 BAR_THEMES = (
-    SeriesTheme("Corporate Finance", "Equity", "Northwind Industries quarterly revenue", "revenue",
-                "million USD", "quarters", (180, 420), 0.08, 1,
-                "Northwind Industries is a fictional mid-cap manufacturer that reports revenue quarterly."),
-    SeriesTheme("Banking", "Equity", "Harbor Bank net interest income", "net interest income",
-                "million USD", "years", (600, 1500), 0.10, 1,
-                "Harbor Bank is a fictional regional lender; net interest income is its main revenue line."),
-    SeriesTheme("Real Estate", "Real Estate", "Lakeside County new home sales", "the number of new home sales",
-                "thousand units", "years", (20, 60), 0.12, 1,
-                "New home sales count completed sales of newly built homes in the fictional Lakeside County."),
-    SeriesTheme("Funds & Asset Management", "Multi-asset", "Evergreen Capital assets under management",
-                "total AUM", "billion USD", "years", (40, 120), 0.10, 1,
-                "Evergreen Capital is a fictional asset manager; AUM is measured at each year end."),
-    SeriesTheme("Macroeconomics", "Macro", "Aldoria merchandise exports", "the value of merchandise exports",
-                "billion USD", "years", (150, 400), 0.07, 1,
-                "Aldoria is a fictional open economy whose exports are dominated by manufactured goods."),
-    SeriesTheme("Commodities", "Commodities", "Copperline Mining copper output", "copper output",
-                "thousand tonnes", "quarters", (80, 200), 0.09, 1,
-                "Copperline Mining is a fictional producer operating two open-pit copper mines."),
+    SeriesTheme(
+        "Corporate Finance", "Equity", subject="Northwind Industries quarterly revenue",
+        metric="revenue", unit="million USD", periods="quarters", level=(180, 420), drift=0.08,
+        places=1, context="Northwind Industries is a fictional mid-cap manufacturer that reports "
+        "revenue quarterly.",
+    ),
+    SeriesTheme(
+        "Banking", "Equity", subject="Harbor Bank net interest income",
+        metric="net interest income", unit="million USD", periods="years", level=(600, 1500),
+        drift=0.10, places=1, context="Harbor Bank is a fictional regional lender; net interest "
+        "income is its main revenue line.",
+    ),
+    SeriesTheme(
+        "Real Estate", "Real Estate", subject="Lakeside County new home sales",
+        metric="the number of new home sales", unit="thousand units", periods="years",
+        level=(20, 60), drift=0.12, places=1, context="New home sales count completed sales of "
+        "newly built homes in the fictional Lakeside County.",
+    ),
+    SeriesTheme(
+        "Funds & Asset Management", "Multi-asset",
+        subject="Evergreen Capital assets under management", metric="total AUM",
+        unit="billion USD", periods="years", level=(40, 120), drift=0.10, places=1,
+        context="Evergreen Capital is a fictional asset manager; AUM is measured at each year end.",
+    ),
+    SeriesTheme(
+        "Macroeconomics", "Macro", subject="Aldoria merchandise exports",
+        metric="the value of merchandise exports", unit="billion USD", periods="years",
+        level=(150, 400), drift=0.07, places=1, context="Aldoria is a fictional open economy "
+        "whose exports are dominated by manufactured goods.",
+    ),
+    SeriesTheme(
+        "Commodities", "Commodities", subject="Copperline Mining copper output",
+        metric="copper output", unit="thousand tonnes", periods="quarters", level=(80, 200),
+        drift=0.09, places=1, context="Copperline Mining is a fictional producer operating two "
+        "open-pit copper mines.",
+    ),
 )  # fmt: skip
 
 LINE_THEMES = (
-    SeriesTheme("Bond Market", "Fixed Income", "Aldoria 10-year government bond yield",
-                "the 10-year yield", "%", "months", (2.5, 4.5), 0.04, 2,
-                "Yields are month-end values of the fictional Aldorian 10-year benchmark bond.", "diff"),
-    SeriesTheme("Macroeconomics", "Macro", "Aldoria CPI inflation (year over year)", "CPI inflation",
-                "%", "months", (2.0, 7.0), 0.06, 1,
-                "Inflation is the year-over-year change of Aldoria's consumer price index.", "diff"),
-    SeriesTheme("Foreign Exchange", "Foreign Exchange", "ALD/USD exchange rate",
-                "the ALD/USD rate", "USD per ALD", "months", (1.05, 1.35), 0.015, 4,
-                "Rates are month-end fixings of the fictional Aldorian dollar against the US dollar."),
-    SeriesTheme("Commodities", "Commodities", "Gold spot price", "the gold price", "USD per ounce",
-                "months", (1700, 2100), 0.03, 0,
-                "Prices are illustrative month-end spot prices."),
-    SeriesTheme("Stock Market", "Equity", "Aldoria Composite Index", "the index", "points", "months",
-                (3200, 4800), 0.04, 0,
-                "The Aldoria Composite is a fictional capitalisation-weighted equity index."),
+    SeriesTheme(
+        "Bond Market", "Fixed Income", subject="Aldoria 10-year government bond yield",
+        metric="the 10-year yield", unit="%", periods="months", level=(2.5, 4.5), drift=0.04,
+        places=2, change="diff", context="Yields are month-end values of the fictional Aldorian "
+        "10-year benchmark bond.",
+    ),
+    SeriesTheme(
+        "Macroeconomics", "Macro", subject="Aldoria CPI inflation (year over year)",
+        metric="CPI inflation", unit="%", periods="months", level=(2.0, 7.0), drift=0.06,
+        places=1, change="diff", context="Inflation is the year-over-year change of Aldoria's "
+        "consumer price index.",
+    ),
+    SeriesTheme(
+        "Foreign Exchange", "Foreign Exchange", subject="ALD/USD exchange rate",
+        metric="the ALD/USD rate", unit="USD per ALD", periods="months", level=(1.05, 1.35),
+        drift=0.015, places=4, context="Rates are month-end fixings of the fictional Aldorian "
+        "dollar against the US dollar.",
+    ),
+    SeriesTheme(
+        "Commodities", "Commodities", subject="Gold spot price", metric="the gold price",
+        unit="USD per ounce", periods="months", level=(1700, 2100), drift=0.03, places=0,
+        context="Prices are illustrative month-end spot prices.",
+    ),
+    SeriesTheme(
+        "Stock Market", "Equity", subject="Aldoria Composite Index", metric="the index",
+        unit="points", periods="months", level=(3200, 4800), drift=0.04, places=0,
+        context="The Aldoria Composite is a fictional capitalisation-weighted equity index.",
+    ),
 )  # fmt: skip
 
 PIE_THEMES = (
-    ShareTheme("Funds & Asset Management", "Multi-asset", "Evergreen Balanced Fund asset allocation",
-               "portfolio", "asset class",
-               ("Equities", "Government bonds", "Corporate bonds", "Real estate", "Commodities", "Cash"),
-               (2, 20), "billion USD",
-               "Evergreen Balanced Fund is a fictional multi-asset fund; weights are at quarter end."),
-    ShareTheme("Corporate Finance", "Equity", "Northwind Industries revenue by segment", "revenue",
-               "segment", ("Industrial", "Consumer", "Healthcare", "Energy", "Services", "Other"),
-               (800, 2000), "million USD",
-               "Segment revenue is reported for the fictional Northwind Industries' last fiscal year."),
-    ShareTheme("Banking", "Fixed Income", "Harbor Bank loan portfolio by type", "loan portfolio",
-               "loan type", ("Residential mortgages", "Commercial real estate", "Corporate loans",
-                             "Consumer loans", "Credit cards", "SME loans"),
-               (20, 60), "billion USD",
-               "Shares are of gross loans of the fictional Harbor Bank at year end."),
-    ShareTheme("Foreign Exchange", "Foreign Exchange", "Aldoria central bank FX reserves by currency",
-               "reserves", "currency", ("USD", "EUR", "JPY", "GBP", "CNY", "Other"),
-               (50, 300), "billion USD",
-               "Reserves are the fictional Aldorian central bank's foreign-currency holdings."),
-    ShareTheme("Insurance", "Equity", "Shieldline Insurance gross written premiums by line",
-               "gross written premiums", "business line",
-               ("Motor", "Property", "Health", "Life", "Liability", "Marine"),
-               (500, 3000), "million USD",
-               "Shieldline Insurance is a fictional multi-line insurer."),
+    ShareTheme(
+        "Funds & Asset Management", "Multi-asset",
+        subject="Evergreen Balanced Fund asset allocation", whole="portfolio", part="asset class",
+        segments=("Equities", "Government bonds", "Corporate bonds", "Real estate", "Commodities",
+                  "Cash"),
+        total=(2, 20), total_unit="billion USD", context="Evergreen Balanced Fund is a fictional "
+        "multi-asset fund; weights are at quarter end.",
+    ),
+    ShareTheme(
+        "Corporate Finance", "Equity", subject="Northwind Industries revenue by segment",
+        whole="revenue", part="segment",
+        segments=("Industrial", "Consumer", "Healthcare", "Energy", "Services", "Other"),
+        total=(800, 2000), total_unit="million USD", context="Segment revenue is reported for "
+        "the fictional Northwind Industries' last fiscal year.",
+    ),
+    ShareTheme(
+        "Banking", "Fixed Income", subject="Harbor Bank loan portfolio by type",
+        whole="loan portfolio", part="loan type",
+        segments=("Residential mortgages", "Commercial real estate", "Corporate loans",
+                  "Consumer loans", "Credit cards", "SME loans"),
+        total=(20, 60), total_unit="billion USD",
+        context="Shares are of gross loans of the fictional Harbor Bank at year end.",
+    ),
+    ShareTheme(
+        "Foreign Exchange", "Foreign Exchange",
+        subject="Aldoria central bank FX reserves by currency", whole="reserves", part="currency",
+        segments=("USD", "EUR", "JPY", "GBP", "CNY", "Other"),
+        total=(50, 300), total_unit="billion USD", context="Reserves are the fictional Aldorian "
+        "central bank's foreign-currency holdings.",
+    ),
+    ShareTheme(
+        "Insurance", "Equity", subject="Shieldline Insurance gross written premiums by line",
+        whole="gross written premiums", part="business line",
+        segments=("Motor", "Property", "Health", "Life", "Liability", "Marine"),
+        total=(500, 3000), total_unit="million USD",
+        context="Shieldline Insurance is a fictional multi-line insurer.",
+    ),
 )  # fmt: skip
 
 PRICE_THEMES = (
-    PriceTheme("Stock Market", "Equity", "NWND (Northwind Industries)", (40, 120), 0.02, 2, "USD",
-               "NWND is the fictional ticker of Northwind Industries' common stock."),
-    PriceTheme("Commodities", "Commodities", "Aldoria crude oil futures", (65, 95), 0.02, 2,
-               "USD per barrel", "Prices are front-month futures settlements of a fictional crude grade."),
-    PriceTheme("Foreign Exchange", "Foreign Exchange", "ALD/USD", (1.05, 1.35), 0.005, 4,
-               "USD per ALD", "ALD/USD quotes the fictional Aldorian dollar in US dollars."),
-    PriceTheme("Stock Market", "Equity", "Aldoria Composite Index", (3200, 4800), 0.01, 1, "points",
-               "The Aldoria Composite is a fictional capitalisation-weighted equity index."),
+    PriceTheme(
+        "Stock Market", "Equity", name="NWND (Northwind Industries)", level=(40, 120),
+        daily_vol=0.02, places=2, unit="USD",
+        context="NWND is the fictional ticker of Northwind Industries' common stock.",
+    ),
+    PriceTheme(
+        "Commodities", "Commodities", name="Aldoria crude oil futures", level=(65, 95),
+        daily_vol=0.02, places=2, unit="USD per barrel",
+        context="Prices are front-month futures settlements of a fictional crude grade.",
+    ),
+    PriceTheme(
+        "Foreign Exchange", "Foreign Exchange", name="ALD/USD", level=(1.05, 1.35),
+        daily_vol=0.005, places=4, unit="USD per ALD",
+        context="ALD/USD quotes the fictional Aldorian dollar in US dollars.",
+    ),
+    PriceTheme(
+        "Stock Market", "Equity", name="Aldoria Composite Index", level=(3200, 4800),
+        daily_vol=0.01, places=1, unit="points",
+        context="The Aldoria Composite is a fictional capitalisation-weighted equity index.",
+    ),
 )  # fmt: skip
 
 
@@ -417,26 +476,40 @@ def _reit_row(rng: random.Random) -> list[float]:
 
 
 TABLE_THEMES = (
-    TableTheme("Corporate Finance", "Equity", "Selected financials of peer companies, FY2023",
-               "company", ("Northwind", "Contoso", "Fabrikam", "Tailspin", "Litware", "Adatum"),
-               ("Revenue", "Net income", "Total debt", "Equity"), "million USD", _company_row,
-               Ratio("net profit margin", 1, 0, True), Ratio("debt-to-equity ratio", 2, 3, False),
-               "All companies are fictional; net profit margin = net income / revenue."),
-    TableTheme("Banking", "Equity", "Balance sheet highlights of regional banks, 2023", "bank",
-               ("Harbor", "Summit", "Riverside", "Keystone", "Pinecrest", "Bayview"),
-               ("Loans", "Deposits", "Net income", "Total assets"), "million USD", _bank_row,
-               Ratio("return on assets", 2, 3, True), Ratio("loan-to-deposit ratio", 0, 1, True),
-               "All banks are fictional; return on assets = net income / total assets."),
-    TableTheme("Insurance", "Equity", "Underwriting results of insurers, 2023", "insurer",
-               ("Shieldline", "Anchor", "Meridian", "Beacon", "Crestview", "Oakmont"),
-               ("Premiums", "Claims", "Expenses", "Inv. income"), "million USD", _insurer_row,
-               Ratio("loss ratio", 1, 0, True), Ratio("expense ratio", 2, 0, True),
-               "All insurers are fictional; loss ratio = claims / premiums."),
-    TableTheme("Real Estate", "Real Estate", "Portfolio metrics of listed REITs, 2023", "REIT",
-               ("Lakeside", "Granite", "Urbanis", "Cedar", "Harborview", "Stonegate"),
-               ("Rental income", "NOI", "Property value", "Debt"), "million USD", _reit_row,
-               Ratio("cap rate", 1, 2, True), Ratio("loan-to-value ratio", 3, 2, True),
-               "All REITs are fictional; cap rate = net operating income / property value."),
+    TableTheme(
+        "Corporate Finance", "Equity", subject="Selected financials of peer companies, FY2023",
+        entity="company",
+        rows=("Northwind", "Contoso", "Fabrikam", "Tailspin", "Litware", "Adatum"),
+        columns=("Revenue", "Net income", "Total debt", "Equity"), unit="million USD",
+        draw_row=_company_row, ratio1=Ratio("net profit margin", 1, 0, True),
+        ratio2=Ratio("debt-to-equity ratio", 2, 3, False),
+        context="All companies are fictional; net profit margin = net income / revenue.",
+    ),
+    TableTheme(
+        "Banking", "Equity", subject="Balance sheet highlights of regional banks, 2023",
+        entity="bank", rows=("Harbor", "Summit", "Riverside", "Keystone", "Pinecrest", "Bayview"),
+        columns=("Loans", "Deposits", "Net income", "Total assets"), unit="million USD",
+        draw_row=_bank_row, ratio1=Ratio("return on assets", 2, 3, True),
+        ratio2=Ratio("loan-to-deposit ratio", 0, 1, True),
+        context="All banks are fictional; return on assets = net income / total assets.",
+    ),
+    TableTheme(
+        "Insurance", "Equity", subject="Underwriting results of insurers, 2023",
+        entity="insurer",
+        rows=("Shieldline", "Anchor", "Meridian", "Beacon", "Crestview", "Oakmont"),
+        columns=("Premiums", "Claims", "Expenses", "Inv. income"), unit="million USD",
+        draw_row=_insurer_row, ratio1=Ratio("loss ratio", 1, 0, True),
+        ratio2=Ratio("expense ratio", 2, 0, True),
+        context="All insurers are fictional; loss ratio = claims / premiums.",
+    ),
+    TableTheme(
+        "Real Estate", "Real Estate", subject="Portfolio metrics of listed REITs, 2023",
+        entity="REIT", rows=("Lakeside", "Granite", "Urbanis", "Cedar", "Harborview", "Stonegate"),
+        columns=("Rental income", "NOI", "Property value", "Debt"), unit="million USD",
+        draw_row=_reit_row, ratio1=Ratio("cap rate", 1, 2, True),
+        ratio2=Ratio("loan-to-value ratio", 3, 2, True),
+        context="All REITs are fictional; cap rate = net operating income / property value.",
+    ),
 )  # fmt: skip
 
 
@@ -509,7 +582,8 @@ def series_questions(
             wrong_base = (exact[b] - exact[a]) / exact[b] * 100  # divided by the later value
             options, answer = numeric_options(rounded(change, 1), [wrong_base, -change], 1,
                                               plan.n_options, "%", rng)  # fmt: skip
-            text = f"What was the percentage change in {theme.metric} from {labels[a]} to {labels[b]}?"
+            text = (f"What was the percentage change in {theme.metric} from {labels[a]} to "
+                    f"{labels[b]}?")  # fmt: skip
             asked = {"template": "pct_change", **span}
         else:  # a rate: the change is a difference in percentage points
             diff = exact[b] - exact[a]
@@ -556,7 +630,8 @@ def bar_chart(theme: SeriesTheme, plan: Plan, rng: random.Random) -> Chart:
     values = distinct_values(rng, lambda r: random_walk(theme, n, r))
 
     fig, ax = new_axes(plan, f"{theme.subject} ({theme.unit})")
-    bars = ax.bar(range(n), [float(v) for v in values], color=rng.choice(("#4C72B0", "#55A868", "#8172B2", "#C44E52")))
+    colour = rng.choice(("#4C72B0", "#55A868", "#8172B2", "#C44E52"))
+    bars = ax.bar(range(n), [float(v) for v in values], color=colour)
     # Value labels make the exact numbers readable, as on most report charts.
     ax.bar_label(bars, labels=[f"{v:,}" for v in values], fontsize=plan.font_size - 1, padding=2)
     ax.set_xticks(range(n), labels, rotation=30 if plan.width < 480 else 0)
@@ -579,7 +654,8 @@ def line_chart(theme: SeriesTheme, plan: Plan, rng: random.Random) -> Chart:
 
     fig, ax = new_axes(plan, f"{theme.subject} ({theme.unit})")
     ys = [float(v) for v in values]
-    ax.plot(range(n), ys, marker="o", markersize=3, color=rng.choice(("#1f77b4", "#d62728", "#2ca02c")))
+    colour = rng.choice(("#1f77b4", "#d62728", "#2ca02c"))
+    ax.plot(range(n), ys, marker="o", markersize=3, color=colour)
     span = max(ys) - min(ys)
     for i, (y, v) in enumerate(zip(ys, values)):  # every point labelled, so values are exact
         ax.annotate(f"{v:,}", (i, y), textcoords="offset points", xytext=(0, 5), ha="center",
@@ -629,7 +705,8 @@ def pie_chart(theme: ShareTheme, plan: Plan, rng: random.Random) -> Chart:
     options, answer = choice([segments[rank]], others, None, rng)
     questions[SINGLE] = ChartQuestion(
         SINGLE, f"Which {theme.part} accounts for {which} share of the {theme.whole}?", options,
-        answer, COMPREHENSIVE if rank == 0 else FINE_GRAINED, asked={"template": "rank", "rank": rank},
+        answer, COMPREHENSIVE if rank == 0 else FINE_GRAINED,
+        asked={"template": "rank", "rank": rank},
     )  # fmt: skip
 
     gold, wrong, t = split_by_threshold(segments, exact, plan, rng)
@@ -703,7 +780,8 @@ def candlestick_chart(theme: PriceTheme, plan: Plan, rng: random.Random) -> Char
     heights = [float(abs(c[x] - o[x])) for x in range(n)]
     ax.bar(range(n), heights, bottom=bottoms, width=0.6, color=colours, edgecolor=colours)
     short = [d.rsplit(",", 1)[0] for d in labels]  # "Mar 4": the axis shows the year once
-    years = labels[0][-4:] if labels[0][-4:] == labels[-1][-4:] else f"{labels[0][-4:]}–{labels[-1][-4:]}"
+    first, last = labels[0][-4:], labels[-1][-4:]
+    years = first if first == last else f"{first}–{last}"
     ax.set_xticks(range(n), short, rotation=45, ha="right")
     ax.set_xlabel(years, fontsize=plan.font_size)
     ax.grid(axis="y", alpha=0.3)
@@ -723,7 +801,8 @@ def candlestick_chart(theme: PriceTheme, plan: Plan, rng: random.Random) -> Char
     bearish = [d for j, d in enumerate(short) if not up[j]]
     bullish = [d for j, d in enumerate(short) if up[j]]
     k = plan.n_gold
-    options, answer = choice(rng.sample(bearish, k), rng.sample(bullish, plan.n_options - k), short, rng)
+    gold, wrong = rng.sample(bearish, k), rng.sample(bullish, plan.n_options - k)
+    options, answer = choice(gold, wrong, short, rng)
     questions[MULTIPLE] = ChartQuestion(
         MULTIPLE, f"On which of the following days did {theme.name} close below its opening "
         "price? Select all that apply.", options, answer, FINE_GRAINED,
@@ -766,9 +845,9 @@ def table_chart(theme: TableTheme, plan: Plan, rng: random.Random) -> Chart:
     fig, ax = new_axes(plan, f"{theme.subject} ({theme.unit})")
     ax.axis("off")
     # The entity is a first column rather than a row label, which would fall outside the axes.
-    table = ax.table(cellText=[[name] + [f"{v:,}" for v in row] for name, row in zip(rows, cells)],
-                     colLabels=[theme.entity[0].upper() + theme.entity[1:]] + list(theme.columns), loc="center",
-                     cellLoc="right")  # fmt: skip
+    header = [theme.entity[0].upper() + theme.entity[1:], *theme.columns]
+    text = [[name] + [f"{v:,}" for v in row] for name, row in zip(rows, cells)]
+    table = ax.table(cellText=text, colLabels=header, loc="center", cellLoc="right")
     table.auto_set_font_size(False)
     table.set_fontsize(plan.font_size)
     table.scale(1, 1.3)
@@ -807,9 +886,13 @@ def table_chart(theme: TableTheme, plan: Plan, rng: random.Random) -> Chart:
 
     caption = (f"A table titled '{theme.subject}' in {theme.unit}: {n} {theme.entity}s "
                f"({', '.join(rows)}) by {', '.join(cols)}.")  # fmt: skip
-    data = {"rows": rows, "columns": list(cols), "cells": [[str(v) for v in r] for r in cells],
-            "ratio1": [theme.ratio1.numerator, theme.ratio1.denominator, theme.ratio1.as_percent],
-            "ratio2": [theme.ratio2.numerator, theme.ratio2.denominator, theme.ratio2.as_percent]}  # fmt: skip
+    data = {
+        "rows": rows,
+        "columns": list(cols),
+        "cells": [[str(v) for v in r] for r in cells],
+        "ratio1": [theme.ratio1.numerator, theme.ratio1.denominator, theme.ratio1.as_percent],
+        "ratio2": [theme.ratio2.numerator, theme.ratio2.denominator, theme.ratio2.as_percent],
+    }
     return Chart("table", theme.domain, theme.asset_class, image, caption, theme.context, data,
                  questions)  # fmt: skip
 
@@ -849,9 +932,10 @@ def make_item(i: int, seed: int) -> dict[str, Any]:
     chart = draw(theme, plan, rng)
     q = chart.questions[plan.question_type]
     item_id = f"synth-{seed}-{i:04d}"
+    suffix = "jpg" if plan.image_format == "jpeg" else "png"
     return {
         "id": item_id,
-        "image": {"bytes": chart.image, "path": f"{item_id}.{'jpg' if plan.image_format == 'jpeg' else 'png'}"},
+        "image": {"bytes": chart.image, "path": f"{item_id}.{suffix}"},
         "question_text": q.text,
         "question_type": q.question_type,
         "options": list(q.options),

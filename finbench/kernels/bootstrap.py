@@ -84,7 +84,23 @@ def compress_rows(values: torch.Tensor, segments: torch.Tensor) -> tuple[torch.T
     if values.dim() == 1:
         values = values[:, None]
     keyed = torch.cat([segments.to(torch.float64)[:, None], values], dim=1)
-    unique, counts = torch.unique(keyed, dim=0, return_counts=True)
+    # One int64 key per row (mixed radix over per-column codes) makes this a 1-D unique, much
+    # cheaper than torch.unique(dim=0); too many distinct values per column → the 2-D fallback.
+    key = torch.zeros(keyed.shape[0], dtype=torch.int64, device=keyed.device)
+    radix = 1
+    for column in keyed.T:
+        _, codes = torch.unique(column, return_inverse=True)
+        size = int(codes.max()) + 1 if codes.numel() else 1
+        if radix * size >= 2**62:
+            unique, counts = torch.unique(keyed, dim=0, return_counts=True)
+            return unique[:, 1:], unique[:, 0].to(torch.int64), counts
+        key = key * size + codes
+        radix *= size
+    _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
+    positions = torch.arange(keyed.shape[0], device=keyed.device)
+    first = torch.full((counts.numel(),), keyed.shape[0], dtype=torch.int64, device=keyed.device)
+    first = first.scatter_reduce(0, inverse, positions, reduce="amin")  # a representative row per key
+    unique = keyed[first]
     return unique[:, 1:], unique[:, 0].to(torch.int64), counts
 
 

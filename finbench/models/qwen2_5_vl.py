@@ -17,6 +17,9 @@ import torch
 from finbench.models.base import DecodeState, HFVisionLanguageModel
 
 
+PROJECTED_HEAD_ROWS = 32  # letters in two spellings + separator + end tokens
+
+
 def _size_value(size: Any, key: str) -> int:
     return int(size[key] if isinstance(size, dict) else getattr(size, key))
 
@@ -46,6 +49,12 @@ class Qwen25VL(HFVisionLanguageModel):
                                                      min_pixels=min_pixels, max_pixels=max_pixels)
         return (resized_height // factor) * (resized_width // factor)
 
+    def prefill(self, inputs: Any) -> tuple[torch.Tensor, DecodeState]:
+        # The model keeps `rope_deltas` on the module and refreshes it only for prefills with
+        # images; clear it so a text-only batch never inherits the previous batch's offsets.
+        self.model.model.rope_deltas = None
+        return super().prefill(inputs)
+
     def decode_extras(self) -> dict[str, Any]:
         # Prefill stored each row's offset between M-RoPE and text positions on the module; keep
         # our own copy so nothing else running on the model can change it under us.
@@ -55,9 +64,18 @@ class Qwen25VL(HFVisionLanguageModel):
     def decode_position_ids(self, state: DecodeState) -> torch.Tensor:
         text_position = state.attention_mask.sum(-1, keepdim=True) - 1  # [B, 1]
         deltas = state.extras.get("rope_deltas")
-        if deltas is not None:
-            text_position = text_position + deltas.to(text_position.device).view(-1, 1)
+        if deltas is None:
+            # text-only prefill: the model used positions 0..T-1 counting pads, so shift by the pads
+            deltas = (state.attention_mask == 0).sum(-1, keepdim=True)
+        text_position = text_position + deltas.to(text_position.device).view(-1, 1)
         return text_position[None].expand(3, -1, -1)  # temporal, height, width share it for text
+
+    def prefill_flops(self, inputs: Any) -> float:
+        from finbench.runner.flops import flops_from_batch
+
+        # only the option/grammar rows of the LM head are projected: a few dozen, not the vocabulary
+        return float(flops_from_batch(self.model.config, inputs["attention_mask"].sum(1), inputs.get("image_grid_thw"),
+                                      lm_head_rows=PROJECTED_HEAD_ROWS)["total"])
 
     def processor_settings(self) -> dict[str, Any]:
         factor, min_pixels, max_pixels = self._pixel_bounds()

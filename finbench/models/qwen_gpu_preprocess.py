@@ -13,15 +13,17 @@ step, with the same library calls where they decide the numbers:
      C·T·P·P = 1176 values in the stock order: rows in (h-block, w-block, merge-row, merge-col),
      columns in (channel, time, patch-row, patch-col).
 Differences from the stock call: input is a list of uint8 CHW tensors (no PIL / numpy decode),
-everything runs on `device` (e.g. the GPU, so only uint8 bytes cross the bus), normalisation is
-one kernel over all patches of the batch, and outputs are returned on `device`.
+everything runs on `device` (e.g. the GPU, so only uint8 bytes cross the bus), the output is
+allocated once and each image is patchified straight into its rows (no per-image tensors, no final
+concatenation), and outputs — `image_grid_thw` too — are returned on `device`.
 
 Tolerance: on the same device the output is bit-identical to the stock processor
-(max |Δ pixel| = 0, identical `image_grid_thw`); the tests assert max |Δ| <= 1e-6. Across devices
-(this function on CUDA vs the stock processor on CPU) the uint8 bicubic resize itself differs — the
-CPU uses torch's native uint8 kernel, CUDA resizes in float32 then rounds — by at most one grey
-level, i.e. <= 1/(255·0.2613) ≈ 0.015 after normalisation; to match bit for bit, run the stock
-processor with `device="cuda"`.
+(measured max |Δ pixel| = 0 on CPU, identical `image_grid_thw`); the tests assert max |Δ| <= 1e-6.
+Across devices (this function on CUDA vs the stock processor on CPU) the uint8 bicubic resize
+itself differs — torchvision uses torch's native uint8 kernel on the CPU, but on CUDA resizes in
+float32, clamps and rounds — expected by about one grey level (≈ 1/(255·0.26) ≈ 0.015 after
+normalisation; not yet measured on a GPU). To compare bit for bit on a GPU, run the stock
+processor with `device="cuda"` too.
 """
 
 from __future__ import annotations
@@ -90,32 +92,31 @@ def _interpolation(resample: Any) -> tvF.InterpolationMode:
 
 
 def _patchify_into(
-    out: torch.Tensor, image: torch.Tensor, patch_size: int, merge_size: int
+    out: torch.Tensor, image: torch.Tensor, patch_size: int, merge_size: int, temporal_patch_size: int
 ) -> None:
-    """Write [C, H, W] as [(H/P)·(W/P), C, P·P] into `out` in the stock processor's row order
-    (h-block, w-block, merge-row, merge-col) and column order (channel, patch-row, patch-col).
-    Done on uint8 and without the temporal copy: the float conversion and the frame duplication
-    happen once, later, over the whole batch."""
+    """Write a normalised [C, H, W] image into `out` [(H/P)·(W/P), C·T·P·P] in the stock
+    processor's order — rows (h-block, w-block, merge-row, merge-col), columns (channel, time,
+    patch-row, patch-col) — duplicating the frame `temporal_patch_size` times. One strided copy,
+    straight into the caller's slice of the batch output (no per-image tensor, no final cat)."""
     channels, height, width = image.shape
     grid_h, grid_w = height // patch_size, width // patch_size
     patches = image.reshape(
         channels, grid_h // merge_size, merge_size, patch_size, grid_w // merge_size, merge_size, patch_size
     )
-    # → [h-block, w-block, merge-row, merge-col, channel, patch-row, patch-col]
-    patches = patches.permute(1, 4, 2, 5, 0, 3, 6)
-    out.view(grid_h // merge_size, grid_w // merge_size, merge_size, merge_size, channels, patch_size, patch_size).copy_(
-        patches
-    )
+    # → [h-block, w-block, merge-row, merge-col, channel, time, patch-row, patch-col]
+    patches = patches.permute(1, 4, 2, 5, 0, 3, 6).unsqueeze(5)
+    patches = patches.expand(-1, -1, -1, -1, -1, temporal_patch_size, -1, -1)
+    out.view(patches.shape).copy_(patches)
 
 
 def _channel_stats(
     image_mean: Sequence[float], image_std: Sequence[float], rescale_factor: float, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and std as [C, 1], pre-multiplied by 1/rescale_factor with the very expression the
+    """Mean and std as [C, 1, 1], pre-multiplied by 1/rescale_factor with the very expression the
     stock processor uses, so the float32 values (and hence the outputs) are identical."""
     mean = torch.tensor(image_mean, device=device) * (1.0 / rescale_factor)
     std = torch.tensor(image_std, device=device) * (1.0 / rescale_factor)
-    return mean[:, None], std[:, None]
+    return mean[:, None, None], std[:, None, None]
 
 
 def qwen_preprocess(
@@ -136,7 +137,8 @@ def qwen_preprocess(
     """uint8 CHW images → (pixel_values [Σ patches, C·T·P·P], image_grid_thw [N, 3] long), both on
     `device` (default: the first image's device), equal to the stock Qwen2-VL/Qwen2.5-VL image
     processor's output for the same settings (see module docstring for the tolerance).
-    `out_dtype` casts the final pixels (the model casts them to its weight dtype anyway)."""
+    `out_dtype` is the dtype of the returned pixels, computed in float32 and cast once (the model
+    casts them to its weight dtype anyway; bf16 halves the transfer and memory)."""
     if len(images) == 0:
         raise ValueError("no images")
     device = torch.device(device) if device is not None else images[0].device
@@ -148,42 +150,41 @@ def qwen_preprocess(
             raise TypeError(f"image {index}: expected uint8, got {image.dtype}")
         rgb.append(_to_rgb(image.to(device, non_blocking=True)))
 
-    # Resize same-shape images together (one kernel per shape), as the stock processor does.
+    # Grids first (pure arithmetic on the sizes), so the output is allocated once and each image
+    # is written straight into its rows: large fresh allocations (page faults on the CPU, allocator
+    # churn on the GPU) cost more than the arithmetic here.
+    grids = [
+        qwen_grid(h, w, patch_size=patch_size, merge_size=merge_size, min_pixels=min_pixels, max_pixels=max_pixels)
+        for h, w in (tuple(image.shape[-2:]) for image in rgb)
+    ]
+    counts = [t * h * w for t, h, w in grids]
+    starts = _offsets(counts)
+    channels = 3
+    # Written in `out_dtype` directly: the patchify copy also does the cast (same rounding as
+    # casting a float32 result afterwards, one large buffer fewer).
+    pixels = torch.empty(
+        sum(counts), channels * temporal_patch_size * patch_size * patch_size, dtype=out_dtype, device=device
+    )
+    mean, std = _channel_stats(image_mean, image_std, rescale_factor, device)
+
+    # Same-shape images are resized and normalised together (one kernel each per shape), as the
+    # stock processor groups them; then each is patchified into its slice of `pixels`.
     by_shape: dict[tuple[int, int], list[int]] = {}
     for index, image in enumerate(rgb):
         by_shape.setdefault(tuple(image.shape[-2:]), []).append(index)
-    resized: list[torch.Tensor | None] = [None] * len(rgb)
-    grids: list[tuple[int, int, int]] = [(0, 0, 0)] * len(rgb)
-    for (height, width), indices in by_shape.items():
-        grid = qwen_grid(
-            height, width, patch_size=patch_size, merge_size=merge_size, min_pixels=min_pixels, max_pixels=max_pixels
-        )
-        target = [grid[1] * patch_size, grid[2] * patch_size]
-        batch = torch.stack([rgb[i] for i in indices])
+    for indices in by_shape.values():
+        _, grid_h, grid_w = grids[indices[0]]
+        batch = rgb[indices[0]][None] if len(indices) == 1 else torch.stack([rgb[i] for i in indices])
+        target = [grid_h * patch_size, grid_w * patch_size]
         batch = tvF.resize(batch, target, interpolation=interpolation, antialias=True)
+        # (x - mean/rescale) / (std/rescale) in float32: the stock processor's fused rescale+normalize.
+        batch = batch.to(torch.float32).sub_(mean).div_(std)
         for slot, i in enumerate(indices):
-            resized[i] = batch[slot]
-            grids[i] = grid
+            rows = pixels[starts[i] : starts[i] + counts[i]]
+            _patchify_into(rows, batch[slot], patch_size, merge_size, temporal_patch_size)
 
-    # One uint8 patch buffer, then one float32 output written in place: large fresh allocations
-    # (page faults on the CPU, allocator churn on the GPU) cost more than the arithmetic here.
-    channels, pp = 3, patch_size * patch_size
-    counts = [g[1] * g[2] for g in grids]
-    patches_u8 = torch.empty(sum(counts), channels, pp, dtype=torch.uint8, device=device)
-    for image, start, count in zip(resized, _offsets(counts), counts):
-        _patchify_into(patches_u8[start : start + count], image, patch_size, merge_size)
-    pixels = torch.empty(sum(counts), channels, temporal_patch_size, pp, dtype=torch.float32, device=device)
-    first = pixels[:, :, 0]
-    first.copy_(patches_u8)
-    mean, std = _channel_stats(image_mean, image_std, rescale_factor, device)
-    first.sub_(mean).div_(std)  # (x - mean/rescale) / (std/rescale), as the stock fused normalize
-    # The single frame is repeated `temporal_patch_size` times right after the channel axis.
-    pixels[:, :, 1:].copy_(first.unsqueeze(2).expand(-1, -1, temporal_patch_size - 1, -1))
-    pixel_values = pixels.view(sum(counts), channels * temporal_patch_size * pp)
-    if out_dtype != torch.float32:
-        pixel_values = pixel_values.to(out_dtype)
     image_grid_thw = torch.tensor(grids, dtype=torch.long, device=device)
-    return pixel_values, image_grid_thw
+    return pixels, image_grid_thw
 
 
 def _offsets(counts: Sequence[int]) -> list[int]:

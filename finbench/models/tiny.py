@@ -27,7 +27,7 @@ Pitfalls met while writing this (transformers 5.24, tokenizers 0.23, torch 2.14)
   `padding_side="left"` to the constructor (it is then saved and reloaded). Adapters should still
   set it again after loading a real checkpoint, whose saved value is usually "right".
 - `AutoProcessor.from_pretrained` silently returns just the tokenizer when the processor class
-  cannot be resolved: `make_tiny` reloads the folder and asserts the processor type.
+  cannot be resolved: `make_tiny` reloads the folder and checks the processor type.
 - `Qwen2Tokenizer` (like every tokenizer class with its own `__init__`) ignores the
   pre-tokenizer/normalizer stored in tokenizer.json: on load it only takes vocab + merges from
   that file and rebuilds Qwen's pipeline. So training-time pre-tokenization never leaks into the
@@ -54,11 +54,14 @@ Behaviour an adapter must respect (measured on these tiny models with transforme
 - In 5.24 the cache argument is `cache=` (`past_key_values=` still works, with a deprecation
   warning) and outputs carry `.cache` (`.past_key_values` too). transformers 5.17 (GPU machine)
   predates the rename: use `past_key_values=` there, or read whichever attribute exists.
-- Qwen decode steps with a cache need explicit rope positions: the prefill stores
-  `model.model.rope_deltas` [B, 1]; for new tokens pass
-  `position_ids = ((mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)[:, -n_new:] + rope_deltas)
-  .unsqueeze(0).expand(3, -1, -1)` with the full attention mask. Passing only the mask raises a
-  shape error; passing neither gives wrong logits. `generate()` handles all of this itself.
+- Qwen decode steps with a cache need explicit rope positions. The prefill caches
+  `model.model.rope_deltas` only when the batch has images; a text-only prefill uses plain
+  arange positions and leaves a stale `rope_deltas` from the previous batch. Robust recipe for
+  both: `pos, deltas = model.model.get_rope_index(input_ids, mm_token_type_ids=...,
+  image_grid_thw=..., attention_mask=mask)`; prefill with `position_ids=pos`; each decode step
+  with the full mask and `position_ids = ((mask.cumsum(-1) - 1)[:, -n_new:] + deltas)
+  .unsqueeze(0).expand(3, -1, -1)` (matches a full recompute to 2e-7). Passing only the mask
+  raises a shape error; passing neither gives wrong logits. `generate()` does all of this itself.
   InternVL (plain Qwen2 LM, 1-D rope) only needs the full attention mask and the cache.
 - An answer prefix must not end with a space: "Answer: " + "A" re-tokenizes as "Answer:" + " A".
 """
@@ -431,16 +434,21 @@ def _build_tokenizer(
     return tokenizer
 
 
-def check_tokenizer(tokenizer: Any, boundary_prompts: tuple[str, ...] = ()) -> None:
-    """Raise AssertionError unless the option-letter/number tokenization properties hold.
+def check_tokenizer(
+    tokenizer: Any,
+    boundary_prompts: tuple[str, ...] = (),
+    single_tokens: tuple[str, ...] = SINGLE_TOKEN_STRINGS,
+) -> None:
+    """Raise ValueError unless the option-letter/number tokenization properties hold.
 
-    Usable on any checkpoint's tokenizer (the adapter should call it too): single-token option
-    letters (bare and space-prefixed), digits and number punctuation, and no merge across the
-    boundary between a prompt ending in "Answer:" / "assistant\\n" and the answer letter."""
-    for text in SINGLE_TOKEN_STRINGS:
+    Usable on any checkpoint's tokenizer (an adapter may call it at load time): single-token
+    option letters (bare and space-prefixed), digits and number punctuation, and no merge across
+    the boundary between a prompt ending in "Answer:" / "assistant\\n" and the answer letter.
+    Raises rather than asserts so that `python -O` cannot silence it."""
+    for text in single_tokens:
         ids = tokenizer.encode(text, add_special_tokens=False)
-        assert len(ids) == 1, f"{text!r} is not a single token: {ids}"
-        assert tokenizer.decode(ids) == text, f"{text!r} decodes to {tokenizer.decode(ids)!r}"
+        if len(ids) != 1 or tokenizer.decode(ids) != text:
+            raise ValueError(f"{text!r} is not a single token: {ids} -> {tokenizer.decode(ids)!r}")
     prompts = boundary_prompts or (
         "Question: what was the growth rate? Answer:",
         "<|im_start|>user\nWhich option?<|im_end|>\n<|im_start|>assistant\n",
@@ -453,9 +461,10 @@ def check_tokenizer(tokenizer: Any, boundary_prompts: tuple[str, ...] = ()) -> N
             for spelling in (letter, " " + letter):
                 ids = tokenizer.encode(prompt + spelling, add_special_tokens=False)
                 single = tokenizer.encode(spelling, add_special_tokens=False)
-                assert ids == base + single, (
-                    f"{prompt!r} + {spelling!r} merges across the boundary: {ids} != {base} + {single}"
-                )
+                if ids != base + single:
+                    raise ValueError(
+                        f"{prompt!r} + {spelling!r} merges across the boundary: {ids} != {base} + {single}"
+                    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -786,10 +795,10 @@ def make_tiny(
 
     # Reload through the real entry point and check what a user would get.
     processor = AutoProcessor.from_pretrained(out)
-    assert type(processor).__name__ == built.processor_class, (
-        f"AutoProcessor returned {type(processor).__name__}, expected {built.processor_class}"
-    )
-    assert processor.tokenizer.padding_side == "left", "padding_side was not saved"
+    if type(processor).__name__ != built.processor_class:
+        raise RuntimeError(f"AutoProcessor returned {type(processor).__name__}, expected {built.processor_class}")
+    if processor.tokenizer.padding_side != "left":
+        raise RuntimeError("padding_side='left' was not saved with the tokenizer")
     check_tokenizer(processor.tokenizer)
     _check_config_tokens(model.config, processor.tokenizer)
 
@@ -822,8 +831,10 @@ def _check_config_tokens(config: Any, tokenizer: Any) -> None:
     for attr, token in expected.items():
         got = getattr(config, attr)
         want = tokenizer.convert_tokens_to_ids(token)
-        assert got == want, f"config.{attr}={got} but tokenizer id of {token} is {want}"
-    assert config.get_text_config().vocab_size >= len(tokenizer)
+        if got != want:
+            raise RuntimeError(f"config.{attr}={got} but the tokenizer's id of {token} is {want}")
+    if config.get_text_config().vocab_size < len(tokenizer):
+        raise RuntimeError("text vocab_size is smaller than the tokenizer")
 
 
 def read_tiny_marker(model_dir: str | Path) -> dict[str, Any] | None:

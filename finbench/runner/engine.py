@@ -83,8 +83,11 @@ def validate(config: RunConfig) -> None:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(PROTOCOLS)}")
     if config.batch_size is not None and config.batch_size < 1:
         raise ValueError("--batch-size must be a positive integer or 'auto'")
-    if config.data is not None and not Path(config.data).exists() and "/" not in config.data:
-        raise ValueError(f"--data {config.data}: no such file or folder")
+    if config.data is not None and not Path(config.data).exists():
+        looks_like_path = Path(config.data).suffix in {".parquet", ".arrow", ".jsonl", ".json"} \
+            or config.data.startswith((".", "/", "~")) or config.data.count("/") != 1
+        if looks_like_path:  # anything else is taken as a hub id ("owner/name")
+            raise ValueError(f"--data {config.data}: no such file or folder")
 
 
 def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool = True,
@@ -188,6 +191,8 @@ class _BatchLoop:
     def items(self, indices: Sequence[int]) -> list[Item]:
         """Token estimates for batching: the prompt's text tokens plus each image's tokens,
         from its header size and the processor's resize rule (no pixel decoding)."""
+        if not indices:
+            return []
         requests = [self.benchmark.build_request(self.questions[i], [], self.config.protocol) for i in indices]
         text_tokens = self.model.text_token_counts([self.model.prompt_text(r) for r in requests])
         items = []

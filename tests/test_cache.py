@@ -1,0 +1,55 @@
+"""Cache keys change with everything that changes an answer; rows round-trip exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from finbench.runner.cache import PredictionCache, sample_key
+from finbench.types import Prediction, Question
+
+FINGERPRINT = {"source": "m", "dtype": "float32", "quant": "none", "processor": {"max_pixels": 12544}}
+DECODING = {"numeric_budget": 12}
+QUESTION = Question(id="q1", benchmark="finmme", kind="single", text="Which?", options=("a", "b"), gold="A",
+                    images=(b"\x89PNG fake",), fields={"verified_caption": "c", "raw_answer": "A"},
+                    meta={"domain": "Banking", "question_type": "single_choice"})
+
+
+def _key(fingerprint=FINGERPRINT, protocol="constrained", prompt="finmme-constrained-v1", decoding=DECODING,
+         question=QUESTION):
+    return sample_key(fingerprint, protocol, prompt, decoding, question)
+
+
+def test_everything_that_changes_an_answer_changes_the_key():
+    base = _key()
+    variants = {
+        "dtype": _key(fingerprint={**FINGERPRINT, "dtype": "bfloat16"}),
+        "quant": _key(fingerprint={**FINGERPRINT, "quant": "4bit"}),
+        "max_pixels": _key(fingerprint={**FINGERPRINT, "processor": {"max_pixels": 50176}}),
+        "protocol": _key(protocol="official"),
+        "prompt template": _key(prompt="finmme-constrained-v2"),
+        "decoding": _key(decoding={"numeric_budget": 8}),
+        "image bytes": _key(question=dataclasses.replace(QUESTION, images=(b"\x89PNG other",))),
+        "options": _key(question=dataclasses.replace(QUESTION, options=("a", "c"))),
+        "text": _key(question=dataclasses.replace(QUESTION, text="Which one?")),
+    }
+    assert len(set(variants.values()) | {base}) == len(variants) + 1, variants
+    assert _key() == base  # deterministic
+
+
+def test_gold_and_grouping_metadata_do_not_change_the_key():
+    fixed_gold = dataclasses.replace(QUESTION, gold="B", fields={**QUESTION.fields, "raw_answer": "B"},
+                                     meta={"domain": "Bond Market", "question_type": "single_choice"})
+    assert _key(question=fixed_gold) == _key()
+
+
+def test_rows_round_trip_and_survive_reopening(tmp_path):
+    path = tmp_path / "cache.sqlite"
+    cache = PredictionCache(path)
+    stored = Prediction(id="q1", answer="AC", option_logprobs=(-0.1, float("-inf")),
+                        step_logprobs=((-0.1, -2.0), (-0.5,)), generated_text="", n_generated_tokens=3, seconds=0.25)
+    cache.put_many([("k1", stored)])
+    cache.close()
+    reopened = PredictionCache(path)
+    assert reopened.get_many(["k1", "missing"]) == {"k1": stored}
+    assert len(reopened) == 1
+    assert reopened.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -1,0 +1,143 @@
+"""The batch loop end to end on the tiny model: outputs, resume, pipeline order, OOM backoff,
+bad inputs and bad configuration."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from finbench.report.schema import SAMPLE_COLUMNS
+from finbench.runner.engine import run_benchmark
+from finbench.types import RunConfig
+
+LIMIT = 24
+
+
+def _config(tiny_qwen_dir, data, out, **overrides) -> RunConfig:
+    settings = dict(model=str(tiny_qwen_dir), data=str(data), out=str(out), limit=LIMIT, batch_size=8,
+                    dtype="float32", device="cpu")
+    settings.update(overrides)
+    return RunConfig(**settings)
+
+
+def test_run_writes_results_and_samples_and_resumes_from_cache(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    first = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run"), tiny_model, show_progress=False)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    samples = pd.read_parquet(tmp_path / "run" / "samples.parquet")
+    assert results["n_questions"] == LIMIT and results["n_computed"] == LIMIT and results["n_cached"] == 0
+    assert 0.0 <= results["scores"]["finscore"] <= 1.0
+    assert set(SAMPLE_COLUMNS) <= set(samples.columns)
+    assert samples["id"].is_unique and len(samples) == LIMIT
+    assert set(samples["kind"]) == {"single", "multi", "numerical"}
+    # choice rows carry a probability distribution over exactly their options
+    choice = samples[samples["kind"] != "numerical"]
+    assert all(len(p) == n and math.isclose(sum(p), 1.0, rel_tol=1e-5)
+               for p, n in zip(choice["option_probs"], choice["n_options"]))
+    # the headline accuracy is the mean of the per-question correctness column
+    assert math.isclose(results["scores"]["accuracy"], samples["correct"].mean())
+    # correctness agrees with a direct reading of answer vs gold for choice items
+    assert (choice["correct"] == (choice["answer"] == choice["gold"]).astype(float)).all()
+    throughput = results["throughput"]
+    assert throughput["samples"] == LIMIT and throughput["samples_per_s"] > 0 and throughput["image_tokens"] > 0
+    assert {"preprocess", "forward", "cache_write"} <= set(throughput["stages_s"])
+
+    again = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run"), tiny_model, show_progress=False)
+    assert again.results["n_cached"] == LIMIT and again.results["n_computed"] == 0
+    columns = [c for c in first.samples.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(first.samples[columns], again.samples[columns])
+
+
+def test_pipeline_gives_the_plain_path_answers_in_question_order(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    """Batch 8 with bucketing, prefetch and threads vs batch 1 (no batching at all)."""
+    bucketed = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "b8"), tiny_model, show_progress=False)
+    plain = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "b1", batch_size=1), tiny_model,
+                          show_progress=False)
+    assert list(bucketed.samples["id"]) == list(plain.samples["id"])
+    assert list(bucketed.samples["answer"]) == list(plain.samples["answer"])
+    for a, b in zip(bucketed.samples["option_probs"], plain.samples["option_probs"]):
+        assert len(a) == len(b) and all(abs(x - y) <= 1e-4 for x, y in zip(a, b))
+
+
+class OutOfMemoryAbove:
+    """Wraps a model; raises a CUDA out-of-memory error for batches above `limit` rows."""
+
+    def __init__(self, model, limit: int):
+        self._model, self.limit, self.rows_seen = model, limit, []
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def _check(self, inputs):
+        rows = inputs["input_ids"].shape[0]
+        self.rows_seen.append(rows)
+        if rows > self.limit:
+            raise torch.cuda.OutOfMemoryError(f"fake OOM at {rows} rows")
+
+    def prefill(self, inputs):
+        self._check(inputs)
+        return self._model.prefill(inputs)
+
+    def score_options(self, inputs, option_token_ids):
+        self._check(inputs)
+        return self._model.score_options(inputs, option_token_ids)
+
+
+def test_out_of_memory_halves_the_batch_and_loses_nothing(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    reference = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "ref"), tiny_model,
+                              show_progress=False)
+    flaky = OutOfMemoryAbove(tiny_model, limit=3)
+    result = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "oom", batch_size=None), flaky,
+                           show_progress=False)
+    assert result.results["throughput"]["oom_retries"] >= 1
+    assert result.results["throughput"]["final_max_batch"] <= 3
+    assert max(flaky.rows_seen) > 3  # auto batch size did try large batches first
+    assert result.samples["id"].is_unique and len(result.samples) == LIMIT
+    assert (result.samples["error"] == "").all()
+    assert list(result.samples["answer"]) == list(reference.samples["answer"])
+
+
+def test_corrupt_image_is_a_counted_per_sample_error(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    frame = pd.read_parquet(synthetic_parquet).head(6)
+    frame.at[1, "image"] = {"bytes": b"not an image", "path": "broken.png"}
+    frame.at[2, "options"] = []
+    frame.at[2, "question_type"] = "single_choice"
+    broken = tmp_path / "broken.parquet"
+    frame.to_parquet(broken)
+    result = run_benchmark(_config(tiny_qwen_dir, broken, tmp_path / "run"), tiny_model, show_progress=False)
+    errors = result.samples.set_index("id")["error"]
+    assert "cannot be decoded" in errors[frame.at[1, "id"]]
+    assert "empty option list" in errors[frame.at[2, "id"]]
+    assert (errors.drop([frame.at[1, "id"], frame.at[2, "id"]]) == "").all()
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["errors"]["count"] == 2 and results["scores"]["n_errors"] == 2
+    assert result.samples.set_index("id").loc[frame.at[1, "id"], "correct"] == 0.0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"model": "/no/such/model"}, "cannot load model"),
+    ({"protocol": "freestyle"}, "--protocol"),
+    ({"quant": "3bit"}, "--quant"),
+    ({"dtype": "int3"}, "--dtype"),
+    ({"data": "missing.parquet"}, "no such file"),
+])
+def test_bad_configuration_fails_at_start_up(tiny_qwen_dir, synthetic_parquet, tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        data = overrides.pop("data", synthetic_parquet)
+        run_benchmark(_config(tiny_qwen_dir, data, tmp_path / "run", **overrides), show_progress=False)
+
+
+def test_official_protocol_generates_and_extracts(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    result = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", protocol="official",
+                                   max_new_tokens=6, limit=4), tiny_model, show_progress=False)
+    samples = result.samples
+    assert (samples["raw_output"].str.len() > 0).all()
+    assert (samples["n_generated_tokens"] <= 6).all() and (samples["n_generated_tokens"] >= 1).all()
+    from finbench.benchmarks.finmme import extract_official
+
+    assert list(samples["answer"]) == [extract_official(t) for t in samples["raw_output"]]
+    assert result.results["prompt_version"] == "finmme-official"
