@@ -123,14 +123,16 @@ def score(
     data: Optional[str] = typer.Option(None, help="Benchmark data, to score --predictions against."),
     predictions: Optional[Path] = typer.Option(None, help='JSONL of {"id": ..., "answer": "A,C"} per line.'),
 ) -> None:
-    """Score a finished run, or raw answer strings against benchmark data; prints JSON."""
+    """Score a finished run (tables + RUN_DIR/scores_<variant>.json), or raw answer strings
+    against benchmark data (printed as JSON)."""
     from finbench.scoring.commands import score_command
 
     if run_dir is not None:
         if not (run_dir / "samples.parquet").exists():
             _fail(f"{run_dir}: no samples.parquet (is it a finbench run folder?)")
-        scores = score_command(run_dir, variant, bootstrap, seed)
-    elif data is not None and predictions is not None:
+        score_command(run_dir, variant, bootstrap, seed, console=out_console)
+        return
+    if data is not None and predictions is not None:
         try:
             scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed)
         except (ValueError, FileNotFoundError) as err:
@@ -185,7 +187,10 @@ def compare(
     for run_dir in run_dirs:
         if not (run_dir / "samples.parquet").exists():
             _fail(f"{run_dir}: no samples.parquet")
-    compare_command(run_dirs, out, bootstrap, seed)
+    try:
+        compare_command(run_dirs, out, bootstrap, seed, console=out_console)
+    except ValueError as err:
+        _fail(str(err))
 
 
 @models_app.command("make-tiny")

@@ -46,11 +46,15 @@ def test_letters_to_mask_matches_reference(casefold):
     assert got == [ref_mask(v, casefold) for v in values]
 
 
-def test_letters_to_mask_block_boundaries(monkeypatch):
-    # tiny blocks force many chunks, including a long string wider than one block
-    monkeypatch.setattr(bitmask, "_BLOCK_CELLS", 16)
-    values = ["A" * 5, "b" * 40 + "N", "", "ﬀ", "zzz", "C,A"] * 7
-    assert letters_to_mask(values).tolist() == [ref_mask(v) for v in values]
+def test_letters_to_mask_empty_segments_and_input_types():
+    # empty strings between, before and after non-empty ones (np.bitwise_or.reduceat's edge cases)
+    values = ["", "", "A" * 5, "", "b" * 40 + "N", "", "ﬀ", "zzz", "C,A", "", ""]
+    expected = [ref_mask(v) for v in values]
+    assert letters_to_mask(values).tolist() == expected
+    assert letters_to_mask(pd.Series(values)).tolist() == expected  # Arrow-backed pandas strings
+    assert letters_to_mask(np.array(values, dtype=object)).tolist() == expected
+    assert letters_to_mask(pd.Series(values).iloc[2:5]).tolist() == expected[2:5]  # sliced buffers
+    assert letters_to_mask(["B", 3, None]).tolist() == [ref_mask("B"), 0, 0]
 
 
 def test_letters_to_mask_empty_and_edge():
@@ -111,6 +115,15 @@ def test_joint_counts_matches_crosstab():
     a, b = rng.integers(0, 5, 500), rng.integers(0, 4, 500)
     ref = pd.crosstab(a, b).reindex(index=range(5), columns=range(4), fill_value=0).to_numpy()
     assert segments.joint_counts(torch.from_numpy(a), torch.from_numpy(b), 5, 4).numpy().tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 10_001, (1 << 20) + 3])
+def test_byte_histogram_matches_bincount(n):
+    codes = torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(n), dtype=torch.int64)
+    expected = torch.bincount(codes, minlength=256)
+    assert torch.equal(segments.byte_histogram(codes.to(torch.uint8)), expected)
+    assert torch.equal(segments.byte_histogram(codes.to(torch.uint8), n_threads=3), expected)
+    assert torch.equal(segments.byte_histogram(codes.to(torch.uint8)[1:]), torch.bincount(codes[1:], minlength=256))
 
 
 def test_weighted_segment_sums_matches_loop():

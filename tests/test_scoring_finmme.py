@@ -238,6 +238,22 @@ def test_fast_official_finscore_equals_table_path():
         assert float(fast[key]) == pytest.approx(table[key], abs=1e-12)
 
 
+def test_fast_official_finscore_many_domains_and_missing():
+    rng = np.random.default_rng(0)
+    for n_domains in (3, 31, 40):
+        n = 5000
+        domain = torch.from_numpy(rng.integers(-1, n_domains, n))
+        correct = torch.from_numpy(rng.random(n) < 0.4)
+        multi = torch.from_numpy(rng.random(n) < 0.3)
+        fast = finmme.official_finscore(correct, domain, n_domains, multi)
+        ref = ref_calculate_finscore(pd.DataFrame({
+            "knowledge_domain": np.where(domain.numpy() < 0, None, domain.numpy()).astype(object),
+            "question_type": np.where(multi.numpy(), "multiple_choice", "single_choice"),
+            "answer": np.where(multi.numpy(), "AB", "A"), "correct_or_not": correct.numpy()}))
+        assert float(fast["finscore"]) == pytest.approx(ref[0], abs=1e-12)
+        assert float(fast["domain_accuracy"]) == pytest.approx(ref[1], abs=1e-12)
+
+
 def test_missing_domain_rows_are_outside_f_like_groupby():
     df = random_frame(300, 7)
     df.loc[df.index[:20], "domain"] = None

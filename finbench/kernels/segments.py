@@ -8,6 +8,8 @@ segment sums with one matrix product.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -57,6 +59,27 @@ def joint_counts(a: torch.Tensor, b: torch.Tensor, n_a: int, n_b: int) -> torch.
     then the whole sufficient statistic (e.g. domain × {multi-answer, correct})."""
     packed = a.to(torch.int64) * n_b + b.to(torch.int64)
     return torch.bincount(packed, minlength=n_a * n_b).view(n_a, n_b)
+
+
+PARALLEL_MIN_ELEMENTS = 1 << 20
+
+
+def byte_histogram(codes: torch.Tensor, n_threads: int | None = None) -> torch.Tensor:
+    """Counts of each value of a uint8 tensor → int64 [256].
+
+    On CPU `torch.bincount` is a serial loop, while counts of disjoint chunks simply add up: a
+    large input is split into one chunk per intra-op thread and the chunks are counted at the
+    same time (torch releases the GIL inside the op). uint8 codes keep the memory traffic at one
+    byte per question."""
+    if codes.dtype != torch.uint8:
+        raise TypeError("byte_histogram needs uint8 codes")
+    codes = codes.reshape(-1)
+    threads = n_threads or torch.get_num_threads()
+    if codes.is_cuda or threads <= 1 or codes.numel() < PARALLEL_MIN_ELEMENTS:
+        return torch.bincount(codes, minlength=256)
+    with ThreadPoolExecutor(threads) as pool:
+        parts = list(pool.map(partial(torch.bincount, minlength=256), codes.chunk(threads)))
+    return torch.stack(parts).sum(0)
 
 
 def segment_design(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> torch.Tensor:

@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
-from finbench.kernels.segments import factorize, joint_counts
+from finbench.kernels.segments import byte_histogram, factorize, joint_counts
 from finbench.scoring.stats import ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import OPTION_LETTERS
 
@@ -133,16 +133,43 @@ def official_statistics(sums: torch.Tensor, n_domains: int) -> dict[str, torch.T
             "p_h": p_h, "accuracy": accuracy}
 
 
+MAX_CELL_DOMAINS = 31  # domains + the no-domain slot must fit 5 bits (cell = domain·2 + multi < 64)
+
+
+def official_cells(domain_ids: torch.Tensor, n_domains: int, multi_answer: torch.Tensor) -> torch.Tensor:
+    """Per-question metadata cell (uint8) = domain · 2 + multi-answer, fixed for a benchmark, so it
+    is encoded once. Domain ids outside 0..n_domains-1 (missing) go to slot n_domains."""
+    if n_domains > MAX_CELL_DOMAINS:
+        raise ValueError(f"at most {MAX_CELL_DOMAINS} domains in the byte-cell kernel")
+    slot = torch.where((domain_ids < 0) | (domain_ids >= n_domains), torch.full_like(domain_ids, n_domains),
+                       domain_ids)
+    return (slot.to(torch.uint8) * 2).add_(multi_answer.to(torch.uint8))
+
+
+def official_finscore_from_cells(correct: torch.Tensor, cells: torch.Tensor, n_domains: int) -> dict[str, torch.Tensor]:
+    """Official FinScore from per-question correctness and metadata cells, in one histogram pass:
+    code = cell + 64 · correct (a uint8), and the 128 code counts (domain × multi × correct) are
+    the whole sufficient statistic of F, P_H and accuracy."""
+    flags = correct.view(torch.uint8) if correct.dtype == torch.bool else correct.to(torch.uint8)  # no copy
+    code = cells.add(flags, alpha=64)
+    counts = byte_histogram(code)[:128].to(torch.float64).view(2, 32, 2)[:, : n_domains + 1]  # [correct, slot, multi]
+    right, wrong = counts[1], counts[0]
+    sums = torch.stack([(right + wrong).sum(1), right.sum(1), (right + wrong)[:, 1], right[:, 1]], dim=1)
+    return official_statistics(sums, n_domains)
+
+
 def official_finscore(correct: torch.Tensor, domain_ids: torch.Tensor, n_domains: int,
                       multi_answer: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Official FinScore straight from per-question tensors with ONE bincount: per question the
-    state is (multi-answer, correct) ∈ {0..3}, and the domain × state count table is the whole
-    sufficient statistic. Domain id -1 (missing) goes to an extra row outside F."""
+    """Official FinScore straight from per-question tensors (domain id -1 = missing: outside F).
+    Up to MAX_CELL_DOMAINS domains it uses the byte-cell histogram; beyond, one int64 bincount
+    over the domain × (multi, correct) table."""
+    if n_domains <= MAX_CELL_DOMAINS:
+        return official_finscore_from_cells(correct, official_cells(domain_ids, n_domains, multi_answer), n_domains)
     state = multi_answer.to(torch.int64) * 2 + correct.to(torch.int64)
     domains = torch.where(domain_ids < 0, torch.full_like(domain_ids, n_domains), domain_ids)
     table = joint_counts(domains, state, n_domains + 1, 4).to(torch.float64)  # [D+1, 4]
     sums = torch.stack([table.sum(1), table[:, 1] + table[:, 3], table[:, 2] + table[:, 3], table[:, 3]], dim=1)
-    return {k: v for k, v in official_statistics(sums, n_domains).items()}
+    return official_statistics(sums, n_domains)
 
 
 # ---- paper variant -------------------------------------------------------------------------------------

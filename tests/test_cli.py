@@ -1,0 +1,138 @@
+"""The command line end to end, in subprocesses: demo, kill -9 and resume, score, compare."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from finbench.runner.engine import run_benchmark
+from finbench.types import RunConfig
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def finbench(*args: str, env=None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "finbench.cli", *args], capture_output=True, text=True,
+                          env=env or ENV, timeout=600, **kwargs)
+
+
+def test_demo_runs_end_to_end_and_says_the_model_is_random(tmp_path):
+    started = time.perf_counter()
+    done = finbench("demo", "--out", str(tmp_path / "demo"), "--no-progress", env={**ENV, "FINBENCH_HOME": str(tmp_path / "home")})
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "demo" / "results.json").read_text())
+    assert 0.0 <= results["scores"]["finscore"] <= 1.0
+    assert results["n_questions"] >= 60
+    assert "RANDOM-WEIGHT" in done.stdout and "chance level" in done.stdout
+    assert (tmp_path / "demo" / "samples.parquet").exists()
+    assert elapsed < 120, f"demo took {elapsed:.0f} s; it must finish in under 2 minutes"
+
+
+def _rows(cache_path) -> int:
+    if not cache_path.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{cache_path}?mode=ro", uri=True, timeout=1) as connection:
+            return connection.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    except sqlite3.OperationalError:  # table not created yet
+        return 0
+
+
+def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    args = ["--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--batch-size", "2",
+            "--dtype", "float32", "--device", "cpu", "--no-progress"]
+    out = tmp_path / "killed"
+    process = subprocess.Popen([sys.executable, "-m", "finbench.cli", "run", *args, "--out", str(out)],
+                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while _rows(out / "cache.sqlite") < 6 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    cached_at_kill = _rows(out / "cache.sqlite")
+    assert process.returncode == -signal.SIGKILL
+    assert 6 <= cached_at_kill < 72, "the kill must land in the middle of the run"
+    assert not (out / "samples.parquet").exists()
+
+    resumed = finbench("run", *args, "--out", str(out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["n_cached"] == cached_at_kill
+    assert results["n_computed"] == 72 - cached_at_kill  # nothing cached was computed again
+
+    reference = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), batch_size=2,
+                                        dtype="float32", device="cpu", out=str(tmp_path / "reference")),
+                              tiny_model, show_progress=False).samples
+    resumed_samples = pd.read_parquet(out / "samples.parquet")
+    assert resumed_samples["id"].is_unique and len(resumed_samples) == 72
+    columns = [c for c in reference.columns if c != "seconds"]
+    pd.testing.assert_frame_equal(resumed_samples[columns], reference[columns], check_exact=False, atol=1e-6)
+
+
+def _png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), (0, 90, 200)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_score_raw_predictions_matches_a_hand_computed_finscore(tmp_path):
+    image = {"bytes": _png(), "path": "x.png"}
+    rows = [
+        ("q0", "Banking", "single_choice", ["1", "2", "3"], "A", None),
+        ("q1", "Banking", "multiple_choice", ["1", "2", "3"], "AC", None),
+        ("q2", "Bond Market", "numerical", [], "8.81%", 0.01),
+        ("q3", "Bond Market", "multiple_choice", ["1", "2", "3"], "AB", None),
+    ]
+    frame = pd.DataFrame([{"id": i, "image": image, "question_text": "?", "question_type": t, "options": o,
+                           "answer": a, "unit": "%", "tolerance": tol, "verified_caption": "", "related_sentences": "",
+                           "knowledge_domain": d} for i, d, t, o, a, tol in rows])
+    data = tmp_path / "finmme.parquet"
+    frame.to_parquet(data)
+    predictions = tmp_path / "pred.jsonl"
+    predictions.write_text("\n".join(json.dumps(p) for p in [
+        {"id": "q0", "answer": "A"}, {"id": "q1", "answer": "A,C"}, {"id": "q2", "answer": "8.7"},
+        {"id": "q3", "answer": "A"}]))
+    done = finbench("score", "--benchmark", "finmme", "--data", str(data), "--predictions", str(predictions))
+    assert done.returncode == 0, done.stderr[-3000:]
+    scores = json.loads(done.stdout)
+    # Banking 2/2, Bond Market 0/2 → F = 0.5; multi-answer items q1 right, q3 wrong → P_H = 0.5
+    assert scores["domain_accuracy"] == pytest.approx(0.5)
+    assert scores["p_h"] == pytest.approx(0.5)
+    assert scores["finscore"] == pytest.approx(0.25)
+    assert scores["accuracy"] == pytest.approx(0.5)
+
+    predictions.write_text(json.dumps({"id": "nope", "answer": "A"}))
+    failed = finbench("score", "--data", str(data), "--predictions", str(predictions))
+    assert failed.returncode == 2 and "not in the data" in failed.stderr
+
+
+def test_score_and_compare_run_folders(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    for name, protocol in [("a", "constrained"), ("b", "official")]:
+        run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=8, protocol=protocol,
+                                max_new_tokens=4, dtype="float32", device="cpu", out=str(tmp_path / name)),
+                      tiny_model, show_progress=False)
+    scored = finbench("score", str(tmp_path / "a"), "--bootstrap", "200")
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert "FinScore" in scored.stdout  # the table
+    scores = json.loads((tmp_path / "a" / "scores_official.json").read_text())
+    recorded = json.loads((tmp_path / "a" / "results.json").read_text())["scores"]
+    assert scores["finscore"] == pytest.approx(recorded["finscore"])
+    assert "ci" in json.dumps(scores)  # bootstrap intervals are present
+    compared = finbench("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp.json"),
+                        "--bootstrap", "200")
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    comparison = json.loads((tmp_path / "cmp.json").read_text())
+    assert "mcnemar" in json.dumps(comparison).lower()
+    missing = finbench("score", str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and "samples.parquet" in missing.stderr
