@@ -44,6 +44,7 @@ def run(
     question_type: List[str] = typer.Option([], help="Keep only this question type, e.g. single_choice (repeatable)."),
     batch_size: str = typer.Option("8", help="Rows per batch, or 'auto' (start at 64, halve on out-of-memory)."),
     token_budget: int = typer.Option(16384, help="Max padded tokens (text + image) per batch."),
+    workers: int = typer.Option(2, help="Preprocessing threads (image decode + processor), run ahead of the model."),
     protocol: str = typer.Option("constrained", help="constrained (logit-based) or official (generate + extract)."),
     dtype: str = typer.Option("auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
@@ -63,6 +64,7 @@ def run(
     config = RunConfig(model=model, benchmark=benchmark, data=data, protocol=protocol, limit=limit,
                        domains=tuple(domain), question_types=tuple(question_type),
                        batch_size=None if batch_size == "auto" else int(batch_size), token_budget=token_budget,
+                       workers=workers,
                        dtype=dtype, device=device, quant=quant, max_new_tokens=max_new_tokens,
                        numeric_budget=numeric_budget, max_pixels=max_pixels, out=out, cache=cache)
     _run_and_report(config, progress)

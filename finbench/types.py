@@ -96,6 +96,7 @@ class RunConfig:
     question_types: tuple[str, ...] = ()
     batch_size: int | None = 8  # None = auto
     token_budget: int = 16384  # max total tokens (text + image) per batch
+    workers: int = 2  # preprocessing threads
     dtype: str = "auto"
     device: str = "auto"
     quant: str = "none"

@@ -17,41 +17,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-BASELINE_NEW_TOKENS = 32
-BASELINE_PATTERN = re.compile(r"(?i)Answer\s*:\s*([A-N](?:\s*,\s*[A-N])*|-?[\d.]+)")
-
-
-def run_baseline(model, benchmark, questions) -> dict:
-    """generate(batch 1, 32 new tokens) + regex, sequential preprocessing, per question."""
-    from finbench.runner.preprocess import decode_images
-
-    timings = {"preprocess": 0.0, "generate": 0.0, "extract": 0.0}
-    answers = []
-    started = time.perf_counter()
-    for question in questions:
-        t0 = time.perf_counter()
-        request = benchmark.build_request(question, decode_images(question), "constrained")
-        inputs = model.to_device(model.prepare([request]))
-        t1 = time.perf_counter()
-        texts, _ = model.generate(inputs, BASELINE_NEW_TOKENS)
-        t2 = time.perf_counter()
-        match = BASELINE_PATTERN.search("Answer:" + texts[0])
-        answers.append(match.group(1) if match else "")
-        timings["preprocess"] += t1 - t0
-        timings["generate"] += t2 - t1
-        timings["extract"] += time.perf_counter() - t2
-    seconds = time.perf_counter() - started
-    return {"samples_per_s": len(questions) / seconds, "seconds": seconds, "stages_s": timings,
-            "parsed": sum(1 for a in answers if a)}
-
 
 def main(argv: list[str] | None = None) -> float:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -69,6 +40,7 @@ def main(argv: list[str] | None = None) -> float:
     from finbench.benchmarks.finmme_synthetic import write_parquet
     from finbench.models import load_model
     from finbench.models.tiny import make_tiny
+    from finbench.runner.baseline import run_baseline
     from finbench.runner.engine import run_benchmark
     from finbench.types import RunConfig
 
@@ -94,7 +66,8 @@ def main(argv: list[str] | None = None) -> float:
     print("  stages (s): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(ours["stages_s"].items())))
     print("  (preprocess runs in worker threads, overlapped with the model; its time is summed over threads)")
     print(f"baseline  : {baseline['samples_per_s']:8.2f} samples/s  ({len(questions)} samples in "
-          f"{baseline['seconds']:.2f} s, {baseline['parsed']} answers parsed by the regex)")
+          f"{baseline['seconds']:.2f} s, generate {baseline['new_tokens']} new tokens, "
+          f"{baseline['parsed']} answers parsed by the regex)")
     print("  stages (s): " + ", ".join(f"{k} {v:.2f}" for k, v in baseline["stages_s"].items()))
     ratio = ours["samples_per_s"] / baseline["samples_per_s"]
     print(f"ratio: {ratio:.2f}")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from finbench.kernels import bitmask, bootstrap, segments
+from finbench.kernels import bootstrap, segments
 from finbench.kernels.bitmask import (UNKNOWN_BIT, difference_size, intersection_size, is_equal, is_subset,
                                       letters_to_mask, masks_to_letters, popcount, single_bit_index)
 
@@ -72,6 +72,8 @@ def test_popcount_and_set_ops():
     b = torch.randint(0, 2**62, (5000,), generator=gen, dtype=torch.int64)
     a[:10] = torch.tensor([0, 1, 2, 3, 2**62, 2**63 - 1, 255, 256, 2**32, 2**32 - 1])
     assert popcount(a).tolist() == [bin(x).count("1") for x in a.tolist()]
+    small = torch.randint(0, 2**16, (70_000,), generator=gen, dtype=torch.int64)  # table path
+    assert popcount(small).tolist() == [bin(x).count("1") for x in small.tolist()]
     small_a, small_b = a & 0x3FFF, b & 0x3FFF
     sa = [{i for i in range(14) if x >> i & 1} for x in small_a.tolist()]
     sb = [{i for i in range(14) if x >> i & 1} for x in small_b.tolist()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 
@@ -188,3 +189,16 @@ def test_unknown_benchmark_and_variant_rejected():
         score_samples(df, benchmark="nope")
     with pytest.raises(ValueError):
         score_samples(df, benchmark="famma", variant="paper")
+
+
+def test_print_scores_for_other_benchmarks():
+    from rich.console import Console
+
+    from finbench.scoring.commands import print_scores
+
+    console = Console(file=io.StringIO(), width=120)
+    print_scores(score_samples(famma_frame(60, 2), benchmark="famma", n_bootstrap=20), console)
+    mtm = finmtm_frame([{"kind": "multi", "gold": "AC", "answer": "A"}, {"kind": "single", "gold": "B", "answer": "B"}])
+    print_scores(score_samples(mtm, benchmark="finmtm", n_bootstrap=20), console)
+    text = console.file.getvalue()
+    assert "by language×difficulty" in text and "FinMTM" in text and "75.00" in text  # (0.5 + 1) / 2 × 100

@@ -14,7 +14,7 @@ import pytest
 import torch
 from scipy.stats import binomtest
 
-from finbench.kernels.bootstrap import make_generator, percentile_ci, resample_indices
+from finbench.kernels.bootstrap import bootstrap_segment_sums, make_generator, percentile_ci, resample_indices
 from finbench.scoring import compare_runs, finmme, score_samples
 from finbench.scoring.stats import (ScoreTable, bootstrap_cis, holm, mcnemar, mcnemar_exact_p, paired_bootstrap,
                                     point_estimates, selective_curve)
@@ -112,6 +112,14 @@ def test_bootstrap_reproducible_and_methods_agree():
     for key in a:  # same distribution, different streams
         assert a[key]["low"] == pytest.approx(b[key]["low"], abs=0.02)
         assert a[key]["high"] == pytest.approx(b[key]["high"], abs=0.02)
+    # the whole bootstrap distribution of FinScore: multinomial cells vs index matrix
+    from scipy.stats import ks_2samp
+
+    def finscores(method):
+        sums = bootstrap_segment_sums(table.values, table.segments, table.n_segments, 3000, seed=9, method=method)
+        return table.statistic(sums)["finscore"].numpy()
+
+    assert ks_2samp(finscores("multinomial"), finscores("index")).pvalue > 0.01
 
 
 def simulated_table(n: int, rng: np.random.Generator, p_domain: np.ndarray) -> ScoreTable:

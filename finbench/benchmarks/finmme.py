@@ -87,15 +87,22 @@ def load_questions(
 def _load_table(source: str | Path) -> Iterable[Mapping[str, Any]]:
     """A `datasets` table with images left as {bytes, path} structs (decoding is the runner's
     parallel job, and a corrupt image must become a per-sample error, not a load failure)."""
-    import datasets
-
     path = Path(source)
+    files = []
     if path.exists():
         files = sorted(str(p) for p in path.rglob("*") if p.suffix in _FORMATS) if path.is_dir() else [str(path)]
         if not files:
             raise FileNotFoundError(f"no parquet/arrow/jsonl/json files under {path}")
-        suffix = Path(files[0]).suffix
-        table = datasets.load_dataset(_FORMATS[suffix], data_files=files, split="train")
+    try:
+        import datasets
+    except ImportError:  # e.g. a bare GPU image: plain parquet still works through pyarrow
+        if files and all(f.endswith(".parquet") for f in files):
+            import pyarrow.parquet as pq
+
+            return [row for f in files for row in pq.read_table(f).to_pylist()]
+        raise
+    if files:
+        table = datasets.load_dataset(_FORMATS[Path(files[0]).suffix], data_files=files, split="train")
     else:
         table = datasets.load_dataset(str(source), split=HUB_SPLIT)
     if "image" in table.column_names and isinstance(table.features.get("image"), datasets.Image):

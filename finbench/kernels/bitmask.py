@@ -26,17 +26,16 @@ DEFAULT_ALPHABET = "ABCDEFGHIJKLMN"  # FinMME's official judge reads letters A�
 UNKNOWN_BIT = 62  # a selection that is no option letter at all (e.g. FinMTM's "A,C" string)
 
 
-def to_str_array(values: Iterable[Any] | np.ndarray) -> np.ndarray:
+def to_str_array(values: Iterable[Any] | np.ndarray | pd.Series) -> np.ndarray:
     """Values → numpy object array of str; None/NaN become '' and anything else goes through
     `str` (the official judges call `str()` on stored answers)."""
-    arr = values if isinstance(values, np.ndarray) else np.asarray(list(values) if not isinstance(values, pd.Series)
-                                                                  else values.to_numpy(dtype=object), dtype=object)
-    arr = arr.astype(object, copy=False).ravel()
-    missing = pd.isna(arr)
-    if missing.any():
-        arr = arr.copy()
-        arr[missing] = ""
-    return arr.astype(str).astype(object) if len(arr) else np.zeros(0, dtype=object)
+    if isinstance(values, pd.Series):
+        values = values.to_numpy(dtype=object)
+    arr = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=object).ravel()
+    if len(arr) == 0:
+        return arr
+    arr = np.where(pd.isna(arr), "", arr)
+    return arr.astype(str).astype(object)
 
 
 def utf8_buffers(values: Iterable[Any] | np.ndarray | pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -119,17 +118,10 @@ def masks_to_letters(masks: torch.Tensor | Sequence[int], alphabet: str = DEFAUL
     return letters
 
 
-def popcount(x: torch.Tensor) -> torch.Tensor:
-    """Number of set bits of each non-negative int64 (SWAR bit counting; torch has no popcount).
-
-    Every step keeps values far from overflow: after the 3rd line each byte holds its own count
-    (≤ 8), and the byte sums are folded with shifts instead of a wrapping multiply."""
-    x = x.to(torch.int64)
-    if x.numel() > 4096 and 0 <= int(x.min()) and int(x.max()) < 1 << 16:
-        # option masks are small: one gather from a 65,536-entry table beats ten passes of SWAR
-        table = popcount(torch.arange(1 << 16, dtype=torch.int64, device=x.device)[:4096]).new_empty(0)
-        table = _popcount16(x.device)
-        return table[x]
+def _swar_popcount(x: torch.Tensor) -> torch.Tensor:
+    """SWAR bit counting on non-negative int64. Every step stays far from overflow: after the
+    third line each byte holds its own count (≤ 8), and the byte sums are folded with shifts
+    instead of a wrapping multiply."""
     x = x - ((x >> 1) & 0x5555555555555555)
     x = (x & 0x3333333333333333) + ((x >> 2) & 0x3333333333333333)
     x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0F
@@ -139,9 +131,16 @@ def popcount(x: torch.Tensor) -> torch.Tensor:
     return x & 0x7F
 
 
-def _popcount16(device: torch.device) -> torch.Tensor:
-    """popcount of 0..65535 (int64), via the SWAR path."""
-    return popcount(torch.arange(1 << 16, dtype=torch.int64, device=device).view(16, 4096)).view(-1)
+def popcount(x: torch.Tensor) -> torch.Tensor:
+    """Number of set bits of each non-negative int64 (torch has no popcount op).
+
+    Option masks are small (14 letters), so big inputs whose values all fit 16 bits take one
+    gather from a 65,536-entry table instead of ten elementwise passes."""
+    x = x.to(torch.int64)
+    if x.numel() > 1 << 16 and int(x.min()) >= 0 and int(x.max()) < 1 << 16:
+        table = _swar_popcount(torch.arange(1 << 16, dtype=torch.int64, device=x.device))
+        return table[x]
+    return _swar_popcount(x)
 
 
 def intersection_size(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -64,22 +64,27 @@ def joint_counts(a: torch.Tensor, b: torch.Tensor, n_a: int, n_b: int) -> torch.
 PARALLEL_MIN_ELEMENTS = 1 << 20
 
 
-def byte_histogram(codes: torch.Tensor, n_threads: int | None = None) -> torch.Tensor:
-    """Counts of each value of a uint8 tensor → int64 [256].
+def parallel_chunk_sum(fn: Callable[..., torch.Tensor], *tensors: torch.Tensor,
+                       n_threads: int | None = None) -> torch.Tensor:
+    """Σ over chunks of fn(chunk of each tensor): split the tensors along dim 0 into one chunk per
+    intra-op thread and run fn on the chunks at the same time (torch ops release the GIL). For
+    reductions that are serial loops on CPU, like `bincount`, and whose chunk results add up."""
+    threads = n_threads or torch.get_num_threads()
+    if tensors[0].is_cuda or threads <= 1 or tensors[0].shape[0] < PARALLEL_MIN_ELEMENTS:
+        return fn(*tensors)
+    chunks = zip(*(t.chunk(threads) for t in tensors))
+    with ThreadPoolExecutor(threads) as pool:
+        parts = list(pool.map(lambda args: fn(*args), chunks))
+    return torch.stack(parts).sum(0)
 
-    On CPU `torch.bincount` is a serial loop, while counts of disjoint chunks simply add up: a
-    large input is split into one chunk per intra-op thread and the chunks are counted at the
-    same time (torch releases the GIL inside the op). uint8 codes keep the memory traffic at one
-    byte per question."""
+
+def byte_histogram(codes: torch.Tensor, n_threads: int | None = None) -> torch.Tensor:
+    """Counts of each value of a uint8 tensor → int64 [256]. `torch.bincount` is a serial loop
+    on CPU, so large inputs are counted in parallel chunks (`parallel_chunk_sum`); uint8 codes
+    keep the memory traffic at one byte per question."""
     if codes.dtype != torch.uint8:
         raise TypeError("byte_histogram needs uint8 codes")
-    codes = codes.reshape(-1)
-    threads = n_threads or torch.get_num_threads()
-    if codes.is_cuda or threads <= 1 or codes.numel() < PARALLEL_MIN_ELEMENTS:
-        return torch.bincount(codes, minlength=256)
-    with ThreadPoolExecutor(threads) as pool:
-        parts = list(pool.map(partial(torch.bincount, minlength=256), codes.chunk(threads)))
-    return torch.stack(parts).sum(0)
+    return parallel_chunk_sum(partial(torch.bincount, minlength=256), codes.reshape(-1), n_threads=n_threads)
 
 
 def segment_design(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> torch.Tensor:

@@ -135,7 +135,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     with _progress(show_progress, len(todo), console) as advance:
-        for prepared in prefetch(batches, loop.prepare):
+        for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1):
             timer.seconds["preprocess"] += prepared.seconds
             batch_predictions = loop.run(prepared)
             with timer.stage("cache_write"):
@@ -273,12 +273,12 @@ class _BatchLoop:
             "device": str(device),
             "oom_retries": self.oom_retries,
             "final_max_batch": self.max_batch,
+            # analytic prefill FLOPs over the time spent in prefill forwards (the "forward" stage)
+            "prefill_flops": self.flops,
+            "prefill_tflops_per_s": self.flops / forward / 1e12 if (forward := self.timer.seconds.get("forward")) else None,
         }
         if device.type == "cuda":
             stats["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
-            compute = self.timer.seconds.get("forward", 0.0)
-            stats["prefill_flops"] = self.flops
-            stats["prefill_tflops_per_s"] = self.flops / compute / 1e12 if compute > 0 else None
         else:
             stats["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         return stats

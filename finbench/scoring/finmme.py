@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 
 from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
-from finbench.kernels.segments import byte_histogram, factorize, joint_counts
+from finbench.kernels.segments import factorize, joint_counts, parallel_chunk_sum
 from finbench.scoring.stats import ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import OPTION_LETTERS
 
@@ -146,13 +146,17 @@ def official_cells(domain_ids: torch.Tensor, n_domains: int, multi_answer: torch
     return (slot.to(torch.uint8) * 2).add_(multi_answer.to(torch.uint8))
 
 
+def _code_histogram(cells: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
+    return torch.bincount(cells.add(flags, alpha=64), minlength=256)
+
+
 def official_finscore_from_cells(correct: torch.Tensor, cells: torch.Tensor, n_domains: int) -> dict[str, torch.Tensor]:
     """Official FinScore from per-question correctness and metadata cells, in one histogram pass:
     code = cell + 64 · correct (a uint8), and the 128 code counts (domain × multi × correct) are
     the whole sufficient statistic of F, P_H and accuracy."""
     flags = correct.view(torch.uint8) if correct.dtype == torch.bool else correct.to(torch.uint8)  # no copy
-    code = cells.add(flags, alpha=64)
-    counts = byte_histogram(code)[:128].to(torch.float64).view(2, 32, 2)[:, : n_domains + 1]  # [correct, slot, multi]
+    counts = parallel_chunk_sum(_code_histogram, cells, flags)  # code = cell + 64·correct, per chunk
+    counts = counts[:128].to(torch.float64).view(2, 32, 2)[:, : n_domains + 1]  # [correct, slot, multi]
     right, wrong = counts[1], counts[0]
     sums = torch.stack([(right + wrong).sum(1), right.sum(1), (right + wrong)[:, 1], right[:, 1]], dim=1)
     return official_statistics(sums, n_domains)
@@ -245,7 +249,7 @@ def judge_frame(df: pd.DataFrame, device: str | torch.device = "cpu") -> Judged:
     is_numerical = qtype == "numerical"
     pred_mask = letters_to_mask(answers, OPTION_LETTERS)
     gold_mask = letters_to_mask(golds, OPTION_LETTERS)
-    # numbers are read only where they are used: a letter answer must not become a NaN warning
+    # numbers are parsed for numerical items only (choice answers stay NaN, unused)
     pred_value = torch.full((len(df),), math.nan, dtype=torch.float64)
     gold_value = torch.full((len(df),), math.nan, dtype=torch.float64)
     num = torch.from_numpy(is_numerical)
@@ -258,9 +262,10 @@ def judge_frame(df: pd.DataFrame, device: str | torch.device = "cpu") -> Judged:
     correct = official_correct(pred_mask, gold_mask, pred_value, gold_value, tolerance, num, err)
     multi = multi_answer_mask(torch.from_numpy(qtype == "multiple_choice"), gold_mask)
     n_options = torch.from_numpy(np.nan_to_num(float_column(df, "n_options"), nan=0.0))
-    to = partial(torch.Tensor.to, device=torch.device(device))
-    return Judged(pred_mask=to(pred_mask), gold_mask=to(gold_mask), correct=to(correct), is_numerical=to(num),
-                  multi_answer=to(multi), has_error=to(err), n_options=to(n_options))
+    dev = torch.device(device)
+    return Judged(pred_mask=pred_mask.to(dev), gold_mask=gold_mask.to(dev), correct=correct.to(dev),
+                  is_numerical=num.to(dev), multi_answer=multi.to(dev), has_error=err.to(dev),
+                  n_options=n_options.to(dev))
 
 
 def domain_segments(df: pd.DataFrame) -> tuple[torch.Tensor, list[Any], int, list[str]]:

@@ -1,0 +1,269 @@
+"""GPU check: finbench vs the generate-then-regex baseline on full-size Qwen2.5-VL shapes.
+
+Builds Qwen2.5-VL-7B- and 3B-shaped models with RANDOM weights in bf16 straight on the GPU from
+their published config values (nothing is downloaded; a one-prefill scorer's cost does not
+depend on weight values), makes FinMME-like items (1024×768 synthetic charts, ~300 prompt text
+tokens), and measures for each model:
+- finbench's constrained path (single/multi/numerical decoders, batched, prefetching):
+  samples/s, prefill TFLOP/s (analytic FLOPs ÷ forward time) and MFU against 790 TFLOP/s,
+  end-to-end TFLOP/s, peak memory, projected time for the 11,099 FinMME items;
+- the baseline (batch 1, generate 32 new tokens, regex) on a subset: samples/s and the ratio;
+- 8-bit and 4-bit runs (bitsandbytes, loaded through the real `from_pretrained` path from a
+  saved checkpoint) when bitsandbytes is importable.
+The tokenizer and processor are the real Qwen2.5-VL classes from the tiny model builder, with the
+real image-processor pixel limits; the full-size configs' special-token ids are remapped to it.
+
+    python scripts/gpu_check.py --out benchmarks/results            # the H200 run (scripts/gpu_check.sh)
+    python scripts/gpu_check.py --tiny --out /tmp/gpu-check          # CPU mode: same logic, tiny shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+H200_BF16_TFLOPS = 790.0  # measured dense bf16 matmul rate on this H200 (SPEC.md)
+FINMME_ITEMS = 11_099
+QWEN_MIN_PIXELS, QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 16384  # the released processor's limits
+TINY_OVERRIDES = {"layers": 2, "hidden_size": 64, "vision_depth": 2, "vocab_size": 448}
+
+
+def build_processor(work: Path, tiny: bool) -> Any:
+    """The real Qwen2.5-VL processor classes with a small offline tokenizer; full-size pixel
+    limits so a 1024×768 chart becomes 999 image tokens as with the released model."""
+    from transformers import AutoProcessor
+
+    from finbench.models.tiny import make_tiny
+
+    folder = make_tiny("qwen2.5-vl", work / "processor")
+    processor = AutoProcessor.from_pretrained(folder)
+    if not tiny:
+        processor.image_processor.size = {"shortest_edge": QWEN_MIN_PIXELS, "longest_edge": QWEN_MAX_PIXELS}
+    return processor
+
+
+def model_config(name: str, tokenizer: Any, tiny: bool) -> Any:
+    """Published full-size config (or its scaled-down twin) with special tokens remapped."""
+    from finbench.models.shapes import full_size_config, scaled_down
+
+    config = full_size_config(name)
+    ids = {key: tokenizer.convert_tokens_to_ids(token) for key, token in [
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")]}
+    for key, value in ids.items():
+        setattr(config, key, value)
+    for sub in (getattr(config, "text_config", None),):
+        if sub is not None:
+            sub.bos_token_id = sub.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return scaled_down(config, **TINY_OVERRIDES) if tiny else config
+
+
+def make_items(path: Path, n_items: int, image_size: tuple[int, int], tokenizer: Any, text_tokens: int) -> Path:
+    """FinMME-format parquet: synthetic charts upscaled to `image_size`, related sentences padded
+    so the prompt text has about `text_tokens` tokens, replicated to `n_items` distinct ids."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    from finbench.benchmarks.finmme_synthetic import generate_items
+
+    base = generate_items(n_items=min(n_items, 64), seed=0)
+    filler = " Analysts attribute the change to funding costs, currency moves and seasonal demand."
+    records = []
+    for copy in range((n_items + len(base) - 1) // len(base)):
+        for item in base:
+            if len(records) == n_items:
+                break
+            record = {k: v for k, v in item.items() if not k.startswith("_")}
+            image = Image.open(io.BytesIO(item["image"]["bytes"])).convert("RGB").resize(image_size, Image.BICUBIC)
+            buffer = io.BytesIO()
+            image.save(buffer, format="JPEG", quality=90)
+            sentences = record["related_sentences"]
+            while len(tokenizer(record["question_text"] + sentences + record["verified_caption"])["input_ids"]) < text_tokens - 60:
+                sentences += filler
+            record.update(id=f"{item['id']}-{copy}", image={"bytes": buffer.getvalue(), "path": f"{item['id']}.jpg"},
+                          related_sentences=sentences)
+            records.append(record)
+    pq.write_table(pa.Table.from_pylist(records), path)
+    return path
+
+
+def load_adapter(name: str, processor: Any, config: Any, device: str, dtype: Any, quant: str, work: Path) -> Any:
+    """bf16: build in place on the device. 8/4-bit: save the random checkpoint with its processor
+    and load it back through `load_model` — the path a user's checkpoint takes."""
+    from finbench.models import load_model
+    from finbench.models.qwen2_5_vl import Qwen25VL
+    from finbench.models.shapes import build_random_model
+
+    model = build_random_model(config, dtype=dtype, device=device)
+    if quant == "none":
+        return Qwen25VL(model, processor, f"random:{name}")
+    folder = work / f"{name}-checkpoint"
+    if not (folder / "config.json").exists():
+        model.save_pretrained(folder)
+        processor.save_pretrained(folder)
+    del model
+    _free()
+    return load_model(str(folder), dtype="bfloat16" if device != "cpu" else "float32", device=device, quant=quant)
+
+
+def _free() -> None:
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path, work: Path) -> dict[str, Any]:
+    import torch
+
+    from finbench.benchmarks import finmme
+    from finbench.runner.baseline import run_baseline
+    from finbench.runner.engine import run_benchmark
+    from finbench.types import RunConfig
+
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    started = time.perf_counter()
+    config = model_config(name, processor.tokenizer, args.tiny)
+    adapter = load_adapter(name, processor, config, args.device, dtype, quant, work)
+    build_seconds = time.perf_counter() - started
+    n_items = args.n_items if quant == "none" else args.n_quant_items
+    run_config = RunConfig(model=f"random:{name}", data=str(data), limit=n_items, batch_size=args.batch_size,
+                           token_budget=args.token_budget, workers=args.workers, out=str(work / f"run-{name}-{quant}"))
+    # warm-up: CUDA context, kernels' autotuning and allocator growth are not charged to the run
+    run_benchmark(dataclasses.replace(run_config, limit=min(8, n_items), out=str(work / "warmup")),
+                  adapter, show_progress=False)
+    result = run_benchmark(run_config, adapter, show_progress=False).results
+    throughput = result["throughput"]
+    samples_per_s = throughput["samples_per_s"]
+    stages = throughput["stages_s"]
+    report: dict[str, Any] = {
+        "model": name, "quant": quant, "dtype": str(dtype).removeprefix("torch."), "device": str(adapter.device),
+        "parameters": sum(p.numel() for p in adapter.model.parameters()),
+        "build_or_load_s": build_seconds, "samples": throughput["samples"], "seconds": throughput["seconds"],
+        "samples_per_s": samples_per_s,
+        "image_tokens_per_s": throughput["image_tokens_per_s"],
+        "mean_prompt_tokens": throughput["prompt_tokens"] / max(throughput["samples"], 1),
+        "mean_image_tokens": throughput["image_tokens"] / max(throughput["samples"], 1),
+        "stages_s": stages, "final_max_batch": throughput["final_max_batch"], "oom_retries": throughput["oom_retries"],
+        "prefill_flops_total": throughput["prefill_flops"],
+        "prefill_tflops_per_s": throughput["prefill_tflops_per_s"],
+        "end_to_end_tflops_per_s": throughput["prefill_flops"] / throughput["seconds"] / 1e12,
+        "peak_memory_gib": throughput.get("peak_memory_gib", throughput.get("peak_rss_gib")),
+        "projected_finmme_minutes": FINMME_ITEMS / samples_per_s / 60 if samples_per_s else None,
+        "accuracy_random_weights": result["scores"].get("accuracy"),
+    }
+    if report["prefill_tflops_per_s"]:
+        report["prefill_mfu"] = report["prefill_tflops_per_s"] / H200_BF16_TFLOPS
+    report["end_to_end_mfu"] = report["end_to_end_tflops_per_s"] / H200_BF16_TFLOPS
+    if quant == "none" and args.baseline_items > 0:
+        questions = finmme.load_questions(str(data), limit=args.baseline_items + 1)
+        run_baseline(adapter, finmme, questions[:1])  # warm-up
+        baseline = run_baseline(adapter, finmme, questions[1:])
+        report["baseline"] = baseline
+        report["speedup_vs_baseline"] = samples_per_s / baseline["samples_per_s"]
+    del adapter
+    _free()
+    return report
+
+
+def summary_lines(reports: list[dict[str, Any]]) -> list[str]:
+    lines = ["| model | quant | samples/s | prefill TFLOP/s | prefill MFU | e2e TFLOP/s | peak GiB | 11,099 items (min) | baseline samples/s | speedup |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in reports:
+        base = r.get("baseline", {})
+        lines.append("| {model} | {quant} | {sps:.2f} | {tf} | {mfu} | {e2e:.1f} | {mem:.1f} | {proj:.1f} | {bs} | {sp} |".format(
+            model=r["model"], quant=r["quant"], sps=r["samples_per_s"],
+            tf=f"{r['prefill_tflops_per_s']:.1f}" if r.get("prefill_tflops_per_s") else "–",
+            mfu=f"{100 * r['prefill_mfu']:.1f}%" if r.get("prefill_mfu") else "–",
+            e2e=r["end_to_end_tflops_per_s"], mem=r["peak_memory_gib"] or 0.0, proj=r["projected_finmme_minutes"] or 0.0,
+            bs=f"{base['samples_per_s']:.2f}" if base else "–",
+            sp=f"{r['speedup_vs_baseline']:.1f}×" if "speedup_vs_baseline" in r else "–"))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--tiny", action="store_true", help="CPU mode: tiny shapes, few items (tests the logic)")
+    parser.add_argument("--models", default="qwen2.5-vl-7b,qwen2.5-vl-3b")
+    parser.add_argument("--n-items", type=int, default=512)
+    parser.add_argument("--n-quant-items", type=int, default=128)
+    parser.add_argument("--baseline-items", type=int, default=48)
+    parser.add_argument("--batch-size", type=int, default=None, help="default: auto (halve on OOM)")
+    parser.add_argument("--token-budget", type=int, default=98304)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--text-tokens", type=int, default=300)
+    parser.add_argument("--quant", default="auto", help="auto (8bit,4bit if bitsandbytes imports), none, or a list")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.device = "cpu"
+        image_size = (224, 168)
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit("gpu_check: no CUDA device (use --tiny for the CPU mode)")
+        args.device = "cuda"
+        image_size = (1024, 768)
+    quants = _quant_modes(args.quant)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="finbench-gpu-check-"))
+    processor = build_processor(work, args.tiny)
+    data = make_items(work / "items.parquet", max(args.n_items, args.n_quant_items, args.baseline_items + 1),
+                      image_size, processor.tokenizer, args.text_tokens)
+    reports = []
+    started = time.perf_counter()
+    for name in args.models.split(","):
+        for quant in ["none"] + (quants if name == args.models.split(",")[-1] else []):
+            print(f"== {name} {quant}", flush=True)
+            report = measure(name, quant, args, processor, data, work)
+            reports.append(report)
+            print(json.dumps(report, indent=1, default=str), flush=True)
+    import torch
+    import transformers
+
+    payload = {"reports": reports, "seconds": time.perf_counter() - started, "tiny": args.tiny,
+               "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                               "transformers": transformers.__version__,
+                               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"},
+               "note": "random weights; accuracy is chance level and not a result"}
+    stem = "gpu_check_tiny" if args.tiny else "gpu_check_h200"
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=2, default=str))
+    table = "\n".join(summary_lines(reports))
+    (out / f"{stem}.md").write_text(f"# {stem}\n\n{payload['environment']}\n\n{table}\n")
+    print(table)
+    return reports
+
+
+def _quant_modes(option: str) -> list[str]:
+    if option == "none":
+        return []
+    if option != "auto":
+        return option.split(",")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        print("bitsandbytes is not importable: skipping 8-bit and 4-bit runs", flush=True)
+        return []
+    return ["8bit", "4bit"]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
