@@ -17,7 +17,7 @@ from rich.console import Console
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 models_app = typer.Typer(no_args_is_help=True, help="Model utilities (tiny offline models).")
 app.add_typer(models_app, name="models")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 out_console = Console()
 
 DEMO_NOTICE = ("[bold yellow]The demo model is a tiny RANDOM-WEIGHT Qwen2.5-VL built offline: its "

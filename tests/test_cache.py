@@ -53,3 +53,18 @@ def test_rows_round_trip_and_survive_reopening(tmp_path):
     assert reopened.get_many(["k1", "missing"]) == {"k1": stored}
     assert len(reopened) == 1
     assert reopened.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_real_adapter_fingerprint_tracks_dtype_and_max_pixels(tiny_model, tiny_qwen_dir):
+    """The keys above are only as good as the fingerprint: it must change when the model is
+    loaded in another dtype or with another pixel cap, and stay put otherwise."""
+    from finbench.models import load_model
+
+    base = tiny_model.fingerprint()
+    same = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu").fingerprint()
+    bf16 = load_model(str(tiny_qwen_dir), dtype="bfloat16", device="cpu").fingerprint()
+    capped = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu", max_pixels=28 * 28 * 8).fingerprint()
+    assert _key(fingerprint=same) == _key(fingerprint=base)
+    assert _key(fingerprint=bf16) != _key(fingerprint=base)
+    assert _key(fingerprint=capped) != _key(fingerprint=base)
+    assert capped["processor"]["max_pixels"] == 28 * 28 * 8 and base["weights"]

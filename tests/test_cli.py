@@ -136,3 +136,24 @@ def test_score_and_compare_run_folders(tiny_model, tiny_qwen_dir, synthetic_parq
     assert "mcnemar" in json.dumps(comparison).lower()
     missing = finbench("score", str(tmp_path / "nothing"))
     assert missing.returncode == 2 and "samples.parquet" in missing.stderr
+
+
+def test_bad_configuration_is_one_line_and_exit_code_2(tmp_path, synthetic_parquet):
+    done = finbench("run", "--model", str(tmp_path / "no-model"), "--data", str(synthetic_parquet),
+                    "--out", str(tmp_path / "run"), "--no-progress")
+    assert done.returncode == 2
+    assert "cannot load model" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run" / "samples.parquet").exists()
+    done = finbench("run", "--model", "x", "--batch-size", "lots")
+    assert done.returncode == 2 and "--batch-size" in done.stderr
+
+
+def test_models_make_tiny_writes_a_loadable_checkpoint(tmp_path):
+    done = finbench("models", "make-tiny", "qwen2.5-vl", str(tmp_path / "tiny"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    from finbench.models import load_model
+
+    model = load_model(str(tmp_path / "tiny"), dtype="float32", device="cpu")
+    assert model.family == "qwen2.5-vl" and json.loads((tmp_path / "tiny" / "finbench_tiny.json").read_text())["seed"] == 0
+    unknown = finbench("models", "make-tiny", "gpt-5", str(tmp_path / "x"))
+    assert unknown.returncode == 2 and "unknown family" in unknown.stderr

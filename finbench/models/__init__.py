@@ -20,8 +20,12 @@ def family_for(model_type: str) -> type[HFVisionLanguageModel]:
 def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
                max_pixels: int | None = None) -> HFVisionLanguageModel:
     """Load a model from a hub id or a local folder through the transformers Auto classes."""
+    from pathlib import Path
+
     from transformers import AutoConfig
 
+    if not Path(source).exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
+        raise ValueError(f"cannot load model {source!r}: no such folder (and not a hub id of the form owner/name)")
     try:
         config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
