@@ -52,6 +52,7 @@ def run(
     max_new_tokens: int = typer.Option(1280, help="Generation budget of the official protocol."),
     numeric_budget: int = typer.Option(12, help="Token budget of a constrained numerical answer."),
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
+    device_preprocess: bool = typer.Option(False, help="Resize/normalise/patchify images on the model's device (Qwen)."),
     out: str = typer.Option("runs/latest", help="Run folder (results.json, samples.parquet, cache)."),
     cache: Optional[str] = typer.Option(None, help="SQLite cache path (default: OUT/cache.sqlite)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
@@ -66,7 +67,8 @@ def run(
                        batch_size=None if batch_size == "auto" else int(batch_size), token_budget=token_budget,
                        workers=workers,
                        dtype=dtype, device=device, quant=quant, max_new_tokens=max_new_tokens,
-                       numeric_budget=numeric_budget, max_pixels=max_pixels, out=out, cache=cache)
+                       numeric_budget=numeric_budget, max_pixels=max_pixels, out=out, cache=cache,
+                       device_preprocess=device_preprocess)
     _run_and_report(config, progress)
 
 

@@ -103,6 +103,7 @@ class RunConfig:
     max_new_tokens: int = 1280  # official protocol generation budget
     numeric_budget: int = 12  # tokens for a constrained numerical answer
     max_pixels: int | None = None
+    device_preprocess: bool = False  # resize/normalise/patchify images on the model's device
     out: str = "runs/latest"
     cache: str | None = None  # SQLite path; default <out>/cache.sqlite
     seed: int = 0

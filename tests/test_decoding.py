@@ -171,3 +171,23 @@ def test_number_decoder_follows_the_grammar():
     script = [{pct: 9.0, minus: 5.0}, {digit(4): 5.0}, {dot: 5.0}, {dot: 9.0, digit(5): 3.0}, {29: 5.0}]
     prediction = decode_numerical(ScriptedModel(script), None, 10, SCRIPTED_VOCAB)[0]
     assert prediction.answer == "-4.5"
+
+
+def test_device_preprocessing_matches_the_stock_processor(tiny_model, tiny_qwen_dir, questions):
+    """--device-preprocess: tokenization with image tokens counted from the resize rule, then
+    resize/normalise/patchify on the model's device (CPU here): same inputs, same answers."""
+    from finbench.models import load_model
+
+    device_model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu", device_preprocess=True)
+    chosen = [q for q in questions if q.kind == "single"][:6]
+    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in chosen]
+    stock = tiny_model.to_device(tiny_model.prepare(requests))
+    on_device = device_model.to_device(device_model.prepare(requests))
+    for key in ("input_ids", "attention_mask", "mm_token_type_ids", "image_grid_thw"):
+        assert torch.equal(stock[key], on_device[key]), key
+    assert (stock["pixel_values"] - on_device["pixel_values"]).abs().max() <= 1e-6
+    vocab = AnswerVocabulary.for_model(tiny_model)
+    n_options = torch.tensor([len(q.options) for q in chosen])
+    assert [p.answer for p in decode_single(tiny_model, stock, n_options, vocab)] == \
+           [p.answer for p in decode_single(device_model, on_device, n_options, vocab)]
+    assert device_model.fingerprint() != tiny_model.fingerprint()

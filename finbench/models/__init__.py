@@ -18,7 +18,7 @@ def family_for(model_type: str) -> type[HFVisionLanguageModel]:
 
 
 def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
-               max_pixels: int | None = None) -> HFVisionLanguageModel:
+               max_pixels: int | None = None, device_preprocess: bool = False) -> HFVisionLanguageModel:
     """Load a model from a hub id or a local folder through the transformers Auto classes."""
     from pathlib import Path
 
@@ -32,4 +32,7 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
         raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
                          f"a hub id available offline ({str(err).splitlines()[0]})") from None
     family = family_for(config.model_type)
-    return family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels)
+    options = {"device_preprocess": True} if device_preprocess else {}
+    if device_preprocess and "device_preprocess" not in family.__init__.__code__.co_varnames:
+        raise ValueError(f"--device-preprocess is not available for {family.family} yet")
+    return family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **options)

@@ -117,7 +117,8 @@ class HFVisionLanguageModel:
 
     @classmethod
     def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
-             max_pixels: int | None = None) -> "HFVisionLanguageModel":
+             max_pixels: int | None = None, **options: Any) -> "HFVisionLanguageModel":
+        """Load through the Auto classes; `options` are family-specific adapter settings."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         from finbench.models.quant import quantization_kwargs
@@ -133,7 +134,7 @@ class HFVisionLanguageModel:
             source, dtype=torch_dtype, attn_implementation=attn, **quantization_kwargs(quant, target))
         if quant == "none":
             model = model.to(target)
-        return cls(model, processor, source, quant=quant, attn_implementation=attn, max_pixels=max_pixels)
+        return cls(model, processor, source, quant=quant, attn_implementation=attn, max_pixels=max_pixels, **options)
 
     # ---- tokens -------------------------------------------------------------------------------
     def single_token_ids(self, texts: Sequence[str]) -> list[int]:

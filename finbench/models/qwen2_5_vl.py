@@ -5,18 +5,24 @@ What differs from the generic adapter:
   per-row `rope_deltas` the model computed during prefill from the image grids;
 - image tokens: the processor resizes to multiples of 28 px within [min_pixels, max_pixels]
   (`smart_resize`), one token per 28×28 block after the 2×2 patch merge;
-- `--max-pixels` caps the image processor's `longest_edge` (pixel budget).
+- `--max-pixels` caps the image processor's `longest_edge` (pixel budget);
+- `--device-preprocess`: the CPU threads only decode images and tokenize (image tokens counted
+  from the resize rule); resize, normalisation and patchify run on the model's device in
+  `to_device` (`qwen_gpu_preprocess.qwen_preprocess`), so only uint8 pixels cross the bus.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
 from finbench.models.base import DecodeState, HFVisionLanguageModel
+from finbench.types import ModelRequest
 
 
+IMAGE_PAD = "<|image_pad|>"
+EXPANDED_MARK = "\x00finbench-image-token\x00"
 PROJECTED_HEAD_ROWS = 32  # letters in two spellings + separator + end tokens
 
 
@@ -28,8 +34,10 @@ class Qwen25VL(HFVisionLanguageModel):
     family = "qwen2.5-vl"
     model_types = ("qwen2_5_vl", "qwen2_vl")
 
-    def __init__(self, model: Any, processor: Any, source: str, **kwargs: Any) -> None:
+    def __init__(self, model: Any, processor: Any, source: str, *, device_preprocess: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(model, processor, source, **kwargs)
+        self.device_preprocess = device_preprocess
         if self.max_pixels is not None:
             image_processor = processor.image_processor
             shortest = min(_size_value(image_processor.size, "shortest_edge"), self.max_pixels)
@@ -48,6 +56,55 @@ class Qwen25VL(HFVisionLanguageModel):
         resized_height, resized_width = smart_resize(height, width, factor=factor,
                                                      min_pixels=min_pixels, max_pixels=max_pixels)
         return (resized_height // factor) * (resized_width // factor)
+
+    def prepare(self, requests: Sequence[ModelRequest]) -> Any:
+        if not self.device_preprocess:
+            return super().prepare(requests)
+        import numpy as np
+
+        from finbench.models.qwen_gpu_preprocess import qwen_grid
+
+        settings = self._device_preprocess_settings()
+        texts, images, grids = [], [], []
+        for request in requests:
+            text = self.prompt_text(request)
+            for image in request.images:
+                grid = qwen_grid(image.height, image.width, patch_size=settings["patch_size"],
+                                 merge_size=settings["merge_size"], min_pixels=settings["min_pixels"],
+                                 max_pixels=settings["max_pixels"])
+                n_tokens = grid[0] * grid[1] * grid[2] // settings["merge_size"] ** 2
+                # mark the expanded placeholder so the next image's pad is found, then restore it
+                text = text.replace(IMAGE_PAD, EXPANDED_MARK * n_tokens, 1)
+                images.append(torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous())
+                grids.append(grid)
+            texts.append(text.replace(EXPANDED_MARK, IMAGE_PAD))
+        inputs = dict(self.tokenizer(texts, padding=True, return_tensors="pt"))
+        inputs["mm_token_type_ids"] = (inputs["input_ids"] == self.model.config.image_token_id).long()
+        if images:
+            inputs["image_grid_thw"] = torch.tensor(grids, dtype=torch.long)
+            inputs["images_uint8"] = images
+        return inputs
+
+    def to_device(self, inputs: Any) -> Any:
+        if "images_uint8" not in inputs:
+            return super().to_device(inputs)
+        from finbench.models.qwen_gpu_preprocess import qwen_preprocess
+
+        images = inputs["images_uint8"]
+        moved = super().to_device({k: v for k, v in inputs.items() if k != "images_uint8"})
+        if self.device.type == "cuda":
+            images = [image.pin_memory().to(self.device, non_blocking=True) for image in images]
+        settings = {k: v for k, v in self._device_preprocess_settings().items() if k != "resample"}
+        pixel_values, grid = qwen_preprocess(images, device=self.device, **settings)
+        if not torch.equal(grid, moved["image_grid_thw"]):
+            raise RuntimeError("device preprocessing produced a different image grid than the tokenizer expected")
+        moved["pixel_values"] = pixel_values.to(self.dtype)
+        return moved
+
+    def _device_preprocess_settings(self) -> dict[str, Any]:
+        from finbench.models.qwen_gpu_preprocess import processor_settings
+
+        return processor_settings(self.processor.image_processor)
 
     def prefill(self, inputs: Any) -> tuple[torch.Tensor, DecodeState]:
         # The model keeps `rope_deltas` on the module and refreshes it only for prefills with
@@ -80,5 +137,6 @@ class Qwen25VL(HFVisionLanguageModel):
     def processor_settings(self) -> dict[str, Any]:
         factor, min_pixels, max_pixels = self._pixel_bounds()
         settings = super().processor_settings()
-        settings.update({"factor": factor, "min_pixels": min_pixels, "max_pixels": max_pixels})
+        settings.update({"factor": factor, "min_pixels": min_pixels, "max_pixels": max_pixels,
+                         "preprocess": "device" if self.device_preprocess else "processor"})
         return settings

@@ -104,7 +104,8 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     started = time.time()
     benchmark = get_benchmark(config.benchmark)
     model = model or load_model(config.model, dtype=config.dtype, device=config.device,
-                                quant=config.quant, max_pixels=config.max_pixels)
+                                quant=config.quant, max_pixels=config.max_pixels,
+                                device_preprocess=config.device_preprocess)
     questions = benchmark.load_questions(config.data, config.limit, config.domains, config.question_types)
     if not questions:
         raise ValueError("no questions matched the data and filters")
