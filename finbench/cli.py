@@ -55,6 +55,7 @@ def run(
     device_preprocess: bool = typer.Option(False, help="Resize/normalise/patchify images on the model's device (Qwen)."),
     out: str = typer.Option("runs/latest", help="Run folder (results.json, samples.parquet, cache)."),
     cache: Optional[str] = typer.Option(None, help="SQLite cache path (default: OUT/cache.sqlite)."),
+    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the confidence intervals (0 = none)."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Evaluate a model on a benchmark; resumes from the cache if interrupted."""
@@ -68,7 +69,7 @@ def run(
                        workers=workers,
                        dtype=dtype, device=device, quant=quant, max_new_tokens=max_new_tokens,
                        numeric_budget=numeric_budget, max_pixels=max_pixels, out=out, cache=cache,
-                       device_preprocess=device_preprocess)
+                       device_preprocess=device_preprocess, bootstrap=bootstrap)
     _run_and_report(config, progress)
 
 

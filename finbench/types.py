@@ -107,3 +107,4 @@ class RunConfig:
     out: str = "runs/latest"
     cache: str | None = None  # SQLite path; default <out>/cache.sqlite
     seed: int = 0
+    bootstrap: int = 1000  # resamples for the confidence intervals in results.json (0 = none)

@@ -31,6 +31,8 @@ def test_run_writes_results_and_samples_and_resumes_from_cache(tiny_model, tiny_
     samples = pd.read_parquet(tmp_path / "run" / "samples.parquet")
     assert results["n_questions"] == LIMIT and results["n_computed"] == LIMIT and results["n_cached"] == 0
     assert 0.0 <= results["scores"]["finscore"] <= 1.0
+    ci = results["scores"]["ci"]["finscore"]  # bootstrap interval around the headline number
+    assert ci["low"] <= results["scores"]["finscore"] <= ci["high"]
     assert set(SAMPLE_COLUMNS) <= set(samples.columns)
     assert samples["id"].is_unique and len(samples) == LIMIT
     assert set(samples["kind"]) == {"single", "multi", "numerical"}

@@ -147,7 +147,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     cache.close()
 
     samples = _samples_table(questions, predictions, keys)
-    scores = _score(samples, benchmark.SCORER)
+    scores = _score(samples, benchmark.SCORER, config.bootstrap, config.seed)
     samples["correct"] = scores.pop("_correct", samples.get("correct"))
     throughput = loop.throughput(len(todo), compute_seconds)
     errors = samples.loc[samples["error"] != "", ["id", "error"]]
@@ -302,10 +302,10 @@ def _samples_table(questions: Sequence[Question], predictions: dict[int, Predict
     return pd.DataFrame(rows)
 
 
-def _score(samples: Any, scorer: str) -> dict[str, Any]:
+def _score(samples: Any, scorer: str, n_bootstrap: int, seed: int) -> dict[str, Any]:
     from finbench.scoring import per_question_correct, score_samples
 
-    scores = score_samples(samples, benchmark=scorer)
+    scores = score_samples(samples, benchmark=scorer, n_bootstrap=n_bootstrap, seed=seed)
     scores["_correct"] = per_question_correct(samples, benchmark=scorer)
     return scores
 
