@@ -143,3 +143,35 @@ def test_official_protocol_generates_and_extracts(tiny_model, tiny_qwen_dir, syn
 
     assert list(samples["answer"]) == [extract_official(t) for t in samples["raw_output"]]
     assert result.results["prompt_version"] == "finmme-official"
+
+
+class FailsOnLength(OutOfMemoryAbove):
+    """Raises an ordinary error for any batch holding a prompt of one given length."""
+
+    def __init__(self, model, length: int):
+        super().__init__(model, limit=10**9)
+        self.length = length
+
+    def _check(self, inputs):
+        if (inputs["attention_mask"].sum(1) == self.length).any():
+            raise RuntimeError("kernel exploded")
+
+
+def test_a_sample_that_breaks_the_model_becomes_an_error_and_the_rest_are_answered(
+        tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    from finbench.benchmarks import finmme
+    from finbench.runner.preprocess import decode_images
+
+    questions = finmme.load_questions(synthetic_parquet, limit=LIMIT)
+    victim = questions[3]
+    length = int(tiny_model.prepare([finmme.build_request(victim, decode_images(victim), "constrained")])
+                 ["attention_mask"].sum())
+    reference = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "ref"), tiny_model,
+                              show_progress=False).samples.set_index("id")
+    samples = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run"),
+                            FailsOnLength(tiny_model, length), show_progress=False).samples.set_index("id")
+    failed = samples[samples["error"] != ""]
+    assert victim.id in failed.index and all("kernel exploded" in e for e in failed["error"])
+    healthy = samples[samples["error"] == ""].index
+    assert len(healthy) >= LIMIT - len(failed) and len(samples) == LIMIT
+    assert (samples.loc[healthy, "answer"] == reference.loc[healthy, "answer"]).all()

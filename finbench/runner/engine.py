@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 import platform
 import resource
 import time
@@ -93,8 +94,6 @@ def validate(config: RunConfig) -> None:
 def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool = True,
                   console: Any = None) -> RunResult:
     """Run (or resume) one evaluation and write its outputs into `config.out`."""
-    import pandas as pd
-
     from finbench.models import load_model
 
     validate(config)
@@ -148,7 +147,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
 
     samples = _samples_table(questions, predictions, keys)
     scores = _score(samples, benchmark.SCORER, config.bootstrap, config.seed)
-    samples["correct"] = scores.pop("_correct", samples.get("correct"))
+    samples["correct"] = scores.pop("_correct")
     throughput = loop.throughput(len(todo), compute_seconds)
     errors = samples.loc[samples["error"] != "", ["id", "error"]]
     results = {
@@ -170,7 +169,9 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         "started": started,
         "seconds": time.time() - started,
     }
-    samples.to_parquet(out_dir / "samples.parquet", index=False)
+    # write-then-rename: a kill while writing never leaves a truncated output behind
+    samples.to_parquet(out_dir / "samples.parquet.tmp", index=False)
+    os.replace(out_dir / "samples.parquet.tmp", out_dir / "samples.parquet")
     _write_json(out_dir / "results.json", results)
     log.info("done: %s", {k: scores.get(k) for k in ("finscore", "accuracy")})
     return RunResult(out_dir, results, samples)
@@ -232,6 +233,16 @@ class _BatchLoop:
             self.max_batch = max(1, len(prepared.indices) // 2)
             log.warning("out of memory at batch size %d; retrying at %d", len(prepared.indices), self.max_batch)
             return {**out, **self.run(prepared)}
+        except Exception as err:  # noqa: BLE001 — one bad sample must not stop the run
+            if len(prepared.indices) > 1:  # find the culprit: retry each question alone
+                log.warning("batch failed (%s); retrying its questions one by one", err)
+                for index in prepared.indices:
+                    out.update(self.run(self.prepare([index])))
+                return out
+            index = prepared.indices[0]
+            log.error("question %s failed: %r", self.questions[index].id, err)
+            out[index] = Prediction(id=self.questions[index].id, answer="",
+                                    error=f"model error: {type(err).__name__}: {err}")
         return out
 
     def _decode(self, prepared: PreparedBatch) -> dict[int, Prediction]:
@@ -313,7 +324,9 @@ def _score(samples: Any, scorer: str, n_bootstrap: int, seed: int) -> dict[str, 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
     import json
 
-    path.write_text(json.dumps(payload, indent=2, default=str, allow_nan=True))
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(payload, indent=2, default=str, allow_nan=True))
+    os.replace(temporary, path)
 
 
 def _log_to(path: Path) -> None:
