@@ -13,6 +13,7 @@ What differs from the generic adapter:
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 import torch
@@ -79,7 +80,8 @@ class Qwen25VL(HFVisionLanguageModel):
                 grids.append(grid)
             texts.append(text.replace(EXPANDED_MARK, IMAGE_PAD))
         inputs = dict(self.tokenizer(texts, padding=True, return_tensors="pt"))
-        inputs["mm_token_type_ids"] = (inputs["input_ids"] == self.model.config.image_token_id).long()
+        if "mm_token_type_ids" in inspect.signature(self.model.model.forward).parameters:  # newer transformers
+            inputs["mm_token_type_ids"] = (inputs["input_ids"] == self.model.config.image_token_id).long()
         if images:
             inputs["image_grid_thw"] = torch.tensor(grids, dtype=torch.long)
             inputs["images_uint8"] = images
