@@ -133,3 +133,20 @@ def test_constrained_prompt_lists_lettered_options_and_ends_with_answer_prefix()
 ])
 def test_official_extraction_quirks(output, extracted):
     assert finmme.extract_official(output) == extracted
+
+
+def test_local_parquet_loads_without_the_datasets_package(tmp_path, monkeypatch):
+    """The GPU machine's image has pyarrow but not `datasets`: plain parquet must still load,
+    to the same questions."""
+    import sys
+
+    frame = pd.DataFrame([_record(id=f"q{i}") for i in range(3)])
+    path = tmp_path / "finmme.parquet"
+    frame.to_parquet(path)
+    with_datasets = finmme.load_questions(path)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` raise ImportError
+    without = finmme.load_questions(path)
+    assert [(q.id, q.gold, q.options, q.images) for q in without] == \
+           [(q.id, q.gold, q.options, q.images) for q in with_datasets]
+    with pytest.raises(ImportError):
+        finmme.load_questions("owner/hub-set")
