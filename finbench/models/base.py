@@ -214,8 +214,11 @@ class HFVisionLanguageModel:
         return {}
 
     def decode_position_ids(self, state: DecodeState) -> torch.Tensor:
-        """Position of the token being fed: the count of real tokens before it (left padding)."""
-        return state.attention_mask.sum(-1, keepdim=True) - 1
+        """Position of the token being fed. A plain forward numbers the prefill 0..T-1 including
+        left pads (rotary attention only sees differences, so the pads' offset is harmless), so
+        the fed token continues that numbering: the mask length so far, minus one."""
+        batch, length = state.attention_mask.shape
+        return torch.full((batch, 1), length - 1, device=state.attention_mask.device)
 
     @torch.inference_mode()
     def decode_step(self, state: DecodeState, token_ids: torch.Tensor) -> torch.Tensor:
