@@ -53,3 +53,21 @@ def questions(synthetic_parquet):
     from finbench.benchmarks import finmme
 
     return finmme.load_questions(synthetic_parquet)
+
+
+@pytest.fixture(scope="session")
+def tiny_internvl(tmp_path_factory):
+    """A sharpened tiny InternVL (-hf format), loaded through `load_model`."""
+    from transformers import AutoModelForImageTextToText
+
+    from finbench.models import load_model
+    from finbench.models.tiny import make_tiny
+
+    path = make_tiny("internvl", tmp_path_factory.mktemp("models") / "tiny-internvl", weights_dtype="float32")
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.ndim >= 2:
+                parameter.mul_(SHARPEN)
+    model.save_pretrained(path)
+    return load_model(str(path), dtype="float32", device="cpu")

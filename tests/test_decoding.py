@@ -192,3 +192,32 @@ def test_device_preprocessing_matches_the_stock_processor(tiny_model, tiny_qwen_
     assert [p.answer for p in decode_single(tiny_model, stock, n_options, vocab)] == \
            [p.answer for p in decode_single(device_model, on_device, n_options, vocab)]
     assert device_model.fingerprint() != tiny_model.fingerprint()
+
+
+def test_internvl_decoders_are_batch_invariant_and_decode_steps_match_a_recompute(tiny_internvl, questions):
+    """The generic adapter path (plain rotary positions, tiled images) on a second family."""
+    from PIL import Image
+
+    model = tiny_internvl
+    assert model.family == "internvl"
+    vocab = AnswerVocabulary.for_model(model)
+    for kind in ("single", "multi"):
+        chosen = [q for q in questions if q.kind == kind][:6]
+        n_options = torch.tensor([len(q.options) for q in chosen])
+        batched = DECODERS[kind](model, _prepare(model, chosen), n_options, vocab)
+        single = [DECODERS[kind](model, _prepare(model, [q]), n_options[i:i + 1], vocab)[0] for i, q in enumerate(chosen)]
+        assert [p.answer for p in batched] == [p.answer for p in single]
+        assert max(_max_logprob_gap(a, b) for a, b in zip(batched, single)) <= 1e-4
+    chosen = [questions[0], questions[5]]
+    inputs = _prepare(model, chosen)
+    assert not inputs["attention_mask"].all(), "the two prompts must differ in length (left padding)"
+    _, state = model.prefill(dict(inputs))
+    tokens = torch.tensor(model.single_token_ids([" B", "7"]))
+    stepped = model.decode_step(state, tokens)
+    extended = dict(inputs, input_ids=torch.cat([inputs["input_ids"], tokens[:, None]], 1),
+                    attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1))
+    recomputed, _ = model.prefill(extended)
+    assert torch.allclose(stepped, recomputed, atol=1e-4)
+    image = Image.open(__import__("io").BytesIO(questions[0].images[0]))
+    prepared = _prepare(model, [questions[0]])
+    assert model.image_token_count(*image.size) == int((prepared["input_ids"] == model.model.config.image_token_id).sum())

@@ -4,9 +4,10 @@ adapter by `model_type`, and loads it; unknown architectures fail at start-up wi
 from __future__ import annotations
 
 from finbench.models.base import HFVisionLanguageModel
+from finbench.models.internvl import InternVL
 from finbench.models.qwen2_5_vl import Qwen25VL
 
-FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL,)
+FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, InternVL)
 
 
 def family_for(model_type: str) -> type[HFVisionLanguageModel]:

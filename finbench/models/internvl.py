@@ -1,0 +1,29 @@
+"""InternVL (the `-hf` checkpoint format: `InternVLForConditionalGeneration`, e.g.
+`OpenGVLab/InternVL3-8B-hf`) via the Auto classes.
+
+What differs from the generic adapter: only image-token counting. An image is cut into
+`image_size` tiles on the best-fitting grid of `min_patches`..`max_patches` tiles (plus a
+thumbnail when there is more than one), and each tile becomes `image_seq_length` tokens after
+the pixel shuffle. Positions are plain 1-D rotary ones, so the generic decode step applies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finbench.models.base import HFVisionLanguageModel
+
+
+class InternVL(HFVisionLanguageModel):
+    family = "internvl"
+    model_types = ("internvl",)
+
+    def __init__(self, model: Any, processor: Any, source: str, **kwargs: Any) -> None:
+        if kwargs.get("max_pixels") is not None:
+            raise ValueError("--max-pixels applies to Qwen-style processors; InternVL's image budget is its "
+                             "tile count (max_patches in the checkpoint's preprocessor config)")
+        super().__init__(model, processor, source, **kwargs)
+
+    def image_token_count(self, width: int, height: int) -> int:
+        tiles = self.processor.image_processor.get_number_of_image_patches(height, width)
+        return tiles * self.processor.image_seq_length
