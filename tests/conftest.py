@@ -55,15 +55,13 @@ def questions(synthetic_parquet):
     return finmme.load_questions(synthetic_parquet)
 
 
-@pytest.fixture(scope="session")
-def tiny_internvl(tmp_path_factory):
-    """A sharpened tiny InternVL (-hf format), loaded through `load_model`."""
+def _sharpened_tiny(tmp_path_factory, family: str):
     from transformers import AutoModelForImageTextToText
 
     from finbench.models import load_model
     from finbench.models.tiny import make_tiny
 
-    path = make_tiny("internvl", tmp_path_factory.mktemp("models") / "tiny-internvl", weights_dtype="float32")
+    path = make_tiny(family, tmp_path_factory.mktemp("models") / f"tiny-{family}", weights_dtype="float32")
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -71,3 +69,9 @@ def tiny_internvl(tmp_path_factory):
                 parameter.mul_(SHARPEN)
     model.save_pretrained(path)
     return load_model(str(path), dtype="float32", device="cpu")
+
+
+@pytest.fixture(scope="session", params=["internvl", "qwen3-vl"])
+def other_family(request, tmp_path_factory):
+    """Sharpened tiny models of the other families, loaded through `load_model`."""
+    return _sharpened_tiny(tmp_path_factory, request.param)

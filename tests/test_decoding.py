@@ -194,12 +194,12 @@ def test_device_preprocessing_matches_the_stock_processor(tiny_model, tiny_qwen_
     assert device_model.fingerprint() != tiny_model.fingerprint()
 
 
-def test_internvl_decoders_are_batch_invariant_and_decode_steps_match_a_recompute(tiny_internvl, questions):
-    """The generic adapter path (plain rotary positions, tiled images) on a second family."""
+def test_other_families_are_batch_invariant_and_decode_steps_match_a_recompute(other_family, questions):
+    """InternVL: the generic adapter path (plain rotary positions, tiled images). Qwen3-VL: the
+    M-RoPE path with another patch size and interleaved rotary sections."""
     from PIL import Image
 
-    model = tiny_internvl
-    assert model.family == "internvl"
+    model = other_family
     vocab = AnswerVocabulary.for_model(model)
     for kind in ("single", "multi"):
         chosen = [q for q in questions if q.kind == kind][:6]
@@ -216,8 +216,26 @@ def test_internvl_decoders_are_batch_invariant_and_decode_steps_match_a_recomput
     stepped = model.decode_step(state, tokens)
     extended = dict(inputs, input_ids=torch.cat([inputs["input_ids"], tokens[:, None]], 1),
                     attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1))
+    if "mm_token_type_ids" in inputs:
+        types = inputs["mm_token_type_ids"]
+        extended["mm_token_type_ids"] = torch.cat([types, torch.zeros(2, 1, dtype=types.dtype)], 1)
     recomputed, _ = model.prefill(extended)
     assert torch.allclose(stepped, recomputed, atol=1e-4)
     image = Image.open(__import__("io").BytesIO(questions[0].images[0]))
     prepared = _prepare(model, [questions[0]])
     assert model.image_token_count(*image.size) == int((prepared["input_ids"] == model.model.config.image_token_id).sum())
+
+
+def test_qwen3_vl_device_preprocessing_matches_its_processor(other_family, questions):
+    if other_family.family != "qwen3-vl":
+        pytest.skip("device preprocessing is a Qwen feature")
+    from finbench.models import load_model
+
+    device_model = load_model(other_family.source, dtype="float32", device="cpu", device_preprocess=True)
+    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in questions[:4]]
+    stock = other_family.to_device(other_family.prepare(requests))
+    on_device = device_model.to_device(device_model.prepare(requests))
+    assert set(stock) == set(on_device)
+    for key in set(stock) - {"pixel_values"}:
+        assert torch.equal(stock[key], on_device[key]), key
+    assert (stock["pixel_values"] - on_device["pixel_values"]).abs().max() <= 1e-6

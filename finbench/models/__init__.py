@@ -6,8 +6,9 @@ from __future__ import annotations
 from finbench.models.base import HFVisionLanguageModel
 from finbench.models.internvl import InternVL
 from finbench.models.qwen2_5_vl import Qwen25VL
+from finbench.models.qwen3_vl import Qwen3VL
 
-FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, InternVL)
+FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, Qwen3VL, InternVL)
 
 
 def family_for(model_type: str) -> type[HFVisionLanguageModel]:
