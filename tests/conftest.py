@@ -14,17 +14,16 @@ import torch
 SHARPEN = 4.0
 
 
-@pytest.fixture(scope="session")
-def tiny_qwen_dir(tmp_path_factory):
-    """A tiny Qwen2.5-VL whose matrices are scaled ×4. At the stock init (std 0.02) a random model
-    gives the same answer to every question, which would hide bugs that mix up rows; sharpened,
-    its answers depend on the image and text. Saved back, so it loads like a real checkpoint."""
+def _sharpened_tiny_dir(tmp_path_factory, family: str):
+    """A tiny model of `family` whose matrices are scaled ×4. At the stock init (std 0.02) a random
+    model gives the same answer to every question, which would hide bugs that mix up rows;
+    sharpened, its answers depend on the image and text. Saved back, so it loads like a real
+    checkpoint."""
     from transformers import AutoModelForImageTextToText
 
     from finbench.models.tiny import make_tiny
 
-    path = make_tiny("qwen2.5-vl", tmp_path_factory.mktemp("models") / "tiny-qwen2.5-vl",
-                     weights_dtype="float32")
+    path = make_tiny(family, tmp_path_factory.mktemp("models") / f"tiny-{family}", weights_dtype="float32")
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -32,6 +31,11 @@ def tiny_qwen_dir(tmp_path_factory):
                 parameter.mul_(SHARPEN)
     model.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen_dir(tmp_path_factory):
+    return _sharpened_tiny_dir(tmp_path_factory, "qwen2.5-vl")
 
 
 @pytest.fixture(scope="session")
@@ -55,23 +59,9 @@ def questions(synthetic_parquet):
     return finmme.load_questions(synthetic_parquet)
 
 
-def _sharpened_tiny(tmp_path_factory, family: str):
-    from transformers import AutoModelForImageTextToText
-
-    from finbench.models import load_model
-    from finbench.models.tiny import make_tiny
-
-    path = make_tiny(family, tmp_path_factory.mktemp("models") / f"tiny-{family}", weights_dtype="float32")
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim >= 2:
-                parameter.mul_(SHARPEN)
-    model.save_pretrained(path)
-    return load_model(str(path), dtype="float32", device="cpu")
-
-
 @pytest.fixture(scope="session", params=["internvl", "qwen3-vl"])
 def other_family(request, tmp_path_factory):
     """Sharpened tiny models of the other families, loaded through `load_model`."""
-    return _sharpened_tiny(tmp_path_factory, request.param)
+    from finbench.models import load_model
+
+    return load_model(str(_sharpened_tiny_dir(tmp_path_factory, request.param)), dtype="float32", device="cpu")
