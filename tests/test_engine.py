@@ -3,7 +3,6 @@ bad inputs and bad configuration."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 

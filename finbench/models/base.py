@@ -112,10 +112,6 @@ class HFVisionLanguageModel:
 
     # ---- loading ------------------------------------------------------------------------------
     @classmethod
-    def processor_kwargs(cls, max_pixels: int | None) -> dict[str, Any]:
-        return {}
-
-    @classmethod
     def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
              max_pixels: int | None = None, **options: Any) -> "HFVisionLanguageModel":
         """Load through the Auto classes; `options` are family-specific adapter settings."""
@@ -126,7 +122,7 @@ class HFVisionLanguageModel:
         target = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, target)
         attn = attention_implementation(target)
-        processor = AutoProcessor.from_pretrained(source, **cls.processor_kwargs(max_pixels))
+        processor = AutoProcessor.from_pretrained(source)
         if not hasattr(processor, "tokenizer"):
             raise ValueError(f"{source}: AutoProcessor returned {type(processor).__name__}, not a "
                              "multimodal processor (is the processor class saved with the model?)")

@@ -11,6 +11,7 @@ Only the LM-head rows of the allowed tokens are ever projected.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
@@ -46,8 +47,6 @@ Stage = Callable[[str], ContextManager[Any]]
 
 
 def _no_stage(name: str) -> ContextManager[Any]:
-    import contextlib
-
     return contextlib.nullcontext()
 
 
