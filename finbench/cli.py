@@ -87,7 +87,8 @@ def _run_and_report(config, progress: bool) -> None:
     out_console.print(f"{result.results['n_questions']} questions ({result.results['n_cached']} from cache, "
                       f"{result.results['n_computed']} computed) · {rate} · "
                       f"{result.results['errors']['count']} sample errors")
-    out_console.print(f"wrote {result.out_dir / 'results.json'} and {result.out_dir / 'samples.parquet'}")
+    out_console.print(f"wrote {result.out_dir / 'results.json'}, {result.out_dir / 'samples.parquet'} and "
+                      f"{result.out_dir / 'report.html'}")
 
 
 @app.command()
@@ -196,6 +197,16 @@ def compare(
         compare_command(run_dirs, out, bootstrap, seed, console=out_console)
     except ValueError as err:
         _fail(str(err))
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
+    """(Re)build RUN_DIR/report.html from results.json and samples.parquet."""
+    from finbench.report.html import write_report
+
+    if not (run_dir / "results.json").exists() or not (run_dir / "samples.parquet").exists():
+        _fail(f"{run_dir}: needs results.json and samples.parquet (is it a finbench run folder?)")
+    out_console.print(f"wrote {write_report(run_dir)}")
 
 
 @models_app.command("make-tiny")

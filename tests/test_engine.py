@@ -46,6 +46,9 @@ def test_run_writes_results_and_samples_and_resumes_from_cache(tiny_model, tiny_
     throughput = results["throughput"]
     assert throughput["samples"] == LIMIT and throughput["samples_per_s"] > 0 and throughput["image_tokens"] > 0
     assert {"preprocess", "forward", "cache_write"} <= set(throughput["stages_s"])
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "FinScore" in page and "By domain" in page and page.count("data:image/png;base64,") == 2
+    assert f"{100 * results['scores']['finscore']:.2f}" in page
 
     again = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run"), tiny_model, show_progress=False)
     assert again.results["n_cached"] == LIMIT and again.results["n_computed"] == 0
@@ -116,6 +119,7 @@ def test_corrupt_image_is_a_counted_per_sample_error(tiny_model, tiny_qwen_dir, 
     assert (errors.drop([frame.at[1, "id"], frame.at[2, "id"]]) == "").all()
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["errors"]["count"] == 2 and results["scores"]["n_errors"] == 2
+    assert "cannot be decoded" in (tmp_path / "run" / "report.html").read_text()  # errors shown in the report
     assert result.samples.set_index("id").loc[frame.at[1, "id"], "correct"] == 0.0
 
 

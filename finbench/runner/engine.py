@@ -173,6 +173,9 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     samples.to_parquet(out_dir / "samples.parquet.tmp", index=False)
     os.replace(out_dir / "samples.parquet.tmp", out_dir / "samples.parquet")
     _write_json(out_dir / "results.json", results)
+    from finbench.report.html import write_report
+
+    write_report(out_dir)
     log.info("done: %s", {k: scores.get(k) for k in ("finscore", "accuracy")})
     return RunResult(out_dir, results, samples)
 
