@@ -173,20 +173,27 @@ def test_number_decoder_follows_the_grammar():
     assert prediction.answer == "-4.5"
 
 
-def test_device_preprocessing_matches_the_stock_processor(tiny_model, tiny_qwen_dir, questions):
-    """--device-preprocess: tokenization with image tokens counted from the resize rule, then
-    resize/normalise/patchify on the model's device (CPU here): same inputs, same answers."""
+def _device_preprocessed_pair(stock_model, questions):
+    """Inputs for the same requests from the stock processor and from --device-preprocess,
+    checked to agree: every tensor equal, pixels within 1e-6."""
     from finbench.models import load_model
 
-    device_model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu", device_preprocess=True)
-    chosen = [q for q in questions if q.kind == "single"][:6]
-    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in chosen]
-    stock = tiny_model.to_device(tiny_model.prepare(requests))
+    device_model = load_model(stock_model.source, dtype="float32", device="cpu", device_preprocess=True)
+    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in questions]
+    stock = stock_model.to_device(stock_model.prepare(requests))
     on_device = device_model.to_device(device_model.prepare(requests))
     assert set(stock) == set(on_device)
     for key in set(stock) - {"pixel_values"}:
         assert torch.equal(stock[key], on_device[key]), key
     assert (stock["pixel_values"] - on_device["pixel_values"]).abs().max() <= 1e-6
+    return device_model, stock, on_device
+
+
+def test_device_preprocessing_matches_the_stock_processor(tiny_model, questions):
+    """--device-preprocess: tokenization with image tokens counted from the resize rule, then
+    resize/normalise/patchify on the model's device (CPU here): same inputs, same answers."""
+    chosen = [q for q in questions if q.kind == "single"][:6]
+    device_model, stock, on_device = _device_preprocessed_pair(tiny_model, chosen)
     vocab = AnswerVocabulary.for_model(tiny_model)
     n_options = torch.tensor([len(q.options) for q in chosen])
     assert [p.answer for p in decode_single(tiny_model, stock, n_options, vocab)] == \
@@ -229,13 +236,4 @@ def test_other_families_are_batch_invariant_and_decode_steps_match_a_recompute(o
 def test_qwen3_vl_device_preprocessing_matches_its_processor(other_family, questions):
     if other_family.family != "qwen3-vl":
         pytest.skip("device preprocessing is a Qwen feature")
-    from finbench.models import load_model
-
-    device_model = load_model(other_family.source, dtype="float32", device="cpu", device_preprocess=True)
-    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in questions[:4]]
-    stock = other_family.to_device(other_family.prepare(requests))
-    on_device = device_model.to_device(device_model.prepare(requests))
-    assert set(stock) == set(on_device)
-    for key in set(stock) - {"pixel_values"}:
-        assert torch.equal(stock[key], on_device[key]), key
-    assert (stock["pixel_values"] - on_device["pixel_values"]).abs().max() <= 1e-6
+    _device_preprocessed_pair(other_family, questions[:4])
