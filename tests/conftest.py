@@ -59,9 +59,17 @@ def questions(synthetic_parquet):
     return finmme.load_questions(synthetic_parquet)
 
 
-@pytest.fixture(scope="session", params=["internvl", "qwen3-vl"])
+def _available(*families: str) -> list[str]:
+    from finbench.models.tiny import tiny_family_available
+
+    return [f for f in families if tiny_family_available(f)]
+
+
+@pytest.fixture(scope="session", params=_available("internvl", "qwen3-vl", "qwen3-vl-moe", "qwen3.5"))
 def other_family(request, tmp_path_factory):
-    """Sharpened tiny models of the other families, loaded through `load_model`."""
+    """Sharpened tiny models of the other families, loaded through `load_model`: InternVL (plain
+    rotary positions), Qwen3-VL (M-RoPE, DeepStack), Qwen3-VL-MoE (routed experts) and Qwen3.5
+    (hybrid linear/full attention: a recurrent state beside the KV cache)."""
     from finbench.models import load_model
 
     return load_model(str(_sharpened_tiny_dir(tmp_path_factory, request.param)), dtype="float32", device="cpu")

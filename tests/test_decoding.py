@@ -233,7 +233,197 @@ def test_other_families_are_batch_invariant_and_decode_steps_match_a_recompute(o
     assert model.image_token_count(*image.size) == int((prepared["input_ids"] == model.model.config.image_token_id).sum())
 
 
-def test_qwen3_vl_device_preprocessing_matches_its_processor(other_family, questions):
-    if other_family.family != "qwen3-vl":
-        pytest.skip("device preprocessing is a Qwen feature")
+def test_qwen3_style_device_preprocessing_matches_its_processor(other_family, questions):
+    if not other_family.device_preprocessing:
+        pytest.skip(f"{other_family.family} declares no device preprocessing")
     _device_preprocessed_pair(other_family, questions[:4])
+
+
+def _mixed_requests(questions):
+    """Single-choice requests with one image, two images (the item's and the next one's) and none,
+    interleaved so that every batch mixes them."""
+    chosen = [q for q in questions if q.kind == "single"][:4]
+    requests, counts = [], []
+    for i, question in enumerate(chosen):
+        images = decode_images(question)
+        n_images = i % 3  # 0, 1, 2, 0
+        if n_images == 2:
+            images = images + decode_images(chosen[(i + 1) % len(chosen)])
+        requests.append(finmme.build_request(question, images[:n_images], "constrained"))
+        counts.append(n_images)
+    return chosen, requests, counts
+
+
+def _check_mixed_batches(model, questions):
+    """A batch mixing image, two-image and text-only rows answers like each row alone (≤ 1e-4),
+    and a decode step over such a batch equals a full recompute of the extended prompts."""
+    chosen, requests, counts = _mixed_requests(questions)
+    assert sorted(set(counts)) == [0, 1, 2]
+    vocab = AnswerVocabulary.for_model(model)
+    n_options = torch.tensor([len(q.options) for q in chosen])
+    batch = model.prepare(requests)
+    image_id = model.model.config.image_token_id
+    per_row = (batch["input_ids"] == image_id).sum(1).tolist()
+    assert [n > 0 for n in per_row] == [c > 0 for c in counts]  # text-only rows have no image tokens
+    batched = decode_single(model, batch, n_options, vocab)
+    single = [decode_single(model, model.prepare([r]), n_options[i:i + 1], vocab)[0] for i, r in enumerate(requests)]
+    assert [p.answer for p in batched] == [p.answer for p in single]
+    assert max(_max_logprob_gap(a, b) for a, b in zip(batched, single)) <= 1e-4
+    # decode step on a two-image row next to a text-only row (different lengths: left padding)
+    pair = model.prepare([requests[2], requests[3]])
+    assert not pair["attention_mask"].all()
+    _, state = model.prefill(dict(pair))
+    tokens = torch.tensor(model.single_token_ids([" C", "4"]))
+    stepped = model.decode_step(state, tokens)
+    extended = dict(pair, input_ids=torch.cat([pair["input_ids"], tokens[:, None]], 1),
+                    attention_mask=torch.cat([pair["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1))
+    if "mm_token_type_ids" in pair:
+        types = pair["mm_token_type_ids"]
+        extended["mm_token_type_ids"] = torch.cat([types, torch.zeros(2, 1, dtype=types.dtype)], 1)
+    recomputed, _ = model.prefill(extended)
+    assert (stepped - recomputed).abs().max() <= 1e-4
+    # broken: the same step fed to the wrong rows (swapped tokens) must not match the recompute
+    _, state = model.prefill(dict(pair))
+    swapped = model.decode_step(state, tokens.flip(0))
+    assert (swapped - recomputed).abs().max() > 1e-3
+
+
+def test_mixed_image_counts_qwen25_vl(tiny_model, questions):
+    _check_mixed_batches(tiny_model, questions)
+
+
+def test_mixed_image_counts_other_families(other_family, questions):
+    _check_mixed_batches(other_family, questions)
+
+
+@pytest.fixture(scope="module")
+def qwen3_5(other_family):
+    if other_family.family != "qwen3.5":
+        pytest.skip("Qwen3.5 only")
+    return other_family
+
+
+def _template(model, request, thinking: bool) -> str:
+    """The checkpoint's own chat template, rendered directly (the reference for the adapter)."""
+    return model.processor.apply_chat_template([dict(m) for m in request.messages], tokenize=False,
+                                               add_generation_prompt=True, enable_thinking=thinking)
+
+
+def test_qwen3_5_prompts_switch_thinking_through_the_template(qwen3_5, questions):
+    """Default (instruct use): the template's closed empty block, then the answer prefix. Asked to
+    reason (the runner's opener as answer prefix): the template's own open block, opener not
+    repeated. Built with thinking=True: every prompt opens the block, and the opener is ''."""
+    from dataclasses import replace
+
+    from finbench.models.qwen3_5 import Qwen35
+
+    request = finmme.build_request(questions[0], decode_images(questions[0]), "constrained")
+    assert not qwen3_5.enable_thinking
+    instruct = qwen3_5.prompt_text(request)
+    assert instruct == _template(qwen3_5, request, False) + request.answer_prefix
+    assert instruct.endswith("<think>\n\n</think>\n\n" + request.answer_prefix)
+    opener = qwen3_5.thinking_opener()
+    assert opener == "<think>\n" and qwen3_5.thinking_token_ids() is not None
+    reasoning = qwen3_5.prompt_text(replace(request, answer_prefix=opener))
+    assert reasoning == _template(qwen3_5, request, True) and reasoning.endswith("assistant\n<think>\n")
+    assert reasoning.count("<think>") == 1
+    thinker = Qwen35(qwen3_5.model, qwen3_5.processor, qwen3_5.source, thinking=True)
+    assert thinker.thinking_opener() == ""
+    assert thinker.prompt_text(replace(request, answer_prefix="")) == reasoning
+    assert thinker.fingerprint()["enable_thinking"] and not qwen3_5.fingerprint()["enable_thinking"]
+    # broken: a prefix that merely starts like the opener is kept as text, thinking stays off
+    odd = qwen3_5.prompt_text(replace(request, answer_prefix="<think>"))
+    assert odd == _template(qwen3_5, request, False) + "<think>"
+
+
+def test_qwen3_5_decode_state_carries_the_recurrent_state(qwen3_5, questions):
+    """The prefill's cache holds the linear-attention layers' conv and recurrent states beside the
+    full-attention KV cache; a decode step that started from a fresh, empty cache instead (what an
+    adapter that only carried a KV cache would do) gives a different hidden state."""
+    inputs = _prepare(qwen3_5, [questions[1], questions[2]])
+    _, state = qwen3_5.prefill(dict(inputs))
+    layer_types = qwen3_5.model.config.text_config.layer_types
+    assert "linear_attention" in layer_types and "full_attention" in layer_types
+    tokens = torch.tensor(qwen3_5.single_token_ids(["A", "B"]))
+    carried = qwen3_5.decode_step(state, tokens)
+    _, fresh = qwen3_5.prefill(dict(inputs))
+    from transformers import DynamicCache
+
+    fresh.cache = DynamicCache(config=qwen3_5.model.config.text_config)
+    assert (qwen3_5.decode_step(fresh, tokens) - carried).abs().max() > 1e-3
+
+
+def _number_next(text: str) -> set[str]:
+    """The number grammar restated from its definition ([space] [-] digits [. digits] [%], then
+    end): what may follow `text`. 'END' is the end of the answer."""
+    digits = set("0123456789")
+    body = text.lstrip(" ")
+    if body == "":
+        return digits | {"-"} | ({" "} if text == "" else set())
+    if body == "-":
+        return digits
+    if body.endswith("%"):
+        return {"END"}
+    if body.endswith("."):
+        return digits
+    return digits | {"%", "END"} | (set() if "." in body else {"."})
+
+
+def test_numerical_step_logprobs_and_confidence_match_a_full_vocabulary_loop(tiny_model, questions):
+    """Each stored step log-prob is the chosen token's log-probability, renormalised over what
+    the grammar allows, recomputed here by a greedy loop of full forwards over the whole
+    vocabulary (no cache, one question at a time); the confidence is their product."""
+    vocab = AnswerVocabulary.for_model(tiny_model)
+    numeric = [q for q in questions if q.kind == "numerical"][:2]
+    budget = 5
+    decoded = decode_numerical(tiny_model, _prepare(tiny_model, numeric), budget, vocab)
+    symbols = {c: tiny_model.single_token_ids([c])[0] for c in "0123456789.-% "}
+    ends = torch.tensor(vocab.ends)
+    for question, prediction in zip(numeric, decoded):
+        inputs = dict(_prepare(tiny_model, [question]))
+        text, chosen = "", []
+        for _ in range(budget):
+            with torch.no_grad():
+                logits = tiny_model.model(**inputs).logits[0, -1].double()
+            allowed = _number_next(text)
+            scores = {c: logits[i] for c, i in symbols.items() if c in allowed}
+            if "END" in allowed:
+                scores["END"] = torch.logsumexp(logits[ends], 0)
+            names = list(scores)
+            logprobs = torch.log_softmax(torch.stack([scores[n] for n in names]), 0)
+            best = int(logprobs.argmax())
+            chosen.append(float(logprobs[best]))
+            if names[best] == "END":
+                break
+            text += names[best]
+            new = torch.tensor([[symbols[names[best]]]])
+            inputs["input_ids"] = torch.cat([inputs["input_ids"], new], 1)
+            inputs["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones_like(new)], 1)
+            if "mm_token_type_ids" in inputs:
+                inputs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(new)], 1)
+        assert prediction.answer == text.strip()
+        assert len(prediction.step_logprobs) == 1 and len(prediction.step_logprobs[0]) == len(chosen)
+        assert max(abs(a - b) for a, b in zip(prediction.step_logprobs[0], chosen)) <= 1e-4
+        assert math.isclose(prediction.confidence, math.exp(sum(chosen)), rel_tol=1e-4)
+        assert 0.0 < prediction.confidence <= 1.0
+
+
+def test_every_decoder_gives_its_answer_a_confidence(tiny_model, questions):
+    """single: the chosen option's probability; multi: the product over steps of the chosen
+    (greedy = largest) candidate's probability — recomputed from the stored distributions."""
+    from finbench.runner.decoding import answer_confidence
+
+    vocab = AnswerVocabulary.for_model(tiny_model)
+    for kind in ("single", "multi"):
+        chosen = [q for q in questions if q.kind == kind][:4]
+        n_options = torch.tensor([len(q.options) for q in chosen])
+        for p in DECODERS[kind](tiny_model, _prepare(tiny_model, chosen), n_options, vocab):
+            if kind == "single":
+                expected = math.exp(p.option_logprobs["ABCDEFGHIJKLMN".index(p.answer)])
+            else:
+                expected = math.prod(max(math.exp(x) for x in step) for step in p.step_logprobs)
+            assert math.isclose(p.confidence, expected, rel_tol=1e-5)
+            assert math.isclose(answer_confidence(kind, p.option_logprobs, p.step_logprobs), expected, rel_tol=1e-5)
+    # broken: nothing stored → no confidence, never a made-up one
+    assert math.isnan(answer_confidence("numerical", (), ()))
+    assert math.isnan(answer_confidence("single", (), ()))

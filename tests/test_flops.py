@@ -6,7 +6,9 @@ multiply-add) and nothing elementwise, which is exactly the analytic convention,
 to the FLOP (tolerance 0) per component — vision tower, language model, LM head. Eager attention
 is used because on a CPU sdpa dispatches to a kernel the counter has no formula for; eager
 multiplies the dense T×T scores, hence `causal_attention=False` on our side. (On a GPU the counter
-also reports sdpa as dense, whatever the causal mask.)"""
+also reports sdpa as dense, whatever the causal mask.) The same check runs over every other counted
+architecture: Qwen2-VL, Qwen3-VL (DeepStack, patch 16, no windows), Qwen3-VL-MoE and Qwen3.5 /
+Qwen3.5-MoE (Gated DeltaNet linear attention, gated full attention, routed and shared experts)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from finbench.models import shapes
-from finbench.runner import flops
+from finbench.models import flops, shapes
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,89 @@ def test_matches_flop_counter_on_a_real_forward():
     assert measured("") == ours["total"]
 
 
-def test_rejects_non_qwen25_configs(config_7b):
+def test_rejects_configs_it_cannot_count(config_7b):
     text_only = type("Cfg", (), {"text_config": config_7b.text_config})()
-    with pytest.raises(ValueError, match="Qwen2.5-VL"):
+    with pytest.raises(ValueError, match="no FLOP count"):
         flops.prefill_flops(text_only, 10, [(1, 4, 4)])
+    internvl = type("Cfg", (), {"model_type": "internvl", "text_config": config_7b.text_config})()
+    assert not flops.supports(internvl) and flops.supports(config_7b)
+    with pytest.raises(ValueError, match="internvl"):
+        flops.flops_from_batch(internvl, [10])
+
+
+# ---- every other counted architecture vs FlopCounterMode over a tiny random model -------------
+
+def _tiny_from_builder(family: str):
+    from finbench.models.tiny import _BUILDERS
+
+    return _BUILDERS[family](64, 28 * 28 * 16).model.config
+
+
+def _qwen2_vl_config():
+    """Qwen2-VL: plain vision tower (embed_dim wide, fc1/fc2 MLP, every block full attention)."""
+    from transformers import Qwen2VLConfig
+
+    text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 512,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}}
+    vision = {"depth": 2, "embed_dim": 32, "hidden_size": 64, "num_heads": 2, "mlp_ratio": 2, "patch_size": 14}
+    return Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=300, video_token_id=301,
+                         vision_start_token_id=302, vision_end_token_id=303)
+
+
+ARCHITECTURES = {
+    "qwen3-vl": lambda: _tiny_from_builder("qwen3-vl"),  # DeepStack mergers, patch 16
+    "qwen3-vl-moe": lambda: _tiny_from_builder("qwen3-vl-moe"),  # routed experts
+    "qwen3.5": lambda: _tiny_from_builder("qwen3.5"),  # Gated DeltaNet + gated full attention
+    "qwen3.5-moe": lambda: _tiny_from_builder("qwen3.5-moe"),  # + routed and shared experts
+    "qwen2-vl": _qwen2_vl_config,
+}
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_matches_flop_counter_for_every_counted_architecture(name):
+    """Per component, to the FLOP. Two documented differences from what the counter sees: the
+    linear-attention core's triangular solves (`language_solve`; the counter has no formula for
+    them), and the CPU fallback of the causal convolution, which computes kernel-1 padded output
+    positions it then discards (2·(k-1)·channels·k FLOPs per linear-attention layer)."""
+    from transformers import AutoModelForImageTextToText
+
+    config = ARCHITECTURES[name]()
+    kwargs = {"experts_implementation": "eager"} if "moe" in name else {}  # grouped_mm is not counted
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config, attn_implementation="eager", dtype=torch.float32, **kwargs)
+    model.eval()
+    patch = config.vision_config.patch_size
+    # Two images: 12×16 and 8×6 patches; 72 tokens in all, so the delta rule runs two 64-token chunks.
+    grids = torch.tensor([[1, 12, 16], [1, 8, 6]])
+    n_image = [48, 12]
+    ids = [1, 2, 3, config.vision_start_token_id] + [config.image_token_id] * n_image[0]
+    ids += [config.vision_end_token_id, 4, 5, config.vision_start_token_id]
+    ids += [config.image_token_id] * n_image[1] + [config.vision_end_token_id, 6, 7, 8]
+    input_ids = torch.tensor([ids])
+    inputs = {"input_ids": input_ids, "pixel_values": torch.randn(int(grids.prod(1).sum()), 3 * 2 * patch * patch),
+              "image_grid_thw": grids, "mm_token_type_ids": (input_ids == config.image_token_id).int()}
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(**inputs, logits_to_keep=1)
+    counts = counter.get_flop_counts()
+    prefix = type(model).__name__
+
+    def measured(module: str) -> int:
+        return sum(counts[f"{prefix}{module}"].values())
+
+    ours = flops.prefill_flops_breakdown(config, len(ids) - sum(n_image), grids, causal_attention=False)
+    text = config.get_text_config()
+    linear_layers = sum(1 for kind in (getattr(text, "layer_types", None) or []) if kind == "linear_attention")
+    conv_padding = 0
+    if linear_layers:
+        conv_channels = 2 * text.linear_num_key_heads * text.linear_key_head_dim
+        conv_channels += text.linear_num_value_heads * text.linear_value_head_dim
+        kernel = text.linear_conv_kernel_dim
+        conv_padding = linear_layers * 2 * (kernel - 1) * conv_channels * kernel
+        assert ours["language_solve"] > 0
+    else:
+        assert ours["language_solve"] == 0
+    assert measured(".model.visual") == ours["vision"]
+    assert measured(".model.language_model") == ours["language"] - ours["language_solve"] + conv_padding
+    assert measured(".lm_head") == ours["lm_head"]
+    assert ours["total"] == ours["vision"] + ours["language"] + ours["lm_head"]

@@ -25,6 +25,7 @@ from finbench.models.tiny import (  # noqa: E402
     check_tokenizer,
     make_tiny,
     read_tiny_marker,
+    tiny_family_available,
 )
 from finbench.types import OPTION_LETTERS  # noqa: E402
 
@@ -32,16 +33,25 @@ EXPECTED_CLASSES = {
     "qwen2.5-vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration"),
     "qwen3-vl": ("Qwen3VLProcessor", "Qwen3VLForConditionalGeneration"),
     "internvl": ("InternVLProcessor", "InternVLForConditionalGeneration"),
+    "qwen3-vl-moe": ("Qwen3VLProcessor", "Qwen3VLMoeForConditionalGeneration"),
+    "qwen3.5": ("Qwen3VLProcessor", "Qwen3_5ForConditionalGeneration"),
+    "qwen3.5-moe": ("Qwen3VLProcessor", "Qwen3_5MoeForConditionalGeneration"),
 }
+EXPECTED_TOKENIZER = {"qwen3.5": "Qwen3_5Tokenizer", "qwen3.5-moe": "Qwen3_5Tokenizer"}  # the others: Qwen2Tokenizer
 # How one image part of a chat message renders in each family's real chat template.
 IMAGE_PLACEHOLDER = {
     "qwen2.5-vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "qwen3-vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "internvl": "<IMG_CONTEXT>\n",
+    "qwen3-vl-moe": "<|vision_start|><|image_pad|><|vision_end|>",
+    "qwen3.5": "<|vision_start|><|image_pad|><|vision_end|>",
+    "qwen3.5-moe": "<|vision_start|><|image_pad|><|vision_end|>",
 }
+# Families loaded through the transformers Auto classes (DeepSeek-VL2 has its own loader and tests).
+AUTO_FAMILIES = [f for f in TINY_FAMILIES if f in EXPECTED_CLASSES and tiny_family_available(f)]
 
 
-@pytest.fixture(scope="module", params=TINY_FAMILIES)
+@pytest.fixture(scope="module", params=AUTO_FAMILIES)
 def tiny(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     family = request.param
     return family, make_tiny(family, tmp_path_factory.mktemp(family.replace(".", "")) / "model")
@@ -56,7 +66,9 @@ def _load(path: Path):
 def _prompt(processor, n_images: int, question: str, answer_prefix: str = "") -> str:
     content = [{"type": "image"}] * n_images + [{"type": "text", "text": question}]
     messages = [{"role": "user", "content": content}]
-    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + answer_prefix
+    # enable_thinking only matters to Qwen3.5's template (off: instruct use); the others ignore it
+    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                         enable_thinking=False) + answer_prefix
 
 
 def _images() -> list[Image.Image]:
@@ -75,7 +87,7 @@ def test_loads_through_auto_classes(tiny: tuple[str, Path]) -> None:
     # AutoProcessor falls back to a bare tokenizer when it cannot resolve the processor class.
     assert type(processor).__name__ == processor_cls
     assert type(model).__name__ == model_cls
-    assert type(processor.tokenizer).__name__ == "Qwen2Tokenizer"
+    assert type(processor.tokenizer).__name__ == EXPECTED_TOKENIZER.get(family, "Qwen2Tokenizer")
     assert processor.tokenizer.padding_side == "left"
     assert model.dtype == torch.float32
     marker = read_tiny_marker(path)
@@ -113,7 +125,7 @@ def test_tokenization_properties(tiny: tuple[str, Path]) -> None:
         _prompt(processor, 1, "Which option? A. up B. down", answer_prefix="Answer:"),  # ends in "Answer:"
         _prompt(processor, 1, "Which option? A. up B. down"),  # ends in "assistant\n"
     ]
-    assert prompts[1].endswith("assistant\n")
+    assert prompts[1].endswith(("assistant\n", "</think>\n\n"))
     for prompt in prompts:
         base = tok.encode(prompt, add_special_tokens=False)
         for letter in OPTION_LETTERS:
@@ -129,7 +141,11 @@ def test_chat_template_renders_images(tiny: tuple[str, Path]) -> None:
     processor = AutoProcessor.from_pretrained(path)
     text = _prompt(processor, 2, "Compare the two charts.")
     assert text.count(IMAGE_PLACEHOLDER[family]) == 2
-    assert text.endswith("<|im_start|>assistant\n")
+    # Qwen3.5's template closes an empty thinking block after the prompt when thinking is off
+    suffix = "<|im_start|>assistant\n"
+    if family.startswith("qwen3.5"):
+        suffix += "<think>\n\n</think>\n\n"
+    assert text.endswith(suffix)
     messages = [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
     no_prompt = processor.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
     assert not no_prompt.endswith("assistant\n")
@@ -229,4 +245,7 @@ def test_bad_arguments_fail_clearly(tmp_path: Path) -> None:
         make_tiny("llava", tmp_path / "x")
     with pytest.raises(ValueError, match="hidden_size"):
         make_tiny("qwen2.5-vl", tmp_path / "y", hidden_size=60)
+    with pytest.raises(ValueError, match="no separate thinking variant"):  # one checkpoint, a template switch
+        make_tiny("qwen3.5", tmp_path / "z", thinking=True)
+    assert not (tmp_path / "z").exists()
     assert read_tiny_marker(tmp_path) is None

@@ -4,11 +4,14 @@ adapter by `model_type`, and loads it; unknown architectures fail at start-up wi
 from __future__ import annotations
 
 from finbench.models.base import HFVisionLanguageModel
+from finbench.models.deepseek_vl2 import DeepSeekVL2
 from finbench.models.internvl import InternVL
 from finbench.models.qwen2_5_vl import Qwen25VL
+from finbench.models.qwen3_5 import Qwen35
 from finbench.models.qwen3_vl import Qwen3VL
+from finbench.models.qwen3_vl_moe import Qwen3VLMoe
 
-FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, Qwen3VL, InternVL)
+FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, Qwen3VL, InternVL, Qwen3VLMoe, Qwen35, DeepSeekVL2)
 
 
 def family_for(model_type: str) -> type[HFVisionLanguageModel]:
@@ -20,21 +23,56 @@ def family_for(model_type: str) -> type[HFVisionLanguageModel]:
 
 
 def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
-               max_pixels: int | None = None, device_preprocess: bool = False) -> HFVisionLanguageModel:
-    """Load a model from a hub id or a local folder through the transformers Auto classes."""
+               max_pixels: int | None = None, device_preprocess: bool = False, revision: str | None = None,
+               trust_remote_code: bool = False, attn_implementation: str | None = None,
+               chat_template: str | None = None, device_map: str | None = None) -> HFVisionLanguageModel:
+    """Load a model from a hub id or a local folder through the transformers Auto classes.
+    `chat_template` is the text of a Jinja template that replaces the checkpoint's."""
     from pathlib import Path
 
     from transformers import AutoConfig
 
     if not Path(source).exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
         raise ValueError(f"cannot load model {source!r}: no such folder (and not a hub id of the form owner/name)")
-    try:
-        config = AutoConfig.from_pretrained(source)
-    except (OSError, ValueError) as err:
-        raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
-                         f"a hub id available offline ({str(err).splitlines()[0]})") from None
-    family = family_for(config.model_type)
+    # config.json's own model_type first: families outside transformers (deepseek_vl_v2) are
+    # unknown to AutoConfig.
+    model_type = _declared_model_type(source)
+    if model_type is None:
+        try:
+            model_type = AutoConfig.from_pretrained(source).model_type
+        except (OSError, ValueError) as err:
+            raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
+                             f"a hub id available offline ({str(err).splitlines()[0]})") from None
+    family = family_for(model_type)
     options = {"device_preprocess": True} if device_preprocess else {}
-    if device_preprocess and "device_preprocess" not in family.__init__.__code__.co_varnames:
+    if device_preprocess and not family.device_preprocessing:
         raise ValueError(f"--device-preprocess is not available for {family.family} yet")
-    return family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **options)
+    if quant != "none" and quant not in family.quantization:  # unknown values: quant.py says which exist
+        raise ValueError(f"--quant {quant}: {family.family} supports {', '.join(family.quantization)}")
+    hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
+                             "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
+    model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **hub, **options)
+    if chat_template is not None:
+        model.use_chat_template(chat_template)
+    return model
+
+
+def _declared_model_type(source: str) -> str | None:
+    """`model_type` from a local folder's config.json, or from a hub id's cached config.json
+    (offline, never a download); None when neither is at hand."""
+    import json
+    from pathlib import Path
+
+    path = Path(source) / "config.json"
+    if not path.is_file() and not Path(source).exists():
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source, "config.json")
+            path = Path(cached) if isinstance(cached, str) else path
+        except Exception:  # a malformed id: AutoConfig reports it
+            return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError):
+        return None

@@ -19,12 +19,17 @@ import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
 from finbench.types import ModelRequest
+
+
+# LM-head rows a constrained decoder projects onto (letters in two spellings, separator, ends):
+# the FLOP count charges these, not the whole vocabulary.
+PROJECTED_HEAD_ROWS = 32
 
 
 @dataclass
@@ -67,9 +72,15 @@ def attention_implementation(device: torch.device) -> str:
     return "sdpa"
 
 
-def weights_digest(source: str) -> str:
-    """A cheap content fingerprint of a local checkpoint: per weight file its name, size and the
-    SHA-256 of its first and last MiB (hashing 15 GB in full would cost more than a short run)."""
+def file_sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def weights_digest(source: str, file_digest: Callable[[Path], str] | None = None) -> str:
+    """A content fingerprint of a local checkpoint: the SHA-256 of every weight and config file,
+    in full (a tensor changed anywhere must change the cache key). Hashing 15 GB takes ~10 s, so
+    the runner passes `file_digest`, which remembers each file's digest by (path, size, mtime)."""
     folder = Path(source)
     if not folder.is_dir():
         return ""
@@ -77,13 +88,7 @@ def weights_digest(source: str) -> str:
     for path in sorted(folder.glob("*")):
         if path.suffix not in {".safetensors", ".bin", ".json"} or not path.is_file():
             continue
-        size = path.stat().st_size
-        digest.update(f"{path.name}:{size}".encode())
-        with path.open("rb") as handle:
-            digest.update(handle.read(1 << 20))
-            if size > 2 << 20:
-                handle.seek(-(1 << 20), 2)
-                digest.update(handle.read())
+        digest.update(f"{path.name}:{(file_digest or file_sha256)(path)}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -91,6 +96,15 @@ class HFVisionLanguageModel:
     """Generic adapter over `AutoProcessor` + `AutoModelForImageTextToText`."""
 
     family = "generic"
+    model_types: tuple[str, ...] = ()
+    # What the family supports, declared here and shown by `finbench models list`: a family states
+    # what it can honour instead of inheriting behaviour that raises or lies (thinking is declared
+    # with its tags further down).
+    checkpoints: tuple[str, ...] = ()  # hub ids of released checkpoints with this architecture
+    quantization: tuple[str, ...] = ("none", "8bit", "4bit")  # accepted --quant values
+    max_images: int | None = None  # images per request; None = no fixed limit (the context is)
+    device_preprocessing = False  # --device-preprocess: resize/normalise on the model's device
+    flop_count = False  # prefill_flops is an analytic count (models/flops.py), else 0.0
 
     def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
                  attn_implementation: str = "sdpa", max_pixels: int | None = None) -> None:
@@ -113,22 +127,28 @@ class HFVisionLanguageModel:
     # ---- loading ------------------------------------------------------------------------------
     @classmethod
     def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
-             max_pixels: int | None = None, **options: Any) -> "HFVisionLanguageModel":
-        """Load through the Auto classes; `options` are family-specific adapter settings."""
+             max_pixels: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
+             attn_implementation: str | None = None, device_map: str | None = None,
+             **options: Any) -> "HFVisionLanguageModel":
+        """Load through the Auto classes; `options` are family-specific adapter settings.
+        `trust_remote_code` stays off unless asked: a checkpoint's own Python never runs silently."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         from finbench.models.quant import quantization_kwargs
 
         target = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, target)
-        attn = attention_implementation(target)
-        processor = AutoProcessor.from_pretrained(source)
+        attn = attn_implementation or attention_implementation(target)
+        hub = {"revision": revision, "trust_remote_code": trust_remote_code}
+        processor = AutoProcessor.from_pretrained(source, **hub)
         if not hasattr(processor, "tokenizer"):
             raise ValueError(f"{source}: AutoProcessor returned {type(processor).__name__}, not a "
                              "multimodal processor (is the processor class saved with the model?)")
+        placement = {"device_map": device_map} if device_map else {}  # accelerate splits the layers over GPUs
         model = AutoModelForImageTextToText.from_pretrained(
-            source, dtype=torch_dtype, attn_implementation=attn, **quantization_kwargs(quant, target))
-        if quant == "none":
+            source, dtype=torch_dtype, attn_implementation=attn, **hub,
+            **{**quantization_kwargs(quant, target), **placement})
+        if quant == "none" and not device_map:
             model = model.to(target)
         return cls(model, processor, source, quant=quant, attn_implementation=attn, max_pixels=max_pixels, **options)
 
@@ -174,8 +194,15 @@ class HFVisionLanguageModel:
         return int((inputs["input_ids"] == token).sum()) if token is not None else 0
 
     def prefill_flops(self, inputs: Any) -> float:
-        """Analytic FLOPs of one prefill over `inputs`; 0 where the family has no count yet."""
-        return 0.0
+        """Analytic FLOPs of one prefill over `inputs` (models/flops.py: vision tower, every decoder
+        layer over the real tokens of each row, `PROJECTED_HEAD_ROWS` LM-head rows) for a family
+        that declares `flop_count`; 0.0, meaning "not counted", for the others."""
+        if not self.flop_count:
+            return 0.0
+        from finbench.models.flops import flops_from_batch
+
+        return float(flops_from_batch(self.model.config, inputs["attention_mask"].sum(1), inputs.get("image_grid_thw"),
+                                      lm_head_rows=PROJECTED_HEAD_ROWS)["total"])
 
     # ---- inputs -------------------------------------------------------------------------------
     def prompt_text(self, request: ModelRequest) -> str:
@@ -250,11 +277,17 @@ class HFVisionLanguageModel:
         return masked_log_softmax(scores, allowed)
 
     @torch.inference_mode()
-    def generate(self, inputs: Any, max_new_tokens: int) -> tuple[list[str], list[int]]:
-        """Greedy free generation (temperature 0), batched with left padding."""
+    def generate(self, inputs: Any, max_new_tokens: int,
+                 sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
+        """Free generation, batched with left padding: greedy (temperature 0) unless `sampling`
+        gives a temperature > 0 (with optional top_p, top_k)."""
         prompt_length = inputs["input_ids"].shape[1]
-        output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                     temperature=None, top_p=None, top_k=None,
+        sampling = dict(sampling or {})
+        sample = float(sampling.get("temperature") or 0) > 0
+        output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=sample,
+                                     temperature=sampling.get("temperature") if sample else None,
+                                     top_p=sampling.get("top_p") if sample else None,
+                                     top_k=sampling.get("top_k") if sample else None,
                                      pad_token_id=self.tokenizer.pad_token_id)
         new_tokens = output[:, prompt_length:]
         stops = list(self.stop_token_ids())
@@ -266,13 +299,51 @@ class HFVisionLanguageModel:
         texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return texts, counts
 
+    # ---- thinking -----------------------------------------------------------------------------
+    # A family whose checkpoints can reason in a tagged block before answering declares it here;
+    # the runner (runner/thinking.py) generates inside the block, closes it and then answers.
+    supports_thinking = False
+    thinking_tags = ("<think>", "</think>")
+
+    def thinking_token_ids(self) -> tuple[int, int] | None:
+        """Ids of the open and close tags when this checkpoint can think (the family supports it
+        and both tags are single tokens), else None."""
+        if not self.supports_thinking:
+            return None
+        ids = [self.tokenizer.encode(tag, add_special_tokens=False) for tag in self.thinking_tags]
+        return (ids[0][0], ids[1][0]) if all(len(i) == 1 for i in ids) else None
+
+    def thinking_opener(self) -> str:
+        """Text to put after the generation prompt to be inside an open thinking block: '' when
+        the chat template opens it itself (thinking checkpoints), else the open tag."""
+        probe = self.processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+                                                   tokenize=False, add_generation_prompt=True)
+        opened = probe.rstrip().endswith(self.thinking_tags[0])
+        return "" if opened else self.thinking_tags[0] + "\n"
+
     # ---- identity -----------------------------------------------------------------------------
     def processor_settings(self) -> dict[str, Any]:
         image_processor = getattr(self.processor, "image_processor", None)
         settings = image_processor.to_dict() if image_processor is not None else {}
         return {k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool, list, dict, type(None)))}
 
-    def fingerprint(self) -> dict[str, Any]:
+    def use_chat_template(self, template: str) -> None:
+        """Replace the checkpoint's chat template (`--chat-template FILE`)."""
+        self.processor.chat_template = template
+        self.tokenizer.chat_template = template
+
+    def max_context(self) -> int | None:
+        """The language model's context length in tokens (None when the config does not say)."""
+        config = self.model.config
+        text_config = getattr(config, "text_config", None) or getattr(config, "llm_config", None) or config
+        value = getattr(text_config, "max_position_embeddings", None) or getattr(config, "max_position_embeddings", None)
+        return int(value) if value else None
+
+    def checkpoint_folder(self) -> Path:
+        """Where the weights are, for the content digest (a hub id has none: its revision counts)."""
+        return Path(self.source)
+
+    def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]:
         import transformers
 
         config = self.model.config
@@ -281,7 +352,7 @@ class HFVisionLanguageModel:
             "source": self.source,
             "model_type": config.model_type,
             "revision": getattr(config, "_commit_hash", None) or "",
-            "weights": weights_digest(self.source),
+            "weights": weights_digest(str(self.checkpoint_folder()), file_digest),
             "dtype": str(self.dtype).removeprefix("torch."),
             "quant": self.quant,
             "attn_implementation": self.attn_implementation,

@@ -1,7 +1,9 @@
 """InternVL (the `-hf` checkpoint format: `InternVLForConditionalGeneration`, e.g.
 `OpenGVLab/InternVL3-8B-hf`) via the Auto classes.
 
-What differs from the generic adapter: only image-token counting. An image is cut into
+What differs from the generic adapter: only image-token counting, and what it declares: no FLOP
+count (`prefill_flops` reports 0.0; InternViT tiles and the pixel-shuffle projector are not in
+models/flops.py) and no device preprocessing. An image is cut into
 `image_size` tiles on the best-fitting grid of `min_patches`..`max_patches` tiles (plus a
 thumbnail when there is more than one), and each tile becomes `image_seq_length` tokens after
 the pixel shuffle. Positions are plain 1-D rotary ones, so the generic decode step applies.
@@ -17,6 +19,10 @@ from finbench.models.base import HFVisionLanguageModel
 class InternVL(HFVisionLanguageModel):
     family = "internvl"
     model_types = ("internvl",)
+    checkpoints = ("OpenGVLab/InternVL3-1B-hf", "OpenGVLab/InternVL3-2B-hf", "OpenGVLab/InternVL3-8B-hf",
+                   "OpenGVLab/InternVL3-14B-hf", "OpenGVLab/InternVL3-38B-hf", "OpenGVLab/InternVL3-78B-hf")
+    flop_count = False
+    device_preprocessing = False
 
     def __init__(self, model: Any, processor: Any, source: str, **kwargs: Any) -> None:
         if kwargs.get("max_pixels") is not None:

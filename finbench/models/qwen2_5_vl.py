@@ -19,12 +19,12 @@ from typing import Any, Sequence
 import torch
 
 from finbench.models.base import DecodeState, HFVisionLanguageModel
+from finbench.models.vision_attention import install as install_vision_attention
 from finbench.types import ModelRequest
 
 
 IMAGE_PAD = "<|image_pad|>"
 EXPANDED_MARK = "\x00finbench-image-token\x00"
-PROJECTED_HEAD_ROWS = 32  # letters in two spellings + separator + end tokens
 
 
 def _size_value(size: Any, key: str) -> int:
@@ -34,11 +34,17 @@ def _size_value(size: Any, key: str) -> int:
 class Qwen25VL(HFVisionLanguageModel):
     family = "qwen2.5-vl"
     model_types = ("qwen2_5_vl", "qwen2_vl")
+    checkpoints = ("Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-32B-Instruct",
+                   "Qwen/Qwen2.5-VL-72B-Instruct", "Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")
+    device_preprocessing = True
+    flop_count = True  # windowed vision tower (Qwen2.5-VL) or plain one (Qwen2-VL): models/flops.py
 
     def __init__(self, model: Any, processor: Any, source: str, *, device_preprocess: bool = False,
-                 **kwargs: Any) -> None:
+                 vision_attention: str = "packed", **kwargs: Any) -> None:
         super().__init__(model, processor, source, **kwargs)
         self.device_preprocess = device_preprocess
+        # one attention call per vision layer without flash-attn (models/vision_attention.py); in the fingerprint
+        self.attn_implementation = install_vision_attention(self.model, self.attn_implementation, vision_attention)
         if self.max_pixels is not None:
             image_processor = processor.image_processor
             shortest = min(_size_value(image_processor.size, "shortest_edge"), self.max_pixels)
@@ -128,13 +134,6 @@ class Qwen25VL(HFVisionLanguageModel):
             deltas = (state.attention_mask == 0).sum(-1, keepdim=True)
         text_position = text_position + deltas.to(text_position.device).view(-1, 1)
         return text_position[None].expand(3, -1, -1)  # temporal, height, width share it for text
-
-    def prefill_flops(self, inputs: Any) -> float:
-        from finbench.runner.flops import flops_from_batch
-
-        # only the option/grammar rows of the LM head are projected: a few dozen, not the vocabulary
-        return float(flops_from_batch(self.model.config, inputs["attention_mask"].sum(1), inputs.get("image_grid_thw"),
-                                      lm_head_rows=PROJECTED_HEAD_ROWS)["total"])
 
     def processor_settings(self) -> dict[str, Any]:
         factor, min_pixels, max_pixels = self._pixel_bounds()

@@ -8,7 +8,8 @@ like a real checkpoint of that family, only tiny:
 - a 2-layer text model (hidden 64 by default) and a 2-layer vision tower with the real model class;
 - a ~400-token byte-level BPE trained on the spot with `tokenizers` on a small built-in corpus,
   wrapped in the real tokenizer class (`Qwen2Tokenizer`, the `tokenizers`-backed class that
-  transformers 5 uses for all three families), the family's special tokens and real chat template;
+  transformers 5 uses for the Qwen-VL and InternVL families; `Qwen3_5Tokenizer` for Qwen3.5), the
+  family's special tokens and real chat template;
 - the real image/video processors (small pixel limits) and the real processor class;
 - `finbench_tiny.json`, which records family, seed and that the weights are random.
 
@@ -75,8 +76,20 @@ from typing import Any, Callable
 
 from finbench.types import OPTION_LETTERS
 
-TINY_FAMILIES: tuple[str, ...] = ("qwen2.5-vl", "qwen3-vl", "internvl")
+TINY_FAMILIES: tuple[str, ...] = ("qwen2.5-vl", "qwen3-vl", "internvl", "qwen3-vl-moe", "qwen3.5", "qwen3.5-moe",
+                                  "deepseek-vl2")
 TINY_MARKER = "finbench_tiny.json"
+# Families whose model class only newer transformers releases have (the GPU machine's 5.17 may lack
+# them): `make_tiny` says so in one line instead of an ImportError.
+_NEEDS_CLASS = {"qwen3-vl-moe": "Qwen3VLMoeForConditionalGeneration", "qwen3.5": "Qwen3_5ForConditionalGeneration",
+                "qwen3.5-moe": "Qwen3_5MoeForConditionalGeneration"}
+
+
+def tiny_family_available(family: str) -> bool:
+    """Whether the installed transformers has the model class `family` needs."""
+    import transformers
+
+    return family in TINY_FAMILIES and hasattr(transformers, _NEEDS_CLASS.get(family, "AutoModel"))
 TINY_NOTE = "random weights: outputs are chance level"
 
 # Target vocabulary size of the trained BPE (special tokens included).
@@ -233,6 +246,26 @@ QWEN3_VL_CHAT_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}
 """
+
+# Qwen3.5 (dense and MoE): the Qwen3-VL template with the hybrid models' thinking switch in the
+# generation prompt — `enable_thinking=False` writes an empty, closed block, anything else opens
+# one (thinking is the checkpoints' default). Only this switch is taken from the released
+# template's structure; its exact bytes (tool-call and multi-turn reasoning parts) could not be
+# checked offline.
+_QWEN3_GENERATION_PROMPT = r"""{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
+QWEN3_5_CHAT_TEMPLATE = QWEN3_VL_CHAT_TEMPLATE.replace(_QWEN3_GENERATION_PROMPT, r"""{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- else %}
+        {{- '<think>\n' }}
+    {%- endif %}
+{%- endif %}
+""")
+assert QWEN3_5_CHAT_TEMPLATE != QWEN3_VL_CHAT_TEMPLATE
 
 # OpenGVLab/InternVL3-*-hf (the template transformers' conversion script writes). An image part
 # renders as "<IMG_CONTEXT>\n"; the processor expands it to <img><IMG_CONTEXT>*N</img>.
@@ -405,17 +438,18 @@ def _build_tokenizer(
     plain_added: tuple[str, ...],
     named: dict[str, str] | None,
     chat_template: str,
+    tokenizer_class: str = "Qwen2Tokenizer",
 ) -> Any:
     """The real tokenizer class around the trained BPE. eos = <|im_end|> (the Instruct models'
     turn end), pad = <|endoftext|>, no bos, as in the released tokenizer_config.json files."""
+    import transformers
     from tokenizers import AddedToken
-    from transformers import Qwen2Tokenizer
 
     vocab, merges = _train_bpe(special + plain_added)
     kwargs: dict[str, Any] = {}
     if named:
         kwargs["extra_special_tokens"] = dict(named)
-    tokenizer = Qwen2Tokenizer(
+    tokenizer = getattr(transformers, tokenizer_class)(
         vocab=vocab,
         merges=merges,
         unk_token=None,
@@ -730,12 +764,135 @@ def _build_internvl(hidden_size: int, max_pixels: int) -> _Built:
     return _Built(processor, model, "InternVLProcessor", "InternVLForConditionalGeneration", summary)
 
 
+def _qwen3_style_processor(tokenizer: Any, max_pixels: int, chat_template: str) -> tuple[Any, dict[str, int]]:
+    """Qwen3-VL's processor (patch 16, merge 2, mean = std = 0.5), shared by Qwen3-VL-MoE and Qwen3.5."""
+    from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    size = _qwen_image_sizes(max_pixels, factor=32)
+    half = [0.5, 0.5, 0.5]
+    geometry = {"size": size, "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
+                "image_mean": half, "image_std": half}
+    processor = Qwen3VLProcessor(image_processor=_image_processor_class("Qwen2VLImageProcessor")(**geometry),
+                                 tokenizer=tokenizer, video_processor=Qwen3VLVideoProcessor(**geometry),
+                                 chat_template=chat_template)
+    return processor, size
+
+
+def _qwen3_style_vision(hidden_size: int, deepstack: bool) -> dict[str, Any]:
+    vision = {
+        "depth": 2,
+        "hidden_size": _VISION_HIDDEN,
+        "intermediate_size": 2 * _VISION_HIDDEN,
+        "num_heads": _VISION_HIDDEN // _HEAD_DIM,
+        "hidden_act": "gelu_pytorch_tanh",
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": hidden_size,
+        "num_position_embeddings": 64,
+        "in_channels": 3,
+    }
+    if deepstack:
+        vision["deepstack_visual_indexes"] = [0]
+    return vision
+
+
+def _vision_token_ids(tokenizer: Any) -> dict[str, int]:
+    ids = tokenizer.convert_tokens_to_ids
+    return {"image_token_id": ids("<|image_pad|>"), "video_token_id": ids("<|video_pad|>"),
+            "vision_start_token_id": ids("<|vision_start|>"), "vision_end_token_id": ids("<|vision_end|>")}
+
+
+def _build_qwen3_vl_moe(hidden_size: int, max_pixels: int) -> _Built:
+    """Qwen3-VL-MoE (e.g. Qwen3-VL-30B-A3B): Qwen3-VL with every decoder MLP a top-k routed MoE."""
+    from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
+
+    tokenizer = _build_tokenizer(_QWEN_SPECIAL, _QWEN3_PLAIN_ADDED, None, QWEN3_VL_CHAT_TEMPLATE)
+    ids = tokenizer.convert_tokens_to_ids
+    processor, size = _qwen3_style_processor(tokenizer, max_pixels, QWEN3_VL_CHAT_TEMPLATE)
+    text = {
+        **_text_dims(hidden_size),
+        "head_dim": _HEAD_DIM,
+        "vocab_size": _padded_vocab(tokenizer),
+        "max_position_embeddings": 32768,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [4, 2, 2],
+                            "mrope_interleaved": True},
+        # 4 experts, 2 per token (real: 128 experts, 8 per token, moe_intermediate_size 768)
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": hidden_size,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "bos_token_id": ids("<|endoftext|>"),
+        "eos_token_id": ids("<|im_end|>"),
+    }
+    vision = _qwen3_style_vision(hidden_size, deepstack=True)
+    config = Qwen3VLMoeConfig(text_config=text, vision_config=vision, **_vision_token_ids(tokenizer),
+                              tie_word_embeddings=False)
+    model = Qwen3VLMoeForConditionalGeneration(config)
+    return _Built(processor, model, "Qwen3VLProcessor", "Qwen3VLMoeForConditionalGeneration",
+                  {"text_config": text, "vision_config": vision, "image_processor_size": size})
+
+
+def _build_qwen3_5(hidden_size: int, max_pixels: int, moe: bool = False) -> _Built:
+    """Qwen3.5: a hybrid decoder — layer 0 Gated DeltaNet linear attention (a recurrent state
+    instead of a KV cache), layer 1 output-gated full attention (real: 3 of every 4 layers
+    linear) — with Qwen3-VL's vision tower minus DeepStack, and the `Qwen3_5Tokenizer` class.
+    `moe`: Qwen3.5-MoE (e.g. 35B-A3B), every MLP 2-of-4 routed experts plus a shared expert
+    (real: 256 experts, 8 routed + 1 shared)."""
+    import transformers
+
+    tokenizer = _build_tokenizer(_QWEN_SPECIAL, _QWEN3_PLAIN_ADDED, None, QWEN3_5_CHAT_TEMPLATE,
+                                 tokenizer_class="Qwen3_5Tokenizer")
+    ids = tokenizer.convert_tokens_to_ids
+    processor, size = _qwen3_style_processor(tokenizer, max_pixels, QWEN3_5_CHAT_TEMPLATE)
+    text = {
+        **_text_dims(hidden_size),
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        # head_dim 32 with a rotary fraction of 0.25 (as the real 256 with 0.25) rotates 8 dims =
+        # 4 frequencies, split (t, h, w) = [2, 1, 1] and interleaved (real: [11, 11, 10] of 32)
+        "head_dim": 32,
+        "layer_types": ["linear_attention", "full_attention"],
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": _HEAD_DIM,
+        "linear_value_head_dim": _HEAD_DIM,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,  # two value heads per key head, like the real 16 : 32
+        "vocab_size": _padded_vocab(tokenizer),
+        "max_position_embeddings": 32768,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                            "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+        "bos_token_id": ids("<|endoftext|>"),
+        "eos_token_id": ids("<|im_end|>"),
+    }
+    if moe:
+        del text["intermediate_size"]
+        text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden_size // 2,
+                    shared_expert_intermediate_size=hidden_size)
+    name = "Qwen3_5Moe" if moe else "Qwen3_5"
+    vision = _qwen3_style_vision(hidden_size, deepstack=False)
+    config = getattr(transformers, name + "Config")(text_config=text, vision_config=vision,
+                                                   **_vision_token_ids(tokenizer), tie_word_embeddings=False)
+    model = getattr(transformers, name + "ForConditionalGeneration")(config)
+    return _Built(processor, model, "Qwen3VLProcessor", name + "ForConditionalGeneration",
+                  {"text_config": text, "vision_config": vision, "image_processor_size": size})
+
+
 _BUILDERS: dict[str, Callable[[int, int], _Built]] = {
     "qwen2.5-vl": _build_qwen25_vl,
     "qwen3-vl": _build_qwen3_vl,
     "internvl": _build_internvl,
+    "qwen3-vl-moe": _build_qwen3_vl_moe,
+    "qwen3.5": _build_qwen3_5,
+    "qwen3.5-moe": lambda hidden_size, max_pixels: _build_qwen3_5(hidden_size, max_pixels, moe=True),
 }
-assert tuple(_BUILDERS) == TINY_FAMILIES
+# deepseek-vl2 is not a transformers model: its own file builds the official format (make_tiny)
+assert tuple(_BUILDERS) == tuple(f for f in TINY_FAMILIES if f != "deepseek-vl2")
 
 
 # --------------------------------------------------------------------------------------------
@@ -750,18 +907,26 @@ def make_tiny(
     hidden_size: int = 64,
     max_pixels: int = 28 * 28 * 16,
     weights_dtype: str = "bfloat16",
+    thinking: bool = False,
 ) -> Path:
     """Build a tiny random-weight checkpoint of `family` into `out_dir` and return its path.
 
     The folder loads with `AutoProcessor.from_pretrained` + `AutoModelForImageTextToText
     .from_pretrained` exactly like the released checkpoint. Same arguments -> identical files.
     `weights_dtype` is the stored dtype ("bfloat16" like the real checkpoints, or "float32");
-    load with `dtype=torch.float32` for exact comparisons.
+    load with `dtype=torch.float32` for exact comparisons. `thinking=True` writes a thinking
+    checkpoint's chat template (the generation prompt opens `<think>`, as Qwen3-VL-*-Thinking).
     """
     import torch
     from transformers import AutoProcessor, GenerationConfig
     from transformers.utils import logging as hf_logging
 
+    if family == "deepseek-vl2":
+        if thinking:
+            raise ValueError("deepseek-vl2 has no thinking checkpoints")
+        from finbench.models.deepseek_vl2 import make_tiny_deepseek_vl2
+
+        return make_tiny_deepseek_vl2(out_dir, seed=seed, hidden_size=hidden_size, weights_dtype=weights_dtype)
     if family not in _BUILDERS:
         raise ValueError(f"unknown tiny family {family!r}; known: {', '.join(TINY_FAMILIES)}")
     if hidden_size <= 0 or hidden_size % _HEAD_DIM:
@@ -770,6 +935,13 @@ def make_tiny(
         )
     if weights_dtype not in ("bfloat16", "float32"):
         raise ValueError(f"weights_dtype must be 'bfloat16' or 'float32', got {weights_dtype!r}")
+    if not tiny_family_available(family):
+        import transformers
+
+        raise ValueError(f"{family}: transformers {transformers.__version__} has no {_NEEDS_CLASS[family]}")
+    if thinking and family.startswith("qwen3.5"):
+        raise ValueError(f"{family}: one checkpoint both thinks and answers (its template's enable_thinking); "
+                         "there is no separate thinking variant to build")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -777,6 +949,8 @@ def make_tiny(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         built = _BUILDERS[family](hidden_size, max_pixels)
+    if thinking:
+        _make_thinking(built)
     model = built.model.to(getattr(torch, weights_dtype)).eval()
     tokenizer = built.processor.tokenizer
     eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")
@@ -811,11 +985,31 @@ def make_tiny(
         "hidden_size": hidden_size,
         "max_pixels": max_pixels,
         "weights_dtype": weights_dtype,
+        "thinking": thinking,
         "tokenizer_size": len(processor.tokenizer),
         "config": built.config_summary,
     }
     (out / TINY_MARKER).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
+
+
+def _make_thinking(built: _Built) -> None:
+    """Turn an instruct build into a thinking checkpoint: the generation prompt opens the
+    thinking block (`<|im_start|>assistant\\n<think>\\n`), as the released -Thinking templates do."""
+    tokenizer = built.processor.tokenizer
+    for tag in ("<think>", "</think>"):
+        if len(tokenizer.encode(tag, add_special_tokens=False)) != 1:
+            raise ValueError(f"thinking variant: {tag} is not a token of this family's vocabulary")
+    template = built.processor.chat_template
+    for spelling in ("<|im_start|>assistant\\n", "<|im_start|>assistant\n"):  # Jinja literal, or raw text
+        head, found, tail = template.rpartition(spelling)
+        if found:
+            template = head + found + "<think>" + spelling[len("<|im_start|>assistant"):] + tail
+            break
+    else:
+        raise ValueError("thinking variant: no generation prompt found in the chat template")
+    built.processor.chat_template = template
+    tokenizer.chat_template = template
 
 
 def _check_config_tokens(config: Any, tokenizer: Any) -> None:
