@@ -9,30 +9,39 @@ Official source: HiThink-Research/FinMTM @ 40557ba — `finmtm_eval/metrics.py`
 - Old protocol (behind the published table): exact set equality. Note that score 1 under Eq. 1
   happens exactly when P = G, so the old-protocol mean equals the current strict accuracy; both
   are reported under their own names.
-- Official parsing of generated text: drop reasoning up to `</think>`, remove ```json / ``` fences
-  and `<|begin_of_box|>` / `<|end_of_box|>`, strip; strip one pair of surrounding quotes, unescape
-  `\\"`, `json.loads`, take `answer` (a string → one option, a list → its items); any failure → []
-  (score 0). Options are compared as `str(o).strip().upper()`, so the string "A,C" is one unknown
-  option and scores 0.
-- In a samples table an `answer` containing '{' is parsed that way; any other answer is taken as
-  canonical letters (the constrained decoder's 'AC'): the letters A–N it contains. Gold is
-  canonical letters (or the official `{"answer": ...}` JSON). An empty gold scores 0 (the
-  official code raises) and is counted in the output.
+- Official parsing of generated text: the reply after the FIRST `</think>` (the client's split),
+  ```json / ``` fences and `<|begin_of_box|>` / `<|end_of_box|>` removed, stripped; one pair of
+  surrounding quotes stripped, `\\"` unescaped, `json.loads`, take `answer` (a string → one option,
+  a list → its items); any failure → [] (score 0). A reply without '{' therefore has no answer.
+- Current protocol compares `str(o).strip().upper()` (empties dropped): the string "A,C" is one
+  unknown option and scores 0; an option named beyond N ("P", "AA") keeps its own identity.
+- Old protocol (etest.py before 0305353): `set(pred) == set(gold)` on the raw strings, so " a"
+  and "A" differ there. (Its parser also fell back to bare letters; finbench keeps the current
+  parser for both protocols, so only the comparison differs.)
+- Items whose gold is empty are skipped, as etest.py does: they are not in the denominator and are
+  counted as `n_empty_gold`. Rows with a per-sample error stay in the denominator with score 0.
+- In a samples table an `answer` containing '{' is parsed as above; any other answer is taken as
+  canonical letters (the constrained decoder's 'AC'). A gold containing '{' is the official gold
+  JSON, read as etest.py `get_ground_truth`; any other gold is canonical letters.
+
+Dialogue sessions and agent items are scored apart (`extra_scores`): the dialogue score is the
+mean over judged sessions of (0.5·turn + 0.5·session)×10 (the judge's `judge_score`), the agent
+tool score the mean of Qt = 25·F2 over replayed items (`rule_score`), with precision and recall.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bitmask import UNKNOWN_BIT, letters_to_mask, popcount
-from finbench.scoring.stats import ScoreTable, error_mask, str_column
-from finbench.types import MULTI, OPTION_LETTERS, SINGLE
+from finbench.kernels.bitmask import popcount
+from finbench.scoring.stats import ScoreTable, error_mask, float_column, str_column
+from finbench.types import MULTI, SINGLE
 
 LABEL = "FinMTM objective (HiThink-Research/FinMTM Eq. 1; old protocol = exact set match)"
 OBJECTIVE_KINDS = (SINGLE, MULTI)
@@ -41,8 +50,7 @@ _BOX_MARKERS = re.compile(r"<\|begin_of_box\|>|<\|end_of_box\|>")
 
 def clean_output(text: str) -> str:
     """Remove reasoning, code fences and box markers, as the official client/etest.py do."""
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
+    text = text.split("</think>", 1)[-1].strip()
     text = text.replace("```json", "").replace("```", "").strip()
     return _BOX_MARKERS.sub("", text).strip()
 
@@ -66,27 +74,16 @@ def parse_official_answer(text: str) -> list[Any]:
     return []
 
 
-def options_to_mask(options: Iterable[Any]) -> int:
-    """Bitmask of normalised options (`str(o).strip().upper()`, empties dropped); anything that is
-    not a single letter A–N sets UNKNOWN_BIT, which no gold contains."""
-    mask = 0
-    for option in options:
-        name = str(option).strip().upper()
-        if not name:
-            continue
-        mask |= 1 << OPTION_LETTERS.index(name) if len(name) == 1 and name in OPTION_LETTERS else 1 << UNKNOWN_BIT
-    return mask
-
-
-def answer_masks(answers: np.ndarray, json_gold: bool = False) -> torch.Tensor:
-    """Masks of answers: JSON answers through the official parser (gold JSON through plain
-    `json.loads`), everything else as canonical letters (vectorised)."""
-    answers = np.asarray(answers, dtype=object)
-    is_json = np.array(["{" in a for a in answers], dtype=bool)
-    masks = letters_to_mask(np.where(is_json, "", answers), OPTION_LETTERS)
-    for i in np.flatnonzero(is_json):  # per-string parsing, only for generated JSON text
-        masks[i] = options_to_mask(_gold_options(answers[i]) if json_gold else parse_official_answer(answers[i]))
-    return masks
+def answer_lists(answers: np.ndarray, json_gold: bool = False) -> list[list[Any]]:
+    """Option lists as the official code holds them: JSON answers through the official parser
+    (gold JSON through `get_ground_truth`), anything else as its letters A–N (canonical letters)."""
+    out = []
+    for text in answers:
+        if "{" in text:
+            out.append(_gold_options(text) if json_gold else parse_official_answer(text))
+        else:
+            out.append(re.findall(r"[A-N]", text.upper()))
+    return out
 
 
 def _gold_options(text: str) -> list[Any]:
@@ -98,8 +95,29 @@ def _gold_options(text: str) -> list[Any]:
     return [answer] if isinstance(answer, str) else answer if isinstance(answer, list) else []
 
 
+def membership(lists: Sequence[Sequence[Any]], vocabulary: dict[Any, int], normalise: bool) -> torch.Tensor:
+    """Bool [N, V]: row i holds option v. Options are `str(o).strip().upper()` (empties dropped)
+    when `normalise`, else the raw values; the vocabulary grows with every new option."""
+    rows, cols = [], []
+    for i, options in enumerate(lists):
+        for option in options:
+            name = str(option).strip().upper() if normalise else _hashable(option)
+            if normalise and not name:
+                continue
+            rows.append(i)
+            cols.append(vocabulary.setdefault(name, len(vocabulary)))
+    matrix = torch.zeros(len(lists), max(len(vocabulary), 1), dtype=torch.bool)
+    if rows:
+        matrix[torch.tensor(rows), torch.tensor(cols)] = True
+    return matrix
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None))) else json.dumps(value, sort_keys=True)
+
+
 def objective_scores(pred_mask: torch.Tensor, gold_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Eq. 1 score float64 [N], exact set match bool [N]); an empty gold scores 0 in both."""
+    """Eq. 1 on letter bitmasks [N] (A–N; see kernels/bitmask.py) and exact set match (bool [N])."""
     has_gold = gold_mask != 0
     subset = (pred_mask & ~gold_mask) == 0
     hits = popcount(pred_mask & gold_mask).to(torch.float64)
@@ -108,11 +126,22 @@ def objective_scores(pred_mask: torch.Tensor, gold_mask: torch.Tensor) -> tuple[
     return score, (pred_mask == gold_mask) & has_gold
 
 
+def set_scores(pred: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 1 over membership matrices [N, V] (float64 [N]) and exact set equality (bool [N]),
+    for options of any name; a row with an empty gold scores 0 in both."""
+    has_gold = gold.any(1)
+    over = (pred & ~gold).any(1)
+    hits = (pred & gold).sum(1).to(torch.float64)
+    size = gold.sum(1).to(torch.float64).clamp(min=1)
+    score = torch.where(~over & has_gold, hits / size, torch.zeros_like(hits))
+    return score, (pred == gold).all(1) & has_gold
+
+
 def statistics(sums: torch.Tensor) -> dict[str, torch.Tensor]:
-    """From segment sums [..., S, 3] (channels 1, Eq. 1 score, exact): means on the 0–1 scale."""
+    """From segment sums [..., S, 4] (channels 1, Eq. 1 score, Eq. 1 = 1, old exact): 0–1 means."""
     total = sums.sum(-2)
-    return {"score": total[..., 1] / total[..., 0], "score_old": total[..., 2] / total[..., 0],
-            "accuracy": total[..., 2] / total[..., 0]}
+    return {"score": total[..., 1] / total[..., 0], "accuracy": total[..., 2] / total[..., 0],
+            "score_old": total[..., 3] / total[..., 0]}
 
 
 def objective_rows(df: pd.DataFrame) -> np.ndarray:
@@ -121,22 +150,128 @@ def objective_rows(df: pd.DataFrame) -> np.ndarray:
 
 
 def build_table(df: pd.DataFrame, device: str | torch.device = "cpu") -> ScoreTable:
-    """The FinMTM ScoreTable of the objective rows of `df` (other rows are not scored here)."""
-    rows = objective_rows(df)
+    """The FinMTM ScoreTable of the objective rows of `df` with a gold (other rows: `extra_scores`)."""
+    candidates = objective_rows(df)
+    sub = df.iloc[candidates]
+    gold_lists = answer_lists(str_column(sub, "gold"), json_gold=True)
+    has_gold = np.array([any(str(g).strip() for g in golds) for golds in gold_lists], dtype=bool)
+    rows = candidates[has_gold]
     sub = df.iloc[rows]
-    has_error = torch.from_numpy(error_mask(sub))
-    pred = answer_masks(str_column(sub, "answer"))
-    pred = torch.where(has_error, torch.zeros_like(pred), pred)
-    gold = answer_masks(str_column(sub, "gold"), json_gold=True)
-    score, exact = objective_scores(pred, gold)
+    gold_lists = [g for g, keep in zip(gold_lists, has_gold) if keep]
+    has_error = error_mask(sub)
+    pred_lists = [[] if bad else p for p, bad in zip(answer_lists(str_column(sub, "answer")), has_error)]
+    names: dict[Any, int] = {}
+    pred, gold = membership(pred_lists, names, True), membership(gold_lists, names, True)
+    width = max(len(names), 1)
+    pred, gold = _widen(pred, width), _widen(gold, width)
+    score, _ = set_scores(pred, gold)
+    raw: dict[Any, int] = {}
+    raw_pred, raw_gold = membership(pred_lists, raw, False), membership(gold_lists, raw, False)
+    width = max(len(raw), 1)
+    old = (_widen(raw_pred, width) == _widen(raw_gold, width)).all(1)
     ones = torch.ones_like(score)
-    values = torch.stack([ones, score, exact.to(torch.float64)], dim=1)
+    values = torch.stack([ones, score, (score == 1).to(torch.float64), old.to(torch.float64)], dim=1)
     dev = torch.device(device)
-    return ScoreTable(ids=str_column(sub, "id"), correct=exact.to(torch.float64).to(dev), score=score.to(dev),
+    n_empty = int(len(candidates) - len(rows))
+    notes = [f"{int(len(df) - len(candidates))} non-objective rows scored apart (dialogue, agent)"] \
+        if len(candidates) < len(df) else []
+    if n_empty:
+        notes.append(f"{n_empty} objective items have an empty gold: skipped, as etest.py does")
+    return ScoreTable(ids=str_column(sub, "id"), correct=(score == 1).to(torch.float64).to(dev), score=score.to(dev),
                       values=values.to(dev), segments=torch.zeros(len(sub), dtype=torch.int64, device=dev),
                       n_segments=1, statistic=statistics, headline=("score", "score_old", "accuracy"),
                       primary="score",
                       info={"label": LABEL, "rows": rows, "n_excluded": int(len(df) - len(rows)),
-                            "n_errors": int(has_error.sum()), "n_empty_gold": int((gold == 0).sum()),
-                            "notes": ([f"{int(len(df) - len(rows))} non-objective rows not scored"]
-                                      if len(rows) < len(df) else [])})
+                            "n_errors": int(has_error.sum()), "n_empty_gold": n_empty, "notes": notes})
+
+
+def _widen(matrix: torch.Tensor, width: int) -> torch.Tensor:
+    """Pad a membership matrix built before the vocabulary reached `width` columns."""
+    if matrix.shape[1] >= width:
+        return matrix
+    return torch.cat([matrix, torch.zeros(matrix.shape[0], width - matrix.shape[1], dtype=torch.bool)], dim=1)
+
+
+def extra_scores(df: pd.DataFrame) -> dict[str, Any]:
+    """Dialogue and agent scores of the non-objective rows (0–100 and 0–25 scales)."""
+    task = str_column(df, "task")
+    out: dict[str, Any] = {}
+    dialogue = df[task == "dialogue"]
+    if len(dialogue):
+        judged = float_column(dialogue, "judge_score")
+        known = ~np.isnan(judged)
+        levels = str_column(dialogue, "level")
+        out["dialogue"] = {
+            "n": int(len(dialogue)), "n_judged": int(known.sum()),
+            "score": float(judged[known].mean()) if known.any() else None,
+            "by_level": {lv: float(judged[known & (levels == lv)].mean())
+                         for lv in sorted(set(levels[known]))},
+            "scale": "0-100: (0.5·turn + 0.5·session)×10",
+            "note": None if known.all() else f"{int((~known).sum())} sessions unscored (no --judge, or a judge error)"}
+    agent = df[task == "agent"]
+    if len(agent):
+        tool = float_column(agent, "rule_score")
+        known = ~np.isnan(tool)
+        details = [json.loads(d).get("rules", {}) if d else {} for d in str_column(agent, "judge_details")]
+        precision = np.array([d.get("precision", np.nan) for d in details], dtype=np.float64)
+        recall = np.array([d.get("recall", np.nan) for d in details], dtype=np.float64)
+        out["agent"] = {
+            "n": int(len(agent)), "n_scored": int(known.sum()),
+            "tool_score": float(tool[known].mean()) if known.any() else None,
+            "precision": float(np.nanmean(precision)) if known.any() else None,
+            "recall": float(np.nanmean(recall)) if known.any() else None,
+            "scale": "Qt = 25·F2 (0-25), offline replay; answer (0-50) and reasoning (0-25) not scored offline"}
+    return out
+
+
+# ---- finmtm_eval/metrics.py, restated (used by benchmarks/finmtm.py to read the judge) ---------------
+CAPABILITIES = ("visual_precision", "financial_logic", "data_accuracy", "cross_modal_verification",
+                "temporal_awareness")
+
+
+def clamp(value: Any, lower: float, upper: float) -> float:
+    """A number clamped to [lower, upper]; a non-number or NaN is `lower`."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return lower
+    return lower if number != number else min(max(number, lower), upper)
+
+
+def f_beta_score(precision: Any, recall: Any, beta: float = 2.0) -> float:
+    """F-beta of precision and recall clamped to [0, 1]; 0 when both are 0."""
+    if beta <= 0:
+        raise ValueError("beta must be positive")
+    p, r = clamp(precision, 0.0, 1.0), clamp(recall, 0.0, 1.0)
+    denominator = beta * beta * p + r
+    return 0.0 if denominator == 0 else (1 + beta * beta) * p * r / denominator
+
+
+def tool_score(precision: Any, recall: Any, beta: float = 2.0, weight: float = 25.0) -> float:
+    """Qt = weight · F_beta (Eq. 5)."""
+    return max(weight, 0.0) * f_beta_score(precision, recall, beta)
+
+
+def turn_capability_score(scores: Any) -> float:
+    """Uniform mean of the five 0–10 capability scores (a mapping: a missing one counts 0)."""
+    if isinstance(scores, dict):
+        values = [scores.get(name, 0.0) for name in CAPABILITIES]
+    else:
+        values = list(scores)
+        if len(values) != len(CAPABILITIES):
+            raise ValueError(f"expected {len(CAPABILITIES)} capability scores")
+    return sum(clamp(v, 0.0, 10.0) for v in values) / len(CAPABILITIES)
+
+
+def dialogue_score(turn: Any, session: Any, alpha: float = 0.5, report_scale: float = 100.0) -> float:
+    """(alpha·turn + (1 − alpha)·session) on 0–10, reported × report_scale/10 (Eq. 4)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError("alpha must be in [0, 1]")
+    return (alpha * clamp(turn, 0.0, 10.0) + (1 - alpha) * clamp(session, 0.0, 10.0)) * report_scale / 10.0
+
+
+def agent_score(answer: Any, reasoning: Any, precision: Any, recall: Any) -> dict[str, float]:
+    """Qa (0–50) + Qr (0–25) + Qt (25·F2) = Qfinal (Eqs. 5–6)."""
+    qa, qr, qt = clamp(answer, 0.0, 50.0), clamp(reasoning, 0.0, 25.0), tool_score(precision, recall)
+    return {"answer": qa, "reasoning": qr, "tool": qt, "total": qa + qr + qt}
+
