@@ -10,6 +10,10 @@ tokens), and measures for each model:
 - the baseline (batch 1, generate 32 new tokens, regex) on a subset: samples/s and the ratio;
 - 8-bit and 4-bit runs (bitsandbytes, loaded through the real `from_pretrained` path from a
   saved checkpoint) when bitsandbytes is importable.
+The vision tower runs finbench's packed attention (models/vision_attention.py: one call per layer
+without flash-attn; the report's `attn_implementation` says which ran). Inside the prefill, the
+vision tower, the M-RoPE position building (`get_rope_index`) and the language model are timed
+apart (`prefill_parts_s`), and the planner's padding is reported (`padding_ratio`).
 The tokenizer and processor are the real Qwen2.5-VL classes from the tiny model builder, with the
 real image-processor pixel limits; the full-size configs' special-token ids are remapped to it.
 
@@ -147,7 +151,8 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     # warm-up: CUDA context, kernels' autotuning and allocator growth are not charged to the run
     run_benchmark(dataclasses.replace(run_config, limit=min(8, n_items), out=str(work / "warmup")),
                   adapter, show_progress=False)
-    result = run_benchmark(run_config, adapter, show_progress=False).results
+    with PrefillParts(adapter) as parts:
+        result = run_benchmark(run_config, adapter, show_progress=False).results
     throughput = result["throughput"]
     samples_per_s = throughput["samples_per_s"]
     stages = throughput["stages_s"]
@@ -160,6 +165,8 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
         "mean_prompt_tokens": throughput["prompt_tokens"] / max(throughput["samples"], 1),
         "mean_image_tokens": throughput["image_tokens"] / max(throughput["samples"], 1),
         "stages_s": stages, "final_max_batch": throughput["final_max_batch"], "oom_retries": throughput["oom_retries"],
+        "attn_implementation": adapter.attn_implementation, "prefill_parts_s": parts.seconds,
+        "padding_ratio": throughput.get("padding_ratio"),
         "prefill_flops_total": throughput["prefill_flops"],
         "prefill_tflops_per_s": throughput["prefill_tflops_per_s"],
         "end_to_end_tflops_per_s": throughput["prefill_flops"] / throughput["seconds"] / 1e12,
@@ -179,6 +186,61 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     del adapter
     _free()
     return report
+
+
+class PrefillParts:
+    """Wall time of the vision tower, `get_rope_index` and the language model inside the runner's
+    forwards: the three callables are wrapped on the instance for the run (synchronising on CUDA
+    so asynchronous kernels are charged to the part that launched them) and restored after."""
+
+    PARTS = (("vision", ("visual",), "forward"), ("rope_index", (), "get_rope_index"),
+             ("language_model", ("language_model",), "forward"))
+
+    def __init__(self, adapter: Any) -> None:
+        self.base = adapter.model.model
+        self.seconds: dict[str, float] = {}
+        self._restore: list[tuple[Any, str]] = []
+
+    def __enter__(self) -> "PrefillParts":
+        import torch
+
+        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        for name, path, method in self.PARTS:
+            owner = self.base
+            for attribute in path:
+                owner = getattr(owner, attribute, None)
+            original = getattr(owner, method, None) if owner is not None else None
+            if original is None:
+                continue
+            self.seconds[name] = 0.0
+
+            def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                sync()
+                started = time.perf_counter()
+                try:
+                    return _original(*args, **kwargs)
+                finally:
+                    sync()
+                    self.seconds[_name] += time.perf_counter() - started
+
+            setattr(owner, method, timed)
+            self._restore.append((owner, method))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for owner, method in self._restore:
+            delattr(owner, method)  # the instance attribute goes; the class method shows again
+
+
+def headline(report: dict[str, Any]) -> str:
+    """One line per model: what the H200 run is for."""
+    mfu = f"{100 * report['prefill_mfu']:.1f}%" if report.get("prefill_mfu") else "–"
+    ratio = f"{report['speedup_vs_baseline']:.1f}x" if "speedup_vs_baseline" in report else "–"
+    projected = report.get("projected_finmme_minutes")
+    return (f"{report['model']} {report['quant']}: prefill MFU {mfu}, {report['samples_per_s']:.2f} samples/s, "
+            f"projected FinMME ({FINMME_ITEMS:,} items) {projected:.1f} min, vs generate+regex {ratio}, "
+            f"padding {report.get('padding_ratio') or 0:.3f}, vision attention {report['attn_implementation']}, "
+            f"prefill parts {', '.join(f'{k} {v:.1f} s' for k, v in report['prefill_parts_s'].items())}")
 
 
 def summary_lines(reports: list[dict[str, Any]]) -> list[str]:
@@ -247,6 +309,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     stem = "gpu_check_tiny" if args.tiny else "gpu_check_h200"
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=2, default=str))
     table = "\n".join(summary_lines(reports))
+    for report in reports:
+        print(headline(report), flush=True)
     (out / f"{stem}.md").write_text(f"# {stem}\n\n{payload['environment']}\n\n{table}\n")
     print(table)
     return reports

@@ -4,6 +4,8 @@
 # imports. Writes benchmarks/results/gpu_check_h200.{json,md} (or $OUT). Runs on the GPU machine's
 # own Python (torch 2.11, transformers 5.17, no network); wheels placed in .wheels/ (e.g.
 # bitsandbytes, fetched on a machine with network by scripts/fetch_gpu_wheels.sh) are installed first.
+# The vision towers run finbench's packed attention (no flash-attn needed); each model prints one
+# headline line: prefill MFU, samples/s, projected FinMME minutes, ratio to generate+regex.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -221,3 +221,50 @@ def test_percentile_ci_matches_numpy():
     with_nan = torch.cat([x, torch.tensor([math.nan])])
     assert bootstrap.percentile_ci(with_nan, 0.9) == (low, high)
     assert all(math.isnan(v) for v in bootstrap.percentile_ci(torch.tensor([math.nan]), 0.9))
+
+
+def _python_factorize(values):
+    """Brute force: sorted distinct non-missing labels, each row's position in them, -1 if missing."""
+    present = sorted({v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))})
+    where = {v: i for i, v in enumerate(present)}
+    return [where.get(v, -1) if v is not None and not (isinstance(v, float) and math.isnan(v)) else -1
+            for v in values], present
+
+
+@pytest.mark.parametrize("form", ["object", "str", "category", "arrow", "chunked"])
+def test_dictionary_codes_equal_brute_force(form):
+    import pyarrow as pa
+
+    rng = random.Random(3)
+    pool = ["b", "a", "", "B", "é", "domain_10", "domain_2", "ﬀ", "z" * 40, None, math.nan]
+    values = [rng.choice(pool) for _ in range(3000)]
+    expected_ids, expected_labels = _python_factorize(values)
+    series = pd.Series(values, dtype=object)
+    given = {"object": series, "str": series.astype("str").where(series.notna(), None),
+             "category": series.astype("category"), "arrow": pa.array(series, from_pandas=True),
+             "chunked": pa.chunked_array([pa.array(series[:1000], from_pandas=True),
+                                          pa.array(series[1000:], from_pandas=True)])}[form]
+    ids, labels = segments.dictionary_codes(given, n_threads=2)
+    assert ids.tolist() == expected_ids and labels == expected_labels
+    # factorize takes the Arrow path for string columns and must give pandas' own answer
+    ids, labels = segments.factorize(series)
+    codes, uniques = pd.factorize(series, sort=True)
+    assert ids.tolist() == codes.tolist() == expected_ids and labels == list(uniques)
+
+
+def test_dictionary_codes_threads_and_chunks_agree(monkeypatch):
+    monkeypatch.setattr(segments, "PARALLEL_MIN_ELEMENTS", 10)  # force several row chunks
+    values = pd.Series(np.array(["c", "a", None, "b"], dtype=object)[np.random.default_rng(0).integers(0, 4, 1001)])
+    one, labels_one = segments.dictionary_codes(values, n_threads=1)
+    three, labels_three = segments.dictionary_codes(values, n_threads=3)
+    assert np.array_equal(one, three) and labels_one == labels_three == ["a", "b", "c"]
+    assert one.tolist() == _python_factorize(list(values))[0]
+
+
+def test_dictionary_codes_refuse_what_is_not_strings():
+    assert segments.dictionary_codes(pd.Series([3, 1, 2])) is None
+    assert segments.dictionary_codes(pd.Series(["a", 1], dtype=object)) is None  # mixed: pandas decides
+    assert segments.dictionary_codes(pd.Series([1.5, None]).astype("category")) is None
+    assert segments.dictionary_codes([1, 2]) is None
+    ids, labels = segments.factorize(pd.Series(["a", 1, "a"], dtype=object))  # pandas path still works
+    assert ids.tolist() == [1, 0, 1] or ids.tolist() == [0, 1, 0]

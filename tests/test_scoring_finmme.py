@@ -321,3 +321,67 @@ def test_bootstrap_ci_seeded_and_json_ready():
         ci = a["ci"][key]
         assert ci["level"] == 0.95 and ci["low"] <= a[key] <= ci["high"]
     json.dumps(a, allow_nan=False)
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["one-chunk", "threads"])
+@pytest.mark.parametrize("form", ["str", "object", "category", "parquet"])
+def test_arrow_cell_encoding_equals_general_path(form, chunked, tmp_path, monkeypatch):
+    """encode_official_cells (Arrow dictionaries) vs factorize + letters_to_mask + official_cells,
+    byte for byte, on messy metadata: missing values, unicode, lower case, separators, numbers."""
+    import pyarrow.parquet as pq
+
+    from finbench.kernels import segments
+    from finbench.kernels.bitmask import letters_to_mask
+    from finbench.kernels.segments import factorize
+
+    if chunked:  # rows split over threads, as for millions of questions
+        monkeypatch.setattr(segments, "PARALLEL_MIN_ELEMENTS", 100)
+        monkeypatch.setattr(finmme, "PARALLEL_MIN_ELEMENTS", 100)
+
+    rng = random.Random(7)
+    domains = ["Banking", "banking", "Équités", "", None, "Risk", "FX"]
+    types = ["multiple_choice", "single_choice", "numerical", "Multiple_choice", None, ""]
+    golds = ["A", "AC", "a,c", "ACA", "AA", "B D", "8.81", "", None, "ﬀ", "N", "xyz", "-3.5"]
+    n = 4000
+    df = pd.DataFrame({"d": [rng.choice(domains) for _ in range(n)], "q": [rng.choice(types) for _ in range(n)],
+                       "g": [rng.choice(golds) for _ in range(n)]}, dtype=object)
+    ids, labels = factorize(df["d"])
+    is_mc = torch.tensor([q == "multiple_choice" for q in df["q"]])
+    expected = finmme.official_cells(ids, len(labels), finmme.multi_answer_mask(is_mc, letters_to_mask(df["g"])))
+    # an independent check of the multi-answer rule: more than one distinct letter A–N
+    multi_ref = [q == "multiple_choice" and len({c for c in str(g or "").upper() if c in LETTERS}) > 1
+                 for q, g in zip(df["q"], df["g"])]
+    assert (expected % 2).bool().tolist() == multi_ref
+    if form == "parquet":
+        df.to_parquet(tmp_path / "s.parquet")
+        table = pq.read_table(tmp_path / "s.parquet", read_dictionary=["d", "q", "g"])
+        columns = [table.column(c) for c in "dqg"]
+    else:
+        columns = [df[c].astype(form) if form != "object" else df[c] for c in "dqg"]
+        if form == "str":
+            columns = [c.where(df[name].notna(), None) for c, name in zip(columns, "dqg")]
+    cells, got_labels = finmme.encode_official_cells(*columns, n_threads=3)
+    assert torch.equal(cells, expected) and got_labels == labels
+
+
+def test_arrow_cell_encoding_falls_back_for_non_strings():
+    domains = pd.Series(["a", "b", "a", None], dtype=object)
+    types = pd.Series(["multiple_choice"] * 4)
+    gold = pd.Series([12, 3, 1.5, None], dtype=object)  # numbers: str() then the letter rule (none)
+    cells, labels = finmme.encode_official_cells(domains, types, gold)
+    assert cells.tolist() == [0, 2, 0, 4] and labels == ["a", "b"]
+    gold = pd.Series(["AB", "C", "ABC", "AB"])
+    cells, _ = finmme.encode_official_cells(pd.Series([1, 2, 1, 2]), types, gold)  # integer domains
+    assert cells.tolist() == [1, 2, 1, 3]
+
+
+def test_finscore_from_arrow_cells_equals_pandas_definition():
+    rng = np.random.default_rng(5)
+    n = 5000
+    df = pd.DataFrame({"knowledge_domain": rng.choice(["x", "y", "z"], n),
+                       "question_type": rng.choice(["single_choice", "multiple_choice", "numerical"], n),
+                       "answer": rng.choice(["A", "AC", "BD", "C"], n), "correct_or_not": rng.random(n) < 0.5})
+    cells, labels = finmme.encode_official_cells(df["knowledge_domain"], df["question_type"], df["answer"])
+    correct = torch.from_numpy(df["correct_or_not"].to_numpy(copy=True))
+    got = finmme.official_finscore_from_cells(correct, cells, len(labels))
+    assert float(got["finscore"]) == pytest.approx(ref_calculate_finscore(df)[0], abs=1e-12)

@@ -21,10 +21,96 @@ MISSING_LABEL = "(missing)"
 
 def factorize(values: Iterable[Any] | np.ndarray | pd.Series, sort: bool = True) -> tuple[torch.Tensor, list[Any]]:
     """Labels → (int64 ids, unique labels). Missing values (None/NaN) get id -1, as pandas'
-    group-by drops them; `sort=True` orders ids like `DataFrame.groupby`."""
+    group-by drops them; `sort=True` orders ids like `DataFrame.groupby`. String columns go
+    through Arrow's dictionary encoding (`dictionary_codes`), anything else through pandas."""
+    if sort:
+        encoded = dictionary_codes(values)
+        if encoded is not None:
+            return torch.from_numpy(encoded[0]), encoded[1]
     codes, uniques = pd.factorize(pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values,
                                   sort=sort, use_na_sentinel=True)
     return torch.from_numpy(np.asarray(codes, dtype=np.int64)), list(uniques)
+
+
+def arrow_strings(values: Any) -> Any:
+    """`values` as an Arrow (chunked) array of strings, or of dictionary-encoded strings (pandas
+    categoricals, Parquet dictionary columns); None when they are not all strings/missing.
+    Arrow-backed pandas strings (pandas ≥ 3's default `str`) are taken without a copy."""
+    import pyarrow as pa
+
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        arr = values
+    elif isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        categories = values.cat.categories
+        if len(categories) and not pd.api.types.is_string_dtype(categories.dtype):
+            return None
+        try:
+            arr = pa.DictionaryArray.from_arrays(pa.array(values.cat.codes.to_numpy(), mask=values.isna().to_numpy()),
+                                                 pa.array(categories.to_numpy(dtype=object), type=pa.string()))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            return None
+    elif isinstance(values, (pd.Series, np.ndarray)):
+        if values.dtype != object and not pd.api.types.is_string_dtype(values.dtype):
+            return None
+        try:
+            arr = pa.array(values, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            return None
+    else:
+        return None
+    value_type = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
+    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+            or (pa.types.is_null(value_type) and len(arr) == 0)):
+        return None
+    return arr
+
+
+def dictionary_codes(values: Any, n_threads: int | None = None) -> tuple[np.ndarray, list[str]] | None:
+    """String labels → (int64 ids [N], sorted unique labels), missing → -1, exactly `factorize`'s
+    result; None when `values` are not strings. See `dictionary_encode_chunks`."""
+    arr = arrow_strings(values)
+    if arr is None:
+        return None
+    chunks, labels, lookups = dictionary_encode_chunks(arr, n_threads)
+    out = np.empty(len(arr), dtype=np.int64)
+    start = 0
+    for chunk, lookup in zip(chunks, lookups):
+        out[start:start + len(chunk)] = lookup[chunk]
+        start += len(chunk)
+    return out, labels
+
+
+def dictionary_encode_chunks(arr: Any, n_threads: int | None = None
+                             ) -> tuple[list[np.ndarray], list[str], list[np.ndarray]]:
+    """An Arrow string array → (per row chunk: dictionary indices [n] with missing = len(lookup)-1,
+    sorted unique labels, per chunk: lookup [d+1] from its indices to label ids, -1 last).
+
+    Arrow hashes each chunk of rows (one per thread; Arrow releases the GIL) into a small
+    dictionary; the dictionaries are merged and sorted (a few entries), so a row's label id is
+    one table lookup, `lookup[indices]`. Already dictionary-encoded input (categoricals, Parquet
+    dictionary columns) skips the hashing."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+    if not pa.types.is_dictionary(arr.type):
+        threads = n_threads or torch.get_num_threads()
+        if threads > 1 and len(arr) >= PARALLEL_MIN_ELEMENTS:
+            step = -(-len(arr) // threads)
+            chunks = [arr.slice(start, step) for start in range(0, len(arr), step)]
+        with ThreadPoolExecutor(max(1, min(threads, len(chunks)))) as pool:
+            chunks = list(pool.map(pc.dictionary_encode, chunks))
+    dictionaries = [c.dictionary.cast(pa.large_string()) for c in chunks]
+    labels = pc.unique(pa.chunked_array(dictionaries, type=pa.large_string())) if dictionaries \
+        else pa.array([], pa.large_string())
+    labels = labels.take(pc.sort_indices(labels))  # UTF-8 byte order = code-point order = Python's
+    lookups, indices = [], []
+    for chunk, dictionary in zip(chunks, dictionaries):
+        lookups.append(np.append(pc.index_in(dictionary, value_set=labels).to_numpy(zero_copy_only=False)
+                                 .astype(np.int64), -1))
+        codes = chunk.indices.fill_null(len(dictionary)) if chunk.null_count else chunk.indices
+        indices.append(codes.to_numpy(zero_copy_only=False))
+    return indices, labels.to_pylist(), lookups
 
 
 def segment_count(ids: torch.Tensor, n_segments: int) -> torch.Tensor:

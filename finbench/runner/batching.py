@@ -34,3 +34,12 @@ def plan_batches(items: Sequence[Item], max_batch: int, token_budget: int) -> li
         if current:
             batches.append(current)
     return batches
+
+
+def padding_ratio(items: Sequence[Item], batches: Sequence[Sequence[int]]) -> float:
+    """Padded tokens / real tokens of a plan: each batch costs its rows × its longest row (left
+    padding to the longest). 1.0 = no padding; an empty plan is 1.0."""
+    length = {item.index: item.n_tokens for item in items}
+    real = sum(length[i] for batch in batches for i in batch)
+    padded = sum(len(batch) * max(length[i] for i in batch) for batch in batches if batch)
+    return padded / real if real else 1.0

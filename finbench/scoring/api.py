@@ -1,0 +1,314 @@
+"""The scoring API: the benchmark dispatch (`build_table`), breakdowns over metadata columns,
+calibration from option probabilities, `score_samples`, `per_question_correct` and `compare_runs`.
+`finbench.scoring` hands these names on; see its docstring for the contract."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from finbench.kernels.bitmask import letters_to_mask, single_bit_index
+from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
+from finbench.scoring import famma, finmme, finmtm
+from finbench.scoring.stats import (ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
+                                    error_mask, flipped_ids, holm, mcnemar, paired_bootstrap, point_estimates, selective_curve,
+                                    str_column)
+from finbench.types import OPTION_LETTERS, SINGLE
+
+BENCHMARKS = ("finmme", "famma", "finmtm")
+DEFAULT_GROUP_COLUMNS = ("domain", "question_type", "kind", "asset_class", "chart_type", "cognitive_dimension",
+                         "language", "difficulty", "subfield")
+FAMMA_GROUP_COLUMNS = ("arithmetic", "language×difficulty", "arithmetic×subfield", "arithmetic×difficulty",
+                       "arithmetic×language", "arithmetic×language×difficulty")
+CI_LEVEL = 0.95
+
+__all__ = ["BENCHMARKS", "breakdowns", "build_table", "calibration_summary", "compare_runs", "option_prob_matrix",
+           "per_question_correct", "score_samples"]
+
+
+# ---- tables ----------------------------------------------------------------------------------------
+def build_table(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "official",
+                denominator: str = "gold", device: str | torch.device = "cpu") -> ScoreTable:
+    """The ScoreTable of one run under the benchmark's rule."""
+    benchmark = benchmark.lower()
+    if benchmark == "finmme":
+        return finmme.build_table(df, variant=variant, denominator=denominator, device=device)
+    if variant != "official":
+        raise ValueError(f"variant {variant!r} exists only for finmme; {benchmark} has 'official'")
+    if benchmark == "finmtm":
+        return finmtm.build_table(df, device=device)
+    if benchmark == "famma":
+        return famma.build_table(df, device=device)
+    raise ValueError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
+
+
+def _table_rows(df: pd.DataFrame, table: ScoreTable) -> pd.DataFrame:
+    """The rows of `df` the table scores, in table order (FinMTM scores objective rows only)."""
+    rows = table.info.get("rows")
+    return df if rows is None else df.iloc[rows]
+
+
+def per_question_correct(df: pd.DataFrame, benchmark: str = "finmme") -> np.ndarray:
+    """Official per-question correctness (float 0/1, one per row of `df`); rows the benchmark's
+    rule does not score (FinMTM open items) keep their stored `correct`, else NaN."""
+    table = build_table(df, benchmark)
+    rows = table.info.get("rows")
+    correct = table.correct.cpu().numpy().astype(np.float64)
+    if rows is None:
+        return correct
+    out = pd.to_numeric(df["correct"], errors="coerce").to_numpy(np.float64) if "correct" in df.columns \
+        else np.full(len(df), np.nan)
+    out = out.copy()
+    out[rows] = correct
+    return out
+
+
+# ---- breakdowns ------------------------------------------------------------------------------------
+def breakdowns(df: pd.DataFrame, table: ScoreTable, columns: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{column: {value: {"n", "accuracy"[, "score"]}}} for every column, in one segment pass.
+    `score` (mean per-question score) appears when the rule is not plain 0/1 (paper S, FinMTM Eq. 1)."""
+    columns = [c for c in columns if c in df.columns]
+    if not columns or table.n == 0:
+        return {}
+    codes, labels = [], []
+    for column in columns:
+        col = df[column]
+        ids, uniques = factorize(col.astype(object).where(col.isna(), col.astype(str)))  # mixed types sort as text
+        ids = torch.where(ids < 0, torch.full_like(ids, len(uniques)), ids)
+        codes.append(ids.to(table.values.device))
+        labels.append([str(u) for u in uniques] + [MISSING_LABEL])
+    show_score = not torch.equal(table.score, table.correct)
+    values = torch.stack([table.correct, table.score], dim=1)
+    counts, sums = multi_column_counts_sums(codes, [len(lab) for lab in labels], values)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for column, lab, n, s in zip(columns, labels, counts, sums):
+        groups = {}
+        for j, label in enumerate(lab):
+            if n[j] == 0:
+                continue
+            entry: dict[str, Any] = {"n": int(n[j]), "accuracy": float(s[j, 0] / n[j])}
+            if show_score:
+                entry["score"] = float(s[j, 1] / n[j])
+            groups[label] = entry
+        out[column] = groups
+    return out
+
+
+def _group_frame(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
+    if benchmark != "famma":
+        return df
+    derived = famma.group_frame(df)
+    return pd.concat([df.drop(columns=[c for c in derived.columns if c in df.columns]), derived], axis=1)
+
+
+# ---- option probabilities ------------------------------------------------------------------------------
+def option_prob_matrix(values: pd.Series) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged option-probability lists → (zero-padded [N, K] float64, lengths [N]). Arrow does the
+    flattening; None / NaN / empty entries have length 0."""
+    import pyarrow as pa
+
+    cleaned = [None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values]
+    try:
+        arr = pa.array(cleaned, type=pa.list_(pa.float64()), from_pandas=True)
+        offsets = np.asarray(arr.offsets, dtype=np.int64)
+        flat = np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        lists = [list(map(float, v)) if v is not None else [] for v in cleaned]
+        offsets = np.concatenate([[0], np.cumsum([len(v) for v in lists])]).astype(np.int64)
+        flat = np.array([x for v in lists for x in v], dtype=np.float64)
+    lengths = np.diff(offsets)
+    n, k = len(lengths), int(lengths.max()) if len(lengths) else 0
+    probs = np.zeros((n, k), dtype=np.float64)
+    if flat.size:
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(flat.size) - np.repeat(offsets[:-1], lengths)
+        probs[rows, cols] = flat
+    return torch.from_numpy(probs), torch.from_numpy(lengths)
+
+
+def _confidences(df: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(renormalised probs [N, K], valid rows [N], max prob per row with NaN where invalid) or None."""
+    if "option_probs" not in df.columns or len(df) == 0:
+        return None
+    probs, lengths = option_prob_matrix(df["option_probs"])
+    if probs.shape[1] == 0:
+        return None
+    total = probs.sum(1)
+    valid = (lengths > 0) & torch.isfinite(probs).all(1) & (probs >= 0).all(1) & (total > 0)
+    valid &= ~torch.from_numpy(error_mask(df))
+    probs = torch.where(valid[:, None], probs / total.clamp(min=1e-300)[:, None], torch.zeros_like(probs))
+    confidence = torch.where(valid, probs.max(1).values, torch.full_like(total, math.nan))
+    return probs, valid, confidence
+
+
+def calibration_summary(df: pd.DataFrame, n_bins: int = 10) -> dict[str, Any] | None:
+    """ECE, Brier and reliability bins of single-choice items from `option_probs` (renormalised over
+    the options; prediction = argmax, hit = argmax is the gold letter)."""
+    found = _confidences(df)
+    if found is None:
+        return None
+    probs, valid, _ = found
+    gold = single_bit_index(letters_to_mask(str_column(df, "gold"), OPTION_LETTERS, casefold=False))
+    gold_count = torch.from_numpy(np.array([len(g) for g in str_column(df, "gold")]))
+    usable = valid & torch.from_numpy(str_column(df, "kind") == SINGLE) & (gold >= 0) & (gold_count == 1)
+    usable &= gold < probs.shape[1]
+    if not bool(usable.any()):
+        return None
+    out = calibration(probs[usable], gold[usable], n_bins)
+    out["items"] = "single-choice items with option probabilities"
+    return out
+
+
+# ---- score / compare --------------------------------------------------------------------------------
+def score_samples(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "official", n_bootstrap: int = 0,
+                  seed: int = 0, group_columns: Sequence[str] | None = None, device: str | torch.device = "cpu",
+                  denominator: str = "gold", level: float = CI_LEVEL,
+                  thresholds: Sequence[float] | None = None) -> dict[str, Any]:
+    """Score one run's samples table. Headline numbers are on the 0–1 scale (papers quote ×100);
+    `ci` holds percentile bootstrap CIs (questions resampled, the whole statistic recomputed per
+    resample) when n_bootstrap > 0. `denominator` is the paper variant's n (`gold` | `options`)."""
+    benchmark = benchmark.lower()
+    table = build_table(df, benchmark, variant, denominator, device)
+    rows = _table_rows(df, table)
+    info = table.info
+    out: dict[str, Any] = {"benchmark": benchmark, "variant": variant, "label": info["label"], "n": table.n,
+                           "n_errors": info.get("n_errors", 0)}
+    if variant == "paper":
+        out["n_denominator"] = info["n_denominator"]
+    out.update(point_estimates(table))
+    out["headline"] = list(table.headline)
+    out["primary"] = table.primary
+    if benchmark == "finmme":
+        out["n_multi_answer"] = info["n_multi_answer"]
+        out["n_domains"] = len(info["domains"])
+    if benchmark == "finmtm":
+        out["score_percent"] = out["score"] * 100 if out.get("score") is not None else None
+        out["n_excluded"] = info["n_excluded"]
+        out["n_empty_gold"] = info["n_empty_gold"]
+        out.update(finmtm.extra_scores(df))
+    if benchmark == "famma":
+        out["correct_sources"] = info["correct_sources"]
+        out["n_unscored"] = info["n_unscored"]
+    if n_bootstrap > 0 and table.n > 0:
+        out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level)
+        out["bootstrap"] = {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
+                            "unit": "question", "method": "percentile"}
+    if "correct" in rows.columns:
+        stored = pd.to_numeric(rows["correct"], errors="coerce").to_numpy(np.float64)
+        known = ~np.isnan(stored)
+        mismatch = int(((stored[known] > 0.5) != (table.correct.cpu().numpy()[known] > 0.5)).sum())
+        out["stored_correct_mismatches"] = mismatch
+    if group_columns is None:
+        group_columns = DEFAULT_GROUP_COLUMNS + (FAMMA_GROUP_COLUMNS if benchmark == "famma" else ())
+    out["breakdowns"] = breakdowns(_group_frame(rows, benchmark), table, group_columns)
+    if "confidence" in rows.columns:  # every answer's own confidence (runs written since it exists)
+        out.update(answer_confidence_scores(table, rows, thresholds))
+    elif (calib := calibration_summary(rows)) is not None:
+        out["calibration"] = calib
+        confidences = _confidences(rows)
+        if confidences is not None:
+            out["selective"] = selective_curve(table, confidences[2], thresholds)
+    out["notes"] = list(info.get("notes", []))
+    return _jsonable(out)
+
+
+def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str = "finmme",
+                 n_bootstrap: int = 1000, seed: int = 0, variant: str = "official", level: float = CI_LEVEL,
+                 device: str | torch.device = "cpu") -> dict[str, Any]:
+    """Paired comparison of runs on the same questions; the first run is the baseline.
+
+    Runs are aligned on `id` and only ids scored in every run are used. Per run vs baseline:
+    exact McNemar on correctness, Holm-adjusted p over all runs, paired bootstrap CIs (the same
+    resampled questions feed both runs) of every headline difference, and the flipped ids."""
+    if len(dfs) != len(names) or len(dfs) < 2:
+        raise ValueError("compare_runs needs at least two runs and one name per run")
+    if len(set(names)) != len(names):
+        raise ValueError(f"run names must be distinct: {list(names)}")
+    benchmark = benchmark.lower()
+    tables = [build_table(df, benchmark, variant, device=device) for df in dfs]
+    for name, table in zip(names, tables):
+        if len(set(table.ids.tolist())) != table.n:
+            raise ValueError(f"run {name!r} has duplicate question ids")
+    shared = _shared_ids(tables)
+    positions = [_positions(t, shared) for t in tables]
+    base = tables[0].subset(positions[0])
+    aligned = [base] + [dataclasses.replace(base, correct=t.subset(p).correct, score=t.subset(p).score,
+                                            values=t.subset(p).values)
+                        for t, p in zip(tables[1:], positions[1:])]
+    scores = {name: point_estimates(t) for name, t in zip(names, aligned)}
+    comparisons = []
+    for k, (name, table) in enumerate(zip(names[1:], aligned[1:]), start=1):
+        mc = mcnemar(base.correct, table.correct)
+        cis = paired_bootstrap(base, table, n_bootstrap, seed, level) if n_bootstrap > 0 and base.n else {}
+        delta = {m: {"value": _diff(scores[name].get(m), scores[names[0]].get(m)),
+                     "ci": cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None}
+                 for m in base.headline}
+        comparisons.append({"run": name, "baseline": names[0], "n": base.n, "delta": delta,
+                            "mcnemar": {"baseline_only": mc["a_only"], "run_only": mc["b_only"], "p": mc["p"]},
+                            "flipped": flipped_ids(base, table)})
+    for comparison, p in zip(comparisons, holm([c["mcnemar"]["p"] for c in comparisons])):
+        comparison["p_holm"] = p
+    notes = _gold_disagreements(dfs, names, shared)
+    return _jsonable({"benchmark": benchmark, "variant": variant, "label": tables[0].info["label"],
+                      "baseline": names[0], "runs": list(names), "primary": base.primary,
+                      "headline": list(base.headline), "n_shared": len(shared),
+                      "n_by_run": {name: t.n for name, t in zip(names, tables)},
+                      "scores": scores, "comparisons": comparisons,
+                      "bootstrap": {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
+                                    "paired": True},
+                      "notes": notes})
+
+
+def _shared_ids(tables: Sequence[ScoreTable]) -> list[str]:
+    """Ids scored in every run, in the baseline's order."""
+    common = set(tables[0].ids.tolist())
+    for t in tables[1:]:
+        common &= set(t.ids.tolist())
+    return [i for i in tables[0].ids.tolist() if i in common]
+
+
+def _positions(table: ScoreTable, ids: Sequence[str]) -> np.ndarray:
+    index = pd.Index(table.ids)
+    return index.get_indexer(pd.Index(ids, dtype=object)).astype(np.int64)
+
+
+def _gold_disagreements(dfs: Sequence[pd.DataFrame], names: Sequence[str], shared: Sequence[str]) -> list[str]:
+    base = dfs[0].set_index(dfs[0]["id"].astype(str))["gold"].astype(str).reindex(shared) \
+        if "gold" in dfs[0].columns else None
+    notes = []
+    for name, df in zip(names[1:], dfs[1:]):
+        if base is None or "gold" not in df.columns:
+            continue
+        other = df.set_index(df["id"].astype(str))["gold"].astype(str).reindex(shared)
+        differing = int((other.to_numpy() != base.to_numpy()).sum())
+        if differing:
+            notes.append(f"{name}: gold differs from {names[0]} on {differing} shared ids")
+    return notes
+
+
+def _diff(b: float | None, a: float | None) -> float | None:
+    return None if a is None or b is None else b - a
+
+
+def _jsonable(obj: Any) -> Any:
+    """numpy/torch scalars → Python, NaN/inf → None, tuples → lists (strict JSON)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, torch.Tensor):
+        return _jsonable(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
