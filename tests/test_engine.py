@@ -47,7 +47,9 @@ def test_run_writes_results_and_samples_and_resumes_from_cache(tiny_model, tiny_
     assert throughput["samples"] == LIMIT and throughput["samples_per_s"] > 0 and throughput["image_tokens"] > 0
     assert {"preprocess", "forward", "cache_write"} <= set(throughput["stages_s"])
     page = (tmp_path / "run" / "report.html").read_text()
-    assert "FinScore" in page and "By domain" in page and page.count("data:image/png;base64,") == 2
+    # one plot each: headline, every breakdown, reliability, selective, stages (tests/test_report.py)
+    n_plots = 4 + len(results["scores"]["breakdowns"])
+    assert "FinScore" in page and "By domain" in page and page.count("data:image/png;base64,") == n_plots
     assert f"{100 * results['scores']['finscore']:.2f}" in page
 
     again = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run"), tiny_model, show_progress=False)

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from scipy.stats import binomtest
 
 from finbench.kernels.bootstrap import bootstrap_segment_sums, make_generator, percentile_ci, resample_indices
 from finbench.scoring import compare_runs, finmme, score_samples
@@ -53,13 +52,22 @@ def correct_of(df: pd.DataFrame) -> np.ndarray:
 
 
 # ---- McNemar / Holm -------------------------------------------------------------------------------
+def _two_sided_binomial_half(b: int, n: int) -> float:
+    """Exact two-sided binomial p at 1/2, summed with integers (independent of scipy)."""
+    from fractions import Fraction
+    from math import comb
+
+    tail = sum(comb(n, k) for k in range(min(b, n - b) + 1))
+    return float(min(Fraction(1), Fraction(2 * tail, 2 ** n)))
+
+
 def test_mcnemar_equals_exact_binomial_test():
     for b in range(0, 40, 3):
         for c in range(0, 40, 4):
-            expected = binomtest(b, b + c, 0.5).pvalue if b + c else 1.0
+            expected = _two_sided_binomial_half(b, b + c) if b + c else 1.0
             assert mcnemar_exact_p(b, c) == pytest.approx(expected, rel=1e-9, abs=1e-15)
     for b, c in [(0, 500), (480, 520), (1000, 1100), (5, 3000)]:
-        assert mcnemar_exact_p(b, c) == pytest.approx(binomtest(b, b + c, 0.5).pvalue, rel=1e-9, abs=1e-300)
+        assert mcnemar_exact_p(b, c) == pytest.approx(_two_sided_binomial_half(b, b + c), rel=1e-9, abs=1e-300)
 
 
 def test_mcnemar_counts():
@@ -193,7 +201,7 @@ def test_compare_runs_alignment_flips_mcnemar_holm():
         lost = [i for i in shared if cb[i] and not cr[i]]
         assert comp["flipped"] == {"gained": gained, "lost": lost}
         assert (comp["mcnemar"]["baseline_only"], comp["mcnemar"]["run_only"]) == (len(lost), len(gained))
-        p = binomtest(len(lost), len(lost) + len(gained), 0.5).pvalue if lost or gained else 1.0
+        p = _two_sided_binomial_half(len(lost), len(lost) + len(gained)) if lost or gained else 1.0
         assert comp["mcnemar"]["p"] == pytest.approx(p, rel=1e-9)
         pvals.append(comp["mcnemar"]["p"])
         sub = df.set_index("id").loc[shared].reset_index()
@@ -220,17 +228,18 @@ def test_selective_curve_matches_subset_definition():
     df = run_frame(500, 9)
     table = finmme.build_table(df)
     conf = torch.tensor([max(p) for p in df["option_probs"]], dtype=torch.float64)
-    conf[::10] = math.nan  # no confidence → always answered
+    conf[::10] = math.nan  # no confidence → answered only at τ = 0
     taus = [0.0, 0.3, 0.45, 0.6, 1.01]
     curve = selective_curve(table, conf, taus)
     correct = correct_of(df)
-    for tau, row in zip(taus, curve):
-        keep = np.isnan(conf.numpy()) | (conf.numpy() >= tau)
+    for tau, row in zip(taus[:-1], curve):
+        keep = (tau <= 0) | (np.nan_to_num(conf.numpy(), nan=-1.0) > tau)
         assert row["n_answered"] == keep.sum() and row["coverage"] == pytest.approx(keep.mean())
         assert row["accuracy"] == pytest.approx(correct[keep].mean(), abs=1e-12)
         expected = ref_finscore(df["domain"][keep], df["question_type"][keep], df["gold"][keep], correct[keep])
         assert row["finscore"] == pytest.approx(expected, abs=1e-12)
     assert curve[0]["coverage"] == 1.0
+    assert curve[-1]["coverage"] == 0.0 and curve[-1]["accuracy"] is None  # nothing answered: no score
 
 
 def test_score_samples_has_selective_and_point_estimates_consistent():

@@ -5,6 +5,8 @@ columns a benchmark declares (e.g. FinMME's `domain`, `question_type`, `asset_cl
 as plain string columns beside them.
 """
 
+SAMPLES_SCHEMA_VERSION = "1.0"  # in the parquet file's metadata as `finbench.schema_version`
+
 SAMPLE_COLUMNS = {
     "id": "str — question id, unique within the run",
     "benchmark": "str — benchmark name (finmme, famma, finmtm)",
@@ -21,4 +23,14 @@ SAMPLE_COLUMNS = {
     "seconds": "float — wall time share of this sample",
     "n_generated_tokens": "int — tokens generated for this sample",
     "sample_key": "str — cache key",
+    "question": "str — the question text (for the report's sample browser)",
+    "options": "list<str> — the option texts, in letter order",
+    "prompt": "str — the rendered prompt the model saw (chat template applied, image placeholders "
+    "unexpanded), or 'sha256:<hex>' with --no-log-prompts; '' for samples that failed before prompting",
+    "confidence": "float — probability (0–1) of the decoded answer: single → the chosen option's; multi and "
+    "numerical → the product of the chosen steps' (each renormalised over what the grammar allows); NaN "
+    "for errors and answers without probabilities (official protocol, open answers)",
+    "reasoning_text": "str — the thinking block's content ('' without thinking)",
+    "reasoning_tokens": "int — tokens generated in the thinking block (≤ --think-budget)",
+    "budget_cut": "bool — the thinking budget ran out before the model closed its block",
 }

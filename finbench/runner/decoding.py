@@ -6,12 +6,16 @@ per-row Python is turning the chosen ids into answer strings at the end.
 - multiple choice: greedy set decoding — strictly ascending letters, a ',' separator, or end.
 - numerical: greedy decoding inside a number grammar ([space] [-] digits [. digits] [%]) with a
   token budget.
-Only the LM-head rows of the allowed tokens are ever projected.
+Only the LM-head rows of the allowed tokens are ever projected. Every answer carries a confidence,
+the probability of the decoded answer under the constrained distribution: the chosen option's
+(single) or the product over the chosen steps (multi, numerical; each step renormalised over
+what the grammar allows there).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
@@ -59,10 +63,13 @@ def decode_single(model: Any, inputs: Any, n_options: torch.Tensor, vocab: Answe
     with stage("decode"):
         n_options = n_options.to(logprobs.device)
         logprobs = masked_log_softmax(logprobs, first_allowed(N_LETTERS, n_options))  # renormalise over K
-        choice = logprobs.argmax(-1).tolist()
+        best, choice = logprobs.max(-1)
+        confidence = best.exp().tolist()
+        choice = choice.tolist()
         rows = logprobs.cpu().tolist()
-    return [Prediction(id="", answer=OPTION_LETTERS[c], option_logprobs=tuple(r[:k]), n_generated_tokens=1)
-            for c, r, k in zip(choice, rows, n_options.tolist())]
+    return [Prediction(id="", answer=OPTION_LETTERS[c], option_logprobs=tuple(r[:k]), n_generated_tokens=1,
+                       confidence=p)
+            for c, r, k, p in zip(choice, rows, n_options.tolist(), confidence)]
 
 
 @torch.inference_mode()
@@ -86,6 +93,7 @@ def decode_multi(model: Any, inputs: Any, n_options: torch.Tensor, vocab: Answer
         done = torch.zeros(batch, dtype=torch.bool, device=device)
         chosen = torch.zeros(batch, dtype=torch.long, device=device)  # bitmask of selected letters
         n_tokens = torch.zeros(batch, dtype=torch.long, device=device)
+        sequence_logprob = torch.zeros(batch, dtype=torch.float32, device=device)
         steps: list[torch.Tensor] = []
         separator, end = N_LETTERS, N_LETTERS + 1
         for _ in range(2 * N_LETTERS + 1):
@@ -100,6 +108,7 @@ def decode_multi(model: Any, inputs: Any, n_options: torch.Tensor, vocab: Answer
             steps.append(torch.where(done[:, None], torch.nan, logprobs))
             choice = logprobs.argmax(-1)
             active = ~done
+            sequence_logprob += torch.where(active, logprobs.gather(1, choice[:, None]).squeeze(1).float(), 0.0)
             is_letter = active & (choice < N_LETTERS)
             chosen = torch.where(is_letter, chosen | (1 << choice.clamp(max=N_LETTERS - 1)), chosen)
             last = torch.where(is_letter, choice, last)
@@ -120,13 +129,14 @@ def decode_multi(model: Any, inputs: Any, n_options: torch.Tensor, vocab: Answer
         masks = chosen.tolist()
         step_rows = torch.stack(steps, dim=1).cpu()  # [B, steps, 16]
         counts, tokens = n_options.tolist(), n_tokens.tolist()
+        confidence = sequence_logprob.exp().tolist()
     predictions = []
     for b, mask in enumerate(masks):
         answer = "".join(c for i, c in enumerate(OPTION_LETTERS) if mask >> i & 1)
         row_steps = [s for s in step_rows[b].tolist() if s[0] == s[0]]  # drop NaN rows (already done)
         predictions.append(Prediction(id="", answer=answer, option_logprobs=tuple(row_steps[0][: counts[b]]),
                                       step_logprobs=tuple(tuple(s) for s in row_steps),
-                                      n_generated_tokens=tokens[b]))
+                                      n_generated_tokens=tokens[b], confidence=confidence[b]))
     return predictions
 
 
@@ -164,7 +174,8 @@ NUMBER_CHARS = list(DIGITS) + list(NUMBER_SYMBOLS) + [""]
 def decode_numerical(model: Any, inputs: Any, budget: int, vocab: AnswerVocabulary,
                      stage: Stage = _no_stage) -> list[Prediction]:
     """Greedy decoding inside the number grammar for at most `budget` tokens. A row that runs out
-    of budget keeps what it has (e.g. "12." parses as 12; a lone "-" does not parse: wrong)."""
+    of budget keeps what it has (e.g. "12." parses as 12; a lone "-" does not parse: wrong).
+    `step_logprobs` holds one tuple: the log-probability of each chosen token (end included)."""
     with stage("forward"):
         hidden, state = model.prefill(inputs)
     with stage("decode"):
@@ -198,6 +209,22 @@ def decode_numerical(model: Any, inputs: Any, budget: int, vocab: AnswerVocabula
     for row, lps in zip(choices, step_logprobs):
         used = [c for c in row if c >= 0]
         text = "".join(NUMBER_CHARS[c] for c in used).strip()
-        predictions.append(Prediction(id="", answer=text, step_logprobs=(tuple(lp for lp in lps if lp == lp),),
-                                      n_generated_tokens=len(used)))
+        chosen = tuple(lp for lp in lps if lp == lp)
+        predictions.append(Prediction(id="", answer=text, step_logprobs=(chosen,), n_generated_tokens=len(used),
+                                      confidence=math.exp(sum(chosen))))
     return predictions
+
+
+def answer_confidence(kind: str, option_logprobs: tuple[float, ...],
+                      step_logprobs: tuple[tuple[float, ...], ...]) -> float:
+    """The confidence a decoder would have attached, recomputed from what the cache stores (rows
+    written before confidences existed): single → the best option's probability; multi → the
+    product of each step's best (= chosen, decoding is greedy) probability; numerical → the
+    product of the chosen tokens' probabilities. NaN when nothing was stored."""
+    if kind == "single" and option_logprobs:
+        return math.exp(max(option_logprobs))
+    if kind == "multi" and step_logprobs:
+        return math.exp(sum(max(lp for lp in step if lp == lp) for step in step_logprobs))
+    if kind == "numerical" and step_logprobs and step_logprobs[0]:
+        return math.exp(sum(step_logprobs[0]))
+    return math.nan

@@ -13,6 +13,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from finbench.scoring import compare_runs, score_samples
+from finbench.scoring.api import _jsonable
+from finbench.scoring.stats import distribution_comparison
 
 SAMPLES_FILE = "samples.parquet"
 RESULTS_FILE = "results.json"
@@ -66,8 +68,30 @@ def score_command(run_dir: Path, variant: str = "official", n_bootstrap: int = 1
     return scores
 
 
+def run_protocols(run_dirs: Sequence[Path]) -> dict[str, str]:
+    """Each run folder's protocol (constrained, official, ...) from its results.json, if it has one."""
+    protocols = {}
+    for run_dir in run_dirs:
+        path = Path(run_dir) / "results.json"
+        if path.exists():
+            try:
+                protocols[str(run_dir)] = str(json.loads(path.read_text()).get("protocol", ""))
+            except (OSError, ValueError):
+                continue
+    return protocols
+
+
+def coverage_notes(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> list[str]:
+    """Say when a comparison narrows to the questions every run has (never silently)."""
+    ids = [set(df["id"].astype(str)) for df in dfs]
+    shared = set.intersection(*ids)
+    return [f"{name}: {len(own) - len(shared)} of its {len(own)} questions are not in every run and are left "
+            f"out of the comparison (compared on {len(shared)} shared questions)"
+            for name, own in zip(names, ids) if len(own) > len(shared)]
+
+
 def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstrap: int = 1000, seed: int = 0,
-                    console: Any = None) -> dict[str, Any]:
+                    console: Any = None, allow_mixed_protocols: bool = False) -> dict[str, Any]:
     """Compare runs against the first (baseline); print tables and write the JSON to `out`
     (default RUN_A/compare.json)."""
     run_dirs = [Path(d) for d in run_dirs]
@@ -77,11 +101,20 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
     benchmarks = {detect_benchmark(df, d) for df, d in zip(dfs, run_dirs)}
     if len(benchmarks) != 1:
         raise ValueError(f"runs are on different benchmarks: {sorted(benchmarks)}")
+    protocols = run_protocols(run_dirs)
+    mixed = len(set(protocols.values())) > 1
+    if mixed and not allow_mixed_protocols:
+        raise ValueError("runs use different protocols (" + ", ".join(f"{d}: {p}" for d, p in protocols.items())
+                         + "); their answers are not comparable item by item — pass --allow-mixed-protocols "
+                           "to compare them anyway")
     names = [d.name or str(d) for d in run_dirs]
     if len(set(names)) != len(names):
         names = [str(d) for d in run_dirs]
     result = compare_runs(dfs, names, benchmark=benchmarks.pop(), n_bootstrap=n_bootstrap, seed=seed)
+    result["notes"] = list(result.get("notes", [])) + coverage_notes(dfs, names) + (
+        ["runs use different protocols: " + ", ".join(f"{d}: {p}" for d, p in protocols.items())] if mixed else [])
     result["run_dirs"] = [str(d) for d in run_dirs]
+    result["distributions"] = _jsonable(distribution_comparison(dfs, names))
     path = write_json(Path(out) if out is not None else run_dirs[0] / "compare.json", result)
     print_comparison(result, console)
     _console(console).print(f"wrote {path}")
@@ -131,7 +164,7 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
 
     for column, groups in scores.get("breakdowns", {}).items():
         has_score = any("score" in g for g in groups.values())
-        table = Table(title=f"by {column}")
+        table = Table(title=f"by {column} (×100)")
         table.add_column(column)
         table.add_column("n", justify="right")
         table.add_column("accuracy", justify="right")
@@ -151,11 +184,12 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
     if calib:
         con.print(f"calibration ({calib['items']}, n = {calib['n']}): ECE {_fmt('accuracy', calib['ece'])} "
                   f"· Brier {calib['brier']:.4f} · mean confidence {_fmt('accuracy', calib['mean_confidence'])} "
-                  f"· top-1 accuracy {_fmt('accuracy', calib['accuracy'])}  (×100)")
+                  f"· accuracy {_fmt('accuracy', calib['accuracy'])}  (×100)")
     selective = scores.get("selective")
     if selective:
         primary = scores.get("primary", "accuracy")
-        table = Table(title="selective prediction (abstain below confidence τ)")
+        table = Table(title="selective prediction (answer only when confidence > τ; ×100)",
+                      caption=scores.get("selective_items"))
         for col in ("τ", "coverage", "accuracy", primary) if primary != "accuracy" else ("τ", "coverage", "accuracy"):
             table.add_column(col, justify="right")
         for row in selective[::4] + ([selective[-1]] if (len(selective) - 1) % 4 else []):
@@ -201,5 +235,14 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
                   f"{c['mcnemar']['p']:.3g}", f"{c['p_holm']:.3g}"]
         table.add_row(*cells)
     con.print(table)
+    distributions = result.get("distributions")
+    if distributions and distributions.get("runs"):
+        shift = Table(title=f"option distributions vs {distributions['reference']} ({distributions['items']})")
+        for col in ("run", "n", "mean KL (nats)", "top-1 agreement ×100", "gold prob shift ×100"):
+            shift.add_column(col, justify="right")
+        for run, d in distributions["runs"].items():
+            shift.add_row(run, str(d["n"]), _fmt("kl", d["kl_mean"]), _fmt("accuracy", d["agreement"]),
+                          _fmt("accuracy", d["gold_shift_mean"]))
+        con.print(shift)
     for note in result.get("notes", []):
         con.print(f"note: {note}")

@@ -91,13 +91,11 @@ def paired_bootstrap(a: ScoreTable, b: ScoreTable, n_bootstrap: int, seed: int =
 # ---- paired tests -------------------------------------------------------------------------------
 def mcnemar_exact_p(b: int, c: int) -> float:
     """Exact (binomial) McNemar p-value, two-sided: under H0 the b + c discordant questions split
-    Binomial(b + c, 1/2), so p = min(1, 2·P[X ≤ min(b, c)]) — scipy.stats.binomtest(b, b+c).pvalue."""
+    Binomial(b + c, 1/2) — `scipy.stats.binomtest(b, b + c).pvalue`."""
+    from scipy.stats import binomtest
+
     n = int(b) + int(c)
-    if n == 0:
-        return 1.0
-    k = torch.arange(min(int(b), int(c)) + 1, dtype=torch.float64)
-    log_pmf = (math.lgamma(n + 1) - torch.lgamma(k + 1) - torch.lgamma(n - k + 1)) - n * math.log(2.0)
-    return float(min(1.0, 2.0 * float(torch.logsumexp(log_pmf, 0).exp())))
+    return 1.0 if n == 0 else float(binomtest(int(b), n, 0.5).pvalue)
 
 
 def mcnemar(correct_a: torch.Tensor, correct_b: torch.Tensor) -> dict[str, float | int]:
@@ -109,18 +107,13 @@ def mcnemar(correct_a: torch.Tensor, correct_b: torch.Tensor) -> dict[str, float
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm step-down adjusted p-values (family-wise error control), in input order:
-    sorted ascending, p_(i) → max_{j ≤ i} min(1, (m − j + 1)·p_(j))."""
-    p = torch.as_tensor(list(pvalues), dtype=torch.float64)
-    m = p.numel()
-    if m == 0:
+    """Holm step-down adjusted p-values (family-wise error control), in input order
+    (`statsmodels.stats.multitest.multipletests(method="holm")`)."""
+    if len(pvalues) == 0:
         return []
-    order = torch.argsort(p, stable=True)
-    scaled = (p[order] * torch.arange(m, 0, -1, dtype=torch.float64)).clamp(max=1.0)
-    adjusted = torch.cummax(scaled, 0).values
-    out = torch.empty_like(p)
-    out[order] = adjusted
-    return out.tolist()
+    from statsmodels.stats.multitest import multipletests
+
+    return [float(x) for x in multipletests(list(pvalues), method="holm")[1]]
 
 
 def flipped_ids(table_a: ScoreTable, table_b: ScoreTable) -> dict[str, list[str]]:
@@ -182,14 +175,15 @@ def calibration(probs: torch.Tensor, target: torch.Tensor, n_bins: int = 10) -> 
 
 def selective_curve(table: ScoreTable, confidence: torch.Tensor,
                     thresholds: Sequence[float] | None = None) -> list[dict[str, Any]]:
-    """Abstain on every question whose confidence is below τ; questions without a confidence
-    (NaN, e.g. numerical items) are always answered. Per τ: coverage (answered / all), and the
-    benchmark's statistic (accuracy, FinScore, ...) over the answered questions only."""
+    """Answer a question only when its confidence exceeds τ (τ = 0 answers everything);
+    questions without a confidence (NaN: errors, answers without probabilities) abstain at every
+    τ > 0, so coverage falls to 0 at τ = 1. Per τ: coverage (answered / all), and the benchmark's
+    statistic (accuracy, FinScore, ...) over the answered questions only (None when none are)."""
     if thresholds is None:
         thresholds = [round(0.05 * i, 2) for i in range(21)]
     tau = torch.as_tensor(list(thresholds), dtype=torch.float64, device=table.values.device)
     conf = confidence.to(torch.float64).to(table.values.device)
-    answered = torch.isnan(conf)[None, :] | (conf[None, :] >= tau[:, None])  # [T, N]
+    answered = (tau[:, None] <= 0) | (torch.nan_to_num(conf, nan=-1.0)[None, :] > tau[:, None])  # [T, N]
     sums = weighted_segment_sums(answered.to(torch.float64), table.values, table.segments, table.n_segments)
     stats = table.statistic(sums)
     n_answered = answered.sum(1)
@@ -200,6 +194,71 @@ def selective_curve(table: ScoreTable, confidence: torch.Tensor,
         row.update({k: _finite_or_none(float(v[t])) if n_answered[t] > 0 else None for k, v in stats.items()})
         rows.append(row)
     return rows
+
+
+def answer_calibration(confidence: torch.Tensor, hit: torch.Tensor, n_bins: int = 10) -> dict[str, Any]:
+    """Calibration of whole answers: `confidence` [N] the probability the decoder gave its answer
+    (NaN rows are left out), `hit` [N] whether the answer was right. Brier = mean (conf − hit)²."""
+    known = ~torch.isnan(confidence)
+    conf, hit = confidence[known].to(torch.float64), hit[known].to(torch.float64)
+    n = int(conf.numel())
+    return {"n": n, "n_bins": n_bins,
+            "accuracy": float(hit.mean()) if n else None,
+            "mean_confidence": float(conf.mean()) if n else None,
+            "ece": _finite_or_none(expected_calibration_error(conf, hit, n_bins)),
+            "brier": _finite_or_none(float(((conf - hit) ** 2).mean())) if n else None,
+            "bins": reliability_bins(conf, hit, n_bins)}
+
+
+def answer_confidence_scores(table: ScoreTable, rows: pd.DataFrame,
+                             thresholds: Sequence[float] | None = None) -> dict[str, Any]:
+    """Reliability diagram and selective-prediction curve from the `confidence` column (the
+    decoder's probability of its own answer, every kind), with the same confidence in both.
+    `rows` are the table's rows in table order. Calibration uses the answers that have a
+    confidence; the selective curve covers every scored question (those without one abstain)."""
+    confidence = torch.from_numpy(float_column(rows, "confidence"))
+    kinds = str_column(rows, "kind")
+    known = ~np.isnan(confidence.numpy())
+    if not known.any():
+        return {}
+    by_kind = {str(k): int(n) for k, n in zip(*np.unique(kinds[known], return_counts=True))}
+    calib = answer_calibration(confidence, table.correct.cpu(), n_bins=10)
+    calib["items"] = "answers with a confidence: " + ", ".join(f"{n} {k}" for k, n in by_kind.items())
+    calib["n_by_kind"] = by_kind
+    calib["confidence"] = "probability of the decoded answer (single: chosen option; multi/numerical: product of steps)"
+    return {"calibration": calib,
+            "selective": selective_curve(table, confidence, thresholds),
+            "selective_items": f"all {table.n} scored questions; {int((~known).sum())} without a confidence "
+                               "(errors, free-text answers) abstain at every τ > 0"}
+
+
+# ---- distribution shift between two runs -------------------------------------------------------------
+def distribution_shift(p_ref: torch.Tensor, p_var: torch.Tensor, gold: torch.Tensor,
+                       floor: float = 1e-12) -> dict[str, torch.Tensor]:
+    """Per question, between a reference and a variant run's option distributions ([N, K], rows
+    summing to 1, zero-padded past each question's options, same questions in the same order):
+    `kl` = KL(ref ‖ var) = Σ_k p_ref·(log p_ref − log p_var) in nats (0·log 0 = 0; p_var is floored
+    at `floor` so a hard zero gives a large finite value, not inf); `agree` = same top-1 option;
+    `gold_shift` = p_var[gold] − p_ref[gold] (NaN where `gold` [N] is −1)."""
+    ref, var = p_ref.to(torch.float64), p_var.to(torch.float64)
+    terms = torch.where(ref > 0, ref * (torch.log(ref.clamp(min=floor)) - torch.log(var.clamp(min=floor))),
+                        torch.zeros_like(ref))
+    kl = terms.sum(1)
+    agree = ref.argmax(1) == var.argmax(1)
+    has_gold = gold >= 0
+    index = gold.clamp(min=0)[:, None]
+    shift = torch.where(has_gold, (var.gather(1, index) - ref.gather(1, index)).squeeze(1),
+                        torch.full_like(kl, math.nan))
+    return {"kl": kl, "agree": agree, "gold_shift": shift}
+
+
+def segment_means(values: torch.Tensor, segments: torch.Tensor, n_segments: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean of `values` [N] per segment ignoring NaN, count of non-NaN per segment), one pass."""
+    known = ~torch.isnan(values)
+    seg = segments[known]
+    counts = torch.bincount(seg, minlength=n_segments).to(torch.float64)
+    sums = torch.zeros(n_segments, dtype=torch.float64).index_add_(0, seg, values[known].to(torch.float64))
+    return torch.where(counts > 0, sums / counts.clamp(min=1), torch.full_like(sums, math.nan)), counts
 
 
 # ---- reading samples tables (shared by the benchmark rules) ----------------------------------------
@@ -229,3 +288,63 @@ def first_present(df: pd.DataFrame, names: Sequence[str]) -> str | None:
 
 def _finite_or_none(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
+
+
+def distribution_comparison(dfs: Sequence[pd.DataFrame], names: Sequence[str], group: str = "domain",
+                            floor: float = 1e-12) -> dict[str, Any]:
+    """Option-distribution shift of every run against the first, from `option_probs` alone:
+    mean KL(reference ‖ run), top-1 agreement and mean shift of the gold option's probability,
+    overall and per `group` value. Items: single-choice questions present in both runs, without
+    an error in either, with option probabilities of the same length in both (renormalised)."""
+    from finbench.kernels.bitmask import letters_to_mask, single_bit_index
+    from finbench.kernels.segments import factorize
+    from finbench.scoring.api import option_prob_matrix
+    from finbench.types import OPTION_LETTERS, SINGLE
+
+    ref = dfs[0].assign(_pos=np.arange(len(dfs[0])))
+    out: dict[str, Any] = {"reference": names[0], "group": group, "floor": floor, "units": "KL in nats",
+                           "items": "single-choice items with option probabilities in both runs, no error",
+                           "runs": {}}
+    for name, df in zip(names[1:], dfs[1:]):
+        merged = ref.merge(df.assign(_pos=np.arange(len(df))), on="id", suffixes=("_ref", "_var"))
+        p_ref, n_ref = option_prob_matrix(merged["option_probs_ref"])
+        p_var, n_var = option_prob_matrix(merged["option_probs_var"])
+        width = max(p_ref.shape[1], p_var.shape[1])
+        p_ref = torch.nn.functional.pad(p_ref, (0, width - p_ref.shape[1]))
+        p_var = torch.nn.functional.pad(p_var, (0, width - p_var.shape[1]))
+        no_error = ~torch.from_numpy(error_mask(merged.rename(columns={"error_ref": "error"}))) \
+            & ~torch.from_numpy(error_mask(merged.rename(columns={"error_var": "error"})))
+        usable = (torch.from_numpy(str_column(merged, "kind_ref") == SINGLE) & (n_ref > 0) & (n_ref == n_var)
+                  & no_error & (p_ref.sum(1) > 0) & (p_var.sum(1) > 0))
+        p_ref = p_ref[usable] / p_ref[usable].sum(1, keepdim=True)
+        p_var = p_var[usable] / p_var[usable].sum(1, keepdim=True)
+        kept = merged[usable.numpy()]
+        gold_letters = str_column(kept, "gold_ref")
+        gold = single_bit_index(letters_to_mask(gold_letters, OPTION_LETTERS, casefold=False))
+        gold = torch.where((torch.from_numpy(np.array([len(g) for g in gold_letters], dtype=np.int64)) == 1)
+                           & (gold < width), gold, torch.full_like(gold, -1))
+        shift = distribution_shift(p_ref, p_var, gold, floor)
+        entry: dict[str, Any] = {"n": int(usable.sum()), **_shift_summary(shift)}
+        column = f"{group}_ref"
+        if column in kept.columns and len(kept):
+            codes, labels = factorize(kept[column].astype(object))
+            codes = torch.where(codes < 0, torch.full_like(codes, len(labels)), codes)
+            labels = [str(v) for v in labels] + ["(missing)"]
+            means = {k: segment_means(v.to(torch.float64), codes, len(labels))
+                     for k, v in shift.items()}
+            entry["by_group"] = {label: {"n": int(means["kl"][1][j]), "kl": _finite_or_none(float(means["kl"][0][j])),
+                                         "agreement": _finite_or_none(float(means["agree"][0][j])),
+                                         "gold_shift": _finite_or_none(float(means["gold_shift"][0][j]))}
+                                 for j, label in enumerate(labels) if means["kl"][1][j] > 0}
+        out["runs"][name] = entry
+    return out
+
+
+def _shift_summary(shift: dict[str, torch.Tensor]) -> dict[str, float | None]:
+    known_gold = ~torch.isnan(shift["gold_shift"])
+    n = shift["kl"].numel()
+    return {"kl_mean": _finite_or_none(float(shift["kl"].mean())) if n else None,
+            "kl_max": _finite_or_none(float(shift["kl"].max())) if n else None,
+            "agreement": float(shift["agree"].to(torch.float64).mean()) if n else None,
+            "gold_shift_mean": _finite_or_none(float(shift["gold_shift"][known_gold].mean()))
+            if bool(known_gold.any()) else None}

@@ -1,0 +1,87 @@
+"""`report.md`: the tables of a run or a sweep in Markdown, for papers (no plots). Values ×100
+where the header says so; files elsewhere keep the 0–1 scale."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from finbench.report.html import HEADLINE_LABELS, _num, _pct
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    rule = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"
+    lines = ["| " + " | ".join(header) + " |", rule]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _ci(ci: dict[str, Any] | None) -> str:
+    return f"[{_pct(ci['low'])}, {_pct(ci['high'])}]" if ci and ci.get("low") is not None else "–"
+
+
+def run_markdown(results: dict[str, Any]) -> str:
+    scores = results["scores"]
+    parts = [f"# finbench · {results['benchmark']} · {results['config']['model']}",
+             f"{scores.get('label', '')}; protocol {results['protocol']}; {results['n_questions']} questions; "
+             f"{results['errors']['count']} sample errors.",
+             "## Scores (×100)",
+             _table(["metric", "value ×100", "95% CI ×100"],
+                    [[HEADLINE_LABELS.get(k, k), _pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))]
+                     for k in scores.get("headline", [])])]
+    for column, groups in scores.get("breakdowns", {}).items():
+        parts += [f"## By {column}",
+                  _table([column, "n", "accuracy ×100"], [[name, str(g["n"]), _pct(g["accuracy"])]
+                                                           for name, g in groups.items()])]
+    calib = scores.get("calibration")
+    if calib:
+        parts += ["## Calibration", f"{calib['items']}: ECE ×100 {_pct(calib['ece'])}, Brier {_num(calib['brier'])}, "
+                                    f"mean confidence ×100 {_pct(calib['mean_confidence'])}."]
+    throughput = results.get("throughput", {})
+    keys = [k for k in ("samples_per_s", "image_tokens_per_s", "reasoning_tokens", "model_memory_gib",
+                        "peak_memory_gib", "peak_rss_gib") if k in throughput]
+    parts += ["## Throughput" + (" (of the run that computed the answers)" if throughput.get("all_from_cache") else ""),
+              _table(["quantity", "value"], [[k, _num(throughput[k])] for k in keys])]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_markdown(run_dir: str | Path, results: dict[str, Any] | None = None) -> Path:
+    run_dir = Path(run_dir)
+    results = results or json.loads((run_dir / "results.json").read_text())
+    path = run_dir / "report.md"
+    path.write_text(run_markdown(results), encoding="utf-8")
+    return path
+
+
+def sweep_markdown(summary: dict[str, Any]) -> str:
+    headline = summary["comparison"]["headline"]
+    comparisons = {c["run"]: c for c in summary["comparison"]["comparisons"]}
+    distributions = summary["distributions"]["runs"]
+    rows = []
+    for v in summary["variants"]:
+        rows.append([v["name"], *[f"{_pct(v['scores'].get(m))} {_ci(v['ci'].get(m))}" for m in headline],
+                     _num(v.get("model_memory_gib")), _num(v.get("samples_per_s")),
+                     _num(v.get("reasoning_tokens_mean"))])
+    deltas = []
+    for v in summary["variants"][1:]:
+        c, d = comparisons[v["name"]], distributions.get(v["name"], {})
+        deltas.append([v["name"], *[f"{_pct(c['delta'][m]['value'])} {_ci(c['delta'][m].get('ci'))}" for m in headline],
+                       f"{_num(c['mcnemar']['p'])}", f"{_num(c['p_holm'])}", _num(d.get("kl_mean")),
+                       _pct(d.get("agreement")), _pct(d.get("gold_shift_mean"))])
+    return "\n\n".join([
+        f"# finbench sweep · {summary['benchmark']}",
+        f"Reference: {summary['reference']}; {summary['comparison']['n_shared']} shared questions.",
+        "## Variants (×100, 95% bootstrap CI)",
+        _table(["variant", *[HEADLINE_LABELS.get(m, m) for m in headline], "model memory GiB", "samples/s",
+                "reasoning tokens"], rows),
+        f"## Against {summary['reference']} (×100; paired bootstrap CI, exact McNemar, Holm)",
+        _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}" for m in headline], "McNemar p", "Holm p",
+                "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
+    ]) + "\n"
+
+
+def write_sweep_markdown(out: str | Path, summary: dict[str, Any]) -> Path:
+    path = Path(out) / "report.md"
+    path.write_text(sweep_markdown(summary), encoding="utf-8")
+    return path

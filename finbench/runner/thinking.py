@@ -1,0 +1,106 @@
+"""The thinking step: reasoning before a constrained answer, for models with a thinking block.
+
+A thinking run's prompt ends inside an open block (the chat template opens it, or the runner adds
+the open tag: `HFVisionLanguageModel.thinking_opener`). Then, for a whole batch at once:
+1. greedy generation (left padding, the model's own `generate`) for at most `budget` tokens; a row
+   finishes early when it emits the close tag or a stop token;
+2. each row keeps its reasoning up to (not including) that tag or stop token; a row that stopped
+   without closing, or ran out of budget, gets the close tag appended — the block is always closed;
+3. the batch is rebuilt as prompt + reasoning + close tag + "\\n\\n" + answer prefix, re-packed to
+   left padding, and handed to the ordinary constrained decoders (runner/decoding.py).
+The rebuilt batch is prefilled again from scratch: it costs one more prompt prefill, but keeps the
+answer step identical to the instruct path (same decoders, same positions, no cache surgery).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Sequence
+
+import torch
+
+AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    text: str
+    tokens: int  # generated tokens, including the model's own close tag or stop token
+    cut: bool  # the budget ran out with the block still open
+
+
+def _no_stage(name: str) -> ContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+@torch.inference_mode()
+def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequence[str],
+          stage: Callable[[str], ContextManager[Any]] = _no_stage) -> tuple[dict[str, Any], list[Reasoning]]:
+    """Reason for up to `budget` tokens, close the block, append the answer prefix.
+
+    `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
+    Returns the rebuilt inputs (same keys; token-aligned tensors re-packed) and one `Reasoning`
+    per row. With budget 0 nothing is generated: the block is closed at once."""
+    tags = model.thinking_token_ids()
+    if tags is None:
+        raise ValueError(f"{model.source}: this model has no thinking block")
+    close_id = tags[1]
+    input_ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    batch, device = input_ids.shape[0], input_ids.device
+    if budget > 0:
+        stops = sorted(set(model.stop_token_ids()) | {close_id})
+        pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else stops[0]
+        with stage("think"):
+            output = model.model.generate(**inputs, max_new_tokens=budget, do_sample=False, temperature=None,
+                                          top_p=None, top_k=None, eos_token_id=stops, pad_token_id=pad)
+        generated = output[:, input_ids.shape[1]:]
+    else:
+        generated = input_ids.new_zeros((batch, 0))
+    width = generated.shape[1]
+    is_stop = torch.isin(generated, torch.tensor(sorted(set(model.stop_token_ids()) | {close_id}), device=device))
+    ended = is_stop.any(-1)
+    # argmax of the first stop; a column of zeros keeps argmax defined when nothing was generated
+    first = torch.cat([is_stop, is_stop.new_ones((batch, 1))], dim=1).int().argmax(-1)
+    first_stop = torch.where(ended, first, torch.full_like(first, width))
+    kept = first_stop  # reasoning tokens kept: everything before the close tag / stop token
+    n_generated = torch.where(ended, first_stop + 1, first_stop)
+    cut = ~ended & (n_generated >= budget) & (budget > 0)
+    columns = torch.arange(width, device=device)
+    reasoning_mask = columns[None, :] < kept[:, None]
+
+    suffixes = [model.tokenizer.encode(model.thinking_tags[1] + AFTER_CLOSE + prefix, add_special_tokens=False)
+                for prefix in answer_prefixes]
+    suffix_width = max(len(s) for s in suffixes)
+    suffix_ids = torch.zeros((batch, suffix_width), dtype=input_ids.dtype)
+    suffix_mask = torch.zeros((batch, suffix_width), dtype=mask.dtype)
+    for row, ids in enumerate(suffixes):  # one short list per row: the answer prefix may differ
+        suffix_ids[row, :len(ids)] = torch.tensor(ids, dtype=input_ids.dtype)
+        suffix_mask[row, :len(ids)] = 1
+    suffix_ids, suffix_mask = suffix_ids.to(device), suffix_mask.to(device)
+
+    full_mask = torch.cat([mask, reasoning_mask.to(mask.dtype), suffix_mask], dim=1)
+    # left padding again: a stable sort on "is real" moves every pad to the front, keeping order
+    order = torch.sort(full_mask.to(torch.int8), dim=1, stable=True).indices
+    length = int(full_mask.sum(1).max())
+    order = order[:, -length:]
+    rebuilt = dict(inputs)
+    rebuilt["attention_mask"] = full_mask.gather(1, order)
+    n_new = width + suffix_width
+    for key, value in inputs.items():
+        if key == "attention_mask" or not torch.is_tensor(value) or value.shape != input_ids.shape:
+            continue
+        if key == "input_ids":
+            extended = torch.cat([value, generated.to(value.dtype), suffix_ids], dim=1)
+        else:  # token-aligned extras (e.g. mm_token_type_ids): new tokens are plain text, 0
+            extended = torch.cat([value, value.new_zeros((batch, n_new))], dim=1)
+        rebuilt[key] = extended.gather(1, order)
+    pad = model.tokenizer.pad_token_id
+    if pad is not None:  # pads out of the mask: keep them the pad token, as the processor does
+        rebuilt["input_ids"] = torch.where(rebuilt["attention_mask"].bool(), rebuilt["input_ids"], pad)
+
+    kept_rows = [row[:k] for row, k in zip(generated.tolist(), kept.tolist())]
+    texts = model.tokenizer.batch_decode(kept_rows, skip_special_tokens=True)
+    reasoning = [Reasoning(text=t, tokens=int(n), cut=bool(c))
+                 for t, n, c in zip(texts, n_generated.tolist(), cut.tolist())]
+    return rebuilt, reasoning

@@ -1,0 +1,235 @@
+"""`finbench sweep`: one evaluation under several settings, each compared against the first.
+
+Axes: `--models A,B` (instruct vs thinking checkpoints), `--quant none,8bit,4bit`, `--dtype …`,
+`--think-budget 0,256,1024`; several axes give their product. Every variant runs into its own run
+folder `OUT/<variant>` with one shared cache `OUT/cache.sqlite`, then `OUT/sweep.json`,
+`OUT/report.html` and `OUT/report.md` compare each variant against the first: scores with
+bootstrap CIs, paired deltas (paired bootstrap, exact McNemar, Holm), flipped questions, the
+option-distribution shift (KL(reference ‖ variant), top-1 agreement, gold-probability shift, per
+domain), memory and speed, and accuracy against reasoning tokens for budget sweeps.
+
+Served from the cache without the model: the comparison reads only the run folders
+(`samples.parquet`, `results.json`), so `finbench compare OUT/a OUT/b` needs no model. A rerun of
+the sweep whose model folder is gone takes each variant's model fingerprint from that variant's
+own `results.json` (written by the run that computed the answers) — the fingerprint of weights
+that no longer exist cannot be recomputed, and the recorded one is the fingerprint the cached
+answers were keyed with. Every answer must then come from the cache; a question that would need
+the model fails the run at start-up with one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from finbench.types import RunConfig
+
+AXES = ("model", "quant", "dtype", "think_budget")
+SWEEP_FILE = "sweep.json"
+
+
+def parse_axis(text: str | None, cast: type = str) -> list[Any]:
+    """'a,b,c' → ['a', 'b', 'c'] (whitespace trimmed, empty parts dropped)."""
+    if text is None:
+        return []
+    try:
+        return [cast(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{text!r}: expected a comma-separated list of {cast.__name__} values") from None
+
+
+def plan_variants(base: RunConfig, axes: dict[str, Sequence[Any]]) -> list[tuple[str, RunConfig]]:
+    """(name, config) per variant, the product of the axes in AXES order; the first is the
+    reference. A name lists the axes that vary, e.g. `quant-8bit` or `model-B_think_budget-256`."""
+    unknown = set(axes) - set(AXES)
+    if unknown:
+        raise ValueError(f"unknown sweep axis {sorted(unknown)}; known: {', '.join(AXES)}")
+    values = {axis: list(axes.get(axis) or [getattr(base, axis)]) for axis in AXES}
+    for axis, vals in values.items():
+        if len(set(vals)) != len(vals):
+            raise ValueError(f"--{axis.replace('_', '-')}: a value is repeated ({vals})")
+    varying = [a for a in AXES if len(values[a]) > 1]
+    if not varying:
+        raise ValueError("a sweep needs at least two variants: give an axis two or more values, "
+                         "e.g. --quant none,8bit")
+    models = values["model"]
+    short = {m: _slug(Path(m).name or m) for m in models}
+    if len(set(short.values())) != len(models):
+        short = {m: f"{i}-{short[m]}" for i, m in enumerate(models)}
+    variants = []
+    for combo in itertools.product(*(values[a] for a in AXES)):
+        setting = dict(zip(AXES, combo))
+        name = "_".join(f"{a}-{short[setting[a]] if a == 'model' else _slug(str(setting[a]))}" for a in varying)
+        variants.append((name, dataclasses.replace(base, **setting)))
+    return variants
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
+
+
+class RecordedModel:
+    """Stands in for a model whose files are gone: it knows only what the run that computed the
+    answers recorded (fingerprint, thinking mode), which is enough to find them in the cache.
+    Anything that needs the weights fails with one line."""
+
+    def __init__(self, source: str, results: dict[str, Any]) -> None:
+        import torch
+
+        self.source = source
+        self.recorded = results
+        self.family = results["fingerprint"].get("family", "recorded")
+        self.device = torch.device("cpu")
+        self._thinking = results.get("thinking")
+
+    @classmethod
+    def from_run(cls, source: str, run_dir: Path) -> "RecordedModel":
+        path = Path(run_dir) / "results.json"
+        try:
+            results = json.loads(path.read_text())
+            results["fingerprint"]  # noqa: B018 — must exist
+        except (OSError, ValueError, KeyError):
+            raise ValueError(f"cannot load model {source!r} and {path} records no earlier run of it to serve "
+                             "from the cache") from None
+        return cls(source, results)
+
+    def fingerprint(self, **_: Any) -> dict[str, Any]:
+        return dict(self.recorded["fingerprint"])
+
+    def thinking_token_ids(self) -> tuple[int, int] | None:
+        return (-1, -1) if self._thinking else None
+
+    def thinking_opener(self) -> str:
+        return (self._thinking or {}).get("opener", "")
+
+    def single_token_ids(self, texts: Sequence[str]) -> list[int]:
+        return [0] * len(texts)  # only for the answer vocabulary, which a cache-only run never uses
+
+    def end_token_ids(self) -> list[int]:
+        return [0]
+
+    def _missing(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError(f"model {self.source!r} is missing: only answers already in the cache can be served, "
+                         "and this run needs the model for some questions (restore the model folder)")
+
+    # everything that needs the weights (optional hooks stay absent: hasattr is False)
+    text_token_counts = prompt_text = prepare = to_device = image_token_count = _missing
+    prefill = decode_step = score_options = generate = output_rows = _missing
+
+
+def _load_or_recorded(config: RunConfig, run_dir: Path) -> Any:
+    """The model, or its recorded stand-in when the model cannot be loaded but the variant's run
+    folder records an earlier run."""
+    from finbench.models import load_model
+
+    try:
+        return load_model(config.model, dtype=config.dtype, device=config.device, quant=config.quant,
+                          max_pixels=config.max_pixels, device_preprocess=config.device_preprocess)
+    except ValueError:
+        if not (run_dir / "results.json").is_file():
+            raise
+        return RecordedModel.from_run(config.model, run_dir)
+
+
+def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, *, show_progress: bool = False,
+              console: Any = None) -> dict[str, Any]:
+    """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
+    from finbench.runner.engine import run_benchmark, validate
+
+    out = Path(out)
+    variants = plan_variants(base, axes)
+    for _, config in variants:  # every variant's options checked before any of them runs
+        validate(config)
+    cache = Path(base.cache) if base.cache else out / "cache.sqlite"
+    run_dirs = []
+    for name, config in variants:
+        run_dir = out / name
+        config = dataclasses.replace(config, out=str(run_dir), cache=str(cache))
+        model = _load_or_recorded(config, run_dir)
+        if console is not None:
+            console.print(f"[bold]variant {name}[/]" + (" (model missing: served from the cache)"
+                                                         if isinstance(model, RecordedModel) else ""))
+        run_benchmark(config, model=model, show_progress=show_progress, console=console)
+        del model  # one model in memory at a time
+        run_dirs.append(run_dir)
+    summary = summarize(run_dirs, [n for n, _ in variants], n_bootstrap=base.bootstrap, seed=base.seed,
+                        axes={a: [str(v) for v in vals] for a, vals in axes.items() if vals})
+    write_sweep(out, summary)
+    return summary
+
+
+def write_sweep(out: Path, summary: dict[str, Any]) -> None:
+    from finbench.report.html import write_sweep_report
+    from finbench.report.markdown import write_sweep_markdown
+    from finbench.scoring.commands import write_json
+
+    write_json(Path(out) / SWEEP_FILE, summary)
+    write_sweep_report(out, summary)
+    write_sweep_markdown(out, summary)
+
+
+def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int = 1000, seed: int = 0,
+              axes: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The sweep's comparison from its run folders alone (no model, no cache)."""
+    from finbench.scoring import compare_runs
+    from finbench.scoring.api import _jsonable
+    from finbench.scoring.commands import detect_benchmark, load_samples
+    from finbench.scoring.stats import distribution_comparison
+
+    run_dirs = [Path(d) for d in run_dirs]
+    dfs = [load_samples(d) for d in run_dirs]
+    results = [json.loads((d / "results.json").read_text()) for d in run_dirs]
+    benchmark = detect_benchmark(dfs[0], run_dirs[0])
+    comparison = compare_runs(dfs, list(names), benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed)
+    variants = []
+    for name, run_dir, df, result in zip(names, run_dirs, dfs, results):
+        throughput = result.get("throughput", {})
+        scores = result.get("scores", {})
+        variants.append({
+            "name": name, "run_dir": str(run_dir), "model": result["config"]["model"],
+            "quant": result["config"].get("quant"), "dtype": result["fingerprint"].get("dtype"),
+            "think_budget": result["config"].get("think_budget", 0),
+            "scores": {k: scores.get(k) for k in scores.get("headline", [])},
+            "ci": {k: scores.get("ci", {}).get(k) for k in scores.get("headline", [])},
+            "model_memory_gib": throughput.get("model_memory_gib"),
+            "peak_memory_gib": throughput.get("peak_memory_gib", throughput.get("peak_rss_gib")),
+            "peak_memory_kind": "cuda allocated" if "peak_memory_gib" in throughput else "process RSS (cumulative)",
+            "samples_per_s": throughput.get("samples_per_s"),
+            "all_from_cache": bool(throughput.get("all_from_cache")),
+            **_reasoning_summary(df),
+        })
+    return _jsonable({
+        "benchmark": benchmark, "reference": names[0], "axes": axes or {}, "variants": variants,
+        "comparison": comparison, "flip_matrix": flip_matrix(dfs, names),
+        "distributions": distribution_comparison(dfs, list(names)),
+        "units": "scores, agreement and probabilities on 0–1; KL in nats; memory in GiB",
+    })
+
+
+def _reasoning_summary(df: pd.DataFrame) -> dict[str, Any]:
+    """Accuracy against reasoning spent: mean reasoning tokens, share cut by the budget."""
+    correct = pd.to_numeric(df.get("correct", pd.Series(dtype=float)), errors="coerce")
+    tokens = pd.to_numeric(df["reasoning_tokens"], errors="coerce") if "reasoning_tokens" in df else None
+    return {"accuracy": float(correct.mean()) if len(correct) else None,
+            "reasoning_tokens_mean": float(tokens.mean()) if tokens is not None and len(tokens) else 0.0,
+            "reasoning_tokens_max": int(tokens.max()) if tokens is not None and len(tokens) else 0,
+            "budget_cut_share": float(df["budget_cut"].astype(bool).mean()) if "budget_cut" in df else 0.0}
+
+
+def flip_matrix(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> dict[str, Any]:
+    """counts[i][j] = questions (shared by all runs) right in run i and wrong in run j."""
+    correct = [df.set_index(df["id"].astype(str))["correct"].astype(float) > 0.5 for df in dfs]
+    shared = correct[0].index
+    for c in correct[1:]:
+        shared = shared.intersection(c.index)
+    hits = np.stack([c.reindex(shared).to_numpy(dtype=bool) for c in correct])  # [R, N]
+    counts = (hits[:, None, :] & ~hits[None, :, :]).sum(-1)
+    return {"runs": list(names), "n": int(len(shared)), "counts": counts.tolist(),
+            "meaning": "counts[i][j]: right in runs[i], wrong in runs[j]"}
