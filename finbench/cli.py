@@ -37,8 +37,10 @@ def _home() -> Path:
 @app.command()
 def run(
     model: str = typer.Option(..., help="Hub id or local folder of the model."),
-    benchmark: str = typer.Option("finmme", help="Benchmark name."),
-    data: Optional[str] = typer.Option(None, help="Local data file/folder or hub id (default: the benchmark's hub set)."),
+    benchmark: str = typer.Option("finmme", help="Benchmark name, or several: finmme,famma (one run folder each "
+                                  "under --out, one loaded model, OUT/summary.json)."),
+    data: List[str] = typer.Option([], help="Local data file/folder or hub id (default: the benchmark's hub set); "
+                                   "with several benchmarks, BENCHMARK=SOURCE, repeatable."),
     limit: Optional[int] = typer.Option(None, help="Evaluate only the first N questions (after filters)."),
     domain: List[str] = typer.Option([], help="Keep only this knowledge domain (repeatable)."),
     question_type: List[str] = typer.Option([], help="Keep only this question type, e.g. single_choice (repeatable)."),
@@ -53,42 +55,173 @@ def run(
     numeric_budget: int = typer.Option(12, help="Token budget of a constrained numerical answer."),
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
     device_preprocess: bool = typer.Option(False, help="Resize/normalise/patchify images on the model's device (Qwen)."),
+    device_map: Optional[str] = typer.Option(None, help="auto: split a model too large for one GPU across the "
+                                             "GPUs (accelerate); the batch loop is unchanged."),
     out: str = typer.Option("runs/latest", help="Run folder (results.json, samples.parquet, cache)."),
     cache: Optional[str] = typer.Option(None, help="SQLite cache path (default: OUT/cache.sqlite)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the confidence intervals (0 = none)."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap and of sampled generation."),
+    think_budget: int = typer.Option(0, help="Thinking models: reasoning tokens before the constrained answer "
+                                     "(0 = none; a thinking checkpoint then closes its block at once)."),
+    judge: Optional[str] = typer.Option(None, help="Local chat model (folder or hub id) that judges open answers "
+                                        "(FAMMA open questions, FinMTM sessions); its verdicts are cached."),
+    revision: Optional[str] = typer.Option(None, help="Hub branch, tag or commit of --model (in the cache key)."),
+    trust_remote_code: bool = typer.Option(False, help="Allow the checkpoint's own Python code to run (off: "
+                                           "nothing remote runs)."),
+    attn_implementation: Optional[str] = typer.Option(None, help="sdpa, eager or flash_attention_2 (default: "
+                                                      "flash-attn on CUDA when installed, else sdpa)."),
+    chat_template: Optional[str] = typer.Option(None, help="File with a Jinja chat template replacing the "
+                                                "checkpoint's."),
+    system_prompt: Optional[str] = typer.Option(None, help="A system message put before every question."),
+    gen_kwargs: str = typer.Option("", help="Free generation (official protocol, open answers): "
+                                   "max_new_tokens=N,temperature=T,top_p=P,top_k=K; greedy by default."),
+    log_prompts: bool = typer.Option(True, help="Keep each rendered prompt in samples.parquet "
+                                     "(--no-log-prompts: only its SHA-256)."),
+    progress: bool = typer.Option(True, help="Show progress bars (--no-progress: none at all, model loading "
+                                  "included)."),
+    verbose: bool = typer.Option(False, help="Show every library warning and log line (default: each warning "
+                                 "once; all of them in run.log)."),
 ) -> None:
-    """Evaluate a model on a benchmark; resumes from the cache if interrupted."""
-    from finbench.types import RunConfig
+    """Evaluate a model on one or more benchmarks; resumes from the cache if interrupted."""
+    import shlex
+    import sys
 
+    from finbench.api import evaluate
+    from finbench.runner.engine import parse_gen_kwargs
+
+    _configure_output(progress, verbose)
     if batch_size != "auto" and not batch_size.isdigit():
         _fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
-    config = RunConfig(model=model, benchmark=benchmark, data=data, protocol=protocol, limit=limit,
-                       domains=tuple(domain), question_types=tuple(question_type),
+    try:
+        sources = _data_sources(data, benchmark)
+        options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),
                        batch_size=None if batch_size == "auto" else int(batch_size), token_budget=token_budget,
-                       workers=workers,
-                       dtype=dtype, device=device, quant=quant, max_new_tokens=max_new_tokens,
-                       numeric_budget=numeric_budget, max_pixels=max_pixels, out=out, cache=cache,
-                       device_preprocess=device_preprocess, bootstrap=bootstrap)
-    _run_and_report(config, progress)
+                       workers=workers, protocol=protocol, dtype=dtype, device=device, quant=quant,
+                       max_new_tokens=max_new_tokens, numeric_budget=numeric_budget, max_pixels=max_pixels,
+                       cache=cache, device_preprocess=device_preprocess, device_map=device_map,
+                       bootstrap=bootstrap, seed=seed,
+                       think_budget=think_budget, judge=judge, revision=revision, trust_remote_code=trust_remote_code,
+                       attn_implementation=attn_implementation, chat_template=chat_template,
+                       system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(gen_kwargs), log_prompts=log_prompts)
+    except ValueError as err:
+        _fail(str(err))
+    command = shlex.join(["finbench", *sys.argv[1:]])
+    _run_and_report(lambda: evaluate(model, benchmark, data=sources, out=out, show_progress=progress,
+                                     console=console, command=command, **options))
 
 
-def _run_and_report(config, progress: bool) -> None:
-    from finbench.runner.engine import run_benchmark
-    from finbench.scoring.commands import print_scores
+def _data_sources(data: List[str], benchmark: str):
+    """--data values: one plain source, or BENCHMARK=SOURCE pairs."""
+    from finbench.api import benchmark_names
+    from finbench.benchmarks import BENCHMARKS
+
+    names = benchmark_names(benchmark)
+    pairs = {}
+    for value in data:
+        name, sep, source = value.partition("=")
+        if sep and name.strip().lower() in BENCHMARKS:
+            pairs[name.strip().lower()] = source
+        elif len(data) == 1 and len(names) == 1:
+            return value
+        else:
+            raise ValueError(f"--data {value}: with several --data values or benchmarks, write BENCHMARK=SOURCE")
+    unknown = set(pairs) - set(names)
+    if unknown:
+        raise ValueError(f"--data names {', '.join(sorted(unknown))}, which is not in --benchmark {benchmark}")
+    return pairs or None
+
+
+def _configure_output(progress: bool, verbose: bool) -> None:
+    """Quiet by default: library warnings go to run.log and are shown once each; --no-progress
+    turns off every progress bar (ours, transformers', huggingface_hub's, datasets')."""
+    import logging
+    import warnings
+
+    if not progress:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        os.environ["TQDM_DISABLE"] = "1"
+        try:
+            import transformers
+
+            transformers.utils.logging.disable_progress_bar()
+        except ImportError:
+            pass
+        try:
+            from huggingface_hub.utils import disable_progress_bars
+
+            disable_progress_bars()
+        except ImportError:
+            pass
+    logging.captureWarnings(True)
+    shown = logging.StreamHandler()
+    shown.setFormatter(logging.Formatter("warning: %(message)s"))
+    if not verbose:
+        seen: set[str] = set()
+
+        def once(record: logging.LogRecord) -> bool:
+            text = record.getMessage().strip().splitlines()[-1] if record.getMessage().strip() else ""
+            new = text not in seen
+            seen.add(text)
+            return new
+
+        shown.addFilter(once)
+        warnings.simplefilter("always")  # every occurrence reaches run.log; the console filter keeps one
+        try:
+            import transformers
+
+            transformers.utils.logging.set_verbosity_error()
+        except ImportError:
+            pass
+    logging.getLogger("py.warnings").addHandler(shown)
+
+
+def _run_and_report(work) -> None:
+    from finbench.api import MultiRunResult
+    from finbench.runner.engine import Interrupted
 
     try:
-        result = run_benchmark(config, show_progress=progress, console=console)
-    except (ValueError, FileNotFoundError) as err:
+        result = work()
+    except (ValueError, FileNotFoundError, TypeError) as err:
         _fail(str(err))
+    except Interrupted as interrupted:
+        console.print(f"[bold yellow]{interrupted}[/]")
+        raise typer.Exit(130)
+    runs = list(result.runs.values()) if isinstance(result, MultiRunResult) else [result]
+    if any(one.samples is None for one in runs):  # a data-parallel rank other than 0: rank 0 reports
+        return
+    failed = False
+    for one in runs:
+        failed |= _report_one(one, several=len(runs) > 1)
+    if isinstance(result, MultiRunResult):
+        out_console.print(f"wrote {result.out_dir / 'summary.json'}")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _report_one(result, several: bool) -> bool:
+    """Print one run's scores and outputs; True when every sample failed."""
+    from finbench.scoring.commands import print_scores
+
+    if several:
+        out_console.rule(f"[bold]{result.results['benchmark']}")
     print_scores(result.results["scores"], console=out_console)
     t = result.results["throughput"]
     rate = f"{t['samples_per_s']:.2f} samples/s" if t.get("samples_per_s") else "nothing computed (all cached)"
+    if t.get("all_from_cache"):
+        computed = f" (computed at {t['samples_per_s']:.2f} samples/s)" if t.get("samples_per_s") else ""
+        rate = "all from cache" + computed
     out_console.print(f"{result.results['n_questions']} questions ({result.results['n_cached']} from cache, "
                       f"{result.results['n_computed']} computed) · {rate} · "
                       f"{result.results['errors']['count']} sample errors")
     out_console.print(f"wrote {result.out_dir / 'results.json'}, {result.out_dir / 'samples.parquet'} and "
                       f"{result.out_dir / 'report.html'}")
+    for note in result.results.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+    if result.results["errors"]["count"] == result.results["n_questions"]:
+        console.print(f"[bold red]error:[/] every one of the {result.results['n_questions']} samples failed; "
+                      f"see {result.out_dir / 'results.json'} (errors.by_message)")
+        return True
+    return False
 
 
 @app.command()
@@ -96,12 +229,15 @@ def demo(
     out: str = typer.Option("runs/demo", help="Run folder."),
     n_items: int = typer.Option(72, help="Synthetic FinMME items to generate."),
     batch_size: int = typer.Option(8, help="Rows per batch."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+    verbose: bool = typer.Option(False, help="Show every library warning and log line."),
 ) -> None:
     """Build (once) a tiny random Qwen2.5-VL and a synthetic FinMME set, then run the whole path."""
+    from finbench.api import evaluate
     from finbench.benchmarks.finmme_synthetic import write_parquet
     from finbench.models.tiny import make_tiny
-    from finbench.types import RunConfig
+
+    _configure_output(progress, verbose)
 
     home = _home()
     model_dir = home / "tiny-qwen2.5-vl"
@@ -113,9 +249,9 @@ def demo(
         console.print(f"generating {n_items} synthetic FinMME items into {data_path}")
         write_parquet(data_path, n_items=n_items)
     out_console.print(DEMO_NOTICE)
-    config = RunConfig(model=str(model_dir), benchmark="finmme", data=str(data_path), batch_size=batch_size,
-                       dtype="float32", device="cpu", out=out)
-    _run_and_report(config, progress)
+    _run_and_report(lambda: evaluate(str(model_dir), "finmme", data=str(data_path), batch_size=batch_size,
+                                     dtype="float32", device="cpu", out=out, show_progress=progress,
+                                     console=console))
     out_console.print(DEMO_NOTICE)
 
 
@@ -175,7 +311,14 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
         "id": q.id, "benchmark": q.benchmark, "kind": q.kind, "gold": q.gold, "answer": answers.get(q.id, ""),
         "n_options": len(q.options), "tolerance": math.nan if q.tolerance is None else q.tolerance,
         "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)} for q in questions])
-    return score_samples(samples, benchmark=benchmark.SCORER, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
+    scores = score_samples(samples, benchmark=benchmark.SCORER, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
+    unanswered = sum(q.id not in answers for q in questions)
+    if unanswered:
+        note = (f"{unanswered} of {len(questions)} questions have no prediction in {predictions.name}: they are "
+                "scored as wrong (error 'no prediction')")
+        scores["notes"] = list(scores.get("notes", [])) + [note]
+        console.print(f"[yellow]note:[/] {note}")
+    return scores
 
 
 @app.command()
@@ -184,8 +327,11 @@ def compare(
     out: Optional[Path] = typer.Option(None, help="Write the comparison JSON here."),
     bootstrap: int = typer.Option(1000, help="Paired bootstrap resamples."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
+    allow_mixed_protocols: bool = typer.Option(False, help="Compare runs made with different protocols "
+                                                               "(e.g. constrained vs official)."),
 ) -> None:
-    """Paired comparison of runs on the same questions (McNemar, paired bootstrap, flips)."""
+    """Paired comparison of runs on the same questions (McNemar, paired bootstrap, flips).
+    Runs are compared on the questions they share; a note says how many each leaves out."""
     from finbench.scoring.commands import compare_command
 
     if len(run_dirs) < 2:
@@ -194,52 +340,134 @@ def compare(
         if not (run_dir / "samples.parquet").exists():
             _fail(f"{run_dir}: no samples.parquet")
     try:
-        compare_command(run_dirs, out, bootstrap, seed, console=out_console)
+        compare_command(run_dirs, out, bootstrap, seed, console=out_console,
+                        allow_mixed_protocols=allow_mixed_protocols)
     except ValueError as err:
         _fail(str(err))
 
 
 @app.command()
+def sweep(
+    model: Optional[str] = typer.Option(None, help="Hub id or local folder of the model (or use --models)."),
+    models: Optional[str] = typer.Option(None, help="Comma-separated models (e.g. instruct,thinking checkpoints)."),
+    quant: Optional[str] = typer.Option(None, help="Comma-separated: none,8bit,4bit."),
+    dtype: Optional[str] = typer.Option(None, help="Comma-separated dtypes, e.g. bfloat16,float16."),
+    think_budget: Optional[str] = typer.Option(None, help="Comma-separated reasoning budgets, e.g. 0,256,1024."),
+    benchmark: str = typer.Option("finmme", help="Benchmark name."),
+    data: Optional[str] = typer.Option(None, help="Local data file/folder or hub id."),
+    limit: Optional[int] = typer.Option(None, help="Evaluate only the first N questions."),
+    batch_size: int = typer.Option(8, help="Rows per batch."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
+    max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
+    out: str = typer.Option("runs/sweep", help="Sweep folder: one run folder per variant, a shared cache, "
+                            "sweep.json, report.html, report.md."),
+    bootstrap: int = typer.Option(1000, help="Bootstrap resamples (CIs and paired deltas)."),
+    seed: int = typer.Option(0, help="Bootstrap seed."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
+    and compare every variant against the first."""
+    from finbench.sweep import parse_axis, run_sweep
+    from finbench.types import RunConfig
+
+    try:
+        model_list = parse_axis(models) or ([model] if model else [])
+        if not model_list:
+            raise ValueError("give --model or --models")
+        if model and models:
+            raise ValueError("give either --model or --models, not both")
+        axes = {"model": model_list, "quant": parse_axis(quant), "dtype": parse_axis(dtype),
+                "think_budget": parse_axis(think_budget, int)}
+        base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit, batch_size=batch_size,
+                         device=device, max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed)
+        summary = run_sweep(base, axes, out, show_progress=progress, console=console)
+    except (ValueError, FileNotFoundError) as err:
+        _fail(str(err))
+    from finbench.scoring.commands import print_comparison
+
+    print_comparison({**summary["comparison"], "distributions": summary["distributions"]}, console=out_console)
+    out_console.print(f"wrote {Path(out) / 'sweep.json'}, {Path(out) / 'report.html'} and {Path(out) / 'report.md'}")
+
+
+@app.command()
 def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
-    """(Re)build RUN_DIR/report.html from results.json and samples.parquet."""
+    """(Re)build RUN_DIR/report.html and report.md from results.json and samples.parquet (or a
+    sweep folder's from its sweep.json)."""
     from finbench.report.html import write_report
 
+    if (run_dir / "sweep.json").exists():
+        from finbench.sweep import write_sweep
+
+        write_sweep(run_dir, json.loads((run_dir / "sweep.json").read_text()))
+        out_console.print(f"wrote {run_dir / 'report.html'} and {run_dir / 'report.md'}")
+        return
     if not (run_dir / "results.json").exists() or not (run_dir / "samples.parquet").exists():
         _fail(f"{run_dir}: needs results.json and samples.parquet (is it a finbench run folder?)")
     out_console.print(f"wrote {write_report(run_dir)}")
 
 
-@models_app.command("make-tiny")
+class _MakeTinyCommand(typer.core.TyperCommand):
+    """`make-tiny --help` lists the families; the list is read only when help is asked for, so that
+    every other command starts without importing the model package (torch: seconds)."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from finbench.models.tiny import TINY_FAMILIES
+
+        if "Families:" not in (self.help or ""):
+            self.help = f"{self.help}\n\nFamilies: {', '.join(TINY_FAMILIES)}."
+        super().format_help(ctx, formatter)
+
+
+@models_app.command("make-tiny", cls=_MakeTinyCommand)
 def make_tiny_command(
-    family: str = typer.Argument(..., help="Architecture, e.g. qwen2.5-vl."),
+    family: str = typer.Argument(..., help="Architecture, one of the families listed above, e.g. qwen2.5-vl."),
     out_dir: Path = typer.Argument(..., help="Folder to write the model into."),
     seed: int = typer.Option(0, help="Weight seed."),
+    thinking: bool = typer.Option(False, help="A thinking checkpoint: the chat template opens <think> (Qwen3-VL)."),
 ) -> None:
     """Build a tiny random-weight model of a real architecture, offline, loadable like a checkpoint."""
     from finbench.models.tiny import TINY_FAMILIES, make_tiny
 
     if family not in TINY_FAMILIES:
         _fail(f"unknown family {family!r}; available: {', '.join(TINY_FAMILIES)}")
-    path = make_tiny(family, out_dir, seed=seed)
+    try:
+        path = make_tiny(family, out_dir, seed=seed, thinking=thinking)
+    except ValueError as err:
+        _fail(str(err))
     out_console.print(f"wrote tiny {family} (random weights) to {path}")
 
 
 @models_app.command("list")
 def list_models() -> None:
-    """Model families finbench can load."""
+    """Model families finbench can load, what each supports, and the released checkpoints
+    (hub ids) of each architecture."""
+    from rich.table import Table
+
     from finbench.models import FAMILIES
 
+    table = Table("family", "model_type", "thinking", "quantization", "max images", "device preprocess",
+                  "FLOP count", "checkpoints", show_lines=True)
+    yes_no = {True: "yes", False: "no"}
     for family in FAMILIES:
-        out_console.print(f"{family.family}: model_type {', '.join(family.model_types)}")
+        table.add_row(family.family, ", ".join(family.model_types), yes_no[bool(family.supports_thinking)],
+                      ", ".join(family.quantization),
+                      "any" if family.max_images is None else str(family.max_images),
+                      yes_no[bool(family.device_preprocessing)], yes_no[bool(family.flop_count)],
+                      "\n".join(family.checkpoints) or "-")
+    out_console.print(table)
 
 
 @app.command()
 def benchmarks() -> None:
-    """Benchmarks finbench can run."""
-    from finbench.benchmarks import BENCHMARKS
+    """Benchmarks finbench can run: data forms, protocols and metrics."""
+    from finbench.benchmarks import BENCHMARKS, describe
 
-    for name, module in BENCHMARKS.items():
-        out_console.print(f"{name}: {module.__doc__.strip().splitlines()[0]} (hub: {module.HUB_ID})")
+    for module in BENCHMARKS.values():
+        info = describe(module)
+        out_console.print(f"[bold]{info['name']}[/]: {info['title']} (hub: {info['hub']})")
+        for label in ("forms", "protocols", "metrics"):
+            if info[label]:
+                out_console.print(f"  {label}: {info[label]}", highlight=False)
 
 
 if __name__ == "__main__":

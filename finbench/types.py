@@ -81,6 +81,13 @@ class Prediction:
     n_generated_tokens: int = 0
     seconds: float = 0.0
     error: str | None = None
+    # probability of the answer as decoded: the chosen option's (single), the product of the
+    # chosen steps' (multi, numerical); None when the protocol has none (official, open)
+    confidence: float | None = None
+    reasoning_text: str = ""  # the thinking block's content (thinking runs)
+    reasoning_tokens: int = 0  # tokens generated inside the thinking block, never above the budget
+    budget_cut: bool = False  # the thinking budget ran out before the model closed the block
+    prompt: str = ""  # the rendered prompt the model saw (or "sha256:<hex>" with --no-log-prompts)
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,7 @@ class RunConfig:
     workers: int = 2  # preprocessing threads
     dtype: str = "auto"
     device: str = "auto"
+    device_map: str | None = None  # "auto": split a model larger than one GPU across GPUs (accelerate)
     quant: str = "none"
     max_new_tokens: int = 1280  # official protocol generation budget
     numeric_budget: int = 12  # tokens for a constrained numerical answer
@@ -108,3 +116,14 @@ class RunConfig:
     cache: str | None = None  # SQLite path; default <out>/cache.sqlite
     seed: int = 0
     bootstrap: int = 1000  # resamples for the confidence intervals in results.json (0 = none)
+    # model and generation arguments (all in the cache key, through the fingerprint or decoding)
+    revision: str | None = None  # hub branch, tag or commit of --model
+    trust_remote_code: bool = False  # run the checkpoint's own Python code (off: nothing remote runs)
+    attn_implementation: str | None = None  # sdpa, eager, flash_attention_2 (None: flash-attn on CUDA if installed, else sdpa)
+    chat_template: str | None = None  # path of a Jinja chat template replacing the checkpoint's
+    system_prompt: str | None = None  # a system message before every question
+    gen_kwargs: tuple[tuple[str, Any], ...] = ()  # free generation: max_new_tokens, temperature, top_p, top_k
+    log_prompts: bool = True  # samples.parquet keeps each rendered prompt (False: its SHA-256 only)
+    judge: str | None = None  # local chat model that judges open answers (FAMMA, FinMTM sessions)
+    judge_max_new_tokens: int = 256  # the judge's reply budget (verdict JSON)
+    think_budget: int = 0  # reasoning tokens before a constrained answer (thinking models; 0 = none)

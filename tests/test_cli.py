@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 
 import pandas as pd
 import pytest
+from helpers import ENV
+from helpers import cache_rows as _rows
+from helpers import run_cli as finbench
 from PIL import Image
 
 from finbench.runner.engine import run_benchmark
 from finbench.types import RunConfig
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-
-
-def finbench(*args: str, env=None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "finbench.cli", *args], capture_output=True, text=True,
-                          env=env or ENV, timeout=600, **kwargs)
 
 
 def test_demo_runs_end_to_end_and_says_the_model_is_random(tmp_path):
@@ -37,16 +31,6 @@ def test_demo_runs_end_to_end_and_says_the_model_is_random(tmp_path):
     assert "RANDOM-WEIGHT" in done.stdout and "chance level" in done.stdout
     assert (tmp_path / "demo" / "samples.parquet").exists()
     assert elapsed < 120, f"demo took {elapsed:.0f} s; it must finish in under 2 minutes"
-
-
-def _rows(cache_path) -> int:
-    if not cache_path.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{cache_path}?mode=ro", uri=True, timeout=1) as connection:
-            return connection.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
-    except sqlite3.OperationalError:  # table not created yet
-        return 0
 
 
 def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
@@ -130,7 +114,7 @@ def test_score_and_compare_run_folders(tiny_model, tiny_qwen_dir, synthetic_parq
     assert scores["finscore"] == pytest.approx(recorded["finscore"])
     assert "ci" in json.dumps(scores)  # bootstrap intervals are present
     compared = finbench("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp.json"),
-                        "--bootstrap", "200")
+                        "--bootstrap", "200", "--allow-mixed-protocols")
     assert compared.returncode == 0, compared.stderr[-3000:]
     comparison = json.loads((tmp_path / "cmp.json").read_text())
     assert "mcnemar" in json.dumps(comparison).lower()

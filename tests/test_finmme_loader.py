@@ -126,8 +126,8 @@ def test_constrained_prompt_lists_lettered_options_and_ends_with_answer_prefix()
     ("The answer is clear.\nanswer : c", "c"),
     ("Answer: A, C", "A,"),  # quirk: only the first whitespace-free token → read as {A}
     ("Answer: A,C", "A,C"),
-    ("**Answer:** B", ""),  # quirk: the token is '**', removed as debris → empty → wrong
-    ("Answer: $\\boxed{8.81}$", "8.81"),
+    ("**Answer:** B", "**"),  # quirk: the token is '**' (normalised to '' when judged → wrong)
+    ("Answer: $\\boxed{8.81}$", "$\\boxed{8.81}$"),  # normalised once, when judged
     ("no answer here", ""),
     ("", ""),
 ])
@@ -148,5 +148,5 @@ def test_local_parquet_loads_without_the_datasets_package(tmp_path, monkeypatch)
     without = finmme.load_questions(path)
     assert [(q.id, q.gold, q.options, q.images) for q in without] == \
            [(q.id, q.gold, q.options, q.images) for q in with_datasets]
-    with pytest.raises(ImportError):
+    with pytest.raises(ValueError, match="needs the `datasets` package"):  # one start-up line
         finmme.load_questions("owner/hub-set")

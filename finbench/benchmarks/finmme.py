@@ -20,8 +20,9 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from finbench.benchmarks.records import RawRecord, missing_columns, read_table
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, ModelRequest, Question
 
 NAME = "finmme"
@@ -39,8 +40,6 @@ OFFICIAL_INSTRUCTIONS = {
     "numerical": "Please answer this numerical question about the image. The unit of the answer is {unit}. The caption of the image is {verified_caption}. The related sentences are {related_sentences}.\n Please answer the question directly.  The answer MUST be of the following format: 'Answer: $ANSWER' (without quotes) where $ANSWER is the answer to the problem (digit number only, without unit or any other text).",
 }
 OFFICIAL_ANSWER_PATTERN = re.compile(r"(?i)Answer\s*:\s*([^\s\n]+)")
-# eval.py strips these, in this order, from the extracted token before judging.
-OFFICIAL_DEBRIS = ("**", ":", "$\\boxed{", "}$", "\\$", "$", "{", "\\boxed")
 OFFICIAL_MAX_NEW_TOKENS = 1280
 OFFICIAL_IMAGE_MAX_SIDE = 1024
 OFFICIAL_JPEG_QUALITY = 80
@@ -63,101 +62,140 @@ ANSWER_PREFIX = "Answer:"
 
 
 # ---- loading ---------------------------------------------------------------------------------
+# Without these a FinMME file cannot be evaluated: one start-up line names the file and column.
+REQUIRED_COLUMNS = ("question_text", "question_type", "answer", "image", "knowledge_domain")
+# Without these it runs, with a warning in results.json: a breakdown or a prompt field is missing.
+OPTIONAL_COLUMNS = ("options", "unit", "tolerance", "verified_caption", "related_sentences", "asset_class",
+                    "chart_type", "cognitive_dimension")
+TEXT_FIELDS = ("question_text", "question_type", "unit", "verified_caption", "related_sentences")
+
+
 def load_questions(
     source: str | Path | None = None,
     limit: int | None = None,
     domains: Sequence[str] = (),
     question_types: Sequence[str] = (),
+    notes: list[str] | None = None,
 ) -> list[Question]:
-    """Read FinMME records from a hub id (default `luojunyu/FinMME`) or local files and normalise
-    them. Filters are applied before images are touched; `limit` keeps the first N that pass."""
-    table = _load_table(source or HUB_ID)
+    """Read FinMME records from a hub id (default `luojunyu/FinMME`) or local files (a folder may
+    mix formats) and normalise them. Filters are applied before images are touched; `limit` keeps
+    the first N that pass. Warnings (missing optional columns) are appended to `notes`."""
+    table = read_table(source or HUB_ID, HUB_SPLIT)
+    if not table.records:
+        raise ValueError(f"{', '.join(table.sources)}: no records (the data is empty)")
+    missing = missing_columns(table, REQUIRED_COLUMNS)
+    if missing:
+        raise ValueError(f"{', '.join(table.sources)}: not FinMME data — missing required column(s) "
+                         f"{', '.join(missing)} (have: {', '.join(sorted(table.columns)) or 'none'})")
+    if notes is not None:
+        notes.extend(f"column {name!r} is missing from the data: treated as empty"
+                     + (" (numerical items judged with tolerance 0, as eval.py does)" if name == "tolerance" else "")
+                     for name in missing_columns(table, OPTIONAL_COLUMNS))
     questions: list[Question] = []
-    for index, record in enumerate(table):
+    for index, raw in enumerate(table.records):
+        record = raw.values
         if domains and str(record.get("knowledge_domain")) not in domains:
             continue
         if question_types and str(record.get("question_type")) not in question_types:
             continue
-        questions.append(record_to_question(record, index))
+        questions.append(record_to_question(record, index, raw.folder) if raw.error is None else _unreadable(raw, index))
         if limit is not None and len(questions) >= limit:
             break
     return questions
 
 
-def _load_table(source: str | Path) -> Iterable[Mapping[str, Any]]:
-    """A `datasets` table with images left as {bytes, path} structs (decoding is the runner's
-    parallel job, and a corrupt image must become a per-sample error, not a load failure)."""
-    path = Path(source)
-    files = []
-    if path.exists():
-        files = sorted(str(p) for p in path.rglob("*") if p.suffix in _FORMATS) if path.is_dir() else [str(path)]
-        if not files:
-            raise FileNotFoundError(f"no parquet/arrow/jsonl/json files under {path}")
+def _unreadable(raw: RawRecord, index: int) -> Question:
+    return Question(id=raw.origin, benchmark=NAME, kind=SINGLE, text="", meta={"domain": None},
+                    error=f"bad record: {raw.error}")
+
+
+def record_to_question(record: Mapping[str, Any], index: int, folder: str = "") -> Question:
+    """One raw record → Question. Anything malformed becomes `Question.error`, never an exception.
+    A record whose knowledge_domain is None keeps None: eval.py's group-by leaves it out of F."""
+    raw_id = record.get("id") if record.get("id") is not None else record.get("idx", index)
+    qid = _text(raw_id, "id") if isinstance(raw_id, (bytes, bytearray)) else str(raw_id)
+    domain = record.get("knowledge_domain")
+    base = dict(id=qid, benchmark=NAME, text="", meta={"domain": None if domain is None else str(domain)})
     try:
-        import datasets
-    except ImportError:  # e.g. a bare GPU image: plain parquet still works through pyarrow
-        if files and all(f.endswith(".parquet") for f in files):
-            import pyarrow.parquet as pq
-
-            return [row for f in files for row in pq.read_table(f).to_pylist()]
-        raise
-    if files:
-        table = datasets.load_dataset(_FORMATS[Path(files[0]).suffix], data_files=files, split="train")
-    else:
-        table = datasets.load_dataset(str(source), split=HUB_SPLIT)
-    if "image" in table.column_names and isinstance(table.features.get("image"), datasets.Image):
-        table = table.cast_column("image", datasets.Image(decode=False))
-    return table
-
-
-_FORMATS = {".parquet": "parquet", ".arrow": "arrow", ".jsonl": "json", ".json": "json"}
-
-
-def record_to_question(record: Mapping[str, Any], index: int) -> Question:
-    """One raw record → Question. Anything malformed becomes `Question.error`, never an exception."""
-    qid = str(record.get("id") if record.get("id") is not None else record.get("idx", index))
-    qtype = str(record.get("question_type") or "")
-    meta = {
-        "domain": str(record.get("knowledge_domain") or ""),
-        "question_type": qtype,
-        "asset_class": str(record.get("asset_class") or ""),
-        "chart_type": str(record.get("chart_type") or ""),
-        "cognitive_dimension": str(record.get("cognitive_dimension") or ""),
-    }
-    fields = {
-        "verified_caption": str(record.get("verified_caption") or ""),
-        "related_sentences": str(record.get("related_sentences") or ""),
-        "raw_options": str(record.get("options", "")),  # eval.py puts str(options) in the prompt
-        "raw_answer": str(record.get("answer") if record.get("answer") is not None else ""),
-    }
-    base = dict(id=qid, benchmark=NAME, text=str(record.get("question_text") or ""), meta=meta, fields=fields)
-    try:
+        text = {name: _text(record.get(name), name) for name in TEXT_FIELDS}
+        qtype = text["question_type"]
+        meta = {
+            "domain": None if domain is None else _text(domain, "knowledge_domain"),
+            "question_type": qtype,
+            **{name: _text(record.get(name), name) for name in ("asset_class", "chart_type", "cognitive_dimension")},
+        }
+        fields = {
+            "verified_caption": text["verified_caption"],
+            "related_sentences": text["related_sentences"],
+            "raw_options": str(record.get("options", "")),  # eval.py puts str(options) in the prompt
+            "raw_answer": str(record.get("answer") if record.get("answer") is not None else ""),
+        }
+        base.update(text=text["question_text"], meta=meta, fields=fields)
         kind = QUESTION_TYPE_TO_KIND.get(qtype)
         if kind is None:
-            raise ValueError(f"unknown question_type {qtype!r}")
-        images = _image_bytes(record.get("image"))
+            raise ValueError(f"unknown question_type {qtype!r} (expected {', '.join(QUESTION_TYPE_TO_KIND)})")
+        if not text["question_text"].strip():
+            raise ValueError("question_text is empty")
+        images = _image_bytes(record.get("image"), folder)
         options = parse_options(record.get("options")) if kind != NUMERICAL else ()
         if kind != NUMERICAL and not options:
             raise ValueError("empty option list")
         gold = parse_gold(record.get("answer"), kind, len(options))
-        tolerance = _float_or_none(record.get("tolerance"))
+        tolerance = parse_tolerance(record) if kind == NUMERICAL else None
         return Question(kind=kind, options=options, gold=gold, images=images, tolerance=tolerance,
-                        unit=str(record.get("unit") or ""), **base)
+                        unit=text["unit"], **base)
     except Exception as err:  # noqa: BLE001 — any malformed field is a per-sample error
-        kind = QUESTION_TYPE_TO_KIND.get(qtype, SINGLE)
+        kind = QUESTION_TYPE_TO_KIND.get(str(record.get("question_type") or ""), SINGLE)
         return Question(kind=kind, error=f"bad record: {err}", **base)
 
 
-def _image_bytes(image: Any) -> tuple[bytes, ...]:
+def _text(value: Any, name: str) -> str:
+    """A text field as str ("" for None); bytes must be UTF-8."""
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"field {name!r} is not valid UTF-8 (byte 0x{value[err.start]:02x} at offset {err.start})") from None
+    return str(value)
+
+
+def parse_tolerance(record: Mapping[str, Any]) -> float:
+    """A numerical item's absolute tolerance. A record without the field gets 0.0, as eval.py's
+    `item.get('tolerance', 0.0)` does; a present value must be a finite number ≥ 0 (eval.py would
+    judge NaN or negative always wrong and +inf always right, silently)."""
+    if "tolerance" not in record:
+        return 0.0
+    raw = record["tolerance"]
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"tolerance {raw!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"tolerance {raw!r} must be a finite number ≥ 0")
+    return value
+
+
+def _image_bytes(image: Any, folder: str = "") -> tuple[bytes, ...]:
+    """The image as stored: bytes, a {bytes, path} struct, a file path (relative to the data
+    file's folder), or a decoded PIL image. Decoding is left to the runner (per sample)."""
     if image is None:
         raise ValueError("missing image")
+    if isinstance(image, str):
+        image = {"path": image}
     if isinstance(image, Mapping):
         if image.get("bytes"):
             return (bytes(image["bytes"]),)
-        if image.get("path") and Path(image["path"]).exists():
-            return (Path(image["path"]).read_bytes(),)
-        raise ValueError("image has neither bytes nor a readable path")
+        if image.get("path"):
+            path = Path(folder, image["path"]) if folder else Path(image["path"])
+            if path.is_file():
+                return (path.read_bytes(),)
+            raise ValueError(f"image file {image['path']!r} does not exist")
+        raise ValueError("image has neither bytes nor a path")
     if isinstance(image, (bytes, bytearray)):
+        if not image:
+            raise ValueError("image is empty (0 bytes)")
         return (bytes(image),)
     if hasattr(image, "save"):  # an already decoded PIL image
         buffer = io.BytesIO()
@@ -217,14 +255,6 @@ def parse_gold(raw: Any, kind: str, n_options: int) -> str:
     return "".join(letters)
 
 
-def _float_or_none(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
-
-
 # ---- prompts -----------------------------------------------------------------------------------
 def build_request(question: Question, images: Sequence[Any], protocol: str) -> ModelRequest:
     """The chat request for one question. `images` are decoded PIL images, in question order."""
@@ -272,13 +302,12 @@ def official_image(image: Any) -> Any:
 
 
 def extract_official(text: str) -> str:
-    """eval.py's answer rule: the first whitespace-free token after the first 'Answer:'
-    (case-insensitive), with markdown/LaTeX debris removed. Quirks kept on purpose:
-    'Answer: A, C' → 'A,' (read as {A}); '**Answer:** B' → '' (wrong)."""
+    """eval.py's `extract_result`: the first whitespace-free token after the first 'Answer:'
+    (case-insensitive), as is. eval.py then normalises it ONCE (removes `**`, `:`, `$`, `\\boxed{`,
+    braces) when judging; finbench's scorer does that same single pass, so it is not done here.
+    Quirks kept on purpose: 'Answer: A, C' → 'A,' (read as {A}); '**Answer:** B' → '**' (judged
+    as empty: wrong)."""
     if not text:
         return ""
     match = OFFICIAL_ANSWER_PATTERN.search(text)
-    token = match.group(1) if match else ""
-    for debris in OFFICIAL_DEBRIS:
-        token = token.replace(debris, "")
-    return token
+    return match.group(1) if match else ""

@@ -11,11 +11,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
+import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from finbench.types import Prediction, Question
+
+log = logging.getLogger("finbench")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS samples (
@@ -23,7 +28,14 @@ CREATE TABLE IF NOT EXISTS samples (
     question_id TEXT NOT NULL,
     prediction TEXT NOT NULL,
     created REAL NOT NULL DEFAULT (julianday('now'))
-)
+);
+CREATE TABLE IF NOT EXISTS file_digests (
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    PRIMARY KEY (path, size, mtime_ns)
+);
 """
 
 
@@ -50,16 +62,54 @@ def sample_key(fingerprint: Mapping[str, Any], protocol: str, prompt_version: st
 
 
 class PredictionCache:
-    """get_many / put_many over one SQLite file; safe to reopen after a crash."""
+    """get_many / put_many over one SQLite file; safe to reopen after a crash.
+
+    A file that is not a readable finbench cache (truncated, garbage, failing SQLite's quick
+    check) is moved aside to `<name>.corrupt-<time>` and a fresh cache is started; `notes` says
+    so. A row that cannot be decoded is a cache miss: that sample is computed again."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.connection = sqlite3.connect(self.path, timeout=30)
-        self.connection.execute("PRAGMA journal_mode=WAL")
-        self.connection.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
-        self.connection.execute(SCHEMA)
-        self.connection.commit()
+        self.notes: list[str] = []
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ValueError(f"--cache {self.path}: cannot create its folder ({err.strerror or err})") from None
+        try:
+            self.connection = self._open()
+        except sqlite3.DatabaseError as err:
+            if self._unwritable():
+                raise ValueError(f"--cache {self.path}: cannot write there ({err})") from None
+            if not _corrupt(err):  # locked or busy: another run is using it, which is fine
+                raise ValueError(f"--cache {self.path}: {err} (another process holds it too long?)") from None
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                companion = Path(f"{self.path}{suffix}")
+                if companion.exists():
+                    os.replace(companion, Path(f"{aside}{suffix}"))
+            message = f"cache {self.path} was unreadable ({err}); moved it to {aside.name} and started a fresh one"
+            log.warning(message)
+            self.notes.append(message)
+            self.connection = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, timeout=30)
+        try:
+            _retry_while_locked(lambda: connection.execute("PRAGMA journal_mode=WAL"))
+            connection.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across process kills
+            status = connection.execute("PRAGMA quick_check").fetchone()[0]
+            if status != "ok":
+                raise sqlite3.DatabaseError(f"quick_check: {status}")
+            connection.executescript(SCHEMA)
+            connection.commit()
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _unwritable(self) -> bool:
+        folder = self.path.parent
+        return not os.access(folder, os.W_OK) or (self.path.exists() and not os.access(self.path, os.W_OK))
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Prediction]:
         found: dict[str, Prediction] = {}
@@ -68,7 +118,10 @@ class PredictionCache:
             marks = ",".join("?" * len(chunk))
             for key, payload in self.connection.execute(
                     f"SELECT key, prediction FROM samples WHERE key IN ({marks})", chunk):
-                found[key] = _decode(payload)
+                try:
+                    found[key] = _decode(payload)
+                except Exception as err:  # noqa: BLE001 — a damaged row is a miss, never a crash
+                    log.warning("cache row %s… is unreadable (%s): computing that sample again", key[:12], err)
         return found
 
     def put_many(self, rows: Iterable[tuple[str, Prediction]]) -> None:
@@ -77,11 +130,49 @@ class PredictionCache:
                 "INSERT OR REPLACE INTO samples (key, question_id, prediction) VALUES (?, ?, ?)",
                 [(key, p.id, json.dumps(dataclasses.asdict(p))) for key, p in rows])
 
+    def file_digest(self, path: Path) -> str:
+        """SHA-256 of a file's content, remembered by (path, size, mtime): a checkpoint is hashed
+        in full once, then looked up."""
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        row = self.connection.execute(
+            "SELECT sha256 FROM file_digests WHERE path = ? AND size = ? AND mtime_ns = ?", key).fetchone()
+        if row:
+            return row[0]
+        from finbench.models.base import file_sha256
+
+        digest = file_sha256(path)
+        with self.connection:
+            self.connection.execute("INSERT OR REPLACE INTO file_digests VALUES (?, ?, ?, ?)", (*key, digest))
+        return digest
+
     def __len__(self) -> int:
         return self.connection.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
 
     def close(self) -> None:
         self.connection.close()
+
+
+def _corrupt(err: sqlite3.DatabaseError) -> bool:
+    """Is this error a damaged file (not SQLite, malformed, failing the quick check), as opposed
+    to a lock held by another run sharing the cache?"""
+    name = getattr(err, "sqlite_errorname", "")
+    return name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or str(err).startswith("quick_check") or (
+        not name and not isinstance(err, sqlite3.OperationalError))
+
+
+def _retry_while_locked(statement: Any, seconds: float = 30.0) -> Any:
+    """Switching to WAL needs a moment alone with the file; runs (or ranks) opening one cache at
+    the same moment wait for each other instead of failing."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as err:
+            if getattr(err, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_LOCKED") \
+                    or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _decode(payload: str) -> Prediction:

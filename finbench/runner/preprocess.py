@@ -51,13 +51,15 @@ class PreparedBatch:
     inputs: Any  # processor output (CPU tensors), None when no question survived
     errors: dict[int, str] = field(default_factory=dict)  # question index → message
     seconds: float = 0.0
+    prompts: dict[int, str] = field(default_factory=dict)  # question index → rendered prompt (for samples.parquet)
 
 
 def prepare_batch(indices: Sequence[int], questions: Sequence[Question],
                   build_request: Callable[[Question, list[Any]], Any],
                   prepare: Callable[[list[Any]], Any]) -> PreparedBatch:
     """Decode images, build requests and call the processor for one batch. A question whose
-    image fails is dropped from the batch with its error recorded."""
+    image fails, or that the processor rejects (e.g. an aspect ratio over 200), is dropped from
+    the batch with its error recorded; the others go on."""
     started = time.perf_counter()
     kept, requests, errors = [], [], {}
     for index in indices:
@@ -66,7 +68,20 @@ def prepare_batch(indices: Sequence[int], questions: Sequence[Question],
             kept.append(index)
         except ImageError as err:
             errors[index] = str(err)
-    inputs = prepare(requests) if requests else None
+        except Exception as err:  # noqa: BLE001 — a prompt that cannot be built is that sample's error
+            errors[index] = f"bad request: {type(err).__name__}: {err}"
+    try:
+        inputs = prepare(requests) if requests else None
+    except Exception:  # noqa: BLE001 — find the request the processor rejects, keep the rest
+        survivors = []
+        for index, request in zip(kept, requests):
+            try:
+                prepare([request])
+                survivors.append((index, request))
+            except Exception as err:  # noqa: BLE001
+                errors[index] = f"preprocess error: {type(err).__name__}: {err}"
+        kept = [index for index, _ in survivors]
+        inputs = prepare([request for _, request in survivors]) if survivors else None
     return PreparedBatch(kept, inputs, errors, time.perf_counter() - started)
 
 

@@ -1,0 +1,150 @@
+"""The Python API: `evaluate`, `score` and `compare`. The command line is a thin layer over these.
+
+    import finbench
+    results, samples = finbench.evaluate(model="Qwen/Qwen2.5-VL-7B-Instruct", benchmark="finmme",
+                                         data="/data/FinMME", limit=500, out="runs/q7b")
+    runs = finbench.evaluate(model=loaded, benchmark="finmme,famma", data={"famma": "famma.json"})
+    scores = finbench.score("runs/q7b", variant="paper", bootstrap=10_000)
+    comparison = finbench.compare(["runs/bf16", "runs/8bit"])
+
+Every option of `finbench run` is a keyword argument here (the fields of `finbench.types.RunConfig`);
+an already loaded model adapter (`finbench.models.load_model(...)`) can be passed instead of a name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from finbench.types import RunConfig
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class MultiRunResult:
+    """Runs of several benchmarks sharing one loaded model; `summary` is also SUMMARY_FILE."""
+
+    out_dir: Path
+    runs: dict[str, Any]  # benchmark name → RunResult
+    summary: dict[str, Any]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.runs.values())
+
+
+def benchmark_names(benchmark: str | Sequence[str]) -> list[str]:
+    names = [b.strip().lower() for b in (benchmark.split(",") if isinstance(benchmark, str) else benchmark)]
+    names = [n for n in names if n]
+    if not names:
+        raise ValueError("--benchmark: give at least one benchmark name")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--benchmark {','.join(names)}: a benchmark is named twice")
+    return names
+
+
+def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
+    """A RunConfig from keyword options; an unknown option is one clear TypeError."""
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'model'}))}")
+    for name in ("domains", "question_types"):
+        if name in options and not isinstance(options[name], tuple):
+            options[name] = tuple([options[name]] if isinstance(options[name], str) else options[name])
+    if isinstance(options.get("gen_kwargs"), Mapping):
+        options["gen_kwargs"] = tuple(sorted(options["gen_kwargs"].items()))
+    if options.get("batch_size") == "auto":
+        options["batch_size"] = None
+    return RunConfig(model=model, benchmark=benchmark, **options)
+
+
+def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any = None,
+             out: str | Path = "runs/latest", show_progress: bool = False, console: Any = None,
+             command: str | None = None, **options: Any) -> Any:
+    """Run (or resume) an evaluation and return its `RunResult` (`results, samples = ...`).
+
+    `model` is a hub id, a local folder or a loaded adapter. With several benchmarks
+    (`"finmme,famma"` or a list), the model is loaded once, each benchmark runs into
+    `out/<name>/`, `out/summary.json` holds their headline scores, and a `MultiRunResult` is
+    returned; `data` may then be a mapping benchmark → source."""
+    from finbench.runner.engine import run_benchmark
+
+    names = benchmark_names(benchmark)
+    source = model if isinstance(model, str) else str(getattr(model, "source", type(model).__name__))
+    loaded = None if isinstance(model, str) else model
+    if len(names) == 1:
+        config = make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out), **options)
+        return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
+    configs = {name: make_config(source, name, data=_data_for(data, name, single=False),
+                                 out=str(Path(out) / name), **options) for name in names}
+    from finbench.runner.engine import validate
+
+    for config in configs.values():  # every bad option before the model is loaded
+        validate(config)
+    if loaded is None:
+        loaded = load(next(iter(configs.values())))
+    runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
+            for name, config in configs.items()}
+    if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
+        return MultiRunResult(Path(out), runs, {})
+    summary = {"model": source, "benchmarks": {
+        name: {"out": str(run.out_dir), "n_questions": run.results["n_questions"],
+               "errors": run.results["errors"]["count"],
+               "scores": {k: v for k, v in run.results["scores"].items() if isinstance(v, (int, float)) or v is None}}
+        for name, run in runs.items()}}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
+    return MultiRunResult(Path(out), runs, summary)
+
+
+def load(config: RunConfig) -> Any:
+    """The model a config names, loaded with its model arguments."""
+    from finbench.models import load_model
+
+    template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
+    return load_model(config.model, dtype=config.dtype, device=config.device, quant=config.quant,
+                      max_pixels=config.max_pixels, device_preprocess=config.device_preprocess,
+                      revision=config.revision, trust_remote_code=config.trust_remote_code,
+                      attn_implementation=config.attn_implementation, chat_template=template)
+
+
+def _data_for(data: Any, name: str, single: bool) -> Any:
+    if isinstance(data, Mapping):
+        unknown = set(data) - {name} if single else set()
+        if unknown:
+            raise ValueError(f"--data names {', '.join(sorted(unknown))}, which this run does not evaluate")
+        return data.get(name)
+    if data is not None and not single:
+        raise ValueError("several benchmarks: give --data as BENCHMARK=SOURCE, once per benchmark")
+    return data
+
+
+def score(run_dir: str | Path, *, variant: str = "official", bootstrap: int = 0, seed: int = 0,
+          console: Any = None) -> dict[str, Any]:
+    """Re-score a finished run folder from its samples.parquet (no model needed); also writes
+    RUN_DIR/scores_<variant>.json."""
+    from finbench.scoring.commands import score_command
+
+    return score_command(Path(run_dir), variant, bootstrap, seed, console=console or _quiet())
+
+
+def compare(run_dirs: Sequence[str | Path], *, out: str | Path | None = None, bootstrap: int = 1000, seed: int = 0,
+            allow_mixed_protocols: bool = False, console: Any = None) -> dict[str, Any]:
+    """Paired comparison of run folders against the first (see `finbench compare`)."""
+    from finbench.scoring.commands import compare_command
+
+    return compare_command([Path(d) for d in run_dirs], None if out is None else Path(out), bootstrap, seed,
+                           console=console or _quiet(), allow_mixed_protocols=allow_mixed_protocols)
+
+
+def _quiet() -> Any:
+    """A console that prints nothing: the API returns values, the CLI prints them."""
+    import io
+
+    from rich.console import Console
+
+    return Console(file=io.StringIO())

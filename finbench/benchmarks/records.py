@@ -1,0 +1,207 @@
+"""Raw records from local files or the hub, for every benchmark loader.
+
+Each local file is read by its own format (a folder may mix parquet, arrow, jsonl and json), and
+every record carries its origin (`file:line` or `file[row]`) so a bad one can be named. What can
+go wrong is split the way the error policy asks:
+- a file that cannot be read at all (truncated parquet, not JSON at all, a hub set that is not
+  available offline) raises `ValueError` naming it: one start-up line, before any work;
+- a bad line or field (malformed JSON, non-UTF-8 bytes, a line that is not an object) becomes a
+  `RawRecord` with `error` set, which the benchmark turns into that sample's error.
+
+pyarrow reads parquet and arrow (the `datasets` package is needed for hub ids only); JSON lines
+are parsed line by line with the standard library, because pyarrow's and `datasets`' JSON readers
+fail a whole file on one bad line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+FORMATS = (".parquet", ".arrow", ".jsonl", ".json")
+
+
+class DataError(ValueError):
+    """A data source that cannot be used at all: one start-up line."""
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """One record as stored, with where it came from; `values` is empty when `error` is set."""
+
+    origin: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    folder: str = ""  # the data file's folder: relative image paths are read from there
+
+
+@dataclass
+class RawTable:
+    records: list[RawRecord]
+    columns: set[str]  # every column seen in any file (a JSON line may omit some)
+    sources: list[str]  # the files read, or the hub id
+
+
+def data_files(source: str | Path) -> list[Path]:
+    """The data files of a local file or folder (recursively, sorted)."""
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in FORMATS and p.is_file())
+        if not files:
+            raise DataError(f"--data {path}: no {'/'.join(s[1:] for s in FORMATS)} files in this folder")
+        return files
+    if path.suffix not in FORMATS:
+        raise DataError(f"--data {path}: unknown file type {path.suffix!r} (expected one of {', '.join(FORMATS)})")
+    return [path]
+
+
+def read_table(source: str | Path, hub_split: str) -> RawTable:
+    """Records of a local file/folder, or of a hub data set when `source` is not a local path."""
+    path = Path(source)
+    if not path.exists():
+        return _read_hub(str(source), hub_split)
+    records: list[RawRecord] = []
+    columns: set[str] = set()
+    files = data_files(path)
+    for file in files:
+        file_records, file_columns = _read_file(file)
+        records.extend(dataclasses.replace(r, folder=str(file.parent)) for r in file_records)
+        columns |= file_columns
+    return RawTable(records, columns, [str(f) for f in files])
+
+
+def _read_file(path: Path) -> tuple[list[RawRecord], set[str]]:
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return _from_arrow(pq.read_table(path), path)
+        if path.suffix == ".arrow":
+            return _from_arrow(_read_arrow(path), path)
+        return _read_json(path)
+    except DataError:
+        raise
+    except Exception as err:  # noqa: BLE001 — pyarrow and the OS raise many types for a bad file
+        raise DataError(f"cannot read {path}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from None
+
+
+def _read_arrow(path: Path) -> Any:
+    import pyarrow as pa
+
+    try:  # `datasets` writes the streaming format; plain Arrow IPC files are the file format
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_stream(source).read_all()
+    except pa.ArrowInvalid:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+
+
+def _from_arrow(table: Any, path: Path) -> tuple[list[RawRecord], set[str]]:
+    """Rows of an Arrow table. Text columns are read as bytes and decoded per field, so one
+    non-UTF-8 value is that row's error instead of a failure of the whole column."""
+    import pyarrow as pa
+
+    text_columns = [name for name, kind in zip(table.column_names, table.schema.types)
+                    if pa.types.is_string(kind) or pa.types.is_large_string(kind)]
+    if text_columns:
+        table = table.cast(pa.schema([pa.field(f.name, pa.binary() if f.name in text_columns else f.type)
+                                      for f in table.schema]))
+    records = []
+    for row, values in enumerate(table.to_pylist()):
+        origin = f"{path}[{row}]"
+        try:
+            for name in text_columns:
+                if values[name] is not None:
+                    values[name] = _utf8(values[name], name)
+            records.append(RawRecord(origin, values))
+        except ValueError as err:
+            records.append(RawRecord(origin, error=f"{origin}: {err}"))
+    return records, set(table.column_names)
+
+
+def _utf8(data: bytes, name: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"field {name!r} is not valid UTF-8 (byte 0x{data[err.start]:02x} at offset {err.start})") from None
+
+
+def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
+    """A .json file holding one array (or object) of records, or JSON lines in either suffix."""
+    data = path.read_bytes()
+    if path.suffix == ".json":
+        try:
+            whole = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            whole = None  # maybe JSON lines with a .json suffix
+        if isinstance(whole, list):
+            return _objects(whole, lambda n: f"{path}[{n}]")
+        if isinstance(whole, dict):
+            if whole and all(isinstance(v, Mapping) for v in whole.values()):  # {id: record}
+                return _objects([{"id": k, **v} if "id" not in v else v for k, v in whole.items()],
+                                lambda n: f"{path}[{n}]")
+            return _objects([whole], lambda n: str(path))
+    records: list[RawRecord] = []
+    columns: set[str] = set()
+    for number, line in enumerate(data.splitlines(), 1):
+        origin = f"{path}:{number}"
+        if not line.strip():
+            continue
+        try:
+            values = json.loads(_utf8(line, "line"))
+        except json.JSONDecodeError as err:
+            records.append(RawRecord(origin, error=f"{origin}: malformed JSON ({err.msg} at column {err.colno})"))
+            continue
+        except ValueError as err:
+            records.append(RawRecord(origin, error=f"{origin}: {err}"))
+            continue
+        if not isinstance(values, dict):
+            records.append(RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}"))
+            continue
+        records.append(RawRecord(origin, values))
+        columns |= set(values)
+    if data.strip() and all(r.error for r in records):
+        raise DataError(f"cannot read {path}: neither a JSON array of records nor JSON lines "
+                         f"({records[0].error.split(': ', 1)[-1]})")
+    return records, columns
+
+
+def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set[str]]:
+    records, columns = [], set()
+    for n, values in enumerate(items):
+        if isinstance(values, dict):
+            records.append(RawRecord(origin_of(n), values))
+            columns |= set(values)
+        else:
+            records.append(RawRecord(origin_of(n), error=f"{origin_of(n)}: expected a JSON object, "
+                                                          f"got {type(values).__name__}"))
+    return records, columns
+
+
+def _read_hub(hub_id: str, split: str) -> RawTable:
+    """A hub data set through `datasets` (offline: only what is in the local HF cache). Images are
+    left as {bytes, path} structs: decoding them is the runner's parallel, per-sample job."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"--data {hub_id}: reading a hub data set needs the `datasets` package "
+                         "(or pass a local parquet/jsonl file or folder)") from None
+    try:
+        table = datasets.load_dataset(hub_id, split=split)
+    except Exception as err:  # noqa: BLE001 — offline, unknown id, no such split: one start-up line
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataError(f"--data {hub_id}: cannot load this hub data set (split {split!r}) — {first[:300]}. "
+                         "Offline (HF_HUB_OFFLINE=1), only sets already in the local Hugging Face cache "
+                         "load; otherwise pass a local file or folder") from None
+    for name, feature in table.features.items():
+        if isinstance(feature, datasets.Image):
+            table = table.cast_column(name, datasets.Image(decode=False))
+    records = [RawRecord(f"{hub_id}[{row}]", values) for row, values in enumerate(table)]
+    return RawTable(records, set(table.column_names), [hub_id])
+
+
+def missing_columns(table: RawTable, required: Iterable[str]) -> list[str]:
+    return [name for name in required if name not in table.columns]

@@ -1,0 +1,164 @@
+"""The Python API and the interface habits users bring from lm-eval / lmms-eval / VLMEvalKit:
+`finbench.evaluate/score/compare`, several benchmarks in one run, model and generation
+arguments in the cache key, a reproducible results.json, per-sample prompts, quiet output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import run_cli as finbench_cli
+
+import finbench
+from finbench.runner.engine import run_benchmark
+from finbench.types import RunConfig
+
+FAMMA_MOCK = Path(__file__).parent / "fixtures" / "famma" / "mock.json"
+
+
+@pytest.fixture(scope="module")
+def cli_run(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "run"
+    done = finbench_cli("run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--limit", "16",
+                        "--dtype", "float32", "--device", "cpu", "--bootstrap", "100", "--out", str(out),
+                        "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+def test_evaluate_returns_what_the_cli_writes(cli_run, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    out, _ = cli_run
+    results, samples = finbench.evaluate(str(tiny_qwen_dir), "finmme", data=str(synthetic_parquet), limit=16,
+                                         dtype="float32", device="cpu", bootstrap=100, out=tmp_path / "api")
+    cli_results = json.loads((out / "results.json").read_text())
+    for metric in ("finscore", "accuracy", "domain_accuracy", "p_h"):
+        assert results["scores"][metric] == pytest.approx(cli_results["scores"][metric])
+    cli_samples = pd.read_parquet(out / "samples.parquet")
+    assert list(samples["answer"]) == list(cli_samples["answer"])
+    assert list(samples["sample_key"]) == list(cli_samples["sample_key"])  # the same cache keys: one code path
+    assert results["provenance"]["command"].startswith("finbench ")  # the API records its own caller
+
+
+def test_evaluate_takes_a_loaded_model_and_rejects_unknown_options(tiny_model, tiny_qwen_dir, synthetic_parquet,
+                                                                   cli_run, tmp_path):
+    run = finbench.evaluate(tiny_model, data=str(synthetic_parquet), limit=16, bootstrap=0, out=tmp_path / "m")
+    cli_samples = pd.read_parquet(cli_run[0] / "samples.parquet")
+    assert list(run.samples["answer"]) == list(cli_samples["answer"])
+    with pytest.raises(TypeError, match="unknown option.*temprature"):
+        finbench.evaluate(tiny_model, data=str(synthetic_parquet), temprature=0.5, out=tmp_path / "x")
+
+
+def test_score_and_compare_in_python_equal_the_cli(cli_run, tmp_path):
+    out, _ = cli_run
+    scores = finbench.score(out, bootstrap=0)
+    done = finbench_cli("score", str(out))
+    assert done.returncode == 0, done.stderr
+    assert scores["finscore"] == pytest.approx(json.loads((out / "scores_official.json").read_text())["finscore"])
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    comparison = finbench.compare([out, copy], bootstrap=50, out=tmp_path / "cmp.json")
+    written = json.loads((tmp_path / "cmp.json").read_text())
+    assert comparison["n_shared"] == written["n_shared"] == 16
+    assert "flipped" in json.dumps(written) and '"copy"' in json.dumps(written)
+
+
+def test_two_benchmarks_in_one_run_write_both_folders_and_a_summary(tiny_qwen_dir, synthetic_parquet, tmp_path):
+    out = tmp_path / "both"
+    done = finbench_cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
+                        "--data", f"finmme={synthetic_parquet}", "--data", f"famma={FAMMA_MOCK}", "--limit", "6",
+                        "--dtype", "float32", "--device", "cpu", "--bootstrap", "0", "--out", str(out),
+                        "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["benchmarks"]) == {"finmme", "famma"}
+    for name in ("finmme", "famma"):
+        results = json.loads((out / name / "results.json").read_text())
+        assert results["benchmark"] == name and (out / name / "samples.parquet").exists()
+        assert summary["benchmarks"][name]["n_questions"] == results["n_questions"]
+        assert summary["benchmarks"][name]["scores"]["accuracy"] == pytest.approx(results["scores"]["accuracy"])
+    assert json.loads((out / "famma" / "results.json").read_text())["n_questions"] == 5
+    bad = finbench_cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
+                       "--data", str(synthetic_parquet), "--out", str(tmp_path / "bad"), "--no-progress")
+    assert bad.returncode == 2 and "BENCHMARK=SOURCE" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def key_of(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("keys")
+
+    def key(**options) -> str:
+        out = folder / f"run{len(list(folder.iterdir()))}"
+        config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=1, dtype="float32",
+                           device="cpu", bootstrap=0, out=str(out), **options)
+        return run_benchmark(config, show_progress=False).samples["sample_key"].iloc[0]
+
+    return key
+
+
+def test_every_model_and_generation_argument_changes_the_cache_key(key_of, tiny_qwen_dir, tmp_path):
+    template = tmp_path / "template.jinja"
+    original = json.loads((tiny_qwen_dir / "chat_template.json").read_text())["chat_template"] \
+        if (tiny_qwen_dir / "chat_template.json").exists() else (tiny_qwen_dir / "chat_template.jinja").read_text()
+    template.write_text(original + "\n")  # one byte more: a different template
+    base = key_of()
+    assert key_of() == base  # deterministic
+    variants = {"revision": dict(revision="v1.0"), "trust_remote_code": dict(trust_remote_code=True),
+                "attn_implementation": dict(attn_implementation="eager"),
+                "chat_template": dict(chat_template=str(template)), "system_prompt": dict(system_prompt="Be exact."),
+                "gen_kwargs": dict(gen_kwargs=(("max_new_tokens", 7),))}
+    keys = {name: key_of(**options) for name, options in variants.items()}
+    assert base not in keys.values(), keys
+    assert len(set(keys.values())) == len(keys), keys
+
+
+def test_results_json_validates_against_its_schema_and_records_provenance(cli_run, synthetic_parquet):
+    import jsonschema
+
+    out, _ = cli_run
+    results = json.loads((out / "results.json").read_text())
+    schema = json.loads((Path(finbench.__file__).parent / "report" / "results.schema.json").read_text())
+    jsonschema.validate(results, schema)
+    provenance = results["provenance"]
+    assert provenance["command"].startswith("finbench run --model")
+    assert provenance["data"]["files"][str(synthetic_parquet)] == hashlib.sha256(synthetic_parquet.read_bytes()).hexdigest()
+    assert provenance["versions"]["torch"] and provenance["versions"]["transformers"]
+    broken = {**results, "provenance": {k: v for k, v in provenance.items() if k != "command"}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+    import pyarrow.parquet as pq
+
+    assert pq.read_schema(out / "samples.parquet").metadata[b"finbench.schema_version"] == b"1.0"
+
+
+def test_samples_keep_the_prompt_or_its_hash(cli_run, tiny_model, synthetic_parquet, tmp_path):
+    out, _ = cli_run
+    logged = pd.read_parquet(out / "samples.parquet")
+    assert logged["prompt"].str.contains("Question: ").all()
+    assert (logged["question"].str.len() > 0).all()
+    assert all(len(o) == n for o, n in zip(logged["options"], logged["n_options"]))
+    hashed = finbench.evaluate(tiny_model, data=str(synthetic_parquet), limit=16, bootstrap=0, log_prompts=False,
+                               out=tmp_path / "hashed").samples
+    assert list(hashed["prompt"]) == ["sha256:" + hashlib.sha256(p.encode()).hexdigest() for p in logged["prompt"]]
+
+
+def test_no_progress_prints_no_progress_bar(cli_run):
+    _, done = cli_run
+    for mark in ("%|", "━", "Loading weights", "it/s]"):
+        assert mark not in done.stderr, done.stderr[-2000:]
+
+
+def test_system_prompt_reaches_the_model(tiny_model, synthetic_parquet, tmp_path):
+    samples = finbench.evaluate(tiny_model, data=str(synthetic_parquet), limit=2, bootstrap=0,
+                                system_prompt="You are a careful analyst.", out=tmp_path / "sys").samples
+    assert samples["prompt"].str.startswith("<|im_start|>system\nYou are a careful analyst.").all()
+
+
+@pytest.mark.parametrize("value, message", [("temperature", "key=value"), ("beams=2", "key=value"),
+                                            ("top_k=many", "not a int")])
+def test_bad_gen_kwargs_are_one_line(value, message, tiny_qwen_dir, tmp_path):
+    done = finbench_cli("run", "--model", str(tiny_qwen_dir), "--gen-kwargs", value, "--out", str(tmp_path / "r"))
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
