@@ -76,6 +76,10 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
     names = benchmark_names(benchmark)
     source = model if isinstance(model, str) else str(getattr(model, "source", type(model).__name__))
     loaded = None if isinstance(model, str) else model
+    if command is None:  # what results.json records as the command: this call
+        arguments = ", ".join([repr(source), repr(benchmark), *(f"{k}={v!r}" for k, v in
+                                                               {"data": data, "out": str(out), **options}.items())])
+        command = f"finbench.evaluate({arguments})"
     if len(names) == 1:
         config = make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out), **options)
         return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)

@@ -40,7 +40,8 @@ def test_evaluate_returns_what_the_cli_writes(cli_run, tiny_qwen_dir, synthetic_
     cli_samples = pd.read_parquet(out / "samples.parquet")
     assert list(samples["answer"]) == list(cli_samples["answer"])
     assert list(samples["sample_key"]) == list(cli_samples["sample_key"])  # the same cache keys: one code path
-    assert results["provenance"]["command"].startswith("finbench ")  # the API records its own caller
+    assert results["provenance"]["command"].startswith(f"finbench.evaluate({str(tiny_qwen_dir)!r}, 'finmme'")
+    assert cli_results["provenance"]["command"].startswith("finbench run --model")
 
 
 def test_evaluate_takes_a_loaded_model_and_rejects_unknown_options(tiny_model, tiny_qwen_dir, synthetic_parquet,
