@@ -98,6 +98,9 @@ def dictionary_encode_chunks(arr: Any, n_threads: int | None = None
         if threads > 1 and len(arr) >= PARALLEL_MIN_ELEMENTS:
             step = -(-len(arr) // threads)
             chunks = [arr.slice(start, step) for start in range(0, len(arr), step)]
+        probed = _probe_labels(chunks, threads)
+        if probed is not None:
+            return probed
         with ThreadPoolExecutor(max(1, min(threads, len(chunks)))) as pool:
             chunks = list(pool.map(pc.dictionary_encode, chunks))
     dictionaries = [c.dictionary.cast(pa.large_string()) for c in chunks]
@@ -111,6 +114,30 @@ def dictionary_encode_chunks(arr: Any, n_threads: int | None = None
         codes = chunk.indices.fill_null(len(dictionary)) if chunk.null_count else chunk.indices
         indices.append(codes.to_numpy(zero_copy_only=False))
     return indices, labels.to_pylist(), lookups
+
+
+PROBE_ROWS = 1 << 16  # rows whose distinct labels are taken first; a grouping column has few
+
+
+def _probe_labels(chunks: list[Any], threads: int) -> tuple[list[np.ndarray], list[str], list[np.ndarray]] | None:
+    """`dictionary_encode_chunks` for a column with few labels: the labels of the first rows,
+    sorted, then every row looked up in that small set (`index_in`: a probe into a tiny hash
+    table, ~2× faster than growing a dictionary per chunk). None when some row holds a label the
+    first rows lack: the caller then takes the general path."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    head = chunks[0].slice(0, PROBE_ROWS)
+    labels = pc.drop_null(pc.unique(head)).cast(pa.large_string())
+    labels = labels.take(pc.sort_indices(labels))
+    with ThreadPoolExecutor(max(1, min(threads, len(chunks)))) as pool:
+        codes = list(pool.map(lambda chunk: pc.index_in(chunk, value_set=labels), chunks))
+    if any(code.null_count != chunk.null_count for code, chunk in zip(codes, chunks)):
+        return None  # a label beyond the probed rows
+    missing = len(labels)
+    indices = [(code.fill_null(missing) if code.null_count else code).to_numpy(zero_copy_only=False) for code in codes]
+    lookup = np.append(np.arange(missing, dtype=np.int64), -1)
+    return indices, labels.to_pylist(), [lookup] * len(chunks)
 
 
 def segment_count(ids: torch.Tensor, n_segments: int) -> torch.Tensor:
