@@ -268,3 +268,19 @@ def test_dictionary_codes_refuse_what_is_not_strings():
     assert segments.dictionary_codes([1, 2]) is None
     ids, labels = segments.factorize(pd.Series(["a", 1, "a"], dtype=object))  # pandas path still works
     assert ids.tolist() == [1, 0, 1] or ids.tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize("late_label", [False, True])
+def test_probed_labels_fall_back_when_a_label_appears_after_the_probe(monkeypatch, late_label):
+    """The fast path probes the first rows' labels; a label first seen later must still get its
+    own id (the general path), and both must equal pandas' factorize."""
+    import pyarrow as pa
+
+    monkeypatch.setattr(segments, "PROBE_ROWS", 16)
+    rng = np.random.default_rng(3)
+    values = rng.choice(["Bonds", "Banking", None], size=4000).astype(object)
+    if late_label:
+        values[3000] = "Aardvark"  # sorts first: every id after the probe shifts
+    codes, labels = segments.dictionary_codes(pa.array(values, type=pa.large_string()), n_threads=2)
+    ref_codes, ref_labels = pd.factorize(pd.Series(values, dtype=object), sort=True, use_na_sentinel=True)
+    assert labels == list(ref_labels) and codes.tolist() == ref_codes.tolist()
