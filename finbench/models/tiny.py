@@ -653,20 +653,7 @@ def _build_qwen3_vl(hidden_size: int, max_pixels: int) -> _Built:
         "bos_token_id": ids("<|endoftext|>"),
         "eos_token_id": ids("<|im_end|>"),
     }
-    vision = {
-        "depth": 2,
-        "hidden_size": _VISION_HIDDEN,
-        "intermediate_size": 2 * _VISION_HIDDEN,
-        "num_heads": _VISION_HIDDEN // _HEAD_DIM,
-        "hidden_act": "gelu_pytorch_tanh",
-        "patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": hidden_size,
-        "num_position_embeddings": 64,  # an 8x8 learned grid, interpolated like the real 48x48
-        "deepstack_visual_indexes": [0],  # vision layer 0 feeds text layer 0 (real: [8, 16, 24])
-        "in_channels": 3,
-    }
+    vision = _qwen3_style_vision(hidden_size, deepstack=True)
     config = Qwen3VLConfig(
         text_config=text,
         vision_config=vision,
@@ -789,11 +776,11 @@ def _qwen3_style_vision(hidden_size: int, deepstack: bool) -> dict[str, Any]:
         "spatial_merge_size": 2,
         "temporal_patch_size": 2,
         "out_hidden_size": hidden_size,
-        "num_position_embeddings": 64,
+        "num_position_embeddings": 64,  # an 8x8 learned grid, interpolated like the real 48x48
         "in_channels": 3,
     }
     if deepstack:
-        vision["deepstack_visual_indexes"] = [0]
+        vision["deepstack_visual_indexes"] = [0]  # vision layer 0 feeds text layer 0 (real: [8, 16, 24])
     return vision
 
 
