@@ -447,6 +447,8 @@ def list_models() -> None:
 
     table = Table("family", "model_type", "thinking", "quantization", "max images", "device preprocess",
                   "FLOP count", "checkpoints", show_lines=True)
+    for column in table.columns:  # a narrow terminal folds a name onto two lines, never cuts it
+        column.overflow = "fold"
     yes_no = {True: "yes", False: "no"}
     for family in FAMILIES:
         table.add_row(family.family, ", ".join(family.model_types), yes_no[bool(family.supports_thinking)],
