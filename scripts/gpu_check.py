@@ -151,8 +151,7 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     # warm-up: CUDA context, kernels' autotuning and allocator growth are not charged to the run
     run_benchmark(dataclasses.replace(run_config, limit=min(8, n_items), out=str(work / "warmup")),
                   adapter, show_progress=False)
-    with PrefillParts(adapter) as parts:
-        result = run_benchmark(run_config, adapter, show_progress=False).results
+    result = run_benchmark(run_config, adapter, show_progress=False).results
     throughput = result["throughput"]
     samples_per_s = throughput["samples_per_s"]
     stages = throughput["stages_s"]
@@ -165,7 +164,7 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
         "mean_prompt_tokens": throughput["prompt_tokens"] / max(throughput["samples"], 1),
         "mean_image_tokens": throughput["image_tokens"] / max(throughput["samples"], 1),
         "stages_s": stages, "final_max_batch": throughput["final_max_batch"], "oom_retries": throughput["oom_retries"],
-        "attn_implementation": adapter.attn_implementation, "prefill_parts_s": parts.seconds,
+        "attn_implementation": adapter.attn_implementation, "prefill_parts_s": throughput.get("model_parts_s", {}),
         "padding_ratio": throughput.get("padding_ratio"),
         "prefill_flops_total": throughput["prefill_flops"],
         "prefill_tflops_per_s": throughput["prefill_tflops_per_s"],
@@ -186,50 +185,6 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     del adapter
     _free()
     return report
-
-
-class PrefillParts:
-    """Wall time of the vision tower, `get_rope_index` and the language model inside the runner's
-    forwards: the three callables are wrapped on the instance for the run (synchronising on CUDA
-    so asynchronous kernels are charged to the part that launched them) and restored after."""
-
-    PARTS = (("vision", ("visual",), "forward"), ("rope_index", (), "get_rope_index"),
-             ("language_model", ("language_model",), "forward"))
-
-    def __init__(self, adapter: Any) -> None:
-        self.base = adapter.model.model
-        self.seconds: dict[str, float] = {}
-        self._restore: list[tuple[Any, str]] = []
-
-    def __enter__(self) -> "PrefillParts":
-        import torch
-
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        for name, path, method in self.PARTS:
-            owner = self.base
-            for attribute in path:
-                owner = getattr(owner, attribute, None)
-            original = getattr(owner, method, None) if owner is not None else None
-            if original is None:
-                continue
-            self.seconds[name] = 0.0
-
-            def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
-                sync()
-                started = time.perf_counter()
-                try:
-                    return _original(*args, **kwargs)
-                finally:
-                    sync()
-                    self.seconds[_name] += time.perf_counter() - started
-
-            setattr(owner, method, timed)
-            self._restore.append((owner, method))
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for owner, method in self._restore:
-            delattr(owner, method)  # the instance attribute goes; the class method shows again
 
 
 def headline(report: dict[str, Any]) -> str:

@@ -46,6 +46,7 @@ from finbench.runner.distributed import finish as finish_world
 from finbench.runner.distributed import gather, rank_device, shard, world_from_env
 from finbench.runner.distributed import start as start_world
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, provenance
+from finbench.runner.timing import ModelParts
 from finbench.runner.cache import PredictionCache, sample_key
 from finbench.runner.decoding import (AnswerVocabulary, answer_confidence, decode_multi, decode_numerical,
                                       decode_single)
@@ -321,9 +322,10 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     saved = n_cached
+    parts = ModelParts(model)
     try:
         n_followers = sum(len(followers.get(item.index, ())) for item in items)  # answered with their leader
-        with _progress(show_progress, len(items) + n_followers, console) as advance:
+        with _progress(show_progress, len(items) + n_followers, console) as advance, parts:
             for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1):
                 timer.seconds["preprocess"] += prepared.seconds
                 batch_predictions = loop.run(prepared)
@@ -361,7 +363,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         samples[column] = values
     scores = _score(samples, benchmark.SCORER, config.bootstrap, config.seed)
     samples["correct"] = scores.pop("_correct")
-    throughput = loop.throughput(len(todo), compute_seconds)
+    throughput = {**loop.throughput(len(todo), compute_seconds), "model_parts_s": dict(parts.seconds)}
     if not todo:
         throughput = _previous_throughput(out_dir, fingerprint) or {**throughput, "all_from_cache": True}
     errors = samples.loc[samples["error"] != "", ["id", "error"]]
