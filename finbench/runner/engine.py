@@ -42,17 +42,17 @@ import torch
 from finbench import benchmarks as hooks
 from finbench.benchmarks import get_benchmark
 from finbench.runner.batching import Item, plan_batches
-from finbench.runner.distributed import finish as finish_world
-from finbench.runner.distributed import gather, rank_device, shard, world_from_env
-from finbench.runner.distributed import start as start_world
-from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, provenance
-from finbench.runner.timing import ModelParts
 from finbench.runner.cache import PredictionCache, sample_key
 from finbench.runner.decoding import (AnswerVocabulary, answer_confidence, decode_multi, decode_numerical,
                                       decode_single)
+from finbench.runner.distributed import finish as finish_world
+from finbench.runner.distributed import gather, rank_device, shard, world_from_env
+from finbench.runner.distributed import start as start_world
 from finbench.runner.judge import judge_run, load_judge
 from finbench.runner.preprocess import PreparedBatch, image_size, prefetch, prepare_batch
+from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, provenance
 from finbench.runner.thinking import think
+from finbench.runner.timing import ModelParts
 from finbench.types import MULTI, NUMERICAL, OPEN, PROTOCOLS, SINGLE, Prediction, Question, RunConfig
 
 AUTO_BATCH_START = 64  # --batch-size auto starts here and halves on out-of-memory
@@ -462,6 +462,8 @@ class _BatchLoop:
         generation = dict(config.gen_kwargs)
         budget = generation.pop("max_new_tokens", config.max_new_tokens)
         self.generation = (budget, generation) if generation else (budget,)  # greedy: the plain contract
+        if generation.get("temperature"):
+            torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
 
     def items(self, indices: Sequence[int]) -> list[Item]:
         """Token estimates for batching: the prompt's text tokens plus each image's tokens,
