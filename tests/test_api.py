@@ -163,3 +163,13 @@ def test_system_prompt_reaches_the_model(tiny_model, synthetic_parquet, tmp_path
 def test_bad_gen_kwargs_are_one_line(value, message, tiny_qwen_dir, tmp_path):
     done = finbench_cli("run", "--model", str(tiny_qwen_dir), "--gen-kwargs", value, "--out", str(tmp_path / "r"))
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_sampled_generation_repeats_for_the_same_seed(tiny_model, synthetic_parquet, tmp_path):
+    def run(name: str, seed: int, **gen):
+        return finbench.evaluate(tiny_model, data=str(synthetic_parquet), limit=4, bootstrap=0, protocol="official",
+                                 gen_kwargs={"max_new_tokens": 6, **gen}, seed=seed, out=tmp_path / name).samples
+    first, again = run("a", 0, temperature=1.5), run("b", 0, temperature=1.5)
+    assert list(first["raw_output"]) == list(again["raw_output"])
+    others = [list(run(f"s{seed}", seed, temperature=1.5)["raw_output"]) for seed in (1, 2, 3)]
+    assert any(o != list(first["raw_output"]) for o in others)  # the seed (and the sampling) is real
