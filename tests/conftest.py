@@ -9,33 +9,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
-import torch
-
-SHARPEN = 4.0
-
-
-def _sharpened_tiny_dir(tmp_path_factory, family: str):
-    """A tiny model of `family` whose matrices are scaled ×4. At the stock init (std 0.02) a random
-    model gives the same answer to every question, which would hide bugs that mix up rows;
-    sharpened, its answers depend on the image and text. Saved back, so it loads like a real
-    checkpoint."""
-    from transformers import AutoModelForImageTextToText
-
-    from finbench.models.tiny import make_tiny
-
-    path = make_tiny(family, tmp_path_factory.mktemp("models") / f"tiny-{family}", weights_dtype="float32")
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim >= 2:
-                parameter.mul_(SHARPEN)
-    model.save_pretrained(path)
-    return path
-
+from helpers import sharpened_tiny_dir
 
 @pytest.fixture(scope="session")
 def tiny_qwen_dir(tmp_path_factory):
-    return _sharpened_tiny_dir(tmp_path_factory, "qwen2.5-vl")
+    return sharpened_tiny_dir(tmp_path_factory, "qwen2.5-vl")
 
 
 @pytest.fixture(scope="session")
@@ -72,4 +50,4 @@ def other_family(request, tmp_path_factory):
     (hybrid linear/full attention: a recurrent state beside the KV cache)."""
     from finbench.models import load_model
 
-    return load_model(str(_sharpened_tiny_dir(tmp_path_factory, request.param)), dtype="float32", device="cpu")
+    return load_model(str(sharpened_tiny_dir(tmp_path_factory, request.param)), dtype="float32", device="cpu")

@@ -1,4 +1,4 @@
-"""Helpers shared by the end-to-end tests: the CLI in a subprocess, and a cache's row count."""
+"""Helpers shared by the tests: sharpened tiny models, the CLI in a subprocess, a cache's row count."""
 
 from __future__ import annotations
 
@@ -27,3 +27,27 @@ def cache_rows(path: str | Path) -> int:
             return connection.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
     except sqlite3.OperationalError:  # table not created yet
         return 0
+
+
+SHARPEN = 4.0
+
+
+def sharpened_tiny_dir(tmp_path_factory, family: str, **tiny_options) -> Path:
+    """A tiny model of `family` whose matrices are scaled ×4. At the stock init (std 0.02) a random
+    model gives the same answer to every question, which would hide bugs that mix up rows;
+    sharpened, its answers depend on the image and text. Saved back, so it loads like a real
+    checkpoint. `tiny_options` go to `make_tiny` (e.g. thinking=True)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from finbench.models.tiny import make_tiny
+
+    name = f"tiny-{family}" + "".join(f"-{k}" for k, v in sorted(tiny_options.items()) if v)
+    path = make_tiny(family, tmp_path_factory.mktemp("models") / name, weights_dtype="float32", **tiny_options)
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.ndim >= 2:
+                parameter.mul_(SHARPEN)
+    model.save_pretrained(path)
+    return path

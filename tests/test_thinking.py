@@ -16,27 +16,15 @@ from finbench.runner.engine import run_benchmark
 from finbench.runner.preprocess import decode_images
 from finbench.runner.thinking import AFTER_CLOSE, think
 from finbench.types import RunConfig
-
-SHARPEN = 4.0
-
+from helpers import sharpened_tiny_dir
 
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
     """A sharpened tiny thinking Qwen3-VL (answers then depend on the question)."""
-    from transformers import AutoModelForImageTextToText
-
     from finbench.models import load_model
-    from finbench.models.tiny import make_tiny
 
-    path = make_tiny("qwen3-vl", tmp_path_factory.mktemp("models") / "thinker", weights_dtype="float32",
-                     thinking=True)
-    model = AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.ndim >= 2:
-                parameter.mul_(SHARPEN)
-    model.save_pretrained(path)
-    return load_model(str(path), dtype="float32", device="cpu")
+    return load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)), dtype="float32",
+                      device="cpu")
 
 
 def _run(model, data, out, budget, limit=12):
