@@ -38,6 +38,22 @@ def _max_logprob_gap(a, b):
     return gap
 
 
+def _step_and_recompute(model, inputs, texts):
+    """(hidden after one KV-cached decode step of one token per row, hidden of a full prefill over
+    the prompt plus that token): the two must agree."""
+    _, state = model.prefill(dict(inputs))
+    tokens = torch.tensor(model.single_token_ids(texts))
+    stepped = model.decode_step(state, tokens)
+    rows = len(texts)
+    extended = dict(inputs, input_ids=torch.cat([inputs["input_ids"], tokens[:, None]], 1),
+                    attention_mask=torch.cat([inputs["attention_mask"], torch.ones(rows, 1, dtype=torch.long)], 1))
+    if "mm_token_type_ids" in inputs:
+        types = inputs["mm_token_type_ids"]
+        extended["mm_token_type_ids"] = torch.cat([types, torch.zeros(rows, 1, dtype=types.dtype)], 1)
+    recomputed, _ = model.prefill(extended)
+    return stepped, recomputed
+
+
 @pytest.mark.parametrize("kind", ["single", "multi", "numerical"])
 def test_batch_of_8_equals_one_by_one(tiny_model, questions, kind):
     chosen = [q for q in questions if q.kind == kind][:8]
@@ -218,15 +234,7 @@ def test_other_families_are_batch_invariant_and_decode_steps_match_a_recompute(o
     chosen = [questions[0], questions[5]]
     inputs = _prepare(model, chosen)
     assert not inputs["attention_mask"].all(), "the two prompts must differ in length (left padding)"
-    _, state = model.prefill(dict(inputs))
-    tokens = torch.tensor(model.single_token_ids([" B", "7"]))
-    stepped = model.decode_step(state, tokens)
-    extended = dict(inputs, input_ids=torch.cat([inputs["input_ids"], tokens[:, None]], 1),
-                    attention_mask=torch.cat([inputs["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1))
-    if "mm_token_type_ids" in inputs:
-        types = inputs["mm_token_type_ids"]
-        extended["mm_token_type_ids"] = torch.cat([types, torch.zeros(2, 1, dtype=types.dtype)], 1)
-    recomputed, _ = model.prefill(extended)
+    stepped, recomputed = _step_and_recompute(model, inputs, [" B", "7"])
     assert torch.allclose(stepped, recomputed, atol=1e-4)
     image = Image.open(__import__("io").BytesIO(questions[0].images[0]))
     prepared = _prepare(model, [questions[0]])
@@ -272,19 +280,11 @@ def _check_mixed_batches(model, questions):
     # decode step on a two-image row next to a text-only row (different lengths: left padding)
     pair = model.prepare([requests[2], requests[3]])
     assert not pair["attention_mask"].all()
-    _, state = model.prefill(dict(pair))
-    tokens = torch.tensor(model.single_token_ids([" C", "4"]))
-    stepped = model.decode_step(state, tokens)
-    extended = dict(pair, input_ids=torch.cat([pair["input_ids"], tokens[:, None]], 1),
-                    attention_mask=torch.cat([pair["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1))
-    if "mm_token_type_ids" in pair:
-        types = pair["mm_token_type_ids"]
-        extended["mm_token_type_ids"] = torch.cat([types, torch.zeros(2, 1, dtype=types.dtype)], 1)
-    recomputed, _ = model.prefill(extended)
+    stepped, recomputed = _step_and_recompute(model, pair, [" C", "4"])
     assert (stepped - recomputed).abs().max() <= 1e-4
     # broken: the same step fed to the wrong rows (swapped tokens) must not match the recompute
     _, state = model.prefill(dict(pair))
-    swapped = model.decode_step(state, tokens.flip(0))
+    swapped = model.decode_step(state, torch.tensor(model.single_token_ids([" C", "4"])).flip(0))
     assert (swapped - recomputed).abs().max() > 1e-3
 
 

@@ -635,24 +635,7 @@ def _build_qwen3_vl(hidden_size: int, max_pixels: int) -> _Built:
         video_processor=video_processor,
         chat_template=QWEN3_VL_CHAT_TEMPLATE,
     )
-    text = {
-        **_text_dims(hidden_size),
-        "head_dim": _HEAD_DIM,
-        "vocab_size": _padded_vocab(tokenizer),
-        "max_position_embeddings": 32768,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        # Interleaved mrope over head_dim/2 = 8 frequencies; sections (t, h, w) = [4, 2, 2]
-        # (the interleave needs 3 * section <= 8 for h and w; real: [24, 20, 20] of 64).
-        "rope_parameters": {
-            "rope_type": "default",
-            "rope_theta": 5000000.0,
-            "mrope_section": [4, 2, 2],
-            "mrope_interleaved": True,
-        },
-        "bos_token_id": ids("<|endoftext|>"),
-        "eos_token_id": ids("<|im_end|>"),
-    }
+    text = _qwen3_style_text(tokenizer, hidden_size)
     vision = _qwen3_style_vision(hidden_size, deepstack=True)
     config = Qwen3VLConfig(
         text_config=text,
@@ -765,6 +748,25 @@ def _qwen3_style_processor(tokenizer: Any, max_pixels: int, chat_template: str) 
     return processor, size
 
 
+def _qwen3_style_text(tokenizer: Any, hidden_size: int) -> dict[str, Any]:
+    """The text config shared by the Qwen3-VL dense and MoE builders."""
+    ids = tokenizer.convert_tokens_to_ids
+    return {
+        **_text_dims(hidden_size),
+        "head_dim": _HEAD_DIM,
+        "vocab_size": _padded_vocab(tokenizer),
+        "max_position_embeddings": 32768,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        # Interleaved mrope over head_dim/2 = 8 frequencies; sections (t, h, w) = [4, 2, 2]
+        # (the interleave needs 3 * section <= 8 for h and w; real: [24, 20, 20] of 64).
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [4, 2, 2],
+                            "mrope_interleaved": True},
+        "bos_token_id": ids("<|endoftext|>"),
+        "eos_token_id": ids("<|im_end|>"),
+    }
+
+
 def _qwen3_style_vision(hidden_size: int, deepstack: bool) -> dict[str, Any]:
     vision = {
         "depth": 2,
@@ -795,25 +797,15 @@ def _build_qwen3_vl_moe(hidden_size: int, max_pixels: int) -> _Built:
     from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
 
     tokenizer = _build_tokenizer(_QWEN_SPECIAL, _QWEN3_PLAIN_ADDED, None, QWEN3_VL_CHAT_TEMPLATE)
-    ids = tokenizer.convert_tokens_to_ids
     processor, size = _qwen3_style_processor(tokenizer, max_pixels, QWEN3_VL_CHAT_TEMPLATE)
     text = {
-        **_text_dims(hidden_size),
-        "head_dim": _HEAD_DIM,
-        "vocab_size": _padded_vocab(tokenizer),
-        "max_position_embeddings": 32768,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-6,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [4, 2, 2],
-                            "mrope_interleaved": True},
+        **_qwen3_style_text(tokenizer, hidden_size),
         # 4 experts, 2 per token (real: 128 experts, 8 per token, moe_intermediate_size 768)
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": hidden_size,
         "decoder_sparse_step": 1,
         "mlp_only_layers": [],
-        "bos_token_id": ids("<|endoftext|>"),
-        "eos_token_id": ids("<|im_end|>"),
     }
     vision = _qwen3_style_vision(hidden_size, deepstack=True)
     config = Qwen3VLMoeConfig(text_config=text, vision_config=vision, **_vision_token_ids(tokenizer),
