@@ -11,7 +11,9 @@ window geometry; depth reduced, random weights) on N charts of W×H pixels, in f
 
 Counting runs on the full-width tower and the same forward is timed. On a CPU the towers' matmuls
 dominate (they are the same on both paths), so the tower ratio is small there; the call count is
-what a GPU pays for in kernel launches and Python.
+what a GPU pays for in kernel launches and Python. On CUDA in bf16 the packed path runs PyTorch's
+variable-length kernel (counted as calls too), and a third variant, "packed-padded", forces the
+padded single-SDPA path so the two one-call implementations can be compared; timings synchronise.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def build_tower(family: str, depth: int) -> tuple[torch.nn.Module, int, int]:
 
         config = full_size_config("qwen2.5-vl-7b").vision_config
         published = list(config.fullatt_block_indexes)  # [7, 15, 23, 31]: one full layer per 8
+        depth = depth or config.depth
         config.depth = depth
         config.fullatt_block_indexes = [i for i in published if i < depth] or [depth - 1]
         config._attn_implementation = "sdpa"
@@ -51,6 +54,7 @@ def build_tower(family: str, depth: int) -> tuple[torch.nn.Module, int, int]:
         from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
         from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
+        depth = depth or QWEN3_VL_8B_VISION["depth"]
         settings = dict(QWEN3_VL_8B_VISION, depth=depth,
                         deepstack_visual_indexes=[i for i in QWEN3_VL_8B_VISION["deepstack_visual_indexes"]
                                                   if i < depth] or [0])
@@ -90,9 +94,11 @@ class _Counter:
         return hook
 
     def _start(self, module: Any, args: Any) -> None:
+        _sync()
         self._started = time.perf_counter()
 
     def _stop(self, module: Any, args: Any, output: Any) -> None:
+        _sync()
         self.attention_s += time.perf_counter() - self._started
 
     def __enter__(self) -> "_Counter":
@@ -100,13 +106,28 @@ class _Counter:
             self.per_block[self._current] += 1
             return self._original(*args, **kwargs)
 
+        def counting_varlen(*args: Any, **kwargs: Any) -> torch.Tensor | None:
+            out = self._original_varlen(*args, **kwargs)
+            self.per_block[self._current] += out is not None
+            return out
+
         torch.nn.functional.scaled_dot_product_attention = counting
+        self._original_varlen, va._varlen = va._varlen, counting_varlen
         return self
 
     def __exit__(self, *exc: Any) -> None:
         torch.nn.functional.scaled_dot_product_attention = self._original
+        va._varlen = self._original_varlen
         for handle in self._handles:
             handle.remove()
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 class _Holder(torch.nn.Module):
@@ -116,18 +137,55 @@ class _Holder(torch.nn.Module):
         self.visual = tower
 
 
-def run(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor, repeat: int) -> dict[str, Any]:
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class _NoVarlen:
+    """Forces the padded single-SDPA path (the CUDA variant "packed-padded")."""
+
+    def __enter__(self) -> None:
+        self._usable, va._varlen_usable = va._varlen_usable, lambda query: False
+
+    def __exit__(self, *exc: Any) -> None:
+        va._varlen_usable = self._usable
+
+
+def run(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor, repeat: int,
+        padded: bool = False) -> dict[str, Any]:
     best = {"tower_s": math.inf, "attention_s": math.inf}
     output, per_block = None, {}
     for _ in range(repeat):
-        with _Counter(tower) as counter, torch.inference_mode():
+        with _Counter(tower) as counter, torch.inference_mode(), (_NoVarlen() if padded else _Nothing()):
+            _sync()
             started = time.perf_counter()
             output = tower(pixels, grid_thw=grid).pooler_output
+            _sync()
             elapsed = time.perf_counter() - started
         best["tower_s"] = min(best["tower_s"], elapsed)
         best["attention_s"] = min(best["attention_s"], counter.attention_s)
         per_block = dict(counter.per_block)
     return {**best, "output": output, "per_block": per_block}
+
+
+def patch_embed_times(patch_embed: torch.nn.Module, pixels: torch.Tensor, repeat: int) -> tuple[float, float, float]:
+    """(Conv3d seconds, GEMM seconds, max |difference|) of the patch embedding alone, best of `repeat`."""
+    conv = patch_embed.proj
+    shape = (-1, conv.in_channels, *conv.kernel_size)
+    best = {"conv": math.inf, "gemm": math.inf}
+    outputs = {}
+    with torch.inference_mode():
+        for round_ in range(repeat + 1):  # round 0 warms up (cuDNN algorithm choice)
+            for name, fn in (("conv", lambda: conv(pixels.view(shape)).view(pixels.shape[0], -1)),
+                             ("gemm", lambda: va.patchify_linear(pixels, conv))):
+                _sync()
+                started = time.perf_counter()
+                outputs[name] = fn()
+                _sync()
+                if round_:
+                    best[name] = min(best[name], time.perf_counter() - started)
+    return best["conv"], best["gemm"], (outputs["conv"].float() - outputs["gemm"].float()).abs().max().item()
 
 
 def layer_kinds(tower: torch.nn.Module) -> dict[str, list[int]]:
@@ -143,18 +201,20 @@ def main() -> None:
     parser.add_argument("--charts", type=int, default=16)
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--height", type=int, default=768)
-    parser.add_argument("--depth", type=int, default=2, help="vision layers (published: 32 / 27)")
+    parser.add_argument("--depth", type=int, default=2, help="vision layers (0: the published 32 / 27)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
+    if dtype == torch.float32:  # CUDA's cuDNN convolutions default to TF32: fp32 means fp32 here
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     print(f"torch {torch.__version__}, device {args.device}, {args.dtype}, threads {torch.get_num_threads()}; "
           f"{args.charts} charts of {args.width}x{args.height}, vision depth {args.depth}")
     for family in args.families:
         tower, patch_width, factor = build_tower(family, args.depth)
         tower = tower.to(args.device, dtype)
-        grid = torch.tensor([chart_grid(args.width, args.height, factor)] * args.charts)
+        grid = torch.tensor([chart_grid(args.width, args.height, factor)] * args.charts, device=args.device)
         torch.manual_seed(1)
         pixels = torch.randn(int(grid.prod(-1).sum()), patch_width, device=args.device, dtype=dtype)
         holder = _Holder(tower)
@@ -174,10 +234,22 @@ def main() -> None:
             stock_calls = {stock["per_block"].get(i, 0) for i in layers}
             print(f"[{family}] {kind} layers: calls per layer: {'/'.join(map(str, sorted(packed_calls)))} "
                   f"(stock: {'/'.join(map(str, sorted(stock_calls)))})")
-        print(f"[{family}] tower wall time: stock {stock['tower_s']:.2f} s, packed {packed['tower_s']:.2f} s, "
+        print(f"[{family}] tower wall time: stock {stock['tower_s']:.4g} s, packed {packed['tower_s']:.4g} s, "
               f"ratio stock/packed {stock['tower_s'] / packed['tower_s']:.2f}x")
-        print(f"[{family}] attention modules (qkv, rotary, attention, proj): stock {stock['attention_s']:.2f} s, "
-              f"packed {packed['attention_s']:.2f} s, ratio {stock['attention_s'] / packed['attention_s']:.2f}x")
+        print(f"[{family}] attention modules (qkv, rotary, attention, proj): stock {stock['attention_s']:.4g} s, "
+              f"packed {packed['attention_s']:.4g} s, ratio {stock['attention_s'] / packed['attention_s']:.2f}x")
+        conv_s, gemm_s, diff = patch_embed_times(tower.patch_embed, pixels, args.repeat)
+        print(f"[{family}] patch embedding (part of the packed path): Conv3d {conv_s * 1e3:.2f} ms, "
+              f"GEMM {gemm_s * 1e3:.2f} ms, ratio {conv_s / gemm_s:.1f}x, max |diff| = {diff:.2e}")
+        if va._varlen_usable(pixels.new_empty(1, 1, 1)):  # CUDA half precision: also time the padded path
+            va.install(holder, "sdpa", va.PACKED)
+            padded = run(tower, pixels, grid, args.repeat, padded=True)
+            va.install(holder, "sdpa", va.STOCK)
+            diff = (padded["output"].float() - packed["output"].float()).abs().max().item()
+            calls = {padded["per_block"].get(i, 0) for i in range(len(tower.blocks))}
+            print(f"[{family}] packed-padded (single SDPA): calls per layer: {'/'.join(map(str, sorted(calls)))}, "
+                  f"tower {padded['tower_s'] * 1e3:.1f} ms vs varlen {packed['tower_s'] * 1e3:.1f} ms vs stock "
+                  f"{stock['tower_s'] * 1e3:.1f} ms; max |padded - varlen| = {diff:.2e}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +149,12 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     n_items = args.n_items if quant == "none" else args.n_quant_items
     run_config = RunConfig(model=f"random:{name}", data=str(data), limit=n_items, batch_size=args.batch_size,
                            token_budget=args.token_budget, workers=args.workers, out=str(work / f"run-{name}-{quant}"))
+    from finbench.models import vision_attention
+
     # warm-up: CUDA context, kernels' autotuning and allocator growth are not charged to the run
     run_benchmark(dataclasses.replace(run_config, limit=min(8, n_items), out=str(work / "warmup")),
                   adapter, show_progress=False)
+    vision_attention.KERNEL_CALLS.clear()
     result = run_benchmark(run_config, adapter, show_progress=False).results
     throughput = result["throughput"]
     samples_per_s = throughput["samples_per_s"]
@@ -164,7 +168,8 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
         "mean_prompt_tokens": throughput["prompt_tokens"] / max(throughput["samples"], 1),
         "mean_image_tokens": throughput["image_tokens"] / max(throughput["samples"], 1),
         "stages_s": stages, "final_max_batch": throughput["final_max_batch"], "oom_retries": throughput["oom_retries"],
-        "attn_implementation": adapter.attn_implementation, "prefill_parts_s": throughput.get("model_parts_s", {}),
+        "attn_implementation": adapter.attn_implementation,
+        "vision_kernel_calls": dict(vision_attention.KERNEL_CALLS), "prefill_parts_s": throughput.get("model_parts_s", {}),
         "padding_ratio": throughput.get("padding_ratio"),
         "prefill_flops_total": throughput["prefill_flops"],
         "prefill_tflops_per_s": throughput["prefill_tflops_per_s"],
@@ -176,6 +181,10 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     if report["prefill_tflops_per_s"]:
         report["prefill_mfu"] = report["prefill_tflops_per_s"] / H200_BF16_TFLOPS
     report["end_to_end_mfu"] = report["end_to_end_tflops_per_s"] / H200_BF16_TFLOPS
+    if quant == "none" and args.cudnn_sdpa_ab and name == args.models.split(",")[0]:
+        report["without_cudnn_sdpa"] = without_cudnn_sdpa(run_config, adapter, work / f"run-{name}-no-cudnn-sdpa")
+    if quant == "none" and args.profile_items > 0 and name == args.models.split(",")[0]:
+        report["profile"] = profile_batch(run_config, adapter, args, work, Path(args.out) / f"gpu_profile_{name}.txt")
     if quant == "none" and args.baseline_items > 0:
         questions = finmme.load_questions(str(data), limit=args.baseline_items + 1)
         run_baseline(adapter, finmme, questions[:1])  # warm-up
@@ -187,15 +196,69 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     return report
 
 
+def without_cudnn_sdpa(run_config: Any, adapter: Any, out: Path) -> dict[str, Any]:
+    """The same run with PyTorch's cuDNN SDPA backend off (the language model's masked attention
+    then takes the memory-efficient kernel). The H200 profile showed cuDNN attention at ~2.7 ms of
+    host time per call against ~0.3 ms on the device (a graph built per new shape); this A/B says
+    whether turning it off pays end to end."""
+    import torch
+
+    from finbench.runner.engine import run_benchmark
+
+    switch = getattr(torch.backends.cuda, "enable_cudnn_sdp", None)
+    enabled = torch.backends.cuda.cudnn_sdp_enabled() if switch else None
+    try:
+        if switch:
+            switch(False)
+        throughput = run_benchmark(dataclasses.replace(run_config, out=str(out)), adapter,
+                                   show_progress=False).results["throughput"]
+    except Exception as err:  # noqa: BLE001 — a comparison only
+        traceback.print_exc()
+        return {"error": f"{type(err).__name__}: {err}"}
+    finally:
+        if switch:
+            switch(enabled)
+    return {"samples_per_s": throughput["samples_per_s"], "seconds": throughput["seconds"],
+            "stages_s": throughput["stages_s"], "prefill_parts_s": throughput.get("model_parts_s", {}),
+            "projected_finmme_minutes": FINMME_ITEMS / throughput["samples_per_s"] / 60}
+
+
+def profile_batch(run_config: Any, adapter: Any, args: argparse.Namespace, work: Path, path: Path) -> str:
+    """torch.profiler over one run of `--profile-items` fresh items: the top kernels by device
+    time go to `path` (where the prefill's time goes, kernel by kernel). Never fails the check."""
+    import torch
+
+    from finbench.runner.engine import run_benchmark
+
+    try:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        config = dataclasses.replace(run_config, limit=args.profile_items, out=str(work / "profile"))
+        with torch.profiler.profile(activities=activities) as profiler:
+            run_benchmark(config, adapter, show_progress=False)
+        sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+        path.write_text(f"# torch.profiler, {args.profile_items} items, sorted by {sort}\n"
+                        + profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
+        return str(path.name)
+    except Exception as err:  # noqa: BLE001 — a diagnostic only
+        traceback.print_exc()
+        return f"failed: {type(err).__name__}: {err}"
+
+
 def headline(report: dict[str, Any]) -> str:
     """One line per model: what the H200 run is for."""
     mfu = f"{100 * report['prefill_mfu']:.1f}%" if report.get("prefill_mfu") else "–"
     ratio = f"{report['speedup_vs_baseline']:.1f}x" if "speedup_vs_baseline" in report else "–"
     projected = report.get("projected_finmme_minutes")
+    ab = report.get("without_cudnn_sdpa", {})
+    ab_text = (f", without cuDNN SDPA {ab['samples_per_s']:.2f} samples/s ({ab['projected_finmme_minutes']:.1f} min)"
+               if "samples_per_s" in ab else "")
     return (f"{report['model']} {report['quant']}: prefill MFU {mfu}, {report['samples_per_s']:.2f} samples/s, "
             f"projected FinMME ({FINMME_ITEMS:,} items) {projected:.1f} min, vs generate+regex {ratio}, "
-            f"padding {report.get('padding_ratio') or 0:.3f}, vision attention {report['attn_implementation']}, "
-            f"prefill parts {', '.join(f'{k} {v:.1f} s' for k, v in report['prefill_parts_s'].items())}")
+            f"padding {report.get('padding_ratio') or 0:.3f}, vision attention {report['attn_implementation']} "
+            f"{report.get('vision_kernel_calls')}, "
+            f"prefill parts {', '.join(f'{k} {v:.1f} s' for k, v in report['prefill_parts_s'].items())}{ab_text}")
 
 
 def summary_lines(reports: list[dict[str, Any]]) -> list[str]:
@@ -220,11 +283,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--models", default="qwen2.5-vl-7b,qwen2.5-vl-3b")
     parser.add_argument("--n-items", type=int, default=512)
     parser.add_argument("--n-quant-items", type=int, default=128)
-    parser.add_argument("--baseline-items", type=int, default=48)
+    parser.add_argument("--baseline-items", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=None, help="default: auto (halve on OOM)")
     parser.add_argument("--token-budget", type=int, default=98304)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--text-tokens", type=int, default=300)
+    parser.add_argument("--cudnn-sdpa-ab", action=argparse.BooleanOptionalAction, default=True,
+                        help="rerun the first model with the cuDNN SDPA backend off")
+    parser.add_argument("--profile-items", type=int, default=16, help="profile one batch of the first model (0: off)")
     parser.add_argument("--quant", default="auto", help="auto (8bit,4bit if bitsandbytes imports), none, or a list")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -245,30 +311,46 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     processor = build_processor(work, args.tiny)
     data = make_items(work / "items.parquet", max(args.n_items, args.n_quant_items, args.baseline_items + 1),
                       image_size, processor.tokenizer, args.text_tokens)
-    reports = []
+    reports: list[dict[str, Any]] = []
+    failures: list[dict[str, str]] = []
     started = time.perf_counter()
+    stem = "gpu_check_tiny" if args.tiny else "gpu_check_h200"
     for name in args.models.split(","):
         for quant in ["none"] + (quants if name == args.models.split(",")[-1] else []):
             print(f"== {name} {quant}", flush=True)
-            report = measure(name, quant, args, processor, data, work)
+            try:
+                report = measure(name, quant, args, processor, data, work)
+            except Exception as err:  # one model failing must not cost the others' figures
+                traceback.print_exc()
+                failures.append({"model": name, "quant": quant, "error": f"{type(err).__name__}: {err}"})
+                _free()
+                continue
             reports.append(report)
             print(json.dumps(report, indent=1, default=str), flush=True)
+            print(headline(report), flush=True)
+            _write(out, stem, reports, failures, started, args.tiny)  # a later timeout keeps these
+    _write(out, stem, reports, failures, started, args.tiny)
+    for report in reports:
+        print(headline(report), flush=True)
+    print("\n".join(summary_lines(reports)))
+    return reports
+
+
+def _write(out: Path, stem: str, reports: list[dict[str, Any]], failures: list[dict[str, str]],
+           started: float, tiny: bool) -> None:
     import torch
     import transformers
 
-    payload = {"reports": reports, "seconds": time.perf_counter() - started, "tiny": args.tiny,
-               "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                               "transformers": transformers.__version__,
-                               "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"},
-               "note": "random weights; accuracy is chance level and not a result"}
-    stem = "gpu_check_tiny" if args.tiny else "gpu_check_h200"
+    environment = {"python": platform.python_version(), "torch": torch.__version__,
+                   "transformers": transformers.__version__,
+                   "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+    payload = {"reports": reports, "failures": failures, "seconds": time.perf_counter() - started, "tiny": tiny,
+               "environment": environment, "note": "random weights; accuracy is chance level and not a result"}
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=2, default=str))
-    table = "\n".join(summary_lines(reports))
-    for report in reports:
-        print(headline(report), flush=True)
-    (out / f"{stem}.md").write_text(f"# {stem}\n\n{payload['environment']}\n\n{table}\n")
-    print(table)
-    return reports
+    failed = "".join(f"\n- {f['model']} {f['quant']} failed: {f['error']}" for f in failures)
+    headlines = "".join(f"\n- {headline(r)}" for r in reports)
+    (out / f"{stem}.md").write_text(f"# {stem}\n\n{environment}\n\n" + "\n".join(summary_lines(reports))
+                                    + f"\n{headlines}\n{failed}\n")
 
 
 def _quant_modes(option: str) -> list[str]:

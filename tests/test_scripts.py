@@ -24,8 +24,13 @@ def test_gpu_check_cpu_mode_writes_every_figure(tmp_path):
     gpu_check = _load("gpu_check")
     reports = gpu_check.main(["--tiny", "--out", str(tmp_path), "--models", "qwen2.5-vl-7b,qwen2.5-vl-3b",
                               "--n-items", "10", "--n-quant-items", "4", "--baseline-items", "2",
-                              "--workers", "2", "--quant", "8bit"])
+                              "--workers", "2", "--quant", "8bit", "--profile-items", "3"])
     payload = json.loads((tmp_path / "gpu_check_tiny.json").read_text())
+    assert payload["failures"] == []
+    assert payload["reports"][0]["without_cudnn_sdpa"]["samples_per_s"] > 0  # the A/B rerun (a no-op switch on CPU)
+    assert payload["reports"][0]["vision_kernel_calls"]["padded"] > 0  # CPU: the padded SDPA path
+    assert payload["reports"][0]["profile"] == "gpu_profile_qwen2.5-vl-7b.txt"
+    assert "Self CPU" in (tmp_path / "gpu_profile_qwen2.5-vl-7b.txt").read_text()
     assert [(r["model"], r["quant"]) for r in payload["reports"]] == [
         ("qwen2.5-vl-7b", "none"), ("qwen2.5-vl-3b", "none"), ("qwen2.5-vl-3b", "8bit")]
     for report in reports:

@@ -129,14 +129,20 @@ def _stock_vs_packed(tower, width, grids, monkeypatch):
     torch.manual_seed(1)
     pixels = torch.randn(int(grid.prod(-1).sum()), width)
     calls = _counting_sdpa(monkeypatch)
+    convolutions = []
+    tower.patch_embed.proj.register_forward_hook(lambda *args: convolutions.append(1))
     with torch.no_grad():
         assert va.install(holder, "sdpa", va.STOCK) == "sdpa"
         stock = tower(pixels, grid_thw=grid)
         stock_calls = len(calls)
+        assert convolutions == [1]  # the stock patch embedding is the Conv3d
         assert va.install(holder, "sdpa", va.PACKED) == "sdpa+vision-packed"
         packed = tower(pixels, grid_thw=grid)
         packed_calls = len(calls) - stock_calls
-    va.install(holder, "sdpa", va.STOCK)
+        assert convolutions == [1]  # packed: the same weights as one GEMM, the Conv3d never runs
+        va.install(holder, "sdpa", va.STOCK)
+        assert torch.equal(tower(pixels, grid_thw=grid).pooler_output, stock.pooler_output)  # stock restored
+        assert convolutions == [1, 1]
     return stock, packed, stock_calls, packed_calls
 
 
@@ -164,6 +170,18 @@ def test_qwen3_tower_packed_equals_stock(monkeypatch):
     for a, b in zip(packed.deepstack_features, stock.deepstack_features):
         assert torch.allclose(a, b, atol=TOL, rtol=0)
     assert stock_calls == 2 * len(grids) and packed_calls == 2
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["qwen2.5-vl", "qwen3-vl"])
+def test_patchify_gemm_equals_the_conv3d(bias):
+    """Published patch geometry (3×2×14×14 → 1280, no bias; Qwen3-VL: 16 px, with bias)."""
+    patch = 16 if bias else 14
+    conv = torch.nn.Conv3d(3, 1280, kernel_size=(2, patch, patch), stride=(2, patch, patch), bias=bias)
+    pixels = torch.randn(300, 3 * 2 * patch * patch)
+    with torch.no_grad():
+        expected = conv(pixels.view(-1, 3, 2, patch, patch)).view(-1, 1280)
+        assert torch.allclose(va.patchify_linear(pixels, conv), expected, atol=1e-5, rtol=0)
+    assert not va._is_patchify(torch.nn.Conv3d(3, 8, kernel_size=3, stride=1))  # a real convolution stays
 
 
 def test_install_leaves_flash_and_text_attention_alone():
@@ -226,3 +244,41 @@ def test_bench_vision_prints_counted_calls():
     diffs = re.findall(r"max \|stock - packed\| = (\S+)", out)
     assert len(diffs) == 2 and all(float(d) <= TOL for d in diffs)
     assert len(re.findall(r"ratio stock/packed \d+\.\d\dx", out)) == 2
+
+
+def test_pixels_cast_in_the_worker_give_identical_hidden_states(tiny_qwen_dir):
+    """A bf16 model gets bf16 pixel_values from `prepare` (half the bytes to pin and copy); its
+    prefill equals the one from the processor's fp32 pixels, which the tower casts on arrival."""
+    from PIL import Image
+
+    from finbench.models import load_model
+    from finbench.types import ModelRequest
+
+    model = load_model(str(tiny_qwen_dir), dtype="bfloat16", device="cpu")
+    request = ModelRequest(messages=({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "A?"}]},),
+                           images=(Image.new("RGB", (120, 90), (200, 30, 60)),))
+    prepared = model.prepare([request])
+    assert prepared["pixel_values"].dtype == torch.bfloat16
+    fp32 = dict(prepared, pixel_values=model.processor(text=[model.prompt_text(request)], images=list(request.images),
+                                                       return_tensors="pt", padding=True)["pixel_values"])
+    assert fp32["pixel_values"].dtype == torch.float32
+    assert torch.equal(model.prefill(dict(prepared))[0], model.prefill(fp32)[0])
+
+
+def test_equal_blocks_take_one_batched_sdpa_and_unequal_ones_the_varlen_kernel(monkeypatch):
+    """The kernel choice as on CUDA in bf16 (varlen usable): same-size images go to the reshaped
+    SDPA (faster there, bench_vision_h200.txt), windows of mixed lengths to the varlen kernel."""
+    varlen_calls = []
+
+    def fake_varlen(query, key, value, cu_seqlens, scale, max_seqlen):
+        varlen_calls.append(cu_seqlens.tolist())
+        return None  # "kernel unavailable": the padded path answers, as it would after a failure
+
+    monkeypatch.setattr(va, "_varlen_usable", lambda query: True)
+    monkeypatch.setattr(va, "_varlen", fake_varlen)
+    q, k, v = (torch.randn(12, 2, 8) for _ in range(3))
+    va.KERNEL_CALLS.clear()
+    va.packed_attention(q, k, v, torch.tensor([0, 4, 8, 12]))
+    assert varlen_calls == [] and va.KERNEL_CALLS == {"padded": 1}
+    va.packed_attention(q, k, v, torch.tensor([0, 5, 8, 12]))
+    assert varlen_calls == [[0, 5, 8, 12]] and va.KERNEL_CALLS == {"padded": 2}

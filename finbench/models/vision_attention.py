@@ -7,12 +7,19 @@ whole images in the others; Qwen3-VL: whole images). With flash-attn, transforme
 sequence and makes one attention call per block in a Python loop: a 1024×768 chart is ~70 windows,
 so 16 charts × 28 windowed layers is ~31,000 small calls per batch, each with its own launches.
 
-`packed_attention` is the same attention as one call: PyTorch's own variable-length flash kernel
+`packed_attention` is the same attention as one call: blocks of equal length (same-size images)
+reshaped into one batched SDPA; otherwise PyTorch's own variable-length flash kernel
 (`torch.nn.attention.varlen`, CUDA, torch ≥ 2.10, half precision) where it is available, else the
 blocks padded to the longest one and run as a single batched SDPA with a key mask (any device).
 Padded keys get zero weight, so results equal the per-block loop up to summation order (≤ 1e-6 in
 fp32), and padded query rows are dropped. When padding would more than double the work (a batch
 that mixes a huge image with small ones), the blocks are cut into a few length buckets instead.
+
+The same switch replaces the towers' patch embedding, an `nn.Conv3d` whose kernel equals its stride
+(each output sees one patch: a linear map of the flattened patch), by that linear map as one GEMM
+on the weight's view. cuDNN has no good algorithm for this degenerate convolution (reports of seconds
+per call on H100 bf16; torch 2.9's fallback to `slow_conv_dilated3d`); the GEMM is the same sum in
+another order (≤ 1e-6 in fp32). Weights stay in the Conv3d, so checkpoints are untouched.
 
 transformers picks the tower's attention by name (`vision_config._attn_implementation`) and takes
 the one-call `cu_seqlens` branch only when that name contains "flash"; `install` registers
@@ -25,6 +32,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+from collections import Counter
 from typing import Any
 
 import torch
@@ -35,6 +43,7 @@ STOCK, PACKED = "stock", "packed"
 MODES = (STOCK, PACKED)
 PAD_LIMIT = 2.0  # padded / real attention work above which blocks are bucketed by length
 _LAYOUT_SLOTS = 4  # a tower reuses 1–2 cu_seqlens tensors across all its layers
+KERNEL_CALLS: Counter[str] = Counter()  # which implementation ran, for benchmarks ("varlen", "padded")
 log = logging.getLogger("finbench")
 
 
@@ -46,11 +55,16 @@ def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     query, key, value: [S, H, D] (all blocks concatenated); cu_seqlens: [N+1] block boundaries
     (0, …, S); scale defaults to 1/√D; max_seqlen: the longest block when the caller knows it
     (saves a device sync). Returns [S, H, D]: each token attends to the tokens of its own block."""
-    if _varlen_usable(query):
+    layout = _layout(cu_seqlens, max_seqlen, query.shape[0])
+    # Equal blocks (same-size images) are a plain reshape into one batched SDPA, which beat the
+    # varlen kernel on the H200 (Qwen3-VL, 16 equal charts: 203 vs 231 ms per tower, bench_vision).
+    if not layout.equal_blocks and _varlen_usable(query):
         out = _varlen(query, key, value, cu_seqlens, scale, max_seqlen)
         if out is not None:
+            KERNEL_CALLS["varlen"] += 1
             return out
-    return _padded(query, key, value, _layout(cu_seqlens, max_seqlen, query.shape[0]), scale)
+    KERNEL_CALLS["padded"] += 1
+    return _padded(query, key, value, layout, scale)
 
 
 class _Layout:
@@ -65,8 +79,9 @@ class _Layout:
         n = lengths.numel()
         longest = int(max_seqlen) if max_seqlen is not None else int(lengths.max()) if n else 0
         self.total = total
+        self.equal_blocks = n == 0 or n * longest == total  # lengths sum to S and none exceeds L
         self.buckets: list[tuple[int, int, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]] = []
-        if n == 0 or n * longest == total:  # lengths sum to S and none exceeds L: all equal
+        if self.equal_blocks:
             self.buckets.append((n, longest, None, None, None))
             return
         if n * longest <= PAD_LIMIT * total:
@@ -217,4 +232,41 @@ def install(model: Any, attn_implementation: str, mode: str = PACKED) -> str:
         _register()
     for config in {id(c): c for c in [vision_config, *(t.config for t in towers)]}.values():
         config._attn_implementation = NAME if mode == PACKED else attn_implementation
+    for tower in towers:
+        patch_embed_as_gemm(getattr(tower, "patch_embed", None), mode == PACKED)
     return attn_implementation if mode == STOCK else f"{attn_implementation}+vision-{PACKED}"
+
+
+# ---- patch embedding as one GEMM --------------------------------------------------------------
+def patchify_linear(pixels: torch.Tensor, conv: torch.nn.Conv3d) -> torch.Tensor:
+    """`conv` applied to flattened patches [N, C·T·P·P] (kernel = stride, no padding), as a GEMM:
+    [N, out_channels]."""
+    weight = conv.weight.reshape(conv.out_channels, -1)
+    return F.linear(pixels.reshape(-1, weight.shape[1]).to(weight.dtype), weight, conv.bias)
+
+
+def _is_patchify(conv: Any) -> bool:
+    return (isinstance(conv, torch.nn.Conv3d) and tuple(conv.kernel_size) == tuple(conv.stride)
+            and tuple(conv.padding) == (0, 0, 0) and tuple(conv.dilation) == (1, 1, 1) and conv.groups == 1
+            and conv.padding_mode == "zeros")
+
+
+def patch_embed_as_gemm(patch_embed: Any, enable: bool) -> bool:
+    """Route a Qwen-style patch embedding (`.proj` a patchify Conv3d) through `patchify_linear`
+    (enable) or back to its own forward; True when the GEMM is in place. Models dispatched by
+    accelerate keep their hook: its `_old_forward` is what gets replaced."""
+    conv = getattr(patch_embed, "proj", None)
+    if not _is_patchify(conv):
+        return False
+    slot = "_old_forward" if hasattr(patch_embed, "_hf_hook") and hasattr(patch_embed, "_old_forward") else "forward"
+    stock = patch_embed.__dict__.get("_finbench_stock_forward")
+    if stock is None:
+        stock = patch_embed.__dict__.get(slot)  # accelerate's saved forward, or None: the class's
+        patch_embed._finbench_stock_forward = stock if stock is not None else False
+    if enable:
+        setattr(patch_embed, slot, lambda hidden_states: patchify_linear(hidden_states, conv))
+    elif stock:
+        setattr(patch_embed, slot, stock)
+    else:
+        patch_embed.__dict__.pop(slot, None)
+    return enable
