@@ -37,6 +37,9 @@ def test_gpu_check_cpu_mode_writes_every_figure(tmp_path):
         assert report["samples"] == (10 if report["quant"] == "none" else 4)
         assert report["samples_per_s"] > 0 and report["prefill_flops_total"] > 0
         assert abs(report["projected_finmme_minutes"] - 11_099 / report["samples_per_s"] / 60) < 1e-6
+        wait = report["first_batch_wait_s"]
+        steady = report["samples"] / (report["seconds"] - wait)
+        assert abs(report["projected_finmme_minutes_fill_once"] - (wait + 11_099 / steady) / 60) < 1e-6
         assert report["prefill_mfu"] == report["prefill_tflops_per_s"] / 790.0
     assert reports[0]["speedup_vs_baseline"] == reports[0]["samples_per_s"] / reports[0]["baseline"]["samples_per_s"]
     # the 7B-shaped model (scaled down here) has the 7B structure: GQA and separate embeddings

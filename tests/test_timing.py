@@ -20,6 +20,9 @@ def test_runs_report_vision_rope_and_language_model_seconds(tiny_model, tiny_qwe
     assert set(parts) == {"vision", "rope_index", "language_model"} and all(v > 0 for v in parts.values())
     stages = result.results["throughput"]["stages_s"]
     assert parts["vision"] + parts["rope_index"] + parts["language_model"] <= sum(stages.values()) + 1e-3
+    # the pipeline fill: the wait for the first preprocessed batch, part of the run's seconds
+    throughput = result.results["throughput"]
+    assert 0 < throughput["first_batch_wait_s"] < throughput["seconds"]
     after = {name: vars(owner).get(method) for name, owner, method in
              (("visual", base.visual, "forward"), ("base", base, "get_rope_index"),
               ("lm", base.language_model, "forward"))}

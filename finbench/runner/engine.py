@@ -319,6 +319,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         batches = plan_batches(items, config.batch_size or AUTO_BATCH_START, config.token_budget)
 
     compute_started = time.perf_counter()
+    first_batch_wait: float | None = None
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     saved = n_cached
@@ -327,6 +328,8 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         n_followers = sum(len(followers.get(item.index, ())) for item in items)  # answered with their leader
         with _progress(show_progress, len(items) + n_followers, console) as advance, parts:
             for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1):
+                if first_batch_wait is None:  # the pipeline fill: nothing for the model to do yet
+                    first_batch_wait = time.perf_counter() - compute_started
                 timer.seconds["preprocess"] += prepared.seconds
                 batch_predictions = loop.run(prepared)
                 batch_predictions.update(loop.follow(batch_predictions, followers))
@@ -363,7 +366,8 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         samples[column] = values
     scores = _score(samples, benchmark.SCORER, config.bootstrap, config.seed)
     samples["correct"] = scores.pop("_correct")
-    throughput = {**loop.throughput(len(todo), compute_seconds), "model_parts_s": dict(parts.seconds)}
+    throughput = {**loop.throughput(len(todo), compute_seconds), "model_parts_s": dict(parts.seconds),
+                  "first_batch_wait_s": first_batch_wait}
     if not todo:
         throughput = _previous_throughput(out_dir, fingerprint) or {**throughput, "all_from_cache": True}
     errors = samples.loc[samples["error"] != "", ["id", "error"]]
