@@ -8,10 +8,11 @@
    with the end-to-end ratio.
 2. 10,000 bootstrap resamples of 11,099 questions (FinMME's size): the default (multinomial over
    sufficient-statistic cells) path and the general index-matrix path.
-3. End to end from strings: the metadata strings encoded with Arrow's dictionary encoding
-   (`finmme.encode_official_cells`: chunks hashed in threads, string rules run once per distinct
-   value) plus the kernel, vs the pandas definition on the same DataFrame; then the same from a
-   Parquet file (what `samples.parquet` is), read as dictionary columns vs read by pandas.
+3. End to end from strings: the metadata strings encoded with Arrow (`finmme_cells.encode_official_cells`:
+   chunks of rows in threads; domains looked up in the few labels of the first rows with `index_in`,
+   multi-answer flags read from the string buffers in place) plus the kernel, vs the pandas definition
+   on the same DataFrame; then the same from a Parquet file (what `samples.parquet` is), read as
+   dictionary columns (rules run once per distinct value) vs read by pandas.
 
 Last lines: `end-to-end speedup from strings: X.X` (pandas / (Arrow encode + kernel)) and
 `speedup: X.X` = pandas time / kernel time for (1).
@@ -30,7 +31,7 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask
 from finbench.kernels.segments import factorize
-from finbench.scoring import finmme
+from finbench.scoring import finmme, finmme_cells
 from finbench.scoring.stats import bootstrap_cis
 
 N_DOMAINS = 18
@@ -121,10 +122,10 @@ def main() -> None:
           f"cells): {encode_s:.3f} s; end-to-end from strings with it (encode + kernel) takes "
           f"{(encode_s + kernel_s) / pandas_s:.1f}x the pandas time")
     arrow_s, arrow_med, (arrow_cells, labels) = timed(
-        lambda: finmme.encode_official_cells(df["knowledge_domain"], df["question_type"], df["answer"]), repeat=5)
+        lambda: finmme_cells.encode_official_cells(df["knowledge_domain"], df["question_type"], df["answer"]), repeat=5)
     assert torch.equal(arrow_cells.to(dev), cells) and len(labels) == n_domains  # the same cells, byte for byte
     end_to_end = arrow_s + kernel_s
-    print(f"[finscore] Arrow dictionary encoding of the same strings (finmme.encode_official_cells, threads): "
+    print(f"[finscore] Arrow encoding of the same strings (finmme_cells.encode_official_cells, threads): "
           f"{arrow_s * 1e3:.1f} ms best / {arrow_med * 1e3:.1f} ms median of 5, cells identical; "
           f"end to end from strings (encode + kernel) {end_to_end * 1e3:.1f} ms vs pandas {pandas_s * 1e3:.1f} ms")
     parquet_line = from_parquet(df, correct)
@@ -168,7 +169,7 @@ def from_parquet(df: pd.DataFrame, correct: torch.Tensor) -> str:
 
         def ours() -> float:
             table = pq.read_table(path, read_dictionary=columns)
-            cells, labels = finmme.encode_official_cells(*(table.column(c) for c in columns))
+            cells, labels = finmme_cells.encode_official_cells(*(table.column(c) for c in columns))
             flags = torch.from_numpy(table.column("correct_or_not").to_numpy())
             return float(finmme.official_finscore_from_cells(flags, cells, len(labels))["finscore"])
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
-from finbench.scoring import finmme, per_question_correct, score_samples
+from finbench.scoring import finmme, finmme_cells, per_question_correct, score_samples
 from finbench.scoring.stats import point_estimates
 
 LETTERS = "ABCDEFGHIJKLMN"
@@ -336,7 +336,7 @@ def test_arrow_cell_encoding_equals_general_path(form, chunked, tmp_path, monkey
 
     if chunked:  # rows split over threads, as for millions of questions
         monkeypatch.setattr(segments, "PARALLEL_MIN_ELEMENTS", 100)
-        monkeypatch.setattr(finmme, "PARALLEL_MIN_ELEMENTS", 100)
+        monkeypatch.setattr(finmme_cells, "PARALLEL_MIN_ELEMENTS", 100)
 
     rng = random.Random(7)
     domains = ["Banking", "banking", "Équités", "", None, "Risk", "FX"]
@@ -360,18 +360,124 @@ def test_arrow_cell_encoding_equals_general_path(form, chunked, tmp_path, monkey
         columns = [df[c].astype(form) if form != "object" else df[c] for c in "dqg"]
         if form == "str":
             columns = [c.where(df[name].notna(), None) for c, name in zip(columns, "dqg")]
-    cells, got_labels = finmme.encode_official_cells(*columns, n_threads=3)
+    cells, got_labels = finmme_cells.encode_official_cells(*columns, n_threads=3)
     assert torch.equal(cells, expected) and got_labels == labels
+
+
+def _general_cells(domains, types, golds):
+    """The general path encode_official_cells must equal: factorize + letters_to_mask + official_cells."""
+    from finbench.kernels.bitmask import letters_to_mask
+    from finbench.kernels.segments import factorize
+
+    ids, labels = factorize(pd.Series(domains, dtype=object))
+    is_mc = torch.tensor([q == "multiple_choice" for q in types], dtype=torch.bool)
+    multi = finmme.multi_answer_mask(is_mc, letters_to_mask(pd.Series(golds, dtype=object)))
+    multi_ref = [q == "multiple_choice" and len({c for c in str(g or "").upper() if c in LETTERS}) > 1
+                 for q, g in zip(types, golds)]
+    assert multi.tolist() == multi_ref  # the rule itself, independently
+    return finmme.official_cells(ids, len(labels), multi), labels
+
+
+# types that match "multiple_choice" in length or in part; golds for every branch of the buffer
+# reader: 2..8 ASCII bytes (one word), longer than 8, non-ASCII (ﬀ upper-cases to FF), NUL bytes
+EDGE_TYPES = ["multiple_choice", "multiple_choicE", "multiplE_choice", "Multiple_choice", "multiple_choice ",
+              "multiple_choic", "single_choice", "numerical", "", None]
+EDGE_GOLDS = ["A", "AC", "a,c", "ACA", "AA", "B D", "8.81", "", None, "ﬀ", "ﬀA", "ÀB", "N", "xyz", "-3.5", "op",
+              "abcdefgh", "aaaaaaaa", "aaaaaaaab", "AAAAAAAAAAAAAAAAAAAAC", "A\x00C", "  a  ", "MN", "é"]
+
+
+@pytest.mark.parametrize("string_type", ["string", "large_string"])
+@pytest.mark.parametrize("sliced", [False, True])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_plain_arrow_cells_read_buffers_exactly(string_type, sliced, threads, monkeypatch):
+    """The plain-string path reads offsets and bytes in place (type windows, gold words, the very
+    end of the data buffers, sliced arrays, validity bitmaps): byte for byte the general path."""
+    import pyarrow as pa
+
+    from finbench.kernels import segments
+
+    monkeypatch.setattr(segments, "PARALLEL_MIN_ELEMENTS", 50)
+    monkeypatch.setattr(finmme_cells, "PARALLEL_MIN_ELEMENTS", 50)
+    rng = random.Random(11)
+    n = 3000
+    domains = [rng.choice(["Banking", "FX", "Équités", None]) for _ in range(n)]
+    types = [rng.choice(EDGE_TYPES) for _ in range(n)]
+    golds = [rng.choice(EDGE_GOLDS) for _ in range(n)]
+    for gold in ("AC", "ﬀA", "abcdefgh", "AAAAAAAAAAAAAAAAAAAAC", "BD"):  # candidates at the end of the data
+        domains.append("FX")
+        types.append("multiple_choice")
+        golds.append(gold)
+    head = 7 if sliced else 0
+    columns = [pa.array(v, type=getattr(pa, string_type)()).slice(head) for v in (domains, types, golds)]
+    expected, labels = _general_cells(domains[head:], types[head:], golds[head:])
+    cells, got_labels = finmme_cells.encode_official_cells(*columns, n_threads=threads)
+    assert torch.equal(cells, expected) and got_labels == labels
+
+
+def test_plain_arrow_cells_ignore_bytes_under_nulls():
+    """A missing row may still hold bytes in Arrow's data buffer: it is missing all the same."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(2)
+    n = 600
+    columns = {"domains": rng.choice(["x", "y", "z"], n).tolist(),
+               "types": rng.choice(["multiple_choice", "single_choice"], n).tolist(),
+               "golds": rng.choice(["AC", "BD", "A", "abcdefgh", "ÀB"], n).tolist()}
+    for name in columns:  # each column in turn loses ~1/3 of its rows, bytes kept
+        arrays = {k: pa.array(v, type=pa.large_string()) for k, v in columns.items()}
+        keep = rng.random(n) > 1 / 3
+        bitmap = pa.py_buffer(np.packbits(keep, bitorder="little").tobytes())
+        arrays[name] = pa.Array.from_buffers(pa.large_string(), n, [bitmap, *arrays[name].buffers()[1:]],
+                                             null_count=int((~keep).sum()))
+        cells, labels = finmme_cells.encode_official_cells(arrays["domains"], arrays["types"], arrays["golds"])
+        expected, ref_labels = _general_cells(*(arrays[k].to_pylist() for k in ("domains", "types", "golds")))
+        assert torch.equal(cells, expected) and labels == ref_labels
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plain_arrow_cells_fall_back_for_a_late_domain(threads, monkeypatch):
+    """A domain first seen after the probed rows: the general dictionary path, same cells."""
+    import pyarrow as pa
+
+    from finbench.kernels import segments
+
+    monkeypatch.setattr(segments, "PROBE_ROWS", 16)
+    monkeypatch.setattr(segments, "PARALLEL_MIN_ELEMENTS", 50)
+    monkeypatch.setattr(finmme_cells, "PARALLEL_MIN_ELEMENTS", 50)
+    rng = random.Random(5)
+    n = 2000
+    domains = [rng.choice(["Bonds", "Banking", None]) for _ in range(n)]
+    domains[1500] = "Aardvark"  # sorts first: every id shifts
+    types = [rng.choice(EDGE_TYPES) for _ in range(n)]
+    golds = [rng.choice(EDGE_GOLDS) for _ in range(n)]
+    cells, labels = finmme_cells.encode_official_cells(*(pa.array(v, type=pa.large_string()) for v in (domains, types, golds)),
+                                                 n_threads=threads)
+    expected, ref_labels = _general_cells(domains, types, golds)
+    assert torch.equal(cells, expected) and labels == ref_labels
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plain_arrow_cells_refuse_too_many_domains(threads, monkeypatch):
+    import pyarrow as pa
+
+    from finbench.kernels import segments
+
+    monkeypatch.setattr(segments, "PARALLEL_MIN_ELEMENTS", 50)
+    monkeypatch.setattr(finmme_cells, "PARALLEL_MIN_ELEMENTS", 50)
+    domains = pa.array([f"d{i:02d}" for i in range(40)] * 10)
+    types = pa.array(["multiple_choice"] * 400)
+    with pytest.raises(ValueError, match="at most 31 domains"):
+        finmme_cells.encode_official_cells(domains, types, types, n_threads=threads)
 
 
 def test_arrow_cell_encoding_falls_back_for_non_strings():
     domains = pd.Series(["a", "b", "a", None], dtype=object)
     types = pd.Series(["multiple_choice"] * 4)
     gold = pd.Series([12, 3, 1.5, None], dtype=object)  # numbers: str() then the letter rule (none)
-    cells, labels = finmme.encode_official_cells(domains, types, gold)
+    cells, labels = finmme_cells.encode_official_cells(domains, types, gold)
     assert cells.tolist() == [0, 2, 0, 4] and labels == ["a", "b"]
     gold = pd.Series(["AB", "C", "ABC", "AB"])
-    cells, _ = finmme.encode_official_cells(pd.Series([1, 2, 1, 2]), types, gold)  # integer domains
+    cells, _ = finmme_cells.encode_official_cells(pd.Series([1, 2, 1, 2]), types, gold)  # integer domains
     assert cells.tolist() == [1, 2, 1, 3]
 
 
@@ -381,7 +487,7 @@ def test_finscore_from_arrow_cells_equals_pandas_definition():
     df = pd.DataFrame({"knowledge_domain": rng.choice(["x", "y", "z"], n),
                        "question_type": rng.choice(["single_choice", "multiple_choice", "numerical"], n),
                        "answer": rng.choice(["A", "AC", "BD", "C"], n), "correct_or_not": rng.random(n) < 0.5})
-    cells, labels = finmme.encode_official_cells(df["knowledge_domain"], df["question_type"], df["answer"])
+    cells, labels = finmme_cells.encode_official_cells(df["knowledge_domain"], df["question_type"], df["answer"])
     correct = torch.from_numpy(df["correct_or_not"].to_numpy(copy=True))
     got = finmme.official_finscore_from_cells(correct, cells, len(labels))
     assert float(got["finscore"]) == pytest.approx(ref_calculate_finscore(df)[0], abs=1e-12)

@@ -119,17 +119,24 @@ def dictionary_encode_chunks(arr: Any, n_threads: int | None = None
 PROBE_ROWS = 1 << 16  # rows whose distinct labels are taken first; a grouping column has few
 
 
+def probe_labels(arr: Any) -> Any:
+    """Sorted distinct non-missing labels of the first PROBE_ROWS rows of an Arrow string array
+    (large_string; UTF-8 byte order = code-point order = Python's)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    labels = pc.drop_null(pc.unique(arr.slice(0, PROBE_ROWS))).cast(pa.large_string())
+    return labels.take(pc.sort_indices(labels))
+
+
 def _probe_labels(chunks: list[Any], threads: int) -> tuple[list[np.ndarray], list[str], list[np.ndarray]] | None:
     """`dictionary_encode_chunks` for a column with few labels: the labels of the first rows,
     sorted, then every row looked up in that small set (`index_in`: a probe into a tiny hash
     table, ~2× faster than growing a dictionary per chunk). None when some row holds a label the
     first rows lack: the caller then takes the general path."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    head = chunks[0].slice(0, PROBE_ROWS)
-    labels = pc.drop_null(pc.unique(head)).cast(pa.large_string())
-    labels = labels.take(pc.sort_indices(labels))
+    labels = probe_labels(chunks[0])
     with ThreadPoolExecutor(max(1, min(threads, len(chunks)))) as pool:
         codes = list(pool.map(lambda chunk: pc.index_in(chunk, value_set=labels), chunks))
     if any(code.null_count != chunk.null_count for code, chunk in zip(codes, chunks)):

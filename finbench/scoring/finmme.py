@@ -30,7 +30,6 @@ of S; P_H = mean(i/s) over choice questions with s > 0; FinScore = F × (1 − P
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Iterable
@@ -40,7 +39,7 @@ import pandas as pd
 import torch
 
 from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
-from finbench.kernels.segments import PARALLEL_MIN_ELEMENTS, factorize, joint_counts, parallel_chunk_sum
+from finbench.kernels.segments import factorize, joint_counts, parallel_chunk_sum
 from finbench.scoring.stats import ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import OPTION_LETTERS
 
@@ -145,95 +144,6 @@ def official_cells(domain_ids: torch.Tensor, n_domains: int, multi_answer: torch
     slot = torch.where((domain_ids < 0) | (domain_ids >= n_domains), torch.full_like(domain_ids, n_domains),
                        domain_ids)
     return (slot.to(torch.uint8) * 2).add_(multi_answer.to(torch.uint8))
-
-
-def encode_official_cells(domains: Any, question_types: Any, gold: Any,
-                          n_threads: int | None = None) -> tuple[torch.Tensor, list[Any]]:
-    """Metadata strings → (cells uint8 [N], domain labels), exactly
-    `official_cells(factorize(domains), multi_answer_mask(question_types == "multiple_choice",
-    letters_to_mask(gold)))`, with Arrow doing the string work on dictionaries:
-    - domains: dictionary-encoded per chunk of rows, then one lookup per row to the cell byte
-      (sorted domain id · 2);
-    - question type: one vectorised comparison; gold: `_multi_answer_flags`;
-    - chunks of rows run in threads (Arrow releases the GIL), the flags beside the domains;
-    - dictionary-encoded columns (categoricals, Parquet dictionary columns) skip the hashing.
-    Columns that are not strings take the general path."""
-    import pyarrow as pa
-
-    from finbench.kernels.segments import arrow_strings, dictionary_encode_chunks
-
-    arrays = [arrow_strings(v) for v in (domains, question_types, gold)]
-    if any(a is None for a in arrays):
-        domain_ids, labels = factorize(domains)
-        is_mc = pd.Series(question_types, dtype=object) == "multiple_choice"
-        is_mc = torch.from_numpy(is_mc.to_numpy(dtype=bool, copy=True))
-        multi = multi_answer_mask(is_mc, letters_to_mask(gold))
-        return official_cells(domain_ids, len(labels), multi), labels
-    domain_arr, type_arr, gold_arr = (a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays)
-    n = len(domain_arr)
-    threads = n_threads or torch.get_num_threads()
-    step = -(-n // threads) if threads > 1 and n >= PARALLEL_MIN_ELEMENTS else max(n, 1)
-    with ThreadPoolExecutor(max(1, threads)) as pool:  # multi-answer flags and domains at the same time
-        parts = pool.map(lambda start: _multi_answer_flags(type_arr.slice(start, step), gold_arr.slice(start, step)),
-                         range(0, n, step))
-        chunks, labels, lookups = dictionary_encode_chunks(domain_arr, n_threads)
-        multi = np.concatenate([np.zeros(0, dtype=np.uint8), *parts])
-    n_domains = len(labels)
-    if n_domains > MAX_CELL_DOMAINS:
-        raise ValueError(f"at most {MAX_CELL_DOMAINS} domains in the byte-cell kernel")
-    cells = np.empty(n, dtype=np.uint8)
-    start = 0
-    for chunk, lookup in zip(chunks, lookups):  # missing domain (-1) → slot n_domains
-        table = (np.where(lookup < 0, n_domains, lookup) * 2).astype(np.uint8)
-        np.add(table[chunk], multi[start:start + len(chunk)], out=cells[start:start + len(chunk)])
-        start += len(chunk)
-    return torch.from_numpy(cells), labels
-
-
-def _multi_answer_flags(types: Any, gold: Any) -> np.ndarray:
-    """uint8 [n]: question type "multiple_choice" and more than one gold letter. Only rows whose
-    gold is longer than one byte can hold two letters; the letter rule runs once per distinct
-    gold string of those rows."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    def is_mc(values: Any) -> Any:
-        return pc.fill_null(pc.equal(values, "multiple_choice"), False)
-
-    if pa.types.is_dictionary(gold.type) or pa.types.is_dictionary(types.type):
-        return (_per_value(types, is_mc) & _per_value(gold, _has_two_letters)).astype(np.uint8)
-    candidates = pc.and_(is_mc(types), pc.fill_null(pc.greater(pc.binary_length(gold), 1), False))
-    out = np.zeros(len(gold), dtype=np.uint8)
-    rows = np.flatnonzero(candidates.to_numpy(zero_copy_only=False))
-    if rows.size:
-        out[rows] = _has_two_letters(pc.filter(gold, candidates))
-    return out
-
-
-def _has_two_letters(values: Any) -> np.ndarray:
-    """popcount(letters_to_mask(gold)) > 1 per value, evaluated once per distinct string."""
-    import pyarrow.compute as pc
-
-    encoded = pc.dictionary_encode(values)
-    per_value = (popcount(letters_to_mask(encoded.dictionary.to_numpy(zero_copy_only=False))) > 1).numpy()
-    codes = encoded.indices.fill_null(len(per_value)).to_numpy(zero_copy_only=False)
-    return np.append(per_value, False)[codes]
-
-
-def _per_value(arr: Any, fn: Any) -> np.ndarray:
-    """fn (Arrow strings → bool per value) per row; on a dictionary array it runs on the
-    dictionary only. Missing rows are False."""
-    import pyarrow as pa
-
-    def as_bool(result: Any) -> np.ndarray:
-        return np.asarray(result.to_numpy(zero_copy_only=False) if isinstance(result, (pa.Array, pa.ChunkedArray))
-                          else result, dtype=bool)
-
-    if pa.types.is_dictionary(arr.type):
-        per_value = np.append(as_bool(fn(arr.dictionary)), False)
-        codes = arr.indices.fill_null(len(arr.dictionary)) if arr.null_count else arr.indices
-        return per_value[codes.to_numpy(zero_copy_only=False)]
-    return as_bool(fn(arr))
 
 
 def _code_histogram(cells: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
