@@ -73,6 +73,39 @@ def test_two_ranks_give_the_single_process_results(tiny_qwen_dir, synthetic_parq
     _same(pd.read_parquet(out / "samples.parquet"), reference)
 
 
+SLOW_RANK = """
+import os, sys, time
+from finbench.runner.cache import PredictionCache
+reads = PredictionCache.get_many
+def late_read(self, keys):  # rank 1 reads the cache late: rank 0 has committed answers by then
+    if os.environ.get("RANK") == "1":
+        time.sleep(float(os.environ["SLOW_RANK_SECONDS"]))
+    return reads(self, keys)
+PredictionCache.get_many = late_read
+from finbench.cli import app
+sys.argv[0] = "finbench"
+app()
+"""
+
+
+@pytest.mark.slow
+def test_ranks_agree_on_the_work_however_late_one_reads_the_cache(tiny_qwen_dir, synthetic_parquet, reference,
+                                                                  tmp_path):
+    """Each rank reads the shared cache, then shards what is not cached. A rank that read it after
+    another had committed answers would shard a different list, and questions fell between the
+    ranks (KeyError on rank 0). The ranks now wait for each other between reading and computing."""
+    script = tmp_path / "slow_rank.py"
+    script.write_text(SLOW_RANK)
+    out = tmp_path / "late"
+    process = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                                str(script), "run", *_args(tiny_qwen_dir, synthetic_parquet), "--out", str(out)],
+                               env={**ENV, "SLOW_RANK_SECONDS": "8"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    _same(pd.read_parquet(out / "samples.parquet"), reference)
+
+
 @pytest.mark.slow
 def test_a_killed_rank_loses_nothing_and_any_world_size_resumes(tiny_model, tiny_qwen_dir, synthetic_parquet,
                                                                  tmp_path):

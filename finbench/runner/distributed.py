@@ -1,6 +1,7 @@
 """Data parallel runs: `torchrun --nproc_per_node N -m finbench run …` or `accelerate launch -m finbench run …`.
 
-Every rank loads the questions and the model (on its own GPU), takes its share of the uncached
+Every rank loads the questions and the model (on its own GPU), reads the cache (all ranks before
+any computes, so they agree on what is uncached), takes its share of the uncached
 questions — balanced by token cost, longest first onto the least-loaded rank — and commits its
 answers to the shared SQLite cache as it goes (WAL; SQLite serialises the writers). At the end
 rank 0 gathers every rank's predictions (errors included, which the cache does not keep), scores
@@ -72,6 +73,16 @@ def shard(items: Sequence[Item], world: World) -> list[Item]:
             mine.append(item)
         heapq.heappush(loads, (load + item.n_tokens, rank))
     return sorted(mine, key=lambda i: i.index)
+
+
+def barrier(world: World) -> None:
+    """Every rank waits here for the others. Used between reading the shared cache and computing:
+    a rank that read it after another had committed answers would shard a different list of
+    uncached questions, and some would fall between the ranks."""
+    if world.size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 def gather(payload: Any, world: World) -> list[Any] | None:

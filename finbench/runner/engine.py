@@ -46,7 +46,7 @@ from finbench.runner.cache import PredictionCache, sample_key
 from finbench.runner.decoding import (AnswerVocabulary, answer_confidence, decode_multi, decode_numerical,
                                       decode_single)
 from finbench.runner.distributed import finish as finish_world
-from finbench.runner.distributed import gather, rank_device, shard, world_from_env
+from finbench.runner.distributed import barrier, gather, rank_device, shard, world_from_env
 from finbench.runner.distributed import start as start_world
 from finbench.runner.judge import judge_run, load_judge
 from finbench.runner.preprocess import PreparedBatch, image_size, prefetch, prepare_batch
@@ -295,6 +295,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     decoding = decoding_settings(config, thinking=opener is not None)
     keys = [sample_key(fingerprint, config.protocol, prompt_version, decoding, q) for q in questions]
     cached = cache.get_many(keys)
+    barrier(world)  # every rank has read the cache before any writes to it: all shard the same list
     log.info("%d questions, %d cached, model %s", len(questions), len(cached), config.model)
 
     predictions: dict[int, Prediction] = {}
