@@ -10,7 +10,8 @@
 # headline line: prefill MFU, samples/s, projected FinMME minutes, ratio to generate+regex; the 7B
 # is also rerun with the cuDNN SDPA backend off (an A/B) and one batch is profiled
 # (gpu_profile_*.txt). Call it through the device tool as
-#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (timeout_s 600)
+#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (timeout_s 600;
+#   run scripts/fetch_gpu_wheels.sh here first and carry [".wheels"] for the 8-bit / 4-bit runs: 43 MB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
