@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.records import read_table
-from finbench.scoring.finmtm import (CAPABILITIES, clamp, dialogue_score, f_beta_score, tool_score,
+from finbench.scoring.finmtm import (CAPABILITIES, clamp, dialogue_score, f_beta_score, gold_options, tool_score,
                                      turn_capability_score)
 from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, ModelRequest, Question
 
@@ -239,7 +239,7 @@ def _objective(record: Mapping[str, Any], index: int, origin: str, root: Path | 
         text = "".join(p["text"] for p in parts if p.get("type") == "text")
         urls = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
         gold_raw = _gold_text(record)
-        gold_list = _gold_list(gold_raw)
+        gold_list = gold_options(gold_raw)
         options = _options_in(text)
         multi = len(gold_list) > 1 or Path(origin.split(":")[0]).stem.upper().startswith("MC")
         kind = MULTI if multi else SINGLE
@@ -264,15 +264,6 @@ def _gold_text(record: Mapping[str, Any]) -> str:
         return str(record["choices"][0]["message"]["content"][0]["text"])
     except (KeyError, IndexError, TypeError):
         return ""
-
-
-def _gold_list(text: str) -> list[Any]:
-    """etest.py get_ground_truth: the `answer` of the gold JSON as a list; [] on any failure."""
-    try:
-        answer = json.loads(text).get("answer", [])
-    except Exception:  # noqa: BLE001
-        return []
-    return [answer] if isinstance(answer, str) else answer if isinstance(answer, list) else []
 
 
 def canonical_gold(gold_list: Sequence[Any], gold_raw: str) -> str:

@@ -59,7 +59,7 @@ def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     # Equal blocks (same-size images) are a plain reshape into one batched SDPA, which beat the
     # varlen kernel on the H200 (Qwen3-VL, 16 equal charts: 203 vs 231 ms per tower, bench_vision).
     if not layout.equal_blocks and _varlen_usable(query):
-        out = _varlen(query, key, value, cu_seqlens, scale, max_seqlen)
+        out = _varlen(query, key, value, cu_seqlens, scale, layout.longest)  # longest: already synced once
         if out is not None:
             KERNEL_CALLS["varlen"] += 1
             return out
@@ -73,20 +73,29 @@ class _Layout:
     `slots` None = the blocks are equally long and the grid is a plain reshape."""
 
     def __init__(self, cu_seqlens: torch.Tensor, max_seqlen: int | None, total: int) -> None:
-        device = cu_seqlens.device
-        cu = cu_seqlens.to(torch.int64)
-        lengths = cu[1:] - cu[:-1]
-        n = lengths.numel()
-        longest = int(max_seqlen) if max_seqlen is not None else int(lengths.max()) if n else 0
+        self.cu = cu_seqlens.to(torch.int64)
+        self.lengths = self.cu[1:] - self.cu[:-1]
+        n = self.lengths.numel()
+        self.longest = int(max_seqlen) if max_seqlen is not None else int(self.lengths.max()) if n else 0
         self.total = total
-        self.equal_blocks = n == 0 or n * longest == total  # lengths sum to S and none exceeds L
-        self.buckets: list[tuple[int, int, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]] = []
+        self.equal_blocks = n == 0 or n * self.longest == total  # lengths sum to S and none exceeds L
+        self._buckets: list[tuple[int, int, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]] | None = None
+
+    @property
+    def buckets(self) -> list[tuple[int, int, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]]:
+        """Built on first use: the varlen path needs only `equal_blocks`, never the grid."""
+        if self._buckets is None:
+            self._buckets = self._build()
+        return self._buckets
+
+    def _build(self) -> list[tuple[int, int, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]]:
+        cu, lengths, longest, total = self.cu, self.lengths, self.longest, self.total
+        n = lengths.numel()
         if self.equal_blocks:
-            self.buckets.append((n, longest, None, None, None))
-            return
+            return [(n, longest, None, None, None)]
         if n * longest <= PAD_LIMIT * total:
-            self.buckets.append((n, longest, None, *self._grid(lengths, longest, total)))
-            return
+            return [(n, longest, None, *self._grid(lengths, longest, total))]
+        buckets = []
         for group in _length_buckets(lengths):
             group_lengths = lengths[group]
             size = int(group_lengths.sum())
@@ -94,8 +103,9 @@ class _Layout:
             offsets = torch.repeat_interleave(torch.cumsum(group_lengths, 0) - group_lengths, group_lengths,
                                               output_size=size)
             tokens = torch.repeat_interleave(cu[:-1][group], group_lengths, output_size=size) \
-                + torch.arange(size, device=device) - offsets  # packed positions, block by block
-            self.buckets.append((group.numel(), group_longest, tokens, *self._grid(group_lengths, group_longest, size)))
+                + torch.arange(size, device=cu.device) - offsets  # packed positions, block by block
+            buckets.append((group.numel(), group_longest, tokens, *self._grid(group_lengths, group_longest, size)))
+        return buckets
 
     @staticmethod
     def _grid(lengths: torch.Tensor, longest: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:

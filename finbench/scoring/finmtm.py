@@ -80,13 +80,13 @@ def answer_lists(answers: np.ndarray, json_gold: bool = False) -> list[list[Any]
     out = []
     for text in answers:
         if "{" in text:
-            out.append(_gold_options(text) if json_gold else parse_official_answer(text))
+            out.append(gold_options(text) if json_gold else parse_official_answer(text))
         else:
             out.append(re.findall(r"[A-N]", text.upper()))
     return out
 
 
-def _gold_options(text: str) -> list[Any]:
+def gold_options(text: str) -> list[Any]:
     """etest.py `get_ground_truth` on the gold JSON."""
     try:
         answer = json.loads(text).get("answer", [])
