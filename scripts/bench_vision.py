@@ -19,6 +19,7 @@ padded single-SDPA path so the two one-call implementations can be compared; tim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import time
 from collections import defaultdict
@@ -122,14 +123,6 @@ class _Counter:
             handle.remove()
 
 
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
 class _Holder(torch.nn.Module):
     def __init__(self, tower: torch.nn.Module) -> None:
         super().__init__()
@@ -157,7 +150,7 @@ def run(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor, repeat
     best = {"tower_s": math.inf, "attention_s": math.inf}
     output, per_block = None, {}
     for _ in range(repeat):
-        with _Counter(tower) as counter, torch.inference_mode(), (_NoVarlen() if padded else _Nothing()):
+        with _Counter(tower) as counter, torch.inference_mode(), (_NoVarlen() if padded else contextlib.nullcontext()):
             _sync()
             started = time.perf_counter()
             output = tower(pixels, grid_thw=grid).pooler_output
