@@ -55,6 +55,8 @@ def run(
     numeric_budget: int = typer.Option(12, help="Token budget of a constrained numerical answer."),
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
     device_preprocess: bool = typer.Option(False, help="Resize/normalise/patchify images on the model's device (Qwen)."),
+    compile_vision: bool = typer.Option(False, help="torch.compile the vision tower's repeated blocks (fuses their "
+                                        "fp32 norm and rotary work; compiled once, in the first batch)."),
     device_map: Optional[str] = typer.Option(None, help="auto: split a model too large for one GPU across the "
                                              "GPUs (accelerate); the batch loop is unchanged."),
     out: str = typer.Option("runs/latest", help="Run folder (results.json, samples.parquet, cache)."),
@@ -99,6 +101,7 @@ def run(
                        workers=workers, protocol=protocol, dtype=dtype, device=device, quant=quant,
                        max_new_tokens=max_new_tokens, numeric_budget=numeric_budget, max_pixels=max_pixels,
                        cache=cache, device_preprocess=device_preprocess, device_map=device_map,
+                       compile_vision=compile_vision,
                        bootstrap=bootstrap, seed=seed,
                        think_budget=think_budget, judge=judge, revision=revision, trust_remote_code=trust_remote_code,
                        attn_implementation=attn_implementation, chat_template=chat_template,

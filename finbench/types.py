@@ -112,6 +112,7 @@ class RunConfig:
     numeric_budget: int = 12  # tokens for a constrained numerical answer
     max_pixels: int | None = None
     device_preprocess: bool = False  # resize/normalise/patchify images on the model's device
+    compile_vision: bool = False  # torch.compile the vision tower's repeated blocks (models/compile.py)
     out: str = "runs/latest"
     cache: str | None = None  # SQLite path; default <out>/cache.sqlite
     seed: int = 0

@@ -14,6 +14,8 @@ dominate (they are the same on both paths), so the tower ratio is small there; t
 what a GPU pays for in kernel launches and Python. On CUDA in bf16 the packed path runs PyTorch's
 variable-length kernel (counted as calls too), and a third variant, "packed-padded", forces the
 padded single-SDPA path so the two one-call implementations can be compared; timings synchronise.
+With --compile, the packed tower is timed once more with its blocks compiled (`--compile-vision`,
+models/compile.py), after everything else.
 """
 
 from __future__ import annotations
@@ -162,6 +164,36 @@ def run(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor, repeat
     return {**best, "output": output, "per_block": per_block}
 
 
+def tower_time(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor, repeat: int) -> tuple[float, torch.Tensor]:
+    """Best-of-`repeat` wall time of the tower alone (no hooks: a compiled tower would trace them)."""
+    best, output = math.inf, None
+    for _ in range(repeat):
+        with torch.inference_mode():
+            _sync()
+            started = time.perf_counter()
+            output = tower(pixels, grid_thw=grid).pooler_output
+            _sync()
+        best = min(best, time.perf_counter() - started)
+    return best, output
+
+
+def compiled_variant(tower: torch.nn.Module, pixels: torch.Tensor, grid: torch.Tensor, repeat: int,
+                     packed: dict[str, Any]) -> str:
+    """`--compile-vision` on top of the packed path: compile + first call on one chart, then the
+    batch timed like the others, and its largest difference from the eager packed tower."""
+    from finbench.models.compile import compile_vision_blocks
+
+    compiled = compile_vision_blocks(tower)
+    first = int(grid[0].prod())
+    compile_s, _ = tower_time(tower, pixels[:first], grid[:1], 1)
+    tower_time(tower, pixels, grid, 1)  # a dynamic-shape recompile, if any, is not timed
+    seconds, output = tower_time(tower, pixels, grid, repeat)
+    diff = (output.float() - packed["output"].float()).abs().max().item()
+    return (f"packed+compiled ({', '.join(f'{k} x{v}' for k, v in compiled.items())}): tower {seconds * 1e3:.1f} ms "
+            f"vs packed {packed['tower_s'] * 1e3:.1f} ms, ratio packed/compiled {packed['tower_s'] / seconds:.2f}x; "
+            f"compile + first call {compile_s:.1f} s; max |compiled - packed| = {diff:.2e}")
+
+
 def patch_embed_times(patch_embed: torch.nn.Module, pixels: torch.Tensor, repeat: int) -> tuple[float, float, float]:
     """(Conv3d seconds, GEMM seconds, max |difference|) of the patch embedding alone, best of `repeat`."""
     conv = patch_embed.proj
@@ -198,6 +230,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--compile", action="store_true", help="also time the packed tower with its blocks "
+                        "compiled (--compile-vision), last")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     if dtype == torch.float32:  # CUDA's cuDNN convolutions default to TF32: fp32 means fp32 here
@@ -243,6 +277,9 @@ def main() -> None:
             print(f"[{family}] packed-padded (single SDPA): calls per layer: {'/'.join(map(str, sorted(calls)))}, "
                   f"tower {padded['tower_s'] * 1e3:.1f} ms vs varlen {packed['tower_s'] * 1e3:.1f} ms vs stock "
                   f"{stock['tower_s'] * 1e3:.1f} ms; max |padded - varlen| = {diff:.2e}")
+        if args.compile:
+            va.install(holder, "sdpa", va.PACKED)
+            print(f"[{family}] {compiled_variant(tower, pixels, grid, args.repeat, packed)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -141,27 +141,38 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path, work: Path) -> dict[str, Any]:
+def warm_adapter(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path,
+                 work: Path) -> tuple[Any, Any]:
+    """A fresh random-weight adapter and its run config, after a warm-up run of 8 items (CUDA
+    context, kernel autotuning and allocator growth are not charged to the measured run)."""
     import torch
 
-    from finbench.benchmarks import finmme
-    from finbench.runner.baseline import run_baseline
     from finbench.runner.engine import run_benchmark
     from finbench.types import RunConfig
 
     dtype = torch.float32 if args.tiny else torch.bfloat16
-    started = time.perf_counter()
-    config = model_config(name, processor.tokenizer, args.tiny)
-    adapter = load_adapter(name, processor, config, args.device, dtype, quant, work)
-    build_seconds = time.perf_counter() - started
+    adapter = load_adapter(name, processor, model_config(name, processor.tokenizer, args.tiny), args.device, dtype,
+                           quant, work)
     n_items = args.n_items if quant == "none" else args.n_quant_items
     run_config = RunConfig(model=f"random:{name}", data=str(data), limit=n_items, batch_size=args.batch_size,
                            token_budget=args.token_budget, workers=args.workers, out=str(work / f"run-{name}-{quant}"))
-    from finbench.models import vision_attention
-
-    # warm-up: CUDA context, kernels' autotuning and allocator growth are not charged to the run
     run_benchmark(dataclasses.replace(run_config, limit=min(8, n_items), out=str(work / "warmup")),
                   adapter, show_progress=False)
+    return adapter, run_config
+
+
+def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path, work: Path) -> dict[str, Any]:
+    import torch
+
+    from finbench.benchmarks import finmme
+    from finbench.models import vision_attention
+    from finbench.runner.baseline import run_baseline
+    from finbench.runner.engine import run_benchmark
+
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    started = time.perf_counter()
+    adapter, run_config = warm_adapter(name, quant, args, processor, data, work)
+    build_seconds = time.perf_counter() - started
     vision_attention.KERNEL_CALLS.clear()
     result = run_benchmark(run_config, adapter, show_progress=False).results
     throughput = result["throughput"]
@@ -192,11 +203,10 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     if report["prefill_tflops_per_s"]:
         report["prefill_mfu"] = report["prefill_tflops_per_s"] / H200_BF16_TFLOPS
     report["end_to_end_mfu"] = report["end_to_end_tflops_per_s"] / H200_BF16_TFLOPS
-    if quant == "none" and args.cudnn_sdpa_ab and name == args.models.split(",")[0]:
-        report["without_cudnn_sdpa"] = without_cudnn_sdpa(run_config, adapter, work / f"run-{name}-no-cudnn-sdpa")
-    if quant == "none" and args.profile_items > 0 and name == args.models.split(",")[0]:
+    first = quant == "none" and name == args.models.split(",")[0]
+    if first and args.profile_items > 0:
         report["profile"] = profile_batch(run_config, adapter, args, work, Path(args.out) / f"gpu_profile_{name}.txt")
-    if quant == "none" and args.baseline_items > 0:
+    if first and args.baseline_items > 0:  # the ratio for the first model (the 3B's was 34.6x, 2026-11)
         questions = finmme.load_questions(str(data), limit=args.baseline_items + 1)
         run_baseline(adapter, finmme, questions[:1])  # warm-up
         baseline = run_baseline(adapter, finmme, questions[1:])
@@ -207,11 +217,36 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     return report
 
 
+def run_ab(report: dict[str, Any], args: argparse.Namespace, processor: Any, data: Path, work: Path,
+           written: Any) -> None:
+    """The first model again, once per `--ab` variant, each on a fresh adapter (a compiled one
+    stays compiled); results go to report["ab"] and are written after each variant."""
+    for variant in filter(None, args.ab.split(",")):
+        print(f"== {report['model']} A/B: {variant}", flush=True)
+        try:
+            adapter, run_config = warm_adapter(report["model"], "none", args, processor, data, work)
+            report.setdefault("ab", {})[variant] = AB_VARIANTS[variant](
+                run_config, adapter, work / f"run-{report['model']}-{variant}")
+            del adapter
+        except Exception as err:  # noqa: BLE001 — a comparison only
+            traceback.print_exc()
+            report.setdefault("ab", {})[variant] = {"error": f"{type(err).__name__}: {err}"}
+        _free()
+        written()
+
+
+def _ab_report(throughput: dict[str, Any], extra_seconds: float = 0.0) -> dict[str, Any]:
+    return {"samples_per_s": throughput["samples_per_s"], "seconds": throughput["seconds"],
+            "stages_s": throughput["stages_s"], "prefill_parts_s": throughput.get("model_parts_s", {}),
+            "prefill_tflops_per_s": throughput["prefill_tflops_per_s"],
+            "projected_finmme_minutes": (extra_seconds + FINMME_ITEMS / throughput["samples_per_s"]) / 60}
+
+
 def without_cudnn_sdpa(run_config: Any, adapter: Any, out: Path) -> dict[str, Any]:
-    """The same run with PyTorch's cuDNN SDPA backend off (the language model's masked attention
-    then takes the memory-efficient kernel). The H200 profile showed cuDNN attention at ~2.7 ms of
-    host time per call against ~0.3 ms on the device (a graph built per new shape); this A/B says
-    whether turning it off pays end to end."""
+    """The same run with PyTorch's cuDNN SDPA backend off in the prefill too (decode steps leave it
+    out already: models/base.py `decode_attention`); the language model's masked prefill attention
+    then takes the memory-efficient kernel. Says whether cuDNN's per-shape graph builds (~2.7 ms of
+    host time per call on the H200) cost more than its faster kernel gains."""
     import torch
 
     from finbench.runner.engine import run_benchmark
@@ -221,17 +256,37 @@ def without_cudnn_sdpa(run_config: Any, adapter: Any, out: Path) -> dict[str, An
     try:
         if switch:
             switch(False)
-        throughput = run_benchmark(dataclasses.replace(run_config, out=str(out)), adapter,
-                                   show_progress=False).results["throughput"]
+        return _ab_report(run_benchmark(dataclasses.replace(run_config, out=str(out)), adapter,
+                                        show_progress=False).results["throughput"])
     except Exception as err:  # noqa: BLE001 — a comparison only
         traceback.print_exc()
         return {"error": f"{type(err).__name__}: {err}"}
     finally:
         if switch:
             switch(enabled)
-    return {"samples_per_s": throughput["samples_per_s"], "seconds": throughput["seconds"],
-            "stages_s": throughput["stages_s"], "prefill_parts_s": throughput.get("model_parts_s", {}),
-            "projected_finmme_minutes": FINMME_ITEMS / throughput["samples_per_s"] / 60}
+
+
+def compile_vision(run_config: Any, adapter: Any, out: Path) -> dict[str, Any]:
+    """The same run with `--compile-vision` (models/compile.py: the vision blocks' fp32 norm and
+    rotary chains fused by Inductor). A warm-up run of 8 items pays the compilation; the projection
+    charges it once. The adapter stays compiled afterwards."""
+    from finbench.runner.engine import run_benchmark
+
+    try:
+        started = time.perf_counter()
+        run_benchmark(dataclasses.replace(run_config, limit=8, out=str(out) + "-warmup", compile_vision=True),
+                      adapter, show_progress=False)
+        compile_s = time.perf_counter() - started
+        throughput = run_benchmark(dataclasses.replace(run_config, out=str(out), compile_vision=True), adapter,
+                                   show_progress=False).results["throughput"]
+        return {**_ab_report(throughput, compile_s), "compile_and_warmup_s": compile_s,
+                "compiled": dict(adapter.compiled_blocks)}
+    except Exception as err:  # noqa: BLE001 — a comparison only
+        traceback.print_exc()
+        return {"error": f"{type(err).__name__}: {err}"}
+
+
+AB_VARIANTS = {"no-cudnn-sdpa": without_cudnn_sdpa, "compile-vision": compile_vision}
 
 
 def profile_batch(run_config: Any, adapter: Any, args: argparse.Namespace, work: Path, path: Path) -> str:
@@ -264,9 +319,9 @@ def headline(report: dict[str, Any]) -> str:
     projected = report.get("projected_finmme_minutes")
     fill_once = (f"{report['projected_finmme_minutes_fill_once']:.1f} min"
                  if report.get("projected_finmme_minutes_fill_once") else "–")
-    ab = report.get("without_cudnn_sdpa", {})
-    ab_text = (f", without cuDNN SDPA {ab['samples_per_s']:.2f} samples/s ({ab['projected_finmme_minutes']:.1f} min)"
-               if "samples_per_s" in ab else "")
+    ab_text = "".join(f", {variant} {ab['samples_per_s']:.2f} samples/s ({ab['projected_finmme_minutes']:.1f} min)"
+                      if "samples_per_s" in ab else f", {variant} failed ({ab.get('error')})"
+                      for variant, ab in report.get("ab", {}).items())
     return (f"{report['model']} {report['quant']}: prefill MFU {mfu}, {report['samples_per_s']:.2f} samples/s, "
             f"projected FinMME ({FINMME_ITEMS:,} items) {projected:.1f} min ({fill_once} with the pipeline fill "
             f"paid once), vs generate+regex {ratio}, "
@@ -302,8 +357,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--token-budget", type=int, default=98304)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--text-tokens", type=int, default=300)
-    parser.add_argument("--cudnn-sdpa-ab", action=argparse.BooleanOptionalAction, default=True,
-                        help="rerun the first model with the cuDNN SDPA backend off")
+    parser.add_argument("--ab", default="compile-vision,no-cudnn-sdpa",
+                        help=f"after all models, reruns of the first, each with one change (of "
+                             f"{', '.join(AB_VARIANTS)}; '' = none)")
     parser.add_argument("--profile-items", type=int, default=16, help="profile one batch of the first model (0: off)")
     parser.add_argument("--quant", default="auto", help="auto (8bit,4bit if bitsandbytes imports), none, or a list")
     args = parser.parse_args(argv)
@@ -317,6 +373,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             sys.exit("gpu_check: no CUDA device (use --tiny for the CPU mode)")
         args.device = "cuda"
         image_size = (1024, 768)
+    unknown = set(filter(None, args.ab.split(","))) - set(AB_VARIANTS)
+    if unknown:
+        parser.error(f"--ab: unknown variant(s) {', '.join(sorted(unknown))}")
     quants = _quant_modes(args.quant)
 
     out = Path(args.out)
@@ -343,6 +402,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             print(json.dumps(report, indent=1, default=str), flush=True)
             print(headline(report), flush=True)
             _write(out, stem, reports, failures, started, args.tiny)  # a later timeout keeps these
+    first = [r for r in reports if r["model"] == args.models.split(",")[0] and r["quant"] == "none"]
+    if first and args.ab:
+        run_ab(first[0], args, processor, data, work,
+               lambda: _write(out, stem, reports, failures, started, args.tiny))
     _write(out, stem, reports, failures, started, args.tiny)
     for report in reports:
         print(headline(report), flush=True)

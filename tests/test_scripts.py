@@ -27,7 +27,12 @@ def test_gpu_check_cpu_mode_writes_every_figure(tmp_path):
                               "--workers", "2", "--quant", "8bit", "--profile-items", "3"])
     payload = json.loads((tmp_path / "gpu_check_tiny.json").read_text())
     assert payload["failures"] == []
-    assert payload["reports"][0]["without_cudnn_sdpa"]["samples_per_s"] > 0  # the A/B rerun (a no-op switch on CPU)
+    ab = payload["reports"][0]["ab"]  # the A/B reruns of the first model
+    assert ab["no-cudnn-sdpa"]["samples_per_s"] > 0  # a no-op switch on the CPU
+    assert ab["compile-vision"]["samples_per_s"] > 0 and ab["compile-vision"]["compile_and_warmup_s"] > 0
+    assert ab["compile-vision"]["compiled"] == {"Qwen2_5_VLVisionBlock": 2}
+    assert "ab" not in payload["reports"][1]  # the first model only
+    assert "baseline" not in payload["reports"][1]
     assert payload["reports"][0]["vision_kernel_calls"]["padded"] > 0  # CPU: the padded SDPA path
     assert payload["reports"][0]["profile"] == "gpu_profile_qwen2.5-vl-7b.txt"
     assert "Self CPU" in (tmp_path / "gpu_profile_qwen2.5-vl-7b.txt").read_text()

@@ -233,8 +233,8 @@ def test_bench_vision_prints_counted_calls():
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_vision.py"
-    done = subprocess.run([sys.executable, str(script), "--charts", "2", "--width", "280", "--height", "224"],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, str(script), "--charts", "2", "--width", "280", "--height", "224",
+                           "--compile"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     # Qwen2.5-VL: 280×224 → 20×16 patches → 10×8 merged → 3×2 windows of 4×4 per chart
@@ -244,6 +244,9 @@ def test_bench_vision_prints_counted_calls():
     diffs = re.findall(r"max \|stock - packed\| = (\S+)", out)
     assert len(diffs) == 2 and all(float(d) <= TOL for d in diffs)
     assert len(re.findall(r"ratio stock/packed \d+\.\d\dx", out)) == 2
+    compiled = re.findall(r"packed\+compiled \((\w+) x2\).*ratio packed/compiled \d+\.\d\dx.* = (\S+)$", out, re.M)
+    assert [block for block, _ in compiled] == ["Qwen2_5_VLVisionBlock", "Qwen3VLVisionBlock"]
+    assert all(float(diff) <= TOL for _, diff in compiled)
 
 
 def test_pixels_cast_in_the_worker_give_identical_hidden_states(tiny_qwen_dir):

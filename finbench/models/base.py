@@ -14,12 +14,13 @@ differently (decode-step positions, image-token counting, processor settings). T
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
@@ -39,6 +40,20 @@ class DecodeState:
     cache: Any
     attention_mask: torch.Tensor
     extras: dict[str, Any]
+
+
+def decode_attention(device: torch.device) -> ContextManager[Any]:
+    """The SDPA kernels for decode steps and free generation: on CUDA, all but cuDNN's. PyTorch's
+    cuDNN attention builds a graph for every new key length; on the H200 that cost ~2.7 ms of host
+    time per call against ~36 µs on the device (benchmarks/results/gpu_profile_qwen2.5-vl-7b.txt:
+    196 decode-step calls), so decode steps waited on the host. The flash and memory-efficient
+    kernels launch in microseconds. The prefill keeps cuDNN: one graph per batch, hidden behind
+    the prefill's own device time. Elsewhere (CPU) nothing changes."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def resolve_device(device: str) -> torch.device:
@@ -105,6 +120,7 @@ class HFVisionLanguageModel:
     max_images: int | None = None  # images per request; None = no fixed limit (the context is)
     device_preprocessing = False  # --device-preprocess: resize/normalise on the model's device
     flop_count = False  # prefill_flops is an analytic count (models/flops.py), else 0.0
+    compiled_blocks: dict[str, int] = {}  # --compile-vision: {block class: count}; replaced, never mutated
 
     def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
                  attn_implementation: str = "sdpa", max_pixels: int | None = None) -> None:
@@ -258,13 +274,14 @@ class HFVisionLanguageModel:
         """Feed one token per row; returns the new last hidden state [B, H]."""
         ones = torch.ones_like(state.attention_mask[:, :1])
         state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
-        outputs = self.model.model(
-            input_ids=token_ids[:, None].to(self.device),
-            attention_mask=state.attention_mask,
-            position_ids=self.decode_position_ids(state),
-            use_cache=True,
-            **{self._cache_kw: state.cache},
-        )
+        with decode_attention(self.device):
+            outputs = self.model.model(
+                input_ids=token_ids[:, None].to(self.device),
+                attention_mask=state.attention_mask,
+                position_ids=self.decode_position_ids(state),
+                use_cache=True,
+                **{self._cache_kw: state.cache},
+            )
         state.cache = getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
         return outputs.last_hidden_state[:, -1, :]
 
@@ -294,11 +311,12 @@ class HFVisionLanguageModel:
         prompt_length = inputs["input_ids"].shape[1]
         sampling = dict(sampling or {})
         sample = float(sampling.get("temperature") or 0) > 0
-        output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=sample,
-                                     temperature=sampling.get("temperature") if sample else None,
-                                     top_p=sampling.get("top_p") if sample else None,
-                                     top_k=sampling.get("top_k") if sample else None,
-                                     pad_token_id=self.tokenizer.pad_token_id)
+        with decode_attention(self.device):
+            output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=sample,
+                                         temperature=sampling.get("temperature") if sample else None,
+                                         top_p=sampling.get("top_p") if sample else None,
+                                         top_k=sampling.get("top_k") if sample else None,
+                                         pad_token_id=self.tokenizer.pad_token_id)
         new_tokens = output[:, prompt_length:]
         stops = list(self.stop_token_ids())
         if self.tokenizer.pad_token_id is not None:
@@ -330,6 +348,16 @@ class HFVisionLanguageModel:
                                                    tokenize=False, add_generation_prompt=True)
         opened = probe.rstrip().endswith(self.thinking_tags[0])
         return "" if opened else self.thinking_tags[0] + "\n"
+
+    # ---- compilation --------------------------------------------------------------------------
+    def compile_vision(self) -> dict[str, int]:
+        """`--compile-vision`: torch.compile the vision tower's repeated blocks in place
+        (models/compile.py); idempotent. Returns {block class: count}, {} when there are none."""
+        from finbench.models.compile import compile_vision_blocks
+
+        if not self.compiled_blocks:
+            self.compiled_blocks = compile_vision_blocks(self.model)
+        return self.compiled_blocks
 
     # ---- identity -----------------------------------------------------------------------------
     def processor_settings(self) -> dict[str, Any]:
@@ -369,4 +397,7 @@ class HFVisionLanguageModel:
             "device_type": self.device.type,
             "transformers": transformers.__version__,
             "processor": json.loads(json.dumps(self.processor_settings(), sort_keys=True, default=str)),
+            # compiled kernels round differently in low precision; absent when nothing is compiled,
+            # so eager runs keep their cache keys
+            **({"compiled": sorted(self.compiled_blocks)} if self.compiled_blocks else {}),
         }

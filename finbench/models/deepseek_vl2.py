@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from finbench.models.base import DecodeState, HFVisionLanguageModel, resolve_device, resolve_dtype
+from finbench.models.base import DecodeState, HFVisionLanguageModel, decode_attention, resolve_device, resolve_dtype
 from finbench.models.deepseek_vl2_model import NEWLINE, SEPARATOR, DeepseekVL2Config, DeepseekVL2Model, load_checkpoint
 from finbench.types import ModelRequest
 
@@ -364,7 +364,8 @@ class DeepSeekVL2(HFVisionLanguageModel):
         ones = torch.ones_like(state.attention_mask[:, :1])
         state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
         embeds = self.model.get_input_embeddings()(token_ids[:, None].to(self.device))
-        hidden, state.cache, _ = self.model.decode_layers(embeds, state.attention_mask, state.cache)
+        with decode_attention(self.device):
+            hidden, state.cache, _ = self.model.decode_layers(embeds, state.attention_mask, state.cache)
         return hidden[:, -1, :]
 
     @torch.inference_mode()

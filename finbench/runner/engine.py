@@ -4,8 +4,8 @@ It knows neither the benchmark nor the model family: a benchmark module supplies
 requests and the official extraction rule; a model adapter supplies the contract in
 `finbench.models.base`. Order of work:
 1. check every option, load the questions (a bad record becomes that sample's error, unusable
-   data one start-up line), open the cache (a corrupt one is moved aside), load the model,
-   compute every sample's cache key;
+   data one start-up line), open the cache (a corrupt one is moved aside), load the model (with
+   `--compile-vision`, compile its vision blocks), compute every sample's cache key;
 2. take what the cache has; plan batches for the rest (by decoder, longest first, token budget);
    prompts longer than the context become errors; with several ranks (torchrun, accelerate),
    each takes a token-balanced share (runner/distributed.py) and rank 0 gathers the answers;
@@ -159,6 +159,21 @@ def thinking_mode(config: RunConfig, model: Any) -> str | None:
     return opener if config.think_budget > 0 or opener == "" else None
 
 
+def _compile_vision(model: Any, notes: list[str]) -> None:
+    """--compile-vision before the cache keys are made (the fingerprint says what is compiled)."""
+    from finbench.models.compile import compile_unavailable
+
+    reason = compile_unavailable(model.device)
+    if reason:
+        raise ValueError(f"--compile-vision: {reason}")
+    compiled = model.compile_vision()
+    if compiled:
+        log.info("compiled vision blocks: %s", ", ".join(f"{n} ×{k}" for n, k in compiled.items()))
+    else:
+        notes.append(f"--compile-vision: {getattr(model, 'family', 'this model')} declares no repeated vision "
+                     "blocks; the vision tower ran uncompiled")
+
+
 def _check_sampling(config: RunConfig, model: Any) -> None:
     sampling = {k: v for k, v in config.gen_kwargs if k != "max_new_tokens"}
     if sampling and "sampling" not in inspect.signature(model.generate).parameters:
@@ -288,6 +303,8 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
         chat_template=Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None)
     _check_sampling(config, model)
+    if config.compile_vision:
+        _compile_vision(model, notes)
     vocab = AnswerVocabulary.for_model(model) if config.protocol == "constrained" else None
     fingerprint = {**model.fingerprint(file_digest=cache.file_digest), "arguments": model_arguments(config)}
     prompt_version = benchmark.PROMPT_VERSION if config.protocol == "constrained" else f"{benchmark.NAME}-official"

@@ -20,6 +20,8 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
+from finbench.models.base import decode_attention
+
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
 
 
@@ -51,7 +53,7 @@ def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequ
     if budget > 0:
         stops = sorted(set(model.stop_token_ids()) | {close_id})
         pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else stops[0]
-        with stage("think"):
+        with stage("think"), decode_attention(device):
             output = model.model.generate(**inputs, max_new_tokens=budget, do_sample=False, temperature=None,
                                           top_p=None, top_k=None, eos_token_id=stops, pad_token_id=pad)
         generated = output[:, input_ids.shape[1]:]

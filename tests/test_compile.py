@@ -1,0 +1,186 @@
+"""`--compile-vision` (models/compile.py) and the decode-step attention kernels (models/base.py).
+
+Every family end to end through the CLI, once eagerly and once with its vision blocks compiled:
+the same answers and option probabilities (fp32, ≤ 1e-5), a fingerprint that says what was
+compiled (so the two runs never share cache rows), only vision blocks compiled. Then the broken
+inputs: no compiler on the machine, a model with no repeated vision blocks. Then the decode-step
+kernel choice: cuDNN's SDPA left out on CUDA, every decode path inside that choice."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from helpers import SHARPEN, run_cli, sharpened_tiny_dir
+from typer.testing import CliRunner
+
+from finbench.cli import app
+from finbench.models.tiny import tiny_family_available
+
+HF_FAMILIES = [f for f in ("qwen2.5-vl", "qwen3-vl", "internvl", "qwen3.5") if tiny_family_available(f)]
+FAMILIES = HF_FAMILIES + ["deepseek-vl2"]
+VISION_BLOCK = {"qwen2.5-vl": "Qwen2_5_VLVisionBlock", "qwen3-vl": "Qwen3VLVisionBlock",
+                "internvl": "InternVLVisionLayer", "qwen3.5": "Qwen3_5VisionBlock", "deepseek-vl2": "_VisionBlock"}
+RUN = ["--dtype", "float32", "--device", "cpu", "--batch-size", "8", "--limit", "24", "--bootstrap", "0",
+       "--no-progress"]
+
+
+def _model_dir(family: str, tmp_path_factory) -> Path:
+    """A tiny model whose answers depend on the image (matrices ×4, as `sharpened_tiny_dir`; the
+    native DeepSeek-VL2 checkpoint is sharpened in its safetensors file)."""
+    if family != "deepseek-vl2":
+        return sharpened_tiny_dir(tmp_path_factory, family)
+    from safetensors.torch import load_file, save_file
+
+    from finbench.models.tiny import make_tiny
+
+    path = make_tiny(family, tmp_path_factory.mktemp("models") / "tiny-deepseek-vl2", weights_dtype="float32")
+    for weights in path.glob("*.safetensors"):
+        tensors = load_file(weights)
+        save_file({k: v * SHARPEN if v.ndim >= 2 else v for k, v in tensors.items()}, weights, metadata={"format": "pt"})
+    return path
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def eager_and_compiled(request, tmp_path_factory, synthetic_parquet):
+    family = request.param
+    model, root = _model_dir(family, tmp_path_factory), tmp_path_factory.mktemp(f"compile-{family}")
+    runs = {}
+    for name, extra in (("eager", []), ("compiled", ["--compile-vision"])):
+        done = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(synthetic_parquet), *RUN,
+                                        "--out", str(root / name), *extra])
+        assert done.exit_code == 0, f"{family} {name}: {done.output[-3000:]}"
+        runs[name] = (pd.read_parquet(root / name / "samples.parquet"),
+                      json.loads((root / name / "results.json").read_text()))
+    return family, runs
+
+
+@pytest.mark.slow
+def test_compiled_vision_gives_the_eager_answers(eager_and_compiled):
+    family, runs = eager_and_compiled
+    (eager, _), (compiled, _) = runs["eager"], runs["compiled"]
+    assert len(eager) == 24 and not eager["error"].fillna("").any() and not compiled["error"].fillna("").any()
+    assert set(eager["kind"]) == {"single", "multi", "numerical"}  # prefill, set and number decoding
+    assert (eager["answer"] == compiled["answer"]).all(), family
+    assert eager["answer"].nunique() > 1, f"{family}: a model that answers everything alike proves nothing"
+    difference = (eager["confidence"] - compiled["confidence"]).abs().max()
+    assert difference <= 1e-5, f"{family}: confidence differs by {difference:.2e}"
+    single = eager["kind"] == "single"
+    for a, b in zip(eager.loc[single, "option_probs"], compiled.loc[single, "option_probs"]):
+        assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
+
+
+@pytest.mark.slow
+def test_the_fingerprint_says_what_was_compiled(eager_and_compiled):
+    family, runs = eager_and_compiled
+    (eager, eager_results), (compiled, compiled_results) = runs["eager"], runs["compiled"]
+    assert "compiled" not in eager_results["fingerprint"]  # eager runs keep their cache keys
+    assert compiled_results["fingerprint"]["compiled"] == [VISION_BLOCK[family]]
+    assert not set(eager["sample_key"]) & set(compiled["sample_key"])
+
+
+def test_only_the_vision_blocks_are_compiled(tiny_qwen_dir):
+    from finbench.models import load_model
+
+    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    compiled = model.compile_vision()
+    depth = model.model.config.vision_config.depth
+    assert compiled == {"Qwen2_5_VLVisionBlock": depth}
+    assert model.compile_vision() is compiled  # idempotent
+    marked = [type(m).__name__ for m in model.model.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+    assert marked == ["Qwen2_5_VLVisionBlock"] * depth  # decoder layers stay eager (their caches recompile)
+
+
+def test_a_model_without_repeated_vision_blocks_runs_uncompiled_with_a_note(tiny_qwen_dir, synthetic_parquet,
+                                                                           tmp_path, monkeypatch):
+    from finbench.api import evaluate
+    from finbench.models import load_model
+
+    from finbench.models import compile as compile_module
+
+    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    monkeypatch.setattr(compile_module, "repeated_block_classes", lambda model: set())  # nothing declared
+    result = evaluate(model, "finmme", data=str(synthetic_parquet), out=tmp_path / "run", limit=4, bootstrap=0,
+                      compile_vision=True)
+    assert any("--compile-vision" in note and "uncompiled" in note for note in result.results["notes"])
+    assert "compiled" not in result.results["fingerprint"]
+    assert len(result.samples) == 4 and not result.samples["error"].fillna("").any()
+
+
+def test_no_compiler_fails_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parquet, tmp_path):
+    import os
+    import sys
+
+    bare = tmp_path / "bin"  # a PATH with python and nothing else: no g++ / clang++
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    done = run_cli("run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), *RUN,
+                   "--out", str(tmp_path / "run"), "--compile-vision", env={**os.environ, "PATH": str(bare),
+                                                                            "HF_HUB_OFFLINE": "1"})
+    assert done.returncode != 0
+    assert "--compile-vision: no C++ compiler" in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "samples.parquet").exists()
+
+
+def test_compile_unavailable_names_the_missing_tool(monkeypatch):
+    import importlib.util
+
+    from finbench.models import compile as compile_module
+
+    assert compile_module.compile_unavailable(torch.device("cpu")) is None  # this machine has g++
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert "C++ compiler" in compile_module.compile_unavailable(torch.device("cpu"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "triton" else real(name))
+    assert "Triton" in compile_module.compile_unavailable(torch.device("cuda"))
+
+
+# ---- decode-step attention kernels ------------------------------------------------------------
+def test_decode_attention_leaves_out_cudnn_on_cuda_only():
+    from finbench.models.base import decode_attention
+
+    flags = (torch.backends.cuda.cudnn_sdp_enabled, torch.backends.cuda.flash_sdp_enabled,
+             torch.backends.cuda.mem_efficient_sdp_enabled, torch.backends.cuda.math_sdp_enabled)
+    before = [f() for f in flags]
+    with decode_attention(torch.device("cpu")):
+        assert [f() for f in flags] == before
+    with decode_attention(torch.device("cuda", 0)):
+        assert [f() for f in flags] == [False, True, True, True]
+    assert [f() for f in flags] == before
+
+
+def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions, monkeypatch):
+    """Constrained decode steps, free generation and thinking all take `decode_attention`; the
+    constrained prefill does not (it keeps cuDNN on CUDA)."""
+    import contextlib
+
+    from finbench.benchmarks import finmme
+    from finbench.models import base
+    from finbench.runner import thinking
+    from finbench.runner.decoding import AnswerVocabulary, decode_numerical
+    from finbench.runner.preprocess import decode_images
+
+    entered: list[str] = []
+
+    def recording(device):
+        entered.append(device.type)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(base, "decode_attention", recording)
+    monkeypatch.setattr(thinking, "decode_attention", recording)
+    numerical = [q for q in questions if q.kind == "numerical"][:2]
+    inputs = tiny_model.to_device(tiny_model.prepare([finmme.build_request(q, decode_images(q), "constrained")
+                                                      for q in numerical]))
+    tiny_model.prefill(inputs)
+    assert entered == []
+    predictions = decode_numerical(tiny_model, inputs, 4, AnswerVocabulary.for_model(tiny_model))
+    steps = max(p.n_generated_tokens for p in predictions)
+    assert len(entered) == steps - 1 > 0  # one per decode step after the prefill
+    entered.clear()
+    tiny_model.generate(inputs, max_new_tokens=3)
+    assert entered == ["cpu"]
