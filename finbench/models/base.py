@@ -44,11 +44,12 @@ class DecodeState:
 
 def decode_attention(device: torch.device) -> ContextManager[Any]:
     """The SDPA kernels for decode steps and free generation: on CUDA, all but cuDNN's. PyTorch's
-    cuDNN attention builds a graph for every new key length; on the H200 that cost ~2.7 ms of host
-    time per call against ~36 µs on the device (benchmarks/results/gpu_profile_qwen2.5-vl-7b.txt:
-    196 decode-step calls), so decode steps waited on the host. The flash and memory-efficient
-    kernels launch in microseconds. The prefill keeps cuDNN: one graph per batch, hidden behind
-    the prefill's own device time. Elsewhere (CPU) nothing changes."""
+    cuDNN attention builds a graph for every new shape, and a decode step's key length is always
+    new. In the H200 profile (benchmarks/results/gpu_profile_qwen2.5-vl-7b.txt) its 280 calls
+    averaged 2.7 ms of host time; the 196 decode-step calls among them ran ~36 µs each on the
+    device, so decode steps waited on the host. The flash and memory-efficient kernels launch in
+    microseconds. The prefill keeps cuDNN: one graph per batch, hidden behind the prefill's own
+    device time. Elsewhere (CPU) nothing changes."""
     if device.type != "cuda":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
