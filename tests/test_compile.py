@@ -19,12 +19,15 @@ from helpers import SHARPEN, run_cli, sharpened_tiny_dir
 from typer.testing import CliRunner
 
 from finbench.cli import app
+from finbench.models.compile import compile_unavailable
 from finbench.models.tiny import tiny_family_available
 
 HF_FAMILIES = [f for f in ("qwen2.5-vl", "qwen3-vl", "internvl", "qwen3.5") if tiny_family_available(f)]
 FAMILIES = HF_FAMILIES + ["deepseek-vl2"]
 VISION_BLOCK = {"qwen2.5-vl": "Qwen2_5_VLVisionBlock", "qwen3-vl": "Qwen3VLVisionBlock",
                 "internvl": "InternVLVisionLayer", "qwen3.5": "Qwen3_5VisionBlock", "deepseek-vl2": "_VisionBlock"}
+NO_COMPILER = compile_unavailable(torch.device("cpu"))
+needs_compiler = pytest.mark.skipif(NO_COMPILER is not None, reason=f"torch.compile cannot run here: {NO_COMPILER}")
 RUN = ["--dtype", "float32", "--device", "cpu", "--batch-size", "8", "--limit", "24", "--bootstrap", "0",
        "--no-progress"]
 
@@ -59,6 +62,7 @@ def eager_and_compiled(request, tmp_path_factory, synthetic_parquet):
     return family, runs
 
 
+@needs_compiler
 @pytest.mark.slow
 def test_compiled_vision_gives_the_eager_answers(eager_and_compiled):
     family, runs = eager_and_compiled
@@ -74,6 +78,7 @@ def test_compiled_vision_gives_the_eager_answers(eager_and_compiled):
         assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
 
 
+@needs_compiler
 @pytest.mark.slow
 def test_the_fingerprint_says_what_was_compiled(eager_and_compiled):
     family, runs = eager_and_compiled
@@ -83,6 +88,7 @@ def test_the_fingerprint_says_what_was_compiled(eager_and_compiled):
     assert not set(eager["sample_key"]) & set(compiled["sample_key"])
 
 
+@needs_compiler
 def test_only_the_vision_blocks_are_compiled(tiny_qwen_dir):
     from finbench.models import load_model
 
@@ -111,6 +117,7 @@ def test_a_model_without_repeated_vision_blocks_runs_uncompiled_with_a_note(tiny
     assert len(result.samples) == 4 and not result.samples["error"].fillna("").any()
 
 
+@needs_compiler  # the same run with the compiler hidden
 def test_no_compiler_fails_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parquet, tmp_path):
     import os
     import sys
@@ -132,7 +139,6 @@ def test_compile_unavailable_names_the_missing_tool(monkeypatch):
 
     from finbench.models import compile as compile_module
 
-    assert compile_module.compile_unavailable(torch.device("cpu")) is None  # this machine has g++
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert "C++ compiler" in compile_module.compile_unavailable(torch.device("cpu"))
     real = importlib.util.find_spec

@@ -245,7 +245,10 @@ def test_bench_vision_prints_counted_calls():
     assert len(diffs) == 2 and all(float(d) <= TOL for d in diffs)
     assert len(re.findall(r"ratio stock/packed \d+\.\d\dx", out)) == 2
     compiled = re.findall(r"packed\+compiled \((\w+) x2\).*ratio packed/compiled \d+\.\d\dx.* = (\S+)$", out, re.M)
-    assert [block for block, _ in compiled] == ["Qwen2_5_VLVisionBlock", "Qwen3VLVisionBlock"]
+    from finbench.models.compile import compile_unavailable
+
+    if compile_unavailable(torch.device("cpu")) is None:  # else the script fails its --compile variant
+        assert [block for block, _ in compiled] == ["Qwen2_5_VLVisionBlock", "Qwen3VLVisionBlock"]
     assert all(float(diff) <= TOL for _, diff in compiled)
 
 
