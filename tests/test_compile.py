@@ -71,11 +71,13 @@ def test_compiled_vision_gives_the_eager_answers(eager_and_compiled):
     assert set(eager["kind"]) == {"single", "multi", "numerical"}  # prefill, set and number decoding
     assert (eager["answer"] == compiled["answer"]).all(), family
     assert eager["answer"].nunique() > 1, f"{family}: a model that answers everything alike proves nothing"
+    # fp32 summation order through ×4-sharpened weights; measured ≤ 2.1e-7 on the HF families and
+    # 8.4e-6 on DeepSeek-VL2 (2 CPU cores), so the bound leaves room for another CPU's vector width
     difference = (eager["confidence"] - compiled["confidence"]).abs().max()
-    assert difference <= 1e-5, f"{family}: confidence differs by {difference:.2e}"
+    assert difference <= 2e-5, f"{family}: confidence differs by {difference:.2e}"
     single = eager["kind"] == "single"
     for a, b in zip(eager.loc[single, "option_probs"], compiled.loc[single, "option_probs"]):
-        assert max(abs(x - y) for x, y in zip(a, b)) <= 1e-5
+        assert max(abs(x - y) for x, y in zip(a, b)) <= 2e-5
 
 
 @needs_compiler
