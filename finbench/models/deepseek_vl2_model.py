@@ -498,6 +498,7 @@ NEWLINE, SEPARATOR = -2, -1  # image_source codes: the learned newline / view-se
 
 class DeepseekVL2Model(nn.Module):
     _no_split_modules = ["_VisionBlock", "DecoderLayer"]  # the repeated blocks, as transformers declares them
+
     def __init__(self, config: DeepseekVL2Config) -> None:
         super().__init__()
         self.config = config

@@ -206,7 +206,7 @@ def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seql
 
 
 # ---- transformers integration -----------------------------------------------------------------
-@torch.compiler.disable  # under --compile (models/compile.py) the kernel choice stays a host decision
+@torch.compiler.disable  # under --compile-vision (models/compile.py) the kernel choice stays a host decision
 def transformers_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                            attention_mask: torch.Tensor | None = None, scaling: float | None = None,
                            dropout: float = 0.0, cu_seq_lens_q: torch.Tensor | None = None,
