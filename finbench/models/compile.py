@@ -1,11 +1,11 @@
 """Regional `torch.compile` of the vision tower's repeated blocks (`--compile-vision`).
 
 On the H200 the Qwen2.5-VL vision tower ran 16 charts at ~175 TFLOP/s (bench_vision_h200.txt)
-although its matmuls are large (64k patches × 1280 wide): much of its time is elementwise work
-that transformers writes as separate fp32 kernels — RMSNorm (cast, square, mean, rsqrt, scale, cast back, weight)
-and the vision rotary embedding (casts, two products, a negated half-swap, a sum, a cast back),
-each a full pass over a [patches, width] tensor. Inductor fuses each chain into one pass with the
-same fp32 arithmetic (explicit casts are kept), so results agree to rounding.
+although its matmuls are large (64k patches × 1280 wide): much of its time is elementwise work that
+transformers writes as separate fp32 kernels — RMSNorm (cast, square, mean, rsqrt, scale, cast
+back, weight) and the vision rotary embedding (casts, two products, a negated half-swap, a sum, a
+cast back), each a full pass over a [patches, width] tensor. Inductor fuses each chain into one
+pass with the same fp32 arithmetic (explicit casts are kept), so results agree to rounding.
 
 Only the repeated blocks are compiled (PyTorch's "regional compilation" recipe): transformers
 lists them in `_no_split_modules`, and every block of a class shares one compiled graph, so
