@@ -142,44 +142,42 @@ def _free() -> None:
 
 
 def warm_adapter(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path,
-                 work: Path) -> tuple[Any, Any]:
-    """A fresh random-weight adapter and its run config, after a warm-up run of 8 items (CUDA
-    context, kernel autotuning and allocator growth are not charged to the measured run)."""
+                 work: Path) -> tuple[Any, Any, float]:
+    """A fresh random-weight adapter, its run config and its build (or load) seconds, after a
+    warm-up run of 8 items (CUDA context, kernel autotuning and allocator growth are not charged
+    to the measured run)."""
     import torch
 
     from finbench.runner.engine import run_benchmark
     from finbench.types import RunConfig
 
     dtype = torch.float32 if args.tiny else torch.bfloat16
+    started = time.perf_counter()
     adapter = load_adapter(name, processor, model_config(name, processor.tokenizer, args.tiny), args.device, dtype,
                            quant, work)
+    build_seconds = time.perf_counter() - started
     n_items = args.n_items if quant == "none" else args.n_quant_items
     run_config = RunConfig(model=f"random:{name}", data=str(data), limit=n_items, batch_size=args.batch_size,
                            token_budget=args.token_budget, workers=args.workers, out=str(work / f"run-{name}-{quant}"))
     run_benchmark(dataclasses.replace(run_config, limit=min(8, n_items), out=str(work / "warmup")),
                   adapter, show_progress=False)
-    return adapter, run_config
+    return adapter, run_config, build_seconds
 
 
 def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path, work: Path) -> dict[str, Any]:
-    import torch
-
     from finbench.benchmarks import finmme
     from finbench.models import vision_attention
     from finbench.runner.baseline import run_baseline
     from finbench.runner.engine import run_benchmark
 
-    dtype = torch.float32 if args.tiny else torch.bfloat16
-    started = time.perf_counter()
-    adapter, run_config = warm_adapter(name, quant, args, processor, data, work)
-    build_seconds = time.perf_counter() - started
+    adapter, run_config, build_seconds = warm_adapter(name, quant, args, processor, data, work)
     vision_attention.KERNEL_CALLS.clear()
     result = run_benchmark(run_config, adapter, show_progress=False).results
     throughput = result["throughput"]
     samples_per_s = throughput["samples_per_s"]
     stages = throughput["stages_s"]
     report: dict[str, Any] = {
-        "model": name, "quant": quant, "dtype": str(dtype).removeprefix("torch."), "device": str(adapter.device),
+        "model": name, "quant": quant, "dtype": str(adapter.dtype).removeprefix("torch."), "device": str(adapter.device),
         "parameters": sum(p.numel() for p in adapter.model.parameters()),
         "build_or_load_s": build_seconds, "samples": throughput["samples"], "seconds": throughput["seconds"],
         "samples_per_s": samples_per_s,
@@ -220,11 +218,12 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
 def run_ab(report: dict[str, Any], args: argparse.Namespace, processor: Any, data: Path, work: Path,
            written: Any) -> None:
     """The first model again, once per `--ab` variant, each on a fresh adapter (a compiled one
-    stays compiled); results go to report["ab"] and are written after each variant."""
+    stays compiled); results go to report["ab"] and are written after each variant. A variant
+    that fails records its error; the others still run."""
     for variant in filter(None, args.ab.split(",")):
         print(f"== {report['model']} A/B: {variant}", flush=True)
         try:
-            adapter, run_config = warm_adapter(report["model"], "none", args, processor, data, work)
+            adapter, run_config, _ = warm_adapter(report["model"], "none", args, processor, data, work)
             report.setdefault("ab", {})[variant] = AB_VARIANTS[variant](
                 run_config, adapter, work / f"run-{report['model']}-{variant}")
             del adapter
@@ -258,9 +257,6 @@ def without_cudnn_sdpa(run_config: Any, adapter: Any, out: Path) -> dict[str, An
             switch(False)
         return _ab_report(run_benchmark(dataclasses.replace(run_config, out=str(out)), adapter,
                                         show_progress=False).results["throughput"])
-    except Exception as err:  # noqa: BLE001 — a comparison only
-        traceback.print_exc()
-        return {"error": f"{type(err).__name__}: {err}"}
     finally:
         if switch:
             switch(enabled)
@@ -272,18 +268,14 @@ def compile_vision(run_config: Any, adapter: Any, out: Path) -> dict[str, Any]:
     charges it once. The adapter stays compiled afterwards."""
     from finbench.runner.engine import run_benchmark
 
-    try:
-        started = time.perf_counter()
-        run_benchmark(dataclasses.replace(run_config, limit=8, out=str(out) + "-warmup", compile_vision=True),
-                      adapter, show_progress=False)
-        compile_s = time.perf_counter() - started
-        throughput = run_benchmark(dataclasses.replace(run_config, out=str(out), compile_vision=True), adapter,
-                                   show_progress=False).results["throughput"]
-        return {**_ab_report(throughput, compile_s), "compile_and_warmup_s": compile_s,
-                "compiled": dict(adapter.compiled_blocks)}
-    except Exception as err:  # noqa: BLE001 — a comparison only
-        traceback.print_exc()
-        return {"error": f"{type(err).__name__}: {err}"}
+    started = time.perf_counter()
+    run_benchmark(dataclasses.replace(run_config, limit=8, out=str(out) + "-warmup", compile_vision=True),
+                  adapter, show_progress=False)
+    compile_s = time.perf_counter() - started
+    throughput = run_benchmark(dataclasses.replace(run_config, out=str(out), compile_vision=True), adapter,
+                               show_progress=False).results["throughput"]
+    return {**_ab_report(throughput, compile_s), "compile_and_warmup_s": compile_s,
+            "compiled": dict(adapter.compiled_blocks)}
 
 
 AB_VARIANTS = {"no-cudnn-sdpa": without_cudnn_sdpa, "compile-vision": compile_vision}
