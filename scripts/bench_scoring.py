@@ -129,7 +129,7 @@ def main() -> None:
           f"{arrow_s * 1e3:.1f} ms best / {arrow_med * 1e3:.1f} ms median of 5, cells identical; "
           f"end to end from strings (encode + kernel) {end_to_end * 1e3:.1f} ms vs pandas {pandas_s * 1e3:.1f} ms")
     parquet_line = from_parquet(df, correct)
-    del df, correct, cells
+    df = correct = cells = None  # frees the N rows before the bootstrap (the closures above have run)
 
     # ---- 2. bootstrap --------------------------------------------------------------------------
     small = synthetic(args.n_boot_questions, args.seed + 1)

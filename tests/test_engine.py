@@ -180,3 +180,38 @@ def test_a_sample_that_breaks_the_model_becomes_an_error_and_the_rest_are_answer
     healthy = samples[samples["error"] == ""].index
     assert len(healthy) >= LIMIT - len(failed) and len(samples) == LIMIT
     assert (samples.loc[healthy, "answer"] == reference.loc[healthy, "answer"]).all()
+
+
+def test_worker_threads_pin_every_tensor_of_a_prepared_batch():
+    """`pin_host_memory` (run in the preprocessing threads for a CUDA model) pins each tensor of a
+    processor output, tensors in lists too (Qwen's `images_uint8`), and leaves the rest alone."""
+    from transformers import BatchFeature
+
+    from finbench.runner.preprocess import pin_host_memory
+
+    pinned = []
+
+    def pin(tensor):
+        pinned.append(tensor)
+        return tensor + 0  # a new tensor, as pin_memory returns
+
+    images = [torch.zeros(3, 2, 2, dtype=torch.uint8), torch.ones(3, 4, 2, dtype=torch.uint8)]
+    inputs = BatchFeature({"input_ids": torch.ones(2, 3, dtype=torch.long), "pixel_values": torch.rand(4, 5),
+                           "images_uint8": list(images), "sizes": [[1, 2]], "note": "kept", "empty": []})
+    originals = [inputs["input_ids"], inputs["pixel_values"], *images]
+    before = {k: v.clone() for k, v in inputs.items() if torch.is_tensor(v)}
+    out = pin_host_memory(inputs, pin)
+    assert out is inputs
+    assert sorted(map(id, pinned)) == sorted(map(id, originals))  # each tensor once, nothing else
+    for key, value in before.items():
+        assert torch.equal(out[key], value) and out[key] is not value
+    assert all(torch.equal(a, b) for a, b in zip(out["images_uint8"], images))
+    assert out["sizes"] == [[1, 2]] and out["note"] == "kept" and out["empty"] == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="page-locked memory needs CUDA")
+def test_pin_host_memory_pins_for_real():
+    from finbench.runner.preprocess import pin_host_memory
+
+    out = pin_host_memory({"x": torch.rand(3), "ys": [torch.rand(2)]})
+    assert out["x"].is_pinned() and out["ys"][0].is_pinned()

@@ -245,9 +245,10 @@ class HFVisionLanguageModel:
 
     def to_device(self, inputs: Any) -> Any:
         if self.device.type == "cuda":
-            # pinned host memory lets the copy overlap with work already queued on the GPU
-            return {k: v.pin_memory().to(self.device, non_blocking=True) if torch.is_tensor(v) else v
-                    for k, v in inputs.items()}
+            # pinned host memory lets the copy overlap with work already queued on the GPU; the
+            # runner pins in its worker threads (runner/preprocess.py pin_host_memory)
+            return {k: (v if v.is_pinned() else v.pin_memory()).to(self.device, non_blocking=True)
+                    if torch.is_tensor(v) else v for k, v in inputs.items()}
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
 
     # ---- compute ------------------------------------------------------------------------------

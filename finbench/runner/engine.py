@@ -49,7 +49,7 @@ from finbench.runner.distributed import finish as finish_world
 from finbench.runner.distributed import barrier, gather, rank_device, shard, world_from_env
 from finbench.runner.distributed import start as start_world
 from finbench.runner.judge import judge_run, load_judge
-from finbench.runner.preprocess import PreparedBatch, image_size, prefetch, prepare_batch
+from finbench.runner.preprocess import PreparedBatch, image_size, pin_host_memory, prefetch, prepare_batch
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, provenance
 from finbench.runner.thinking import think
 from finbench.runner.timing import ModelParts
@@ -522,9 +522,17 @@ class _BatchLoop:
             requests[question.id] = request
             return request
 
-        batch = prepare_batch(indices, self.questions, build, self.model.prepare)
+        batch = prepare_batch(indices, self.questions, build, self._model_inputs)
         batch.prompts = {i: self._logged_prompt(requests[self.questions[i].id]) for i in batch.indices}
         return batch
+
+    def _model_inputs(self, requests: list[Any]) -> Any:
+        """The model's `prepare`, plus, for a CUDA model, pinning in this worker thread (off the
+        model's thread, which then only enqueues the copy)."""
+        inputs = self.model.prepare(requests)
+        if self.model.device.type == "cuda" and hasattr(inputs, "items"):
+            return pin_host_memory(inputs)
+        return inputs
 
     def _logged_prompt(self, request: Any) -> str:
         """What the model saw, as text (image placeholders unexpanded), or its hash."""

@@ -85,6 +85,23 @@ def prepare_batch(indices: Sequence[int], questions: Sequence[Question],
     return PreparedBatch(kept, inputs, errors, time.perf_counter() - started)
 
 
+def pin_host_memory(inputs: Any, pin: Callable[[Any], Any] | None = None) -> Any:
+    """Every CPU tensor of a prepared batch (mapping values, and tensors in list values) copied
+    into page-locked memory, in place. Called in the worker thread for a CUDA model, so the copy
+    from pageable memory (~0.6 GB of bf16 pixels per batch of 64 charts) and the pinned
+    allocation happen off the model's thread; `to_device` then only enqueues the transfer.
+    `pin` replaces `Tensor.pin_memory` (tests on machines without CUDA)."""
+    import torch
+
+    pin = pin or (lambda tensor: tensor if tensor.is_pinned() else tensor.pin_memory())
+    for key, value in list(inputs.items()):
+        if torch.is_tensor(value):
+            inputs[key] = pin(value)
+        elif isinstance(value, list) and value and all(torch.is_tensor(v) for v in value):
+            inputs[key] = [pin(v) for v in value]
+    return inputs
+
+
 def prefetch(batches: Sequence[Sequence[int]], work: Callable[[Sequence[int]], PreparedBatch],
              workers: int = 2, depth: int = 2) -> Iterator[PreparedBatch]:
     """Yield `work(batch)` for every batch, in order, keeping up to `depth` batches in flight
