@@ -6,10 +6,11 @@ start-up with one clear line and exit code 2; per-sample problems never stop a r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 from rich.console import Console
@@ -28,6 +29,18 @@ DEMO_NOTICE = ("[bold yellow]The demo model is a tiny RANDOM-WEIGHT Qwen2.5-VL b
 def _fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def _one_line_errors(where: str = "") -> Iterator[None]:
+    """Bad input to a command (a damaged or missing file, an unwritable path, a value that does not
+    apply) ends it with one line and exit code 2, not a traceback. ValueError covers JSON and Arrow
+    decoding errors; OSError covers paths."""
+    try:
+        yield
+    except (ValueError, OSError) as err:
+        message = str(err).strip() or type(err).__name__
+        _fail(f"{where}: {message}" if where else message)
 
 
 def _home() -> Path:
@@ -184,7 +197,7 @@ def _run_and_report(work) -> None:
 
     try:
         result = work()
-    except (ValueError, FileNotFoundError, TypeError) as err:
+    except (ValueError, OSError, TypeError) as err:
         _fail(str(err))
     except Interrupted as interrupted:
         console.print(f"[bold yellow]{interrupted}[/]")
@@ -241,6 +254,8 @@ def demo(
     from finbench.models.tiny import make_tiny
 
     _configure_output(progress, verbose)
+    if n_items < 1:
+        _fail(f"--n-items {n_items}: expected a positive number of synthetic items")
 
     home = _home()
     model_dir = home / "tiny-qwen2.5-vl"
@@ -272,16 +287,17 @@ def score(
     against benchmark data (printed as JSON)."""
     from finbench.scoring.commands import score_command
 
+    if bootstrap < 0:
+        _fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
     if run_dir is not None:
         if not (run_dir / "samples.parquet").exists():
             _fail(f"{run_dir}: no samples.parquet (is it a finbench run folder?)")
-        score_command(run_dir, variant, bootstrap, seed, console=out_console)
+        with _one_line_errors(str(run_dir)):
+            score_command(run_dir, variant, bootstrap, seed, console=out_console)
         return
     if data is not None and predictions is not None:
-        try:
+        with _one_line_errors():
             scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed)
-        except (ValueError, FileNotFoundError) as err:
-            _fail(str(err))
     else:
         _fail("give a RUN_DIR, or both --data and --predictions")
     print(json.dumps(scores, indent=2, default=str))
@@ -304,6 +320,8 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
         if line.strip():
             try:
                 record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise KeyError(f"a JSON {type(record).__name__}, not an object")
                 answers[str(record["id"])] = "" if record.get("answer") is None else str(record["answer"])
             except (json.JSONDecodeError, KeyError) as err:
                 raise ValueError(f"{predictions}:{n}: expected {{\"id\": ..., \"answer\": ...}} ({err})") from None
@@ -339,14 +357,14 @@ def compare(
 
     if len(run_dirs) < 2:
         _fail("compare needs at least two run folders")
+    if bootstrap < 0:
+        _fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
     for run_dir in run_dirs:
         if not (run_dir / "samples.parquet").exists():
             _fail(f"{run_dir}: no samples.parquet")
-    try:
+    with _one_line_errors():
         compare_command(run_dirs, out, bootstrap, seed, console=out_console,
                         allow_mixed_protocols=allow_mixed_protocols)
-    except ValueError as err:
-        _fail(str(err))
 
 
 @app.command()
@@ -384,7 +402,7 @@ def sweep(
         base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit, batch_size=batch_size,
                          device=device, max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed)
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:
         _fail(str(err))
     from finbench.scoring.commands import print_comparison
 
@@ -401,12 +419,15 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
     if (run_dir / "sweep.json").exists():
         from finbench.sweep import write_sweep
 
-        write_sweep(run_dir, json.loads((run_dir / "sweep.json").read_text()))
+        with _one_line_errors(str(run_dir)):
+            write_sweep(run_dir, json.loads((run_dir / "sweep.json").read_text()))
         out_console.print(f"wrote {run_dir / 'report.html'} and {run_dir / 'report.md'}")
         return
     if not (run_dir / "results.json").exists() or not (run_dir / "samples.parquet").exists():
         _fail(f"{run_dir}: needs results.json and samples.parquet (is it a finbench run folder?)")
-    out_console.print(f"wrote {write_report(run_dir)}")
+    with _one_line_errors(str(run_dir)):
+        written = write_report(run_dir)
+    out_console.print(f"wrote {written}")
 
 
 class _MakeTinyCommand(typer.core.TyperCommand):
@@ -427,16 +448,17 @@ def make_tiny_command(
     out_dir: Path = typer.Argument(..., help="Folder to write the model into."),
     seed: int = typer.Option(0, help="Weight seed."),
     thinking: bool = typer.Option(False, help="A thinking checkpoint: the chat template opens <think> (Qwen3-VL)."),
+    force: bool = typer.Option(False, help="Write into a folder that already holds files."),
 ) -> None:
     """Build a tiny random-weight model of a real architecture, offline, loadable like a checkpoint."""
     from finbench.models.tiny import TINY_FAMILIES, make_tiny
 
     if family not in TINY_FAMILIES:
         _fail(f"unknown family {family!r}; available: {', '.join(TINY_FAMILIES)}")
-    try:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
+        _fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
+    with _one_line_errors():
         path = make_tiny(family, out_dir, seed=seed, thinking=thinking)
-    except ValueError as err:
-        _fail(str(err))
     out_console.print(f"wrote tiny {family} (random weights) to {path}")
 
 

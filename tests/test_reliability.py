@@ -321,7 +321,15 @@ def _run(tiny_model, tiny_qwen_dir, data, out, **overrides):
     return run_benchmark(config, tiny_model, show_progress=False)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "bad-row"])
+WRONG_TYPED_ROWS = {  # a stored Prediction's field → a value of the wrong type
+    "confidence-text": ("confidence", "high"), "logprobs-text": ("option_logprobs", "x"),
+    "logprobs-strings": ("option_logprobs", ["a", "b"]), "answer-number": ("answer", 123),
+    "seconds-text": ("seconds", "x"), "tokens-text": ("n_generated_tokens", "7"), "error-number": ("error", 5),
+    "steps-text": ("step_logprobs", [["x"]]), "not-an-object": (None, None),
+}
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "bad-row", *WRONG_TYPED_ROWS])
 def test_corrupt_cache_is_moved_aside_or_missed_never_a_crash(damage, tmp_path, synthetic_parquet, tiny_model,
                                                                tiny_qwen_dir):
     first = _run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path / "run", limit=6)
@@ -332,13 +340,19 @@ def test_corrupt_cache_is_moved_aside_or_missed_never_a_crash(damage, tmp_path, 
         cache.write_bytes(os.urandom(8192))
     elif damage == "truncated":
         cache.write_bytes(cache.read_bytes()[:1500])
-    else:
+    elif damage == "bad-row":
         with sqlite3.connect(cache) as connection:
             connection.execute("UPDATE samples SET prediction = '{not json' WHERE rowid = 1")
+    else:  # valid JSON, a field of the wrong type: the samples table would fail after the whole run
+        field, value = WRONG_TYPED_ROWS[damage]
+        with sqlite3.connect(cache) as connection:
+            stored = json.loads(connection.execute("SELECT prediction FROM samples WHERE rowid = 1").fetchone()[0])
+            damaged = [stored] if field is None else {**stored, field: value}
+            connection.execute("UPDATE samples SET prediction = ? WHERE rowid = 1", (json.dumps(damaged),))
     second = _run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path / "run", limit=6)
     columns = ["id", "answer", "gold", "error"]
     pd.testing.assert_frame_equal(second.samples[columns], first.samples[columns])
-    if damage == "bad-row":
+    if damage not in ("garbage", "truncated"):
         assert second.results["n_computed"] == 1 and second.results["n_cached"] == 5
     else:
         assert second.results["n_computed"] == 6
@@ -429,6 +443,13 @@ def test_compare_says_when_it_narrows_and_refuses_mixed_protocols(tmp_path, synt
                        "--allow-mixed-protocols", "--out", str(tmp_path / "bc.json"))
     assert allowed.returncode == 0, allowed.stderr
     assert any("different protocols" in n for n in json.loads((tmp_path / "bc.json").read_text())["notes"])
+    # two official runs store no option probabilities: compared all the same, with no distribution items
+    _run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path / "d", limit=4, protocol="official", max_new_tokens=2)
+    official = finbench("compare", str(tmp_path / "c"), str(tmp_path / "d"), "--bootstrap", "50",
+                        "--out", str(tmp_path / "cd.json"))
+    assert official.returncode == 0, official.stderr
+    compared = json.loads((tmp_path / "cd.json").read_text())
+    assert compared["distributions"]["runs"]["d"]["n"] == 0
 
 
 def test_a_run_whose_every_sample_failed_exits_non_zero(tmp_path, tiny_qwen_dir):
@@ -551,3 +572,88 @@ def test_hub_style_image_struct_and_base64_are_not_confused(tmp_path):
     bad = finmme.record_to_question(_record("s1", image=base64.b64encode(_image()).decode()), 0, str(tmp_path))
     assert ok.error is None and ok.images == (_image(),)
     assert bad.error is not None and "does not exist" in bad.error
+
+
+# ---- damaged run folders, model folders and paths given to the other commands -------------------------
+def _cli_one_line_exit_2(args: list[str], *needles: str) -> None:
+    """In-process `finbench ARGS`: exit code 2, one line on stderr, no traceback."""
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 2, (done.exit_code, done.output, done.exception)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.output, done.output
+    for needle in needles:
+        assert needle in done.stderr, done.stderr
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, synthetic_parquet, tiny_model, tiny_qwen_dir):
+    return _run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory.mktemp("finished") / "run",
+                limit=4).out_dir
+
+
+def test_damaged_run_folders_and_bad_paths_are_one_line(finished_run, tmp_path):
+    import shutil
+
+    truncated = tmp_path / "truncated"
+    shutil.copytree(finished_run, truncated)
+    (truncated / "samples.parquet").write_bytes((finished_run / "samples.parquet").read_bytes()[:3000])
+    _cli_one_line_exit_2(["score", str(truncated)], "truncated", "Parquet")
+    _cli_one_line_exit_2(["report", str(truncated)], "truncated", "Parquet")
+    bad_json = tmp_path / "bad-json"
+    shutil.copytree(finished_run, bad_json)
+    (bad_json / "results.json").write_text("{oops")
+    _cli_one_line_exit_2(["report", str(bad_json)], "bad-json")
+    _cli_one_line_exit_2(["score", str(finished_run), "--variant", "foo"], "variant")
+    _cli_one_line_exit_2(["score", str(finished_run), "--bootstrap", "-1"], "--bootstrap -1")
+    _cli_one_line_exit_2(["compare", str(finished_run), str(truncated), "--bootstrap", "-3"], "--bootstrap -3")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    copy = tmp_path / "copy"
+    shutil.copytree(finished_run, copy)
+    _cli_one_line_exit_2(["compare", str(finished_run), str(copy), "--out", str(blocker / "x.json")], "a-file")
+    _cli_one_line_exit_2(["models", "make-tiny", "qwen2.5-vl", str(blocker)], "not an empty folder")
+    _cli_one_line_exit_2(["models", "make-tiny", "qwen2.5-vl", str(finished_run)], "not an empty folder", "--force")
+    _cli_one_line_exit_2(["demo", "--n-items", "0"], "--n-items 0")
+
+
+def test_predictions_that_are_not_objects_or_not_a_file_are_one_line(good_parquet, tmp_path):
+    listed = tmp_path / "list.jsonl"
+    listed.write_text("[1, 2]\n")
+    _cli_one_line_exit_2(["score", "--data", str(good_parquet), "--predictions", str(listed)], "list.jsonl:1",
+                         "not an object")
+    _cli_one_line_exit_2(["score", "--data", str(good_parquet), "--predictions", str(tmp_path)])
+
+
+def test_a_file_given_as_cache_by_mistake_is_refused_and_left_alone(good_parquet, tiny_qwen_dir, tmp_path):
+    mine = tmp_path / "results.json"
+    mine.write_text('{"mine": true}')
+    base = ["run", "--model", str(tiny_qwen_dir), "--data", str(good_parquet), "--out", str(tmp_path / "run"),
+            "--no-progress"]
+    _cli_one_line_exit_2([*base, "--cache", str(mine)], "not a finbench cache")
+    assert mine.read_text() == '{"mine": true}' and not list(tmp_path.glob("results.json.corrupt-*"))
+    _cli_one_line_exit_2([*base, "--cache", str(tmp_path)], "is a folder")
+
+
+@pytest.mark.parametrize("damage", ["no-weights", "cut-weights", "no-processor-config", "no-tokenizer"])
+def test_model_folder_with_missing_or_damaged_files_is_one_line(damage, good_parquet, tiny_qwen_dir, tmp_path):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_qwen_dir, model)
+    weights = model / "model.safetensors"
+    if damage == "no-weights":
+        weights.unlink()
+    elif damage == "cut-weights":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif damage == "no-processor-config":
+        for name in ("processor_config.json", "preprocessor_config.json"):
+            (model / name).unlink(missing_ok=True)
+    else:
+        for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
+            (model / name).unlink(missing_ok=True)
+    _cli_one_line_exit_2(["run", "--model", str(model), "--data", str(good_parquet), "--out", str(tmp_path / "run"),
+                          "--no-progress"], str(model))

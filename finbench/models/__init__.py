@@ -3,6 +3,10 @@ adapter by `model_type`, and loads it; unknown architectures fail at start-up wi
 
 from __future__ import annotations
 
+import logging
+
+from safetensors import SafetensorError
+
 from finbench.models.base import HFVisionLanguageModel
 from finbench.models.deepseek_vl2 import DeepSeekVL2
 from finbench.models.internvl import InternVL
@@ -51,7 +55,15 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
         raise ValueError(f"--quant {quant}: {family.family} supports {', '.join(family.quantization)}")
     hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
-    model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **hub, **options)
+    try:
+        model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **hub, **options)
+    except (OSError, AttributeError, KeyError, SafetensorError) as err:
+        # a folder with missing or damaged files (weights, processor, tokenizer) fails deep inside
+        # transformers; the user needs the folder and the first line of the cause, in one line
+        logging.getLogger("finbench").info("loading %s failed", source, exc_info=True)  # run.log keeps the trace
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        raise ValueError(f"cannot load model {source!r} as {family.family}: {type(err).__name__}: {first_line} "
+                         "(are its weight, processor and tokenizer files all there and complete?)") from None
     if chat_template is not None:
         model.use_chat_template(chat_template)
     return model

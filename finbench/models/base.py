@@ -176,6 +176,9 @@ class HFVisionLanguageModel:
         ids = []
         for text in texts:
             encoded = self.tokenizer.encode(text, add_special_tokens=False)
+            if not encoded:
+                raise ValueError(f"{self.source}: the tokenizer turns {text!r} into no tokens at all; are the "
+                                 "tokenizer files (tokenizer.json, tokenizer_config.json) in the model folder?")
             if len(encoded) != 1:
                 raise ValueError(f"{self.source}: {text!r} is {len(encoded)} tokens {encoded}; "
                                  "constrained decoding needs it to be a single token")

@@ -80,8 +80,14 @@ class PredictionCache:
         except sqlite3.DatabaseError as err:
             if self._unwritable():
                 raise ValueError(f"--cache {self.path}: cannot write there ({err})") from None
+            if self.path.is_dir():
+                raise ValueError(f"--cache {self.path}: is a folder; give a file path, e.g. "
+                                 f"{self.path / 'cache.sqlite'}") from None
             if not _corrupt(err):  # locked or busy: another run is using it, which is fine
                 raise ValueError(f"--cache {self.path}: {err} (another process holds it too long?)") from None
+            if not _named_like_a_cache(self.path):  # a mistyped path: never move a user's file aside
+                raise ValueError(f"--cache {self.path}: this file is not a finbench cache ({err}); finbench "
+                                 f"only replaces damaged caches named *{', *'.join(CACHE_SUFFIXES)}") from None
             aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
             for suffix in ("", "-wal", "-shm"):
                 companion = Path(f"{self.path}{suffix}")
@@ -153,6 +159,15 @@ class PredictionCache:
         self.connection.close()
 
 
+CACHE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def _named_like_a_cache(path: Path) -> bool:
+    """A damaged file is moved aside only when its name says it is a cache (finbench's default is
+    cache.sqlite); any other unreadable file at --cache is the user's, given by mistake."""
+    return path.suffix.lower() in CACHE_SUFFIXES or ".sqlite" in path.name.lower()
+
+
 def _corrupt(err: sqlite3.DatabaseError) -> bool:
     """Is this error a damaged file (not SQLite, malformed, failing the quick check), as opposed
     to a lock held by another run sharing the cache?"""
@@ -175,8 +190,32 @@ def _retry_while_locked(statement: Any, seconds: float = 30.0) -> Any:
             time.sleep(0.05)
 
 
+# The type of every stored Prediction field: a row whose value has another type (a damaged or
+# hand-edited file) is a miss, not a crash when the samples table is built after the whole run.
+_TEXT_FIELDS = ("id", "answer", "generated_text", "reasoning_text", "prompt")
+_COUNT_FIELDS = ("n_generated_tokens", "reasoning_tokens")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _decode(payload: str) -> Prediction:
     data = json.loads(payload)
+    if not isinstance(data, dict):
+        raise TypeError(f"a {type(data).__name__}, not an object")
     data["option_logprobs"] = tuple(data["option_logprobs"])
     data["step_logprobs"] = tuple(tuple(s) for s in data["step_logprobs"])
+    wrong = [name for name in _TEXT_FIELDS if not isinstance(data.get(name, ""), str)]
+    wrong += [name for name in _COUNT_FIELDS if not isinstance(data.get(name, 0), int)]
+    wrong += [name for name in ("seconds",) if not _is_number(data.get(name, 0.0))]
+    wrong += [name for name in ("confidence",) if data.get(name) is not None and not _is_number(data[name])]
+    wrong += [name for name in ("error",) if data.get(name) is not None and not isinstance(data[name], str)]
+    wrong += [name for name in ("budget_cut",) if not isinstance(data.get(name, False), bool)]
+    if not all(map(_is_number, data["option_logprobs"])):
+        wrong.append("option_logprobs")
+    if not all(_is_number(value) for step in data["step_logprobs"] for value in step):
+        wrong.append("step_logprobs")
+    if wrong:
+        raise TypeError(f"wrong type in {', '.join(wrong)}")
     return Prediction(**data)

@@ -309,7 +309,7 @@ def distribution_comparison(dfs: Sequence[pd.DataFrame], names: Sequence[str], g
         merged = ref.merge(df.assign(_pos=np.arange(len(df))), on="id", suffixes=("_ref", "_var"))
         p_ref, n_ref = option_prob_matrix(merged["option_probs_ref"])
         p_var, n_var = option_prob_matrix(merged["option_probs_var"])
-        width = max(p_ref.shape[1], p_var.shape[1])
+        width = max(p_ref.shape[1], p_var.shape[1], 1)  # official runs store no option probabilities
         p_ref = torch.nn.functional.pad(p_ref, (0, width - p_ref.shape[1]))
         p_var = torch.nn.functional.pad(p_var, (0, width - p_var.shape[1]))
         no_error = ~torch.from_numpy(error_mask(merged.rename(columns={"error_ref": "error"}))) \
