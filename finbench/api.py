@@ -89,6 +89,8 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
 
     for config in configs.values():  # every bad option before the model is loaded
         validate(config)
+    for name, config in configs.items():  # and every unusable data set before the first benchmark runs
+        _check_data(name, config)
     if loaded is None:
         loaded = load(next(iter(configs.values())))
     runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
@@ -114,6 +116,20 @@ def load(config: RunConfig) -> Any:
                       max_pixels=config.max_pixels, device_preprocess=config.device_preprocess,
                       revision=config.revision, trust_remote_code=config.trust_remote_code,
                       attn_implementation=config.attn_implementation, chat_template=template)
+
+
+def _check_data(name: str, config: RunConfig) -> None:
+    """Read one question of a benchmark's data (with the run's filters): a data set that cannot be
+    read, or that nothing matches, is a start-up error naming the benchmark, not an error found
+    after the benchmarks before it have run."""
+    from finbench.benchmarks import get_benchmark
+
+    try:
+        questions = get_benchmark(name).load_questions(config.data, 1, config.domains, config.question_types)
+    except (ValueError, OSError) as err:
+        raise ValueError(f"{name}: {err}") from None
+    if not questions:
+        raise ValueError(f"{name}: no questions matched the data and filters")
 
 
 def _data_for(data: Any, name: str, single: bool) -> Any:

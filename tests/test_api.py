@@ -85,6 +85,14 @@ def test_two_benchmarks_in_one_run_write_both_folders_and_a_summary(tiny_qwen_di
     bad = finbench_cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
                        "--data", str(synthetic_parquet), "--out", str(tmp_path / "bad"), "--no-progress")
     assert bad.returncode == 2 and "BENCHMARK=SOURCE" in bad.stderr
+    # a later benchmark's unusable data stops the run before the first benchmark starts
+    truncated = tmp_path / "truncated.parquet"
+    truncated.write_bytes(synthetic_parquet.read_bytes()[:2000])
+    late = finbench_cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
+                        "--data", f"finmme={synthetic_parquet}", "--data", f"famma={truncated}", "--limit", "2",
+                        "--out", str(tmp_path / "late"), "--no-progress")
+    assert late.returncode == 2 and "famma:" in late.stderr and "Traceback" not in late.stderr, late.stderr
+    assert not (tmp_path / "late" / "finmme" / "results.json").exists()
 
 
 @pytest.fixture(scope="module")

@@ -657,3 +657,16 @@ def test_model_folder_with_missing_or_damaged_files_is_one_line(damage, good_par
             (model / name).unlink(missing_ok=True)
     _cli_one_line_exit_2(["run", "--model", str(model), "--data", str(good_parquet), "--out", str(tmp_path / "run"),
                           "--no-progress"], str(model))
+
+
+def test_a_relative_data_path_is_recorded_so_report_finds_the_images_from_anywhere(
+        tmp_path, synthetic_parquet, tiny_model, tiny_qwen_dir, monkeypatch):
+    from finbench.report.html import write_report
+
+    monkeypatch.chdir(synthetic_parquet.parent)
+    result = _run(tiny_model, tiny_qwen_dir, synthetic_parquet.name, tmp_path / "run", limit=3)
+    assert result.results["config"]["data"] == str(synthetic_parquet.resolve())
+    monkeypatch.chdir(tmp_path)  # elsewhere: the report re-reads the images for its thumbnails
+    (tmp_path / "run" / "report.html").unlink()
+    write_report(tmp_path / "run")
+    assert (tmp_path / "run" / "report.html").read_text().count("data:image/jpeg;base64,") == 3

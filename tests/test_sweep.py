@@ -114,6 +114,8 @@ def test_sweep_cli_refuses_bad_configuration(tmp_path, tiny_qwen_dir, synthetic_
                           (["--quant", "none,8bit"], "give --model"),
                           (["--model", str(tiny_qwen_dir), "--think-budget", "0,x"], "comma-separated"),
                           (["--model", str(tiny_qwen_dir), "--think-budget", "0,-3"], "--think-budget -3"),
+                          (["--model", str(tiny_qwen_dir), "--dtype", "float32,bogus"], "--dtype bogus"),
+                          (["--model", str(tiny_qwen_dir), "--quant", "none,3bit"], "--quant 3bit"),
                           (["--model", str(tmp_path / "nowhere"), "--quant", "none,8bit"], "cannot load model")):
         done = runner.invoke(app, ["sweep", *args, *common, "--out", str(tmp_path / "s")])
         assert done.exit_code == 2, done.output

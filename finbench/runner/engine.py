@@ -207,6 +207,12 @@ def validate(config: RunConfig) -> None:
         if value is not None and value < low:
             raise ValueError(f"{option} {value}: must be at least {low}")
     _validate_device(config.device)
+    from finbench.models.base import resolve_dtype
+    from finbench.models.quant import QUANT_CHOICES
+
+    resolve_dtype(config.dtype, torch.device("cpu"))  # the name only (auto is decided at load)
+    if config.quant not in QUANT_CHOICES:
+        raise ValueError(f"--quant {config.quant}: expected one of {', '.join(QUANT_CHOICES)}")
     if config.device_map not in (None, "auto", "balanced", "balanced_low_0", "sequential"):
         raise ValueError(f"--device-map {config.device_map}: expected auto, balanced, balanced_low_0 or sequential")
     if config.chat_template and not Path(config.chat_template).is_file():
@@ -275,6 +281,10 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     from finbench.models import load_model
 
     validate(config)
+    if config.data is not None and Path(config.data).expanduser().exists():
+        # results.json records where the data is from anywhere: `finbench report` re-reads the
+        # images for its thumbnails, possibly from another working folder
+        config = dataclasses.replace(config, data=str(Path(config.data).expanduser().resolve()))
     world = world_from_env()
     start_world(world)
     show_progress = show_progress and world.main
@@ -287,7 +297,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     questions = benchmark.load_questions(config.data, config.limit, config.domains, config.question_types,
                                          notes=notes)
     if not questions:
-        raise ValueError("no questions matched the data and filters")
+        raise ValueError(f"{benchmark.NAME}: no questions matched the data and filters")
     questions = mark_duplicate_ids(questions, notes)
     cache = PredictionCache(config.cache or out_dir / "cache.sqlite")
     notes.extend(cache.notes)
