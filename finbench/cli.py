@@ -139,6 +139,8 @@ def _data_sources(data: List[str], benchmark: str):
             pairs[name.strip().lower()] = source
         elif len(data) == 1 and len(names) == 1:
             return value
+        elif sep and name.strip().isidentifier():
+            raise ValueError(f"--data {value}: unknown benchmark {name.strip()!r} (known: {', '.join(BENCHMARKS)})")
         else:
             raise ValueError(f"--data {value}: with several --data values or benchmarks, write BENCHMARK=SOURCE")
     unknown = set(pairs) - set(names)

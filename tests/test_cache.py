@@ -36,6 +36,13 @@ def test_everything_that_changes_an_answer_changes_the_key():
     assert _key() == base  # deterministic
 
 
+def test_a_local_folder_is_keyed_by_its_content_and_a_hub_id_by_its_name():
+    local = {**FINGERPRINT, "weights": "0123abcd"}
+    assert _key(fingerprint={**local, "source": "./m"}) == _key(fingerprint={**local, "source": "/abs/m"})
+    assert _key(fingerprint={**local, "weights": "ffff"}) != _key(fingerprint=local)
+    assert _key(fingerprint={**FINGERPRINT, "source": "org/a"}) != _key(fingerprint={**FINGERPRINT, "source": "org/b"})
+
+
 def test_gold_and_grouping_metadata_do_not_change_the_key():
     fixed_gold = dataclasses.replace(QUESTION, gold="B", fields={**QUESTION.fields, "raw_answer": "B"},
                                      meta={"domain": "Bond Market", "question_type": "single_choice"})

@@ -670,3 +670,29 @@ def test_a_relative_data_path_is_recorded_so_report_finds_the_images_from_anywhe
     (tmp_path / "run" / "report.html").unlink()
     write_report(tmp_path / "run")
     assert (tmp_path / "run" / "report.html").read_text().count("data:image/jpeg;base64,") == 3
+
+
+def test_data_for_an_unknown_benchmark_names_it(good_parquet, tiny_qwen_dir, tmp_path):
+    _cli_one_line_exit_2(["run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma", "--data",
+                          f"finmme={good_parquet}", "--data", f"nope={good_parquet}", "--out", str(tmp_path / "r")],
+                         "unknown benchmark 'nope'")
+
+
+def test_a_model_folder_spelled_another_way_is_served_from_the_cache(good_parquet, tiny_qwen_dir, tmp_path,
+                                                                     monkeypatch):
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    def run(model: str) -> dict:
+        done = CliRunner().invoke(app, ["run", "--model", model, "--data", str(good_parquet), "--limit", "3",
+                                        "--dtype", "float32", "--device", "cpu", "--bootstrap", "0",
+                                        "--out", str(tmp_path / "run"), "--no-progress"])
+        assert done.exit_code == 0, done.output
+        return json.loads((tmp_path / "run" / "results.json").read_text())
+
+    assert run(str(tiny_qwen_dir))["n_computed"] == 3
+    monkeypatch.chdir(tiny_qwen_dir.parent)
+    again = run(f"./{tiny_qwen_dir.name}")
+    assert again["n_cached"] == 3 and again["n_computed"] == 0
+    assert again["throughput"]["all_from_cache"] and again["throughput"]["samples_per_s"]  # the first run's rate

@@ -53,9 +53,16 @@ def question_digest(question: Question) -> str:
     return digest.hexdigest()
 
 
+def model_identity(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """The fingerprint as the cache knows a model: a local folder by its content digest
+    (`weights`), not by how its path was spelled (./m, m and /abs/m, or the folder moved, share
+    their answers); a hub id by its name and revision."""
+    return {k: v for k, v in fingerprint.items() if not (k == "source" and fingerprint.get("weights"))}
+
+
 def sample_key(fingerprint: Mapping[str, Any], protocol: str, prompt_version: str,
                decoding: Mapping[str, Any], question: Question) -> str:
-    payload = json.dumps({"model": fingerprint, "protocol": protocol, "prompt": prompt_version,
+    payload = json.dumps({"model": model_identity(fingerprint), "protocol": protocol, "prompt": prompt_version,
                           "decoding": decoding, "question": question_digest(question)},
                          sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()

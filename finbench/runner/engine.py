@@ -42,7 +42,7 @@ import torch
 from finbench import benchmarks as hooks
 from finbench.benchmarks import get_benchmark
 from finbench.runner.batching import Item, plan_batches
-from finbench.runner.cache import PredictionCache, sample_key
+from finbench.runner.cache import PredictionCache, model_identity, sample_key
 from finbench.runner.decoding import (AnswerVocabulary, answer_confidence, decode_multi, decode_numerical,
                                       decode_single)
 from finbench.runner.distributed import finish as finish_world
@@ -739,8 +739,8 @@ def _previous_throughput(out_dir: Path, fingerprint: dict[str, Any]) -> dict[str
 
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         previous = json.loads((out_dir / "results.json").read_text())
-        if previous["fingerprint"] == json.loads(json.dumps(fingerprint, default=str)) \
-                and previous["throughput"].get("samples"):
+        current = json.loads(json.dumps(fingerprint, default=str))
+        if model_identity(previous["fingerprint"]) == model_identity(current) and previous["throughput"].get("samples"):
             return {**previous["throughput"], "all_from_cache": True}
     return None
 
