@@ -393,7 +393,7 @@ def sweep(
     from finbench.sweep import parse_axis, run_sweep
     from finbench.types import RunConfig
 
-    try:
+    with _one_line_errors():
         model_list = parse_axis(models) or ([model] if model else [])
         if not model_list:
             raise ValueError("give --model or --models")
@@ -404,8 +404,6 @@ def sweep(
         base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit, batch_size=batch_size,
                          device=device, max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed)
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
-    except (ValueError, OSError) as err:
-        _fail(str(err))
     from finbench.scoring.commands import print_comparison
 
     print_comparison({**summary["comparison"], "distributions": summary["distributions"]}, console=out_console)

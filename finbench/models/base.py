@@ -57,6 +57,12 @@ def decode_attention(device: torch.device) -> ContextManager[Any]:
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
+def pinned(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` in page-locked host memory (a copy unless it is there already), so that a
+    non-blocking copy to the GPU overlaps with work queued before it."""
+    return tensor if tensor.is_pinned() else tensor.pin_memory()
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -248,10 +254,9 @@ class HFVisionLanguageModel:
 
     def to_device(self, inputs: Any) -> Any:
         if self.device.type == "cuda":
-            # pinned host memory lets the copy overlap with work already queued on the GPU; the
-            # runner pins in its worker threads (runner/preprocess.py pin_host_memory)
-            return {k: (v if v.is_pinned() else v.pin_memory()).to(self.device, non_blocking=True)
-                    if torch.is_tensor(v) else v for k, v in inputs.items()}
+            # the runner pins in its worker threads already (runner/preprocess.py pin_host_memory)
+            return {k: pinned(v).to(self.device, non_blocking=True) if torch.is_tensor(v) else v
+                    for k, v in inputs.items()}
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
 
     # ---- compute ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
-from finbench.models.base import DecodeState, HFVisionLanguageModel
+from finbench.models.base import DecodeState, HFVisionLanguageModel, pinned
 from finbench.models.vision_attention import install as install_vision_attention
 from finbench.types import ModelRequest
 
@@ -101,8 +101,7 @@ class Qwen25VL(HFVisionLanguageModel):
         images = inputs["images_uint8"]
         moved = super().to_device({k: v for k, v in inputs.items() if k != "images_uint8"})
         if self.device.type == "cuda":
-            images = [(image if image.is_pinned() else image.pin_memory()).to(self.device, non_blocking=True)
-                      for image in images]
+            images = [pinned(image).to(self.device, non_blocking=True) for image in images]
         settings = {k: v for k, v in self._device_preprocess_settings().items() if k != "resample"}
         pixel_values, grid = qwen_preprocess(images, device=self.device, **settings)
         if not torch.equal(grid, moved["image_grid_thw"]):

@@ -197,14 +197,24 @@ def _retry_while_locked(statement: Any, seconds: float = 30.0) -> Any:
             time.sleep(0.05)
 
 
-# The type of every stored Prediction field: a row whose value has another type (a damaged or
-# hand-edited file) is a miss, not a crash when the samples table is built after the whole run.
-_TEXT_FIELDS = ("id", "answer", "generated_text", "reasoning_text", "prompt")
-_COUNT_FIELDS = ("n_generated_tokens", "reasoning_tokens")
-
-
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _are_numbers(values: Any) -> bool:
+    return all(map(_is_number, values))
+
+
+# What every stored Prediction field must be: a row with another type (a damaged or hand-edited
+# file) is a miss, not a crash when the samples table is built after the whole run. None is
+# allowed where the field's default is None.
+_FIELD_CHECKS: dict[str, Any] = {
+    **dict.fromkeys(("id", "answer", "generated_text", "reasoning_text", "prompt"), lambda v: isinstance(v, str)),
+    **dict.fromkeys(("n_generated_tokens", "reasoning_tokens"), lambda v: isinstance(v, int)),
+    "seconds": _is_number, "budget_cut": lambda v: isinstance(v, bool),
+    "confidence": lambda v: v is None or _is_number(v), "error": lambda v: v is None or isinstance(v, str),
+    "option_logprobs": _are_numbers, "step_logprobs": lambda steps: all(map(_are_numbers, steps)),
+}
 
 
 def _decode(payload: str) -> Prediction:
@@ -213,16 +223,7 @@ def _decode(payload: str) -> Prediction:
         raise TypeError(f"a {type(data).__name__}, not an object")
     data["option_logprobs"] = tuple(data["option_logprobs"])
     data["step_logprobs"] = tuple(tuple(s) for s in data["step_logprobs"])
-    wrong = [name for name in _TEXT_FIELDS if not isinstance(data.get(name, ""), str)]
-    wrong += [name for name in _COUNT_FIELDS if not isinstance(data.get(name, 0), int)]
-    wrong += [name for name in ("seconds",) if not _is_number(data.get(name, 0.0))]
-    wrong += [name for name in ("confidence",) if data.get(name) is not None and not _is_number(data[name])]
-    wrong += [name for name in ("error",) if data.get(name) is not None and not isinstance(data[name], str)]
-    wrong += [name for name in ("budget_cut",) if not isinstance(data.get(name, False), bool)]
-    if not all(map(_is_number, data["option_logprobs"])):
-        wrong.append("option_logprobs")
-    if not all(_is_number(value) for step in data["step_logprobs"] for value in step):
-        wrong.append("step_logprobs")
+    wrong = [name for name, valid in _FIELD_CHECKS.items() if name in data and not valid(data[name])]
     if wrong:
         raise TypeError(f"wrong type in {', '.join(wrong)}")
     return Prediction(**data)

@@ -93,7 +93,9 @@ def pin_host_memory(inputs: Any, pin: Callable[[Any], Any] | None = None) -> Any
     `pin` replaces `Tensor.pin_memory` (tests on machines without CUDA)."""
     import torch
 
-    pin = pin or (lambda tensor: tensor if tensor.is_pinned() else tensor.pin_memory())
+    from finbench.models.base import pinned
+
+    pin = pin or pinned
     for key, value in list(inputs.items()):
         if torch.is_tensor(value):
             inputs[key] = pin(value)
