@@ -122,14 +122,13 @@ def _check_data(name: str, config: RunConfig) -> None:
     """Read one question of a benchmark's data (with the run's filters): a data set that cannot be
     read, or that nothing matches, is a start-up error naming the benchmark, not an error found
     after the benchmarks before it have run."""
-    from finbench.benchmarks import get_benchmark
+    from finbench.benchmarks import get_benchmark, load_matching
 
+    benchmark = get_benchmark(name)
     try:
-        questions = get_benchmark(name).load_questions(config.data, 1, config.domains, config.question_types)
+        load_matching(benchmark, config.data, 1, config.domains, config.question_types)
     except (ValueError, OSError) as err:
-        raise ValueError(f"{name}: {err}") from None
-    if not questions:
-        raise ValueError(f"{name}: no questions matched the data and filters")
+        raise ValueError(str(err) if str(err).startswith(f"{name}: ") else f"{name}: {err}") from None
 
 
 def _data_for(data: Any, name: str, single: bool) -> Any:

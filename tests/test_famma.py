@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finbench.benchmarks import famma
+from finbench.benchmarks import famma, load_matching
 from finbench.benchmarks import famma_synthetic as synthetic
 from finbench.scoring import score_samples
 from finbench.types import OPEN, SINGLE, Prediction
@@ -160,6 +160,8 @@ def test_filters_and_limit_keep_the_whole_main_question(forms):
         [q.id for q in famma.load_questions(paths["parquet"])][:2]
     equity = famma.load_questions(paths["parquet"], domains=["equity"])
     assert {q.id for q in equity} == {"english_2_1_r1", "english_2_2_r1"}
+    with pytest.raises(ValueError, match=r"famma: no questions matched.*--domain Equity: the data has .*equity"):
+        load_matching(famma, paths["parquet"], None, ["Equity"], [])  # subfields are matched as written
 
 
 @pytest.mark.parametrize("answers, gold", [("B", "B"), ("B.", "B"), ("(B)", "B"), ("A, C", "AC"),

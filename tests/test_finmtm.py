@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from finbench.benchmarks import finmtm
+from finbench.benchmarks import finmtm, load_matching
 from finbench.scoring import score_samples
 from finbench.types import MULTI, OPEN, SINGLE, Prediction
 
@@ -71,6 +71,15 @@ def write_fixtures(folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def fixture_dir(tmp_path_factory):
     return write_fixtures(tmp_path_factory.mktemp("finmtm"))
+
+
+def test_a_task_filter_that_matches_nothing_names_the_tasks(fixture_dir):
+    # (an unreadable record is kept whatever the filters, as it cannot say its task: the folder's
+    # broken line would match, so the readable files are named)
+    with pytest.raises(ValueError, match=r"finmtm: no questions matched.*--domain dialog: the data has dialogue$"):
+        load_matching(finmtm, fixture_dir / "MTQA", None, ["dialog"], [])
+    with pytest.raises(ValueError, match=r"--question-type L9: the data has multi$"):
+        load_matching(finmtm, fixture_dir / "OQ" / "MC.jsonl", None, [], ["L9"])
 
 
 def by_id(questions):

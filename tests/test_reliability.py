@@ -243,7 +243,29 @@ def test_unusable_data_file_is_one_start_up_line(case, tmp_path, good_parquet, t
     done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(path), "--out", str(tmp_path / "run"),
                     "--device", "cpu", "--no-progress")
     _one_line_exit_2(done, needle)
-    assert not (tmp_path / "run" / "samples.parquet").exists()
+    assert not (tmp_path / "run").exists()  # nothing written: not even a folder holding run.log
+
+
+def test_filters_that_match_nothing_name_the_values_the_data_has(tmp_path, good_parquet, tiny_qwen_dir):
+    done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(good_parquet), "--out", str(tmp_path / "run"),
+                    "--device", "cpu", "--no-progress", "--domain", "Bankng", "--question-type", "single_choice")
+    _one_line_exit_2(done, "finmme: no questions matched", "--domain Bankng: the data has Banking")
+    assert "--question-type" not in done.stderr  # single_choice exists: only the filter that failed is listed
+    assert not (tmp_path / "run").exists()
+    done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(good_parquet), "--out", str(tmp_path / "run"),
+                    "--device", "cpu", "--no-progress", "--question-type", "single")
+    _one_line_exit_2(done, "--question-type single: the data has single_choice")
+    assert not (tmp_path / "run").exists()
+    done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(good_parquet), "--out", str(tmp_path / "run"),
+                    "--device", "cpu", "--no-progress", "--domain", "Banking", "--question-type", "numerical",
+                    "--question-type", "single_choice", "--domain", "Banking")
+    assert done.returncode == 0, done.stderr[-2000:]  # both filters match: the run goes on
+    empty = tmp_path / "no-numerical.parquet"
+    pd.read_parquet(good_parquet).assign(question_type="numerical", knowledge_domain="Energy").iloc[:1].pipe(
+        lambda frame: pd.concat([pd.read_parquet(good_parquet), frame])).to_parquet(empty)
+    done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(empty), "--out", str(tmp_path / "run2"),
+                    "--device", "cpu", "--no-progress", "--domain", "Banking", "--question-type", "numerical")
+    _one_line_exit_2(done, "each filter matches some questions, but no question matches all of them")
 
 
 def test_folder_mixing_formats_reads_each_file_by_its_own(tmp_path, good_parquet):

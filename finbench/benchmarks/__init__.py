@@ -1,6 +1,7 @@
 """Benchmarks: one file each. A benchmark module exposes NAME, HUB_ID, SCORER, GROUP_COLUMNS,
-PROMPT_VERSION, load_questions(source, limit, domains, question_types), build_request(question,
-images, protocol), extract_official(text) and OFFICIAL_MAX_NEW_TOKENS. The runner knows no more.
+DOMAIN_FIELD (the meta field --domain filters on), PROMPT_VERSION, load_questions(source, limit, domains,
+question_types), build_request(question, images, protocol), extract_official(text) and
+OFFICIAL_MAX_NEW_TOKENS. The runner knows no more.
 
 Optional, for open answers, judging and multi-turn sessions (FAMMA, FinMTM); the runner calls them
 through the functions below, whose defaults are FinMME's behaviour:
@@ -31,6 +32,32 @@ def get_benchmark(name: str) -> ModuleType:
         return BENCHMARKS[name.lower()]
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}") from None
+
+
+MAX_VALUES_SHOWN = 30  # filter values listed when nothing matched
+
+
+def load_matching(benchmark: ModuleType, source: Any, limit: int | None, domains: Sequence[str],
+                  question_types: Sequence[str], notes: list[str] | None = None) -> list[Question]:
+    """The questions a run's data and filters select; none is an error that names the values the
+    data does have, so a misspelt --domain or --question-type is fixed from the message."""
+    questions = benchmark.load_questions(source, limit, domains, question_types, notes=notes)
+    if questions:
+        return questions
+    message = f"{benchmark.NAME}: no questions matched the data and filters"
+    if domains or question_types:
+        everything = benchmark.load_questions(source)  # only on this error path: the filters left nothing
+        unknown = ""
+        for flag, field, asked in (("--domain", benchmark.DOMAIN_FIELD, domains),
+                                   ("--question-type", "question_type", question_types)):
+            have = sorted({str(q.meta[field]) for q in everything if q.meta.get(field) is not None})
+            missing = [value for value in asked if value not in have]
+            if missing:
+                shown = ", ".join(have[:MAX_VALUES_SHOWN]) + (f", … ({len(have)} in all)" if len(have) > MAX_VALUES_SHOWN else "")
+                unknown += f"; {flag} {', '.join(missing)}: the data has {shown or 'none'}"
+        message += unknown or "; each filter matches some questions, but no question matches all of them"
+    raise ValueError(message)
+
 
 
 def extract_answer(benchmark: ModuleType, question: Question, text: str, protocol: str) -> str:

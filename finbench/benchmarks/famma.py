@@ -34,6 +34,7 @@ HUB_ID = "weaverbirdllm/famma"
 HUB_SPLIT = "release_basic"
 SCORER = "famma"
 GROUP_COLUMNS = ("subfield", "language", "difficulty", "question_type", "arithmetic")
+DOMAIN_FIELD = "subfield"  # the meta field --domain filters on
 FORMS = ("hub Arrow/parquet (image structs)", "downloader JSON (relative image paths)",
          "early JSON (base64 images, options as a python-list string)")
 PROTOCOLS = ("constrained", "official")

@@ -30,6 +30,7 @@ HUB_ID = "luojunyu/FinMME"
 HUB_SPLIT = "train"
 SCORER = "finmme"
 GROUP_COLUMNS = ("domain", "question_type", "asset_class", "chart_type", "cognitive_dimension")
+DOMAIN_FIELD = "domain"  # the meta field --domain filters on (knowledge_domain)
 
 QUESTION_TYPE_TO_KIND = {"single_choice": SINGLE, "multiple_choice": MULTI, "numerical": NUMERICAL}
 

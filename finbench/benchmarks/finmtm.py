@@ -32,6 +32,7 @@ HUB_ID = "HiThink-Research/FinMTM"
 HUB_SPLIT = "train"
 SCORER = "finmtm"
 GROUP_COLUMNS = ("task", "level", "question_type")
+DOMAIN_FIELD = "task"  # the meta field --domain filters on (task: objective, dialogue, agent)
 FORMS = ("objective chat JSONL (messages + choices)", "open-ended session JSONL (turns, image_paths)",
          "agent JSONL (question, image_path, ActionTrace, ToolResults)")
 PROTOCOLS = ("constrained", "official (objective items); sessions and agent items: official generation")

@@ -288,16 +288,14 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     world = world_from_env()
     start_world(world)
     show_progress = show_progress and world.main
-    out_dir = Path(config.out)
-    _writable_folder(out_dir)
-    _log_to(out_dir / ("run.log" if world.main else f"run.rank{world.rank}.log"))
     started = time.time()
     benchmark = get_benchmark(config.benchmark)
     notes: list[str] = []  # warnings that go into results.json
-    questions = benchmark.load_questions(config.data, config.limit, config.domains, config.question_types,
-                                         notes=notes)
-    if not questions:
-        raise ValueError(f"{benchmark.NAME}: no questions matched the data and filters")
+    # the data first: unusable data is one line with nothing written, not a run folder with a log
+    questions = hooks.load_matching(benchmark, config.data, config.limit, config.domains, config.question_types, notes)
+    out_dir = Path(config.out)
+    _writable_folder(out_dir)
+    _log_to(out_dir / ("run.log" if world.main else f"run.rank{world.rank}.log"))
     questions = mark_duplicate_ids(questions, notes)
     cache = PredictionCache(config.cache or out_dir / "cache.sqlite")
     notes.extend(cache.notes)
