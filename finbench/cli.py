@@ -14,6 +14,7 @@ from typing import Iterator, List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 models_app = typer.Typer(no_args_is_help=True, help="Model utilities (tiny offline models).")
@@ -27,7 +28,7 @@ DEMO_NOTICE = ("[bold yellow]The demo model is a tiny RANDOM-WEIGHT Qwen2.5-VL b
 
 
 def _fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {escape(message)}")  # paths and values may hold [brackets]
     raise typer.Exit(2)
 
 
@@ -211,7 +212,7 @@ def _run_and_report(work) -> None:
     for one in runs:
         failed |= _report_one(one, several=len(runs) > 1)
     if isinstance(result, MultiRunResult):
-        out_console.print(f"wrote {result.out_dir / 'summary.json'}")
+        out_console.print(f"wrote {result.out_dir / 'summary.json'}", markup=False)
     if failed:
         raise typer.Exit(1)
 
@@ -230,14 +231,14 @@ def _report_one(result, several: bool) -> bool:
         rate = "all from cache" + computed
     out_console.print(f"{result.results['n_questions']} questions ({result.results['n_cached']} from cache, "
                       f"{result.results['n_computed']} computed) · {rate} · "
-                      f"{result.results['errors']['count']} sample errors")
+                      f"{result.results['errors']['count']} sample errors", markup=False)
     out_console.print(f"wrote {result.out_dir / 'results.json'}, {result.out_dir / 'samples.parquet'} and "
-                      f"{result.out_dir / 'report.html'}")
+                      f"{result.out_dir / 'report.html'}", markup=False)
     for note in result.results.get("notes", []):
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
     if result.results["errors"]["count"] == result.results["n_questions"]:
         console.print(f"[bold red]error:[/] every one of the {result.results['n_questions']} samples failed; "
-                      f"see {result.out_dir / 'results.json'} (errors.by_message)")
+                      f"see {escape(str(result.out_dir / 'results.json'))} (errors.by_message)")
         return True
     return False
 
@@ -262,11 +263,11 @@ def demo(
     home = _home()
     model_dir = home / "tiny-qwen2.5-vl"
     if not (model_dir / "config.json").exists():
-        console.print(f"building tiny Qwen2.5-VL into {model_dir}")
+        console.print(f"building tiny Qwen2.5-VL into {model_dir}", markup=False)
         make_tiny("qwen2.5-vl", model_dir)
     data_path = home / f"finmme-synthetic-{n_items}.parquet"
     if not data_path.exists():
-        console.print(f"generating {n_items} synthetic FinMME items into {data_path}")
+        console.print(f"generating {n_items} synthetic FinMME items into {data_path}", markup=False)
         write_parquet(data_path, n_items=n_items)
     out_console.print(DEMO_NOTICE)
     _run_and_report(lambda: evaluate(str(model_dir), "finmme", data=str(data_path), batch_size=batch_size,
@@ -340,7 +341,7 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
         note = (f"{unanswered} of {len(questions)} questions have no prediction in {predictions.name}: they are "
                 "scored as wrong (error 'no prediction')")
         scores["notes"] = list(scores.get("notes", [])) + [note]
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
     return scores
 
 
@@ -407,7 +408,7 @@ def sweep(
     from finbench.scoring.commands import print_comparison
 
     print_comparison({**summary["comparison"], "distributions": summary["distributions"]}, console=out_console)
-    out_console.print(f"wrote {Path(out) / 'sweep.json'}, {Path(out) / 'report.html'} and {Path(out) / 'report.md'}")
+    out_console.print(f"wrote {Path(out) / 'sweep.json'}, {Path(out) / 'report.html'} and {Path(out) / 'report.md'}", markup=False)
 
 
 @app.command()
@@ -421,13 +422,13 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
 
         with _one_line_errors(str(run_dir)):
             write_sweep(run_dir, json.loads((run_dir / "sweep.json").read_text()))
-        out_console.print(f"wrote {run_dir / 'report.html'} and {run_dir / 'report.md'}")
+        out_console.print(f"wrote {run_dir / 'report.html'} and {run_dir / 'report.md'}", markup=False)
         return
     if not (run_dir / "results.json").exists() or not (run_dir / "samples.parquet").exists():
         _fail(f"{run_dir}: needs results.json and samples.parquet (is it a finbench run folder?)")
     with _one_line_errors(str(run_dir)):
         written = write_report(run_dir)
-    out_console.print(f"wrote {written}")
+    out_console.print(f"wrote {written}", markup=False)
 
 
 class _MakeTinyCommand(typer.core.TyperCommand):
@@ -459,7 +460,7 @@ def make_tiny_command(
         _fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
     with _one_line_errors():
         path = make_tiny(family, out_dir, seed=seed, thinking=thinking)
-    out_console.print(f"wrote tiny {family} (random weights) to {path}")
+    out_console.print(f"wrote tiny {family} (random weights) to {path}", markup=False)
 
 
 @models_app.command("list")

@@ -173,6 +173,9 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
     adapter, run_config, build_seconds = warm_adapter(name, quant, args, processor, data, work)
     vision_attention.KERNEL_CALLS.clear()
     result = run_benchmark(run_config, adapter, show_progress=False).results
+    if result["errors"]["count"]:  # a rate of failed samples is not a rate: a failure, with the first message
+        raise RuntimeError(f"{result['errors']['count']} of {result['n_questions']} samples failed: "
+                           f"{next(iter(result['errors'].get('by_message', {})), '?')}")
     throughput = result["throughput"]
     samples_per_s = throughput["samples_per_s"]
     stages = throughput["stages_s"]

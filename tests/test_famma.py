@@ -87,6 +87,13 @@ def test_broken_inputs_become_per_question_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"question_id": "x", "question_type": "open question"}\n{nope\n')
     rows = famma.load_questions(tmp_path / "bad.jsonl")
     assert rows[0].error is None and rows[0].meta["gold_status"] == "unanswered" and "malformed JSON" in rows[1].error
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "bad.jsonl").read_bytes())
+    assert famma.load_questions(tmp_path / "bom.jsonl")[0].error is None  # a BOM is not part of record 1
+    # a lone surrogate escape is valid JSON but not text: that record's error, naming the field
+    (tmp_path / "surrogate.jsonl").write_text('{"question_id": "s", "question_type": "open question", '
+                                              '"question": "bad \\udcff"}\n' + (tmp_path / "bad.jsonl").read_text())
+    rows = famma.load_questions(tmp_path / "surrogate.jsonl")
+    assert "field 'question' is not valid UTF-8" in rows[0].error and rows[1].error is None
 
 
 def test_placeholders_place_images_in_text_order_and_groups_share_first_images(forms):

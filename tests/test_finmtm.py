@@ -340,3 +340,28 @@ def test_finmtm_run_end_to_end(tiny_model, tiny_qwen_dir, fixture_dir, tmp_path)
     agent = samples.set_index("id").loc["a1"]
     assert not math.isnan(agent["rule_score"]) and results["scores"]["agent"]["n_scored"] == 1
     assert result.results["n_questions"] == 10
+
+
+@pytest.mark.slow
+def test_raw_output_does_not_depend_on_what_shares_the_batch(tiny_model, tiny_qwen_dir, fixture_dir, tmp_path):
+    """An objective reply batched with a multi-turn session stays the reply as generated (it was
+    wrapped in a JSON list, and then scored 0); a one-turn session is a list of one reply."""
+    from finbench.runner.engine import run_benchmark
+    from finbench.types import RunConfig
+
+    outputs = {}
+    for batch_size in (16, 1):
+        config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(fixture_dir), protocol="official",
+                           out=str(tmp_path / f"b{batch_size}"), dtype="float32", device="cpu", max_new_tokens=4,
+                           batch_size=batch_size, bootstrap=0)
+        run_benchmark(config, tiny_model, show_progress=False)
+        outputs[batch_size] = pd.read_parquet(tmp_path / f"b{batch_size}" / "samples.parquet").set_index("id")
+    together, alone = outputs[16], outputs[1]
+    objective = together.index[(together["task"] == "objective") & (together["error"] == "")]
+    assert len(objective) >= 4
+    for qid in objective:
+        assert together.loc[qid, "raw_output"] == alone.loc[qid, "raw_output"], qid
+        assert not together.loc[qid, "raw_output"].startswith('["')
+    one_turn = json.loads(together.loc["s2", "raw_output"])
+    assert isinstance(one_turn, list) and len(one_turn) == 1
+    assert finmtm.replies(Prediction(id="s2", answer="", generated_text="plain reply")) == ["plain reply"]

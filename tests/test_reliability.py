@@ -718,3 +718,37 @@ def test_a_model_folder_spelled_another_way_is_served_from_the_cache(good_parque
     again = run(f"./{tiny_qwen_dir.name}")
     assert again["n_cached"] == 3 and again["n_computed"] == 0
     assert again["throughput"]["all_from_cache"] and again["throughput"]["samples_per_s"]  # the first run's rate
+
+
+def test_an_attention_implementation_whose_package_is_missing_is_one_line(good_parquet, tiny_qwen_dir, tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash-attn is installed here")
+    _cli_one_line_exit_2(["run", "--model", str(tiny_qwen_dir), "--data", str(good_parquet), "--out",
+                          str(tmp_path / "run"), "--no-progress", "--attn-implementation", "flash_attention_2"],
+                         "FlashAttention2", "(a package these options need is not installed)")
+
+
+def test_brackets_in_paths_and_values_reach_the_console_as_typed(good_parquet, tiny_qwen_dir, tmp_path):
+    done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(tmp_path / "nothere[v2].parquet"),
+                    "--out", str(tmp_path / "run"), "--no-progress")
+    _one_line_exit_2(done, "nothere[v2].parquet")
+    out = tmp_path / "o[v1]"
+    done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(good_parquet), "--out", str(out),
+                    "--no-progress", "--limit", "1", "--device", "cpu")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"wrote{out / 'results.json'}" in "".join(done.stdout.split()), done.stdout  # (however Rich wraps it)
+
+
+def test_an_undecodable_image_gives_the_same_message_every_run():
+    from finbench.runner.preprocess import ImageError, decode_images
+    from finbench.types import Question
+
+    messages = set()
+    for _ in range(2):
+        with pytest.raises(ImageError) as caught:
+            decode_images(Question(id="x", benchmark="finmme", kind="single", text="?", images=(b"not an image",)))
+        messages.add(str(caught.value))
+    (message,) = messages
+    assert "cannot identify image file" in message and "0x" not in message

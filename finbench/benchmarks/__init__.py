@@ -9,8 +9,8 @@ through the functions below, whose defaults are FinMME's behaviour:
   for official choice items, the stripped text for open ones);
 - group_key(question, protocol) → questions sharing a key get one generation (the same request),
   each then extracts its own answer from it (FAMMA's grouped official call);
-- n_turns(question) and build_turn_request(question, images, protocol, history) → a session
-  asked turn by turn, `history` holding the model's earlier replies (FinMTM dialogues);
+- is_session(question), n_turns(question) and build_turn_request(question, images, protocol,
+  history) → a session asked turn by turn (its generated text: the JSON list of its replies), `history` holding the model's earlier replies (FinMTM dialogues);
 - rule_judgement(question, prediction) → (score or None, details): judging without a model;
 - judge_prompts(question, prediction) → texts for the `--judge` model, and
   read_judgement(question, prediction, outputs) → (score or None, details) from its replies.
@@ -68,6 +68,12 @@ def extract_answer(benchmark: ModuleType, question: Question, text: str, protoco
 
 def group_key(benchmark: ModuleType, question: Question, protocol: str) -> str | None:
     return benchmark.group_key(question, protocol) if hasattr(benchmark, "group_key") else None
+
+
+def is_session(benchmark: ModuleType, question: Question) -> bool:
+    """Whether the question is asked as a session, whose generated text is the JSON list of its
+    replies (even of one turn)."""
+    return benchmark.is_session(question) if hasattr(benchmark, "is_session") else False
 
 
 def n_turns(benchmark: ModuleType, question: Question) -> int:

@@ -355,6 +355,10 @@ def _agent(record: Mapping[str, Any], index: int, root: Path | None) -> Question
 
 
 # ---- prompts -----------------------------------------------------------------------------------
+def is_session(question: Question) -> bool:
+    return question.meta.get("task") in (DIALOGUE, AGENT)
+
+
 def n_turns(question: Question) -> int:
     if question.meta.get("task") == DIALOGUE:
         return len(question.fields.get("turns", ())) or 1
@@ -428,11 +432,14 @@ def extract_answer(question: Question, text: str, protocol: str) -> str:
 # ---- judging -----------------------------------------------------------------------------------
 def replies(prediction: Any) -> list[str]:
     """Per-turn replies (after the first `</think>`) of a session or agent prediction."""
+    text = prediction.generated_text or prediction.answer or ""
     try:
-        values = json.loads(prediction.generated_text or prediction.answer or "[]")
+        values = json.loads(text or "[]")
     except json.JSONDecodeError:
-        return []
-    return [after_think(str(v)) for v in values] if isinstance(values, list) else []
+        values = None
+    if not isinstance(values, list):  # a one-turn session cached before its text was a list
+        values = [text] if text else []
+    return [after_think(str(v)) for v in values]
 
 
 def judge_prompts(question: Question, prediction: Any) -> list[str]:

@@ -131,7 +131,7 @@ def _utf8(data: bytes, name: str) -> str:
 
 def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
     """A .json file holding one array (or object) of records, or JSON lines in either suffix."""
-    data = path.read_bytes()
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a BOM (Windows editors) is not part of record 1
     if path.suffix == ".json":
         try:
             whole = json.loads(data)
@@ -158,11 +158,8 @@ def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
         except ValueError as err:
             records.append(RawRecord(origin, error=f"{origin}: {err}"))
             continue
-        if not isinstance(values, dict):
-            records.append(RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}"))
-            continue
-        records.append(RawRecord(origin, values))
-        columns |= set(values)
+        records.append(_json_record(origin, values))
+        columns |= set(values) if isinstance(values, dict) else set()
     if data.strip() and all(r.error for r in records):
         raise DataError(f"cannot read {path}: neither a JSON array of records nor JSON lines "
                          f"({records[0].error.split(': ', 1)[-1]})")
@@ -172,13 +169,35 @@ def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
 def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set[str]]:
     records, columns = [], set()
     for n, values in enumerate(items):
-        if isinstance(values, dict):
-            records.append(RawRecord(origin_of(n), values))
-            columns |= set(values)
-        else:
-            records.append(RawRecord(origin_of(n), error=f"{origin_of(n)}: expected a JSON object, "
-                                                          f"got {type(values).__name__}"))
+        records.append(_json_record(origin_of(n), values))
+        columns |= set(values) if isinstance(values, dict) else set()
     return records, columns
+
+
+def _json_record(origin: str, values: Any) -> RawRecord:
+    """One parsed JSON record, or its error: not an object, or a text field holding a lone
+    surrogate (valid JSON, e.g. "\\udcff", but not text: the tokenizer and Parquet refuse it later,
+    for the whole run)."""
+    if not isinstance(values, dict):
+        return RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}")
+    for name, value in values.items():
+        if _has_lone_surrogate(value):
+            return RawRecord(origin, error=f"{origin}: field {name!r} is not valid UTF-8 (a lone surrogate escape)")
+    return RawRecord(origin, values)
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
 
 
 def _read_hub(hub_id: str, split: str) -> RawTable:

@@ -64,6 +64,11 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
         first_line = (str(err).strip().splitlines() or [""])[0]
         raise ValueError(f"cannot load model {source!r} as {family.family}: {type(err).__name__}: {first_line} "
                          "(are its weight, processor and tokenizer files all there and complete?)") from None
+    except ImportError as err:  # e.g. --attn-implementation flash_attention_2 without flash-attn
+        logging.getLogger("finbench").info("loading %s failed", source, exc_info=True)
+        first_line = (str(err).strip().splitlines() or [""])[0]
+        raise ValueError(f"cannot load model {source!r} as {family.family}: {first_line} "
+                         "(a package these options need is not installed)") from None
     if chat_template is not None:
         model.use_chat_template(chat_template)
     return model

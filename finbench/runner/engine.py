@@ -623,7 +623,8 @@ class _BatchLoop:
         lists of the replies."""
         turns = [hooks.n_turns(self.benchmark, q) for q in questions]
         texts, counts = self.model.generate(inputs, *self.generation)
-        if max(turns) <= 1:
+        sessions = [hooks.is_session(self.benchmark, q) for q in questions]
+        if not any(sessions):
             return texts, counts
         history = [[t] for t in texts]
         for turn in range(1, max(turns)):
@@ -638,7 +639,9 @@ class _BatchLoop:
             for k, text, n in zip(active, more, more_counts):
                 history[k].append(text)
                 counts[k] += n
-        return [json.dumps(h, ensure_ascii=False) for h in history], counts
+        # per row, not per batch: a session's text is its list of replies (one turn included),
+        # anything else is the reply as generated, whatever it shares a batch with
+        return [json.dumps(h, ensure_ascii=False) if session else h[0] for h, session in zip(history, sessions)], counts
 
     def follow(self, batch: dict[int, Prediction], followers: dict[int, list[int]]) -> dict[int, Prediction]:
         """Predictions of questions that share a leader's generation (see `shared_generations`):

@@ -5,6 +5,7 @@ loaded), with batches prefetched while the model works on the current one."""
 from __future__ import annotations
 
 import io
+import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +42,9 @@ def decode_images(question: Question) -> list[Any]:
         except ImageError:
             raise
         except Exception as err:  # noqa: BLE001 — PIL raises many types for corrupt data
-            raise ImageError(f"image {n + 1} cannot be decoded: {type(err).__name__}: {err}") from None
+            # without PIL's object addresses ("<_io.BytesIO object at 0x7f…>"): the same data gives the same message
+            reason = re.sub(r" at 0x[0-9a-f]+", "", str(err))
+            raise ImageError(f"image {n + 1} cannot be decoded: {type(err).__name__}: {reason}") from None
     return images
 
 
