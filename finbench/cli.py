@@ -1,4 +1,4 @@
-"""`finbench` command line: run, demo, score, compare, models, benchmarks.
+"""`finbench` command line: run, demo, score, compare, sweep, report, models, benchmarks.
 
 Configuration errors (unknown model, missing path, impossible quantization) end the command at
 start-up with one clear line and exit code 2; per-sample problems never stop a run.
@@ -71,8 +71,8 @@ def run(
     device_preprocess: bool = typer.Option(False, help="Resize/normalise/patchify images on the model's device (Qwen)."),
     compile_vision: bool = typer.Option(False, help="torch.compile the vision tower's repeated blocks (fuses their "
                                         "fp32 norm and rotary work; compiled once, in the first batch)."),
-    device_map: Optional[str] = typer.Option(None, help="auto: split a model too large for one GPU across the "
-                                             "GPUs (accelerate); the batch loop is unchanged."),
+    device_map: Optional[str] = typer.Option(None, help="auto (or balanced, balanced_low_0, sequential): split a model too "
+                                             "large for one GPU across the GPUs (accelerate); the batch loop is unchanged."),
     out: str = typer.Option("runs/latest", help="Run folder (results.json, samples.parquet, cache)."),
     cache: Optional[str] = typer.Option(None, help="SQLite cache path (default: OUT/cache.sqlite)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the confidence intervals (0 = none)."),
