@@ -31,6 +31,7 @@ def test_gpu_check_cpu_mode_writes_every_figure(tmp_path):
                               "--workers", "2", "--quant", "8bit", "--profile-items", "3"])
     payload = json.loads((tmp_path / "gpu_check_tiny.json").read_text())
     assert payload["failures"] == []
+    assert all(report["sample_errors"] == 0 for report in payload["reports"])
     ab = payload["reports"][0]["ab"]  # the A/B reruns of the first model
     assert ab["no-cudnn-sdpa"]["samples_per_s"] > 0  # a no-op switch on the CPU
     if compile_unavailable(torch.device("cpu")) is None:

@@ -1,6 +1,6 @@
 """Benchmarks: one file each. A benchmark module exposes NAME, HUB_ID, SCORER, GROUP_COLUMNS,
-DOMAIN_FIELD (the meta field --domain filters on), PROMPT_VERSION, load_questions(source, limit, domains,
-question_types), build_request(question, images, protocol), extract_official(text) and
+DOMAIN_FIELD (the meta field --domain filters on), PROMPT_VERSION, load_questions(source, limit,
+domains, question_types), build_request(question, images, protocol), extract_official(text) and
 OFFICIAL_MAX_NEW_TOKENS. The runner knows no more.
 
 Optional, for open answers, judging and multi-turn sessions (FAMMA, FinMTM); the runner calls them
@@ -10,7 +10,8 @@ through the functions below, whose defaults are FinMME's behaviour:
 - group_key(question, protocol) → questions sharing a key get one generation (the same request),
   each then extracts its own answer from it (FAMMA's grouped official call);
 - is_session(question), n_turns(question) and build_turn_request(question, images, protocol,
-  history) → a session asked turn by turn (its generated text: the JSON list of its replies), `history` holding the model's earlier replies (FinMTM dialogues);
+  history) → a session asked turn by turn, `history` holding the model's earlier replies; its
+  generated text is the JSON list of its replies (FinMTM dialogues and agents);
 - rule_judgement(question, prediction) → (score or None, details): judging without a model;
 - judge_prompts(question, prediction) → texts for the `--judge` model, and
   read_judgement(question, prediction, outputs) → (score or None, details) from its replies.
@@ -57,7 +58,6 @@ def load_matching(benchmark: ModuleType, source: Any, limit: int | None, domains
                 unknown += f"; {flag} {', '.join(missing)}: the data has {shown or 'none'}"
         message += unknown or "; each filter matches some questions, but no question matches all of them"
     raise ValueError(message)
-
 
 
 def extract_answer(benchmark: ModuleType, question: Question, text: str, protocol: str) -> str:

@@ -181,23 +181,11 @@ def _json_record(origin: str, values: Any) -> RawRecord:
     if not isinstance(values, dict):
         return RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}")
     for name, value in values.items():
-        if _has_lone_surrogate(value):
+        try:  # every string inside the field, nested ones included
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
             return RawRecord(origin, error=f"{origin}: field {name!r} is not valid UTF-8 (a lone surrogate escape)")
     return RawRecord(origin, values)
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(v) for v in value)
-    return False
 
 
 def _read_hub(hub_id: str, split: str) -> RawTable:

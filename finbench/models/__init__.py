@@ -57,18 +57,16 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
     try:
         model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **hub, **options)
-    except (OSError, AttributeError, KeyError, SafetensorError) as err:
-        # a folder with missing or damaged files (weights, processor, tokenizer) fails deep inside
-        # transformers; the user needs the folder and the first line of the cause, in one line
+    except (OSError, AttributeError, KeyError, SafetensorError, ImportError) as err:
+        # a folder with missing or damaged files (weights, processor, tokenizer), or an option whose
+        # package is missing (flash_attention_2 without flash-attn), fails deep inside transformers;
+        # the user needs the folder and the first line of the cause, in one line
         logging.getLogger("finbench").info("loading %s failed", source, exc_info=True)  # run.log keeps the trace
         first_line = (str(err).strip().splitlines() or [""])[0]
+        hint = ("a package these options need is not installed" if isinstance(err, ImportError)
+                else "are its weight, processor and tokenizer files all there and complete?")
         raise ValueError(f"cannot load model {source!r} as {family.family}: {type(err).__name__}: {first_line} "
-                         "(are its weight, processor and tokenizer files all there and complete?)") from None
-    except ImportError as err:  # e.g. --attn-implementation flash_attention_2 without flash-attn
-        logging.getLogger("finbench").info("loading %s failed", source, exc_info=True)
-        first_line = (str(err).strip().splitlines() or [""])[0]
-        raise ValueError(f"cannot load model {source!r} as {family.family}: {first_line} "
-                         "(a package these options need is not installed)") from None
+                         f"({hint})") from None
     if chat_template is not None:
         model.use_chat_template(chat_template)
     return model
