@@ -253,8 +253,8 @@ def demo(
 ) -> None:
     """Build (once) a tiny random Qwen2.5-VL and a synthetic FinMME set, then run the whole path."""
     from finbench.api import evaluate
-    from finbench.benchmarks.finmme_synthetic import write_parquet
-    from finbench.models.tiny import make_tiny
+    from finbench.offline.finmme_synthetic import write_parquet
+    from finbench.offline.tiny import make_tiny
 
     _configure_output(progress, verbose)
     if n_items < 1:
@@ -436,7 +436,7 @@ class _MakeTinyCommand(typer.core.TyperCommand):
     every other command starts without importing the model package (torch: seconds)."""
 
     def format_help(self, ctx, formatter) -> None:
-        from finbench.models.tiny import TINY_FAMILIES
+        from finbench.offline.tiny import TINY_FAMILIES
 
         if "Families:" not in (self.help or ""):
             self.help = f"{self.help}\n\nFamilies: {', '.join(TINY_FAMILIES)}."
@@ -452,7 +452,7 @@ def make_tiny_command(
     force: bool = typer.Option(False, help="Write into a folder that already holds files."),
 ) -> None:
     """Build a tiny random-weight model of a real architecture, offline, loadable like a checkpoint."""
-    from finbench.models.tiny import TINY_FAMILIES, make_tiny
+    from finbench.offline.tiny import TINY_FAMILIES, make_tiny
 
     if family not in TINY_FAMILIES:
         _fail(f"unknown family {family!r}; available: {', '.join(TINY_FAMILIES)}")

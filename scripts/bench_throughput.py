@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None) -> float:
     import torch
 
     from finbench.benchmarks import finmme
-    from finbench.benchmarks.finmme_synthetic import write_parquet
+    from finbench.offline.finmme_synthetic import write_parquet
     from finbench.models import load_model
-    from finbench.models.tiny import make_tiny
+    from finbench.offline.tiny import make_tiny
     from finbench.runner.baseline import run_baseline
     from finbench.runner.engine import run_benchmark
     from finbench.types import RunConfig

@@ -44,7 +44,7 @@ def build_tower(family: str, depth: int) -> tuple[torch.nn.Module, int, int]:
     if family == "qwen2.5-vl":
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
-        from finbench.models.shapes import full_size_config
+        from finbench.offline.shapes import full_size_config
 
         config = full_size_config("qwen2.5-vl-7b").vision_config
         published = list(config.fullatt_block_indexes)  # [7, 15, 23, 31]: one full layer per 8

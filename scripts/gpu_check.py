@@ -51,7 +51,7 @@ def build_processor(work: Path, tiny: bool) -> Any:
     limits so a 1024×768 chart becomes 999 image tokens as with the released model."""
     from transformers import AutoProcessor
 
-    from finbench.models.tiny import make_tiny
+    from finbench.offline.tiny import make_tiny
 
     folder = make_tiny("qwen2.5-vl", work / "processor")
     processor = AutoProcessor.from_pretrained(folder)
@@ -62,7 +62,7 @@ def build_processor(work: Path, tiny: bool) -> Any:
 
 def model_config(name: str, tokenizer: Any, tiny: bool) -> Any:
     """Published full-size config (or its scaled-down twin) with special tokens remapped."""
-    from finbench.models.shapes import full_size_config, scaled_down
+    from finbench.offline.shapes import full_size_config, scaled_down
 
     config = full_size_config(name)
     ids = {key: tokenizer.convert_tokens_to_ids(token) for key, token in [
@@ -83,7 +83,7 @@ def make_items(path: Path, n_items: int, image_size: tuple[int, int], tokenizer:
     import pyarrow.parquet as pq
     from PIL import Image
 
-    from finbench.benchmarks.finmme_synthetic import generate_items
+    from finbench.offline.finmme_synthetic import generate_items
 
     base = generate_items(n_items=min(n_items, 64), seed=0)
     filler = " Analysts attribute the change to funding costs, currency moves and seasonal demand."
@@ -111,7 +111,7 @@ def load_adapter(name: str, processor: Any, config: Any, device: str, dtype: Any
     and load it back through `load_model` — the path a user's checkpoint takes."""
     from finbench.models import load_model
     from finbench.models.qwen2_5_vl import Qwen25VL
-    from finbench.models.shapes import build_random_model
+    from finbench.offline.shapes import build_random_model
 
     model = build_random_model(config, dtype=dtype, device=device)
     if quant == "none":

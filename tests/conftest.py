@@ -18,7 +18,7 @@ def tiny_qwen_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def synthetic_parquet(tmp_path_factory):
-    from finbench.benchmarks.finmme_synthetic import write_parquet
+    from finbench.offline.finmme_synthetic import write_parquet
 
     return write_parquet(tmp_path_factory.mktemp("data") / "finmme_synthetic.parquet", n_items=72, seed=0)
 
@@ -38,7 +38,7 @@ def questions(synthetic_parquet):
 
 
 def _available(*families: str) -> list[str]:
-    from finbench.models.tiny import tiny_family_available
+    from finbench.offline.tiny import tiny_family_available
 
     return [f for f in families if tiny_family_available(f)]
 

@@ -40,7 +40,7 @@ def sharpened_tiny_dir(tmp_path_factory, family: str, **tiny_options) -> Path:
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from finbench.models.tiny import make_tiny
+    from finbench.offline.tiny import make_tiny
 
     name = f"tiny-{family}" + "".join(f"-{k}" for k, v in sorted(tiny_options.items()) if v)
     path = make_tiny(family, tmp_path_factory.mktemp("models") / name, weights_dtype="float32", **tiny_options)

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from finbench.cli import app
 from finbench.models.compile import compile_unavailable
-from finbench.models.tiny import tiny_family_available
+from finbench.offline.tiny import tiny_family_available
 
 HF_FAMILIES = [f for f in ("qwen2.5-vl", "qwen3-vl", "internvl", "qwen3.5") if tiny_family_available(f)]
 FAMILIES = HF_FAMILIES + ["deepseek-vl2"]
@@ -39,7 +39,7 @@ def _model_dir(family: str, tmp_path_factory) -> Path:
         return sharpened_tiny_dir(tmp_path_factory, family)
     from safetensors.torch import load_file, save_file
 
-    from finbench.models.tiny import make_tiny
+    from finbench.offline.tiny import make_tiny
 
     path = make_tiny(family, tmp_path_factory.mktemp("models") / "tiny-deepseek-vl2", weights_dtype="float32")
     for weights in path.glob("*.safetensors"):

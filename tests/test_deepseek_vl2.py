@@ -268,7 +268,7 @@ def test_prompt_format_matches_the_official_conversations(fixture_models):
 
 @pytest.fixture(scope="module")
 def tiny_dsv(tmp_path_factory):
-    from finbench.models.tiny import make_tiny
+    from finbench.offline.tiny import make_tiny
 
     return _load(make_tiny("deepseek-vl2", tmp_path_factory.mktemp("dsv") / "tiny", weights_dtype="float32"))
 
@@ -442,7 +442,7 @@ def test_official_protocol_runs_end_to_end_through_the_cli(tiny_dsv, tmp_path):
     import pandas as pd
     from typer.testing import CliRunner
 
-    from finbench.benchmarks.finmme_synthetic import write_parquet
+    from finbench.offline.finmme_synthetic import write_parquet
     from finbench.cli import app
 
     data = write_parquet(tmp_path / "q.parquet", n_items=8, seed=2)

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from finbench.cli import app
-from finbench.models.tiny import TINY_FAMILIES, tiny_family_available
+from finbench.offline.tiny import TINY_FAMILIES, tiny_family_available
 
 E2E_FAMILIES = [f for f in ("qwen2.5-vl", "qwen3-vl", "qwen3-vl-moe", "qwen3.5", "qwen3.5-moe", "internvl",
                             "deepseek-vl2") if f in TINY_FAMILIES and tiny_family_available(f)]
@@ -27,7 +27,7 @@ NUMBER = re.compile(r"-?\d*(\.\d*)?%?")
 
 @pytest.fixture(scope="session")
 def e2e_data(tmp_path_factory):
-    from finbench.benchmarks.finmme_synthetic import write_parquet
+    from finbench.offline.finmme_synthetic import write_parquet
 
     return write_parquet(tmp_path_factory.mktemp("e2e") / "finmme.parquet", n_items=N_ITEMS, seed=3)
 

@@ -116,7 +116,7 @@ def test_rejects_configs_it_cannot_count(config_7b):
 # ---- every other counted architecture vs FlopCounterMode over a tiny random model -------------
 
 def _tiny_from_builder(family: str):
-    from finbench.models.tiny import _BUILDERS
+    from finbench.offline.tiny import _BUILDERS
 
     return _BUILDERS[family](64, 28 * 28 * 16).model.config
 

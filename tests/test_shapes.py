@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from finbench.models import shapes
+from finbench.offline import shapes
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,9 @@ pytest.importorskip("torchvision")  # the processors' video halves need it in tr
 from PIL import Image  # noqa: E402
 from transformers import AutoModelForImageTextToText, AutoProcessor  # noqa: E402
 
-from finbench.models.tiny import (  # noqa: E402
+from finbench.offline.bpe import TINY_MARKER, TINY_NOTE, check_tokenizer  # noqa: E402
+from finbench.offline.tiny import (  # noqa: E402
     TINY_FAMILIES,
-    TINY_MARKER,
-    TINY_NOTE,
-    check_tokenizer,
     make_tiny,
     read_tiny_marker,
     tiny_family_available,

@@ -83,7 +83,7 @@ class _Holder(torch.nn.Module):
 def _qwen25_tower(**overrides):
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
-    from finbench.models.shapes import full_size_config
+    from finbench.offline.shapes import full_size_config
 
     config = full_size_config("qwen2.5-vl-7b").vision_config  # published geometry: patch 14, window 112
     for name, value in overrides.items():

@@ -24,9 +24,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised accuracy (F)",
-                   "p_h": "multi-answer error rate (P_H)", "accuracy": "accuracy", "domain_score": "domain score",
-                   "score": "score", "strict_accuracy": "strict accuracy"}
+from finbench.report.format import HEADLINE_LABELS, num, pct
+
 MAX_THUMBNAILS = 200
 THUMBNAIL_SIDE = 96
 MAX_BROWSER_ROWS = 5000  # beyond this the page gets slow; the rest is in samples.parquet
@@ -38,23 +37,9 @@ def _environment() -> Any:
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              trim_blocks=True, lstrip_blocks=True)
-    env.filters["pct"] = _pct
-    env.filters["num"] = _num
+    env.filters["pct"] = pct
+    env.filters["num"] = num
     return env
-
-
-def _pct(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{100 * float(value):.{digits}f}"
-
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return "–" if math.isnan(value) else f"{value:.4g}"
-    return str(value)
 
 
 def _script_json(payload: Any) -> str:
@@ -243,7 +228,7 @@ def _reliability_plot(calibration: dict[str, Any]) -> str:
               label="mean confidence → accuracy")
     ece = calibration.get("ece")
     axis.set(xlabel="confidence (probability of the answer)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1),
-             title=f"reliability (n {calibration['n']}, ECE ×100 {_pct(ece, 1)})")
+             title=f"reliability (n {calibration['n']}, ECE ×100 {pct(ece, 1)})")
     axis.legend(loc="upper left", fontsize=7)
     return _png(figure)
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.html import HEADLINE_LABELS, _num, _pct
+from finbench.report.format import HEADLINE_LABELS, num, pct
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -18,7 +18,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _ci(ci: dict[str, Any] | None) -> str:
-    return f"[{_pct(ci['low'])}, {_pct(ci['high'])}]" if ci and ci.get("low") is not None else "–"
+    return f"[{pct(ci['low'])}, {pct(ci['high'])}]" if ci and ci.get("low") is not None else "–"
 
 
 def run_markdown(results: dict[str, Any]) -> str:
@@ -28,21 +28,21 @@ def run_markdown(results: dict[str, Any]) -> str:
              f"{results['errors']['count']} sample errors.",
              "## Scores (×100)",
              _table(["metric", "value ×100", "95% CI ×100"],
-                    [[HEADLINE_LABELS.get(k, k), _pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))]
+                    [[HEADLINE_LABELS.get(k, k), pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))]
                      for k in scores.get("headline", [])])]
     for column, groups in scores.get("breakdowns", {}).items():
         parts += [f"## By {column}",
-                  _table([column, "n", "accuracy ×100"], [[name, str(g["n"]), _pct(g["accuracy"])]
+                  _table([column, "n", "accuracy ×100"], [[name, str(g["n"]), pct(g["accuracy"])]
                                                            for name, g in groups.items()])]
     calib = scores.get("calibration")
     if calib:
-        parts += ["## Calibration", f"{calib['items']}: ECE ×100 {_pct(calib['ece'])}, Brier {_num(calib['brier'])}, "
-                                    f"mean confidence ×100 {_pct(calib['mean_confidence'])}."]
+        parts += ["## Calibration", f"{calib['items']}: ECE ×100 {pct(calib['ece'])}, Brier {num(calib['brier'])}, "
+                                    f"mean confidence ×100 {pct(calib['mean_confidence'])}."]
     throughput = results.get("throughput", {})
     keys = [k for k in ("samples_per_s", "image_tokens_per_s", "reasoning_tokens", "model_memory_gib",
                         "peak_memory_gib", "peak_rss_gib") if k in throughput]
     parts += ["## Throughput" + (" (of the run that computed the answers)" if throughput.get("all_from_cache") else ""),
-              _table(["quantity", "value"], [[k, _num(throughput[k])] for k in keys])]
+              _table(["quantity", "value"], [[k, num(throughput[k])] for k in keys])]
     return "\n\n".join(parts) + "\n"
 
 
@@ -60,15 +60,15 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
     distributions = summary["distributions"]["runs"]
     rows = []
     for v in summary["variants"]:
-        rows.append([v["name"], *[f"{_pct(v['scores'].get(m))} {_ci(v['ci'].get(m))}" for m in headline],
-                     _num(v.get("model_memory_gib")), _num(v.get("samples_per_s")),
-                     _num(v.get("reasoning_tokens_mean"))])
+        rows.append([v["name"], *[f"{pct(v['scores'].get(m))} {_ci(v['ci'].get(m))}" for m in headline],
+                     num(v.get("model_memory_gib")), num(v.get("samples_per_s")),
+                     num(v.get("reasoning_tokens_mean"))])
     deltas = []
     for v in summary["variants"][1:]:
         c, d = comparisons[v["name"]], distributions.get(v["name"], {})
-        deltas.append([v["name"], *[f"{_pct(c['delta'][m]['value'])} {_ci(c['delta'][m].get('ci'))}" for m in headline],
-                       f"{_num(c['mcnemar']['p'])}", f"{_num(c['p_holm'])}", _num(d.get("kl_mean")),
-                       _pct(d.get("agreement")), _pct(d.get("gold_shift_mean"))])
+        deltas.append([v["name"], *[f"{pct(c['delta'][m]['value'])} {_ci(c['delta'][m].get('ci'))}" for m in headline],
+                       f"{num(c['mcnemar']['p'])}", f"{num(c['p_holm'])}", num(d.get("kl_mean")),
+                       pct(d.get("agreement")), pct(d.get("gold_shift_mean"))])
     return "\n\n".join([
         f"# finbench sweep · {summary['benchmark']}",
         f"Reference: {summary['reference']}; {summary['comparison']['n_shared']} shared questions.",

@@ -16,8 +16,8 @@ from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
 from finbench.scoring import famma, finmme, finmtm
 from finbench.scoring.stats import (ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
-                                    error_mask, flipped_ids, holm, mcnemar, paired_bootstrap, point_estimates, selective_curve,
-                                    str_column)
+                                    error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
+                                    point_estimates, selective_curve, str_column)
 from finbench.types import OPTION_LETTERS, SINGLE
 
 BENCHMARKS = ("finmme", "famma", "finmtm")
@@ -107,30 +107,6 @@ def _group_frame(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
 
 
 # ---- option probabilities ------------------------------------------------------------------------------
-def option_prob_matrix(values: pd.Series) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ragged option-probability lists → (zero-padded [N, K] float64, lengths [N]). Arrow does the
-    flattening; None / NaN / empty entries have length 0."""
-    import pyarrow as pa
-
-    cleaned = [None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values]
-    try:
-        arr = pa.array(cleaned, type=pa.list_(pa.float64()), from_pandas=True)
-        offsets = np.asarray(arr.offsets, dtype=np.int64)
-        flat = np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-        lists = [list(map(float, v)) if v is not None else [] for v in cleaned]
-        offsets = np.concatenate([[0], np.cumsum([len(v) for v in lists])]).astype(np.int64)
-        flat = np.array([x for v in lists for x in v], dtype=np.float64)
-    lengths = np.diff(offsets)
-    n, k = len(lengths), int(lengths.max()) if len(lengths) else 0
-    probs = np.zeros((n, k), dtype=np.float64)
-    if flat.size:
-        rows = np.repeat(np.arange(n), lengths)
-        cols = np.arange(flat.size) - np.repeat(offsets[:-1], lengths)
-        probs[rows, cols] = flat
-    return torch.from_numpy(probs), torch.from_numpy(lengths)
-
-
 def _confidences(df: pd.DataFrame) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """(renormalised probs [N, K], valid rows [N], max prob per row with NaN where invalid) or None."""
     if "option_probs" not in df.columns or len(df) == 0:

@@ -290,6 +290,30 @@ def _finite_or_none(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
+def option_prob_matrix(values: pd.Series) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged option-probability lists → (zero-padded [N, K] float64, lengths [N]). Arrow does the
+    flattening; None / NaN / empty entries have length 0."""
+    import pyarrow as pa
+
+    cleaned = [None if v is None or (isinstance(v, float) and math.isnan(v)) else v for v in values]
+    try:
+        arr = pa.array(cleaned, type=pa.list_(pa.float64()), from_pandas=True)
+        offsets = np.asarray(arr.offsets, dtype=np.int64)
+        flat = np.asarray(arr.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        lists = [list(map(float, v)) if v is not None else [] for v in cleaned]
+        offsets = np.concatenate([[0], np.cumsum([len(v) for v in lists])]).astype(np.int64)
+        flat = np.array([x for v in lists for x in v], dtype=np.float64)
+    lengths = np.diff(offsets)
+    n, k = len(lengths), int(lengths.max()) if len(lengths) else 0
+    probs = np.zeros((n, k), dtype=np.float64)
+    if flat.size:
+        rows = np.repeat(np.arange(n), lengths)
+        cols = np.arange(flat.size) - np.repeat(offsets[:-1], lengths)
+        probs[rows, cols] = flat
+    return torch.from_numpy(probs), torch.from_numpy(lengths)
+
+
 def distribution_comparison(dfs: Sequence[pd.DataFrame], names: Sequence[str], group: str = "domain",
                             floor: float = 1e-12) -> dict[str, Any]:
     """Option-distribution shift of every run against the first, from `option_probs` alone:
@@ -298,7 +322,6 @@ def distribution_comparison(dfs: Sequence[pd.DataFrame], names: Sequence[str], g
     an error in either, with option probabilities of the same length in both (renormalised)."""
     from finbench.kernels.bitmask import letters_to_mask, single_bit_index
     from finbench.kernels.segments import factorize
-    from finbench.scoring.api import option_prob_matrix
     from finbench.types import OPTION_LETTERS, SINGLE
 
     ref = dfs[0].assign(_pos=np.arange(len(dfs[0])))

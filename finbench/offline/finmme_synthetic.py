@@ -19,7 +19,7 @@ matplotlib's rc settings are reset to its defaults while drawing, arithmetic is 
 Each record from `generate_items` also has a private `_data` field (the chart's numbers and what
 the question asked) so tests can recompute answers; `write_parquet` leaves it out.
 
-    python -m finbench.benchmarks.finmme_synthetic OUT.parquet [--n 72] [--seed 0]
+    python -m finbench.offline.finmme_synthetic OUT.parquet [--n 72] [--seed 0]
 """
 
 from __future__ import annotations
