@@ -85,14 +85,15 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
         return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
     configs = {name: make_config(source, name, data=_data_for(data, name, single=False),
                                  out=str(Path(out) / name), **options) for name in names}
-    from finbench.runner.engine import validate
+    from finbench.runner.distributed import world_from_env
+    from finbench.runner.startup import load_for_run, validate
 
     for config in configs.values():  # every bad option before the model is loaded
         validate(config)
     for name, config in configs.items():  # and every unusable data set before the first benchmark runs
         _check_data(name, config)
-    if loaded is None:
-        loaded = load(next(iter(configs.values())))
+    if loaded is None:  # the one loader: device map, the rank's device and every loading option
+        loaded = load_for_run(next(iter(configs.values())), world_from_env())
     runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
             for name, config in configs.items()}
     if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
@@ -107,26 +108,14 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
     return MultiRunResult(Path(out), runs, summary)
 
 
-def load(config: RunConfig) -> Any:
-    """The model a config names, loaded with its model arguments."""
-    from finbench.models import load_model
-
-    template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
-    return load_model(config.model, dtype=config.dtype, device=config.device, quant=config.quant,
-                      max_pixels=config.max_pixels, device_preprocess=config.device_preprocess,
-                      revision=config.revision, trust_remote_code=config.trust_remote_code,
-                      attn_implementation=config.attn_implementation, chat_template=template)
-
-
 def _check_data(name: str, config: RunConfig) -> None:
     """Read one question of a benchmark's data (with the run's filters): a data set that cannot be
     read, or that nothing matches, is a start-up error naming the benchmark, not an error found
     after the benchmarks before it have run."""
     from finbench.benchmarks import get_benchmark, load_matching
 
-    benchmark = get_benchmark(name)
     try:
-        load_matching(benchmark, config.data, 1, config.domains, config.question_types)
+        load_matching(get_benchmark(name), config.data, 1, config.domains, config.question_types)
     except (ValueError, OSError) as err:
         raise ValueError(str(err) if str(err).startswith(f"{name}: ") else f"{name}: {err}") from None
 

@@ -65,7 +65,8 @@ def run(
     dtype: str = typer.Option("auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
     quant: str = typer.Option("none", help="none, 8bit, 4bit (bitsandbytes)."),
-    max_new_tokens: int = typer.Option(1280, help="Generation budget of the official protocol."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Free generation budget (official protocol, open answers, "
+                                                  "sessions; default: each benchmark's official one)."),
     numeric_budget: int = typer.Option(12, help="Token budget of a constrained numerical answer."),
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
     device_preprocess: bool = typer.Option(False, help="Resize/normalise/patchify images on the model's device (Qwen)."),
@@ -103,7 +104,7 @@ def run(
     import sys
 
     from finbench.api import evaluate
-    from finbench.runner.engine import parse_gen_kwargs
+    from finbench.runner.startup import parse_gen_kwargs
 
     _configure_output(progress, verbose)
     if batch_size != "auto" and not batch_size.isdigit():
@@ -317,7 +318,7 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
     from finbench.scoring import score_samples
 
     benchmark = get_benchmark(benchmark_name)
-    questions = benchmark.load_questions(data)
+    questions = benchmark.load(data)
     answers = {}
     for n, line in enumerate(predictions.read_text().splitlines(), 1):
         if line.strip():
@@ -335,7 +336,7 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
         "id": q.id, "benchmark": q.benchmark, "kind": q.kind, "gold": q.gold, "answer": answers.get(q.id, ""),
         "n_options": len(q.options), "tolerance": math.nan if q.tolerance is None else q.tolerance,
         "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)} for q in questions])
-    scores = score_samples(samples, benchmark=benchmark.SCORER, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
+    scores = score_samples(samples, benchmark=benchmark.name, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
     unanswered = sum(q.id not in answers for q in questions)
     if unanswered:
         note = (f"{unanswered} of {len(questions)} questions have no prediction in {predictions.name}: they are "
@@ -477,11 +478,10 @@ def list_models() -> None:
         column.overflow = "fold"
     yes_no = {True: "yes", False: "no"}
     for family in FAMILIES:
-        table.add_row(family.family, ", ".join(family.model_types), yes_no[bool(family.supports_thinking)],
-                      ", ".join(family.quantization),
-                      "any" if family.max_images is None else str(family.max_images),
-                      yes_no[bool(family.device_preprocessing)], yes_no[bool(family.flop_count)],
-                      "\n".join(family.checkpoints) or "-")
+        caps = family.capabilities
+        table.add_row(family.family, ", ".join(family.model_types), yes_no[caps.thinking], ", ".join(caps.quantization),
+                      "any" if caps.max_images is None else str(caps.max_images),
+                      yes_no[caps.device_preprocessing], yes_no[caps.flop_count], "\n".join(family.checkpoints) or "-")
     out_console.print(table)
 
 
@@ -490,8 +490,8 @@ def benchmarks() -> None:
     """Benchmarks finbench can run: data forms, protocols and metrics."""
     from finbench.benchmarks import BENCHMARKS, describe
 
-    for module in BENCHMARKS.values():
-        info = describe(module)
+    for benchmark in BENCHMARKS.values():
+        info = describe(benchmark)
         out_console.print(f"[bold]{info['name']}[/]: {info['title']} (hub: {info['hub']})")
         for label in ("forms", "protocols", "metrics"):
             if info[label]:

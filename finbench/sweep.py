@@ -83,11 +83,18 @@ class RecordedModel:
     def __init__(self, source: str, results: dict[str, Any]) -> None:
         import torch
 
+        from finbench.models.contract import Capabilities
+        from finbench.models.quant import QUANT_CHOICES
+
         self.source = source
         self.recorded = results
         self.family = results["fingerprint"].get("family", "recorded")
         self.device = torch.device("cpu")
+        self.dtype = torch.float32
         self._thinking = results.get("thinking")
+        # whatever the recorded run was asked, it could honour: only the cache decides now
+        self.capabilities = Capabilities(thinking=self._thinking is not None, quantization=QUANT_CHOICES,
+                                         device_preprocessing=True, pixel_budget=True)
 
     @classmethod
     def from_run(cls, source: str, run_dir: Path) -> "RecordedModel":
@@ -106,8 +113,8 @@ class RecordedModel:
     def thinking_token_ids(self) -> tuple[int, int] | None:
         return (-1, -1) if self._thinking else None
 
-    def thinking_opener(self) -> str:
-        return (self._thinking or {}).get("opener", "")
+    def template_opens_thinking(self) -> bool:
+        return (self._thinking or {}).get("opener", "") == ""
 
     def single_token_ids(self, texts: Sequence[str]) -> list[int]:
         return [0] * len(texts)  # only for the answer vocabulary, which a cache-only run never uses
@@ -115,23 +122,29 @@ class RecordedModel:
     def end_token_ids(self) -> list[int]:
         return [0]
 
+    def max_context(self) -> int | None:
+        return None
+
+    def timed_parts(self) -> list[Any]:
+        return []
+
     def _missing(self, *args: Any, **kwargs: Any) -> Any:
         raise ValueError(f"model {self.source!r} is missing: only answers already in the cache can be served, "
                          "and this run needs the model for some questions (restore the model folder)")
 
-    # everything that needs the weights (optional hooks stay absent: hasattr is False)
+    # everything that needs the weights
     text_token_counts = prompt_text = prepare = to_device = image_token_count = _missing
-    prefill = decode_step = score_options = generate = output_rows = _missing
+    prefill = decode_step = score_options = generate = generate_ids = output_rows = _missing
+    stop_token_ids = encode = decode = count_image_tokens = prefill_flops = memory_footprint = compile_vision = _missing
 
 
 def _load_or_recorded(config: RunConfig, run_dir: Path) -> Any:
-    """The model, or its recorded stand-in when the model cannot be loaded but the variant's run
-    folder records an earlier run."""
-    from finbench.models import load_model
+    """The model (the one loader: runner/startup.py), or its recorded stand-in when the model
+    cannot be loaded but the variant's run folder records an earlier run."""
+    from finbench.runner.startup import load_for_run
 
     try:
-        return load_model(config.model, dtype=config.dtype, device=config.device, quant=config.quant,
-                          max_pixels=config.max_pixels, device_preprocess=config.device_preprocess)
+        return load_for_run(config)
     except ValueError:
         if not (run_dir / "results.json").is_file():
             raise
@@ -141,7 +154,8 @@ def _load_or_recorded(config: RunConfig, run_dir: Path) -> Any:
 def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, *, show_progress: bool = False,
               console: Any = None) -> dict[str, Any]:
     """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
-    from finbench.runner.engine import run_benchmark, validate
+    from finbench.runner.engine import run_benchmark
+    from finbench.runner.startup import validate
 
     out = Path(out)
     variants = plan_variants(base, axes)

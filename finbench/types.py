@@ -1,7 +1,7 @@
 """The shared vocabulary of finbench: what a question, a model request, a prediction and a run are.
 
-Benchmarks produce `Question`s, the runner turns them into `ModelRequest`s for a model adapter,
-and writes one `Prediction` per question. Everything here is a frozen dataclass so that values
+Benchmarks produce `Question`s and, for each, one request (`finbench/requests.py`); the runner
+renders requests as `ModelRequest`s for a model adapter and writes one `Prediction` per question. Everything here is a frozen dataclass so that values
 can be hashed into cache keys and passed between threads without surprises.
 """
 
@@ -60,13 +60,16 @@ class Question:
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """What a model adapter sees: chat messages in the Hugging Face format (image parts are
+    """What a model adapter renders: chat messages in the Hugging Face format (image parts are
     `{"type": "image"}` placeholders, filled in order from `images`), and a text the assistant
-    turn starts with (e.g. "Answer:") so the next token is the answer."""
+    turn starts with (e.g. "Answer:") so the next token is the answer. With `thinking`, the prompt
+    ends inside an open thinking block instead (the answer prefix comes after the block closes:
+    runner/thinking.py)."""
 
     messages: tuple[Mapping[str, Any], ...]
     images: tuple[Any, ...]  # PIL images, decoded and RGB
     answer_prefix: str = ""
+    thinking: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ class RunConfig:
     device: str = "auto"
     device_map: str | None = None  # "auto": split a model larger than one GPU across GPUs (accelerate)
     quant: str = "none"
-    max_new_tokens: int = 1280  # official protocol generation budget
+    max_new_tokens: int | None = None  # free generation budget (None: the benchmark's official one)
     numeric_budget: int = 12  # tokens for a constrained numerical answer
     max_pixels: int | None = None
     device_preprocess: bool = False  # resize/normalise/patchify images on the model's device

@@ -52,14 +52,14 @@ def main(argv: list[str] | None = None) -> float:
           f"torch threads {torch.get_num_threads()}")
 
     # warm-up both paths on a few questions so one-time costs (allocations, lazy imports) are not charged
-    run_baseline(model, finmme, questions[:2])
+    run_baseline(model, finmme.BENCHMARK, questions[:2])
     run_benchmark(RunConfig(model=model_dir, data=data, limit=4, out=str(work / "warmup"),
                             batch_size=args.batch_size), model, show_progress=False)
 
     result = run_benchmark(RunConfig(model=model_dir, data=data, limit=args.n_items, out=str(work / "finbench"),
                                      batch_size=args.batch_size), model, show_progress=False)
     ours = result.results["throughput"]
-    baseline = run_baseline(model, finmme, questions)
+    baseline = run_baseline(model, finmme.BENCHMARK, questions)
 
     print(f"finbench  : {ours['samples_per_s']:8.2f} samples/s  ({ours['samples']} samples in {ours['seconds']:.2f} s)")
     print("  stages (s): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(ours["stages_s"].items())))

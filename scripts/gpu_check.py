@@ -212,8 +212,8 @@ def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, dat
         report["profile"] = profile_batch(run_config, adapter, args, work, Path(args.out) / f"gpu_profile_{name}.txt")
     if first and args.baseline_items > 0:  # the ratio for the first model (the 3B's was 34.6x, 2026-11)
         questions = finmme.load_questions(str(data), limit=args.baseline_items + 1)
-        run_baseline(adapter, finmme, questions[:1])  # warm-up
-        baseline = run_baseline(adapter, finmme, questions[1:])
+        run_baseline(adapter, finmme.BENCHMARK, questions[:1])  # warm-up
+        baseline = run_baseline(adapter, finmme.BENCHMARK, questions[1:])
         report["baseline"] = baseline
         report["speedup_vs_baseline"] = samples_per_s / baseline["samples_per_s"]
     del adapter

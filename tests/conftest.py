@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 from helpers import sharpened_tiny_dir
 
+
 @pytest.fixture(scope="session")
 def tiny_qwen_dir(tmp_path_factory):
     return sharpened_tiny_dir(tmp_path_factory, "qwen2.5-vl")

@@ -51,3 +51,24 @@ def sharpened_tiny_dir(tmp_path_factory, family: str, **tiny_options) -> Path:
                 parameter.mul_(SHARPEN)
     model.save_pretrained(path)
     return path
+
+
+def finmme_request(question, images=None, protocol: str = "constrained", thinking: bool = False):
+    """The adapter request FinMME makes for `question` (a ModelRequest), shown `images` (default:
+    the question's own, decoded). Another number of images than the question has puts that many
+    placeholders first (text-only prompts, or a second chart), as the constrained template does."""
+    from dataclasses import replace
+
+    from finbench.benchmarks import finmme
+    from finbench.runner.preprocess import decode_images
+    from finbench.runner.requests import first_prompt, render
+
+    prompt = first_prompt(finmme.request(question, protocol))
+    images = decode_images(question) if images is None else list(images)
+    if len(images) != len(prompt.images):
+        message = prompt.messages[-1]
+        text = [part for part in message["content"] if part["type"] != "image"]
+        content = [{"type": "image"} for _ in images] + text
+        prompt = replace(prompt, messages=(*prompt.messages[:-1], {**message, "content": content}),
+                         images=tuple(range(len(images))))
+    return render(finmme.BENCHMARK, prompt, images, thinking)

@@ -117,11 +117,16 @@ def test_every_model_and_generation_argument_changes_the_cache_key(key_of, tiny_
     assert key_of() == base  # deterministic
     variants = {"revision": dict(revision="v1.0"), "trust_remote_code": dict(trust_remote_code=True),
                 "attn_implementation": dict(attn_implementation="eager"),
-                "chat_template": dict(chat_template=str(template)), "system_prompt": dict(system_prompt="Be exact."),
-                "gen_kwargs": dict(gen_kwargs=(("max_new_tokens", 7),))}
+                "chat_template": dict(chat_template=str(template)), "system_prompt": dict(system_prompt="Be exact.")}
     keys = {name: key_of(**options) for name, options in variants.items()}
     assert base not in keys.values(), keys
     assert len(set(keys.values())) == len(keys), keys
+    # generation settings key what is generated (the official protocol's answers), and only that:
+    # a letter read from one prefill cannot depend on a generation budget
+    official = key_of(protocol="official", max_new_tokens=4)
+    assert key_of(protocol="official", max_new_tokens=4, gen_kwargs=(("max_new_tokens", 7),)) != official
+    assert key_of(protocol="official", max_new_tokens=5) != official
+    assert key_of(gen_kwargs=(("max_new_tokens", 7),)) == base
 
 
 def test_results_json_validates_against_its_schema_and_records_provenance(cli_run, synthetic_parquet):

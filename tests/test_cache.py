@@ -4,36 +4,71 @@ from __future__ import annotations
 
 import dataclasses
 
-from finbench.runner.cache import PredictionCache, sample_key
+from finbench.benchmarks import finmme
+from finbench.requests import (
+    Choose,
+    Generate,
+    Number,
+    Prompt,
+    Session,
+    Turn,
+    user_message,
+)
+from finbench.runner.cache import PredictionCache
+from finbench.runner.keys import sample_key
 from finbench.types import Prediction, Question
 
 FINGERPRINT = {"source": "m", "dtype": "float32", "quant": "none", "processor": {"max_pixels": 12544}}
-DECODING = {"numeric_budget": 12}
 QUESTION = Question(id="q1", benchmark="finmme", kind="single", text="Which?", options=("a", "b"), gold="A",
-                    images=(b"\x89PNG fake",), fields={"verified_caption": "c", "raw_answer": "A"},
+                    images=(b"\x89PNG fake",), fields={"verified_caption": "c", "related_sentences": "",
+                                                        "raw_options": "['a', 'b']", "raw_answer": "A"},
                     meta={"domain": "Banking", "question_type": "single_choice"})
+PROMPT = Prompt(messages=(user_message("Which?\nA. a\nB. b", 1),), images=(0,), answer_prefix="Answer:")
+REQUEST = Choose(PROMPT, n_options=2)
 
 
-def _key(fingerprint=FINGERPRINT, protocol="constrained", prompt="finmme-constrained-v1", decoding=DECODING,
-         question=QUESTION):
-    return sample_key(fingerprint, protocol, prompt, decoding, question)
+def _key(fingerprint=FINGERPRINT, prompt="finmme-constrained-v1", request=REQUEST, question=QUESTION):
+    return sample_key(fingerprint, prompt, request, question)
 
 
 def test_everything_that_changes_an_answer_changes_the_key():
     base = _key()
+    generate = Generate(PROMPT, max_new_tokens=64)
     variants = {
         "dtype": _key(fingerprint={**FINGERPRINT, "dtype": "bfloat16"}),
         "quant": _key(fingerprint={**FINGERPRINT, "quant": "4bit"}),
         "max_pixels": _key(fingerprint={**FINGERPRINT, "processor": {"max_pixels": 50176}}),
-        "protocol": _key(protocol="official"),
         "prompt template": _key(prompt="finmme-constrained-v2"),
-        "decoding": _key(decoding={"numeric_budget": 8}),
+        "request type": _key(request=Number(PROMPT)),
+        "numeric budget": _key(request=Number(PROMPT, budget=8)),
+        "multi": _key(request=dataclasses.replace(REQUEST, multi=True)),
+        "options": _key(request=dataclasses.replace(REQUEST, n_options=3)),
+        "thinking": _key(request=dataclasses.replace(REQUEST, think_budget=0)),
+        "think budget": _key(request=dataclasses.replace(REQUEST, think_budget=64)),
+        "generation": _key(request=generate),
+        "max new tokens": _key(request=dataclasses.replace(generate, max_new_tokens=65)),
+        "sampling": _key(request=dataclasses.replace(generate, sampling=(("temperature", 0.7),))),
+        "system prompt": _key(request=dataclasses.replace(REQUEST, prompt=PROMPT.with_system("Be brief."))),
+        "answer prefix": _key(request=dataclasses.replace(REQUEST, prompt=dataclasses.replace(PROMPT, answer_prefix=""))),
+        "image rule": _key(request=dataclasses.replace(REQUEST, prompt=dataclasses.replace(PROMPT, image_rule="x"))),
         "image bytes": _key(question=dataclasses.replace(QUESTION, images=(b"\x89PNG other",))),
-        "options": _key(question=dataclasses.replace(QUESTION, options=("a", "c"))),
-        "text": _key(question=dataclasses.replace(QUESTION, text="Which one?")),
+        "text": _key(request=dataclasses.replace(REQUEST, prompt=dataclasses.replace(
+            PROMPT, messages=(user_message("Which one?\nA. a\nB. b", 1),)))),
+        "session": _key(request=Session(prefix=(), turns=(Turn(ask=PROMPT.messages[0], recall=PROMPT.messages[0]),),
+                                        max_new_tokens=64, images=(0,))),
     }
     assert len(set(variants.values()) | {base}) == len(variants) + 1, variants
     assert _key() == base  # deterministic
+
+
+def test_a_benchmark_request_changes_its_key_with_what_the_model_sees():
+    """Through FinMME's real request: options and text change the key, the gold does not."""
+    def key(question):
+        return _key(request=finmme.request(question, "constrained"), question=question)
+
+    assert key(dataclasses.replace(QUESTION, options=("a", "c"))) != key(QUESTION)
+    assert key(dataclasses.replace(QUESTION, text="Which one?")) != key(QUESTION)
+    assert key(dataclasses.replace(QUESTION, gold="B")) == key(QUESTION)
 
 
 def test_a_local_folder_is_keyed_by_its_content_and_a_hub_id_by_its_name():

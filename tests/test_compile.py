@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers import SHARPEN, run_cli, sharpened_tiny_dir
+from helpers import SHARPEN, finmme_request, run_cli, sharpened_tiny_dir
 from typer.testing import CliRunner
 
 from finbench.cli import app
@@ -106,9 +106,8 @@ def test_only_the_vision_blocks_are_compiled(tiny_qwen_dir):
 def test_a_model_without_repeated_vision_blocks_runs_uncompiled_with_a_note(tiny_qwen_dir, synthetic_parquet,
                                                                            tmp_path, monkeypatch):
     from finbench.api import evaluate
-    from finbench.models import load_model
-
     from finbench.models import compile as compile_module
+    from finbench.models import load_model
 
     model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
     monkeypatch.setattr(compile_module, "repeated_block_classes", lambda model: set())  # nothing declared
@@ -163,15 +162,12 @@ def test_decode_attention_leaves_out_cudnn_on_cuda_only():
 
 
 def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions, monkeypatch):
-    """Constrained decode steps, free generation and thinking all take `decode_attention`; the
-    constrained prefill does not (it keeps cuDNN on CUDA)."""
+    """Constrained decode steps, free generation and thinking (the adapter's `generate_ids`) all
+    take `decode_attention`; the constrained prefill does not (it keeps cuDNN on CUDA)."""
     import contextlib
 
-    from finbench.benchmarks import finmme
     from finbench.models import base
-    from finbench.runner import thinking
     from finbench.runner.decoding import AnswerVocabulary, decode_numerical
-    from finbench.runner.preprocess import decode_images
 
     entered: list[str] = []
 
@@ -180,9 +176,8 @@ def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions,
         return contextlib.nullcontext()
 
     monkeypatch.setattr(base, "decode_attention", recording)
-    monkeypatch.setattr(thinking, "decode_attention", recording)
     numerical = [q for q in questions if q.kind == "numerical"][:2]
-    inputs = tiny_model.to_device(tiny_model.prepare([finmme.build_request(q, decode_images(q), "constrained")
+    inputs = tiny_model.to_device(tiny_model.prepare([finmme_request(q)
                                                       for q in numerical]))
     tiny_model.prefill(inputs)
     assert entered == []
@@ -191,4 +186,7 @@ def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions,
     assert len(entered) == steps - 1 > 0  # one per decode step after the prefill
     entered.clear()
     tiny_model.generate(inputs, max_new_tokens=3)
+    assert entered == ["cpu"]
+    entered.clear()
+    tiny_model.generate_ids(inputs, 3, tiny_model.stop_token_ids())
     assert entered == ["cpu"]

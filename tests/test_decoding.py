@@ -7,9 +7,14 @@ import re
 
 import pytest
 import torch
+from helpers import finmme_request
 
-from finbench.benchmarks import finmme
-from finbench.runner.decoding import (AnswerVocabulary, decode_multi, decode_numerical, decode_single)
+from finbench.runner.decoding import (
+    AnswerVocabulary,
+    decode_multi,
+    decode_numerical,
+    decode_single,
+)
 from finbench.runner.preprocess import decode_images
 
 DECODERS = {
@@ -20,7 +25,7 @@ DECODERS = {
 
 
 def _prepare(model, questions):
-    return model.prepare([finmme.build_request(q, decode_images(q), "constrained") for q in questions])
+    return model.prepare([finmme_request(q) for q in questions])
 
 
 def _max_logprob_gap(a, b):
@@ -97,7 +102,7 @@ def test_decode_step_matches_a_full_recompute(tiny_model, questions, with_images
     else:
         _prepare(tiny_model, chosen[:1])  # leave image offsets behind on the model
         tiny_model.prefill(dict(_prepare(tiny_model, chosen[:1])))
-        inputs = tiny_model.prepare([finmme.build_request(q, [], "constrained") for q in chosen])
+        inputs = tiny_model.prepare([finmme_request(q, []) for q in chosen])
     assert inputs["attention_mask"][:, 0].min() == 0 or inputs["attention_mask"].all()
     _, state = tiny_model.prefill(dict(inputs))
     tokens = torch.tensor(tiny_model.single_token_ids([" B", "7"]))
@@ -195,7 +200,7 @@ def _device_preprocessed_pair(stock_model, questions):
     from finbench.models import load_model
 
     device_model = load_model(stock_model.source, dtype="float32", device="cpu", device_preprocess=True)
-    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in questions]
+    requests = [finmme_request(q) for q in questions]
     stock = stock_model.to_device(stock_model.prepare(requests))
     on_device = device_model.to_device(device_model.prepare(requests))
     assert set(stock) == set(on_device)
@@ -242,7 +247,7 @@ def test_other_families_are_batch_invariant_and_decode_steps_match_a_recompute(o
 
 
 def test_qwen3_style_device_preprocessing_matches_its_processor(other_family, questions):
-    if not other_family.device_preprocessing:
+    if not other_family.capabilities.device_preprocessing:
         pytest.skip(f"{other_family.family} declares no device preprocessing")
     _device_preprocessed_pair(other_family, questions[:4])
 
@@ -257,7 +262,7 @@ def _mixed_requests(questions):
         n_images = i % 3  # 0, 1, 2, 0
         if n_images == 2:
             images = images + decode_images(chosen[(i + 1) % len(chosen)])
-        requests.append(finmme.build_request(question, images[:n_images], "constrained"))
+        requests.append(finmme_request(question, images[:n_images]))
         counts.append(n_images)
     return chosen, requests, counts
 
@@ -310,30 +315,29 @@ def _template(model, request, thinking: bool) -> str:
 
 
 def test_qwen3_5_prompts_switch_thinking_through_the_template(qwen3_5, questions):
-    """Default (instruct use): the template's closed empty block, then the answer prefix. Asked to
-    reason (the runner's opener as answer prefix): the template's own open block, opener not
-    repeated. Built with thinking=True: every prompt opens the block, and the opener is ''."""
+    """Default (instruct use): the template's closed empty block, then the answer prefix. A thinking
+    request (`ModelRequest.thinking`): the template's own open block, once, and no answer prefix.
+    Built with thinking=True: every prompt opens the block (the template opens it itself)."""
     from dataclasses import replace
 
     from finbench.models.qwen3_5 import Qwen35
 
-    request = finmme.build_request(questions[0], decode_images(questions[0]), "constrained")
-    assert not qwen3_5.enable_thinking
+    request = finmme_request(questions[0])
+    assert not qwen3_5.enable_thinking and not request.thinking
     instruct = qwen3_5.prompt_text(request)
     assert instruct == _template(qwen3_5, request, False) + request.answer_prefix
     assert instruct.endswith("<think>\n\n</think>\n\n" + request.answer_prefix)
-    opener = qwen3_5.thinking_opener()
-    assert opener == "<think>\n" and qwen3_5.thinking_token_ids() is not None
-    reasoning = qwen3_5.prompt_text(replace(request, answer_prefix=opener))
+    assert not qwen3_5.template_opens_thinking() and qwen3_5.thinking_token_ids() is not None
+    reasoning = qwen3_5.prompt_text(replace(request, thinking=True))
     assert reasoning == _template(qwen3_5, request, True) and reasoning.endswith("assistant\n<think>\n")
     assert reasoning.count("<think>") == 1
     thinker = Qwen35(qwen3_5.model, qwen3_5.processor, qwen3_5.source, thinking=True)
-    assert thinker.thinking_opener() == ""
-    assert thinker.prompt_text(replace(request, answer_prefix="")) == reasoning
+    assert thinker.template_opens_thinking()
+    assert thinker.prompt_text(replace(request, thinking=True)) == reasoning
     assert thinker.fingerprint()["enable_thinking"] and not qwen3_5.fingerprint()["enable_thinking"]
-    # broken: a prefix that merely starts like the opener is kept as text, thinking stays off
-    odd = qwen3_5.prompt_text(replace(request, answer_prefix="<think>"))
-    assert odd == _template(qwen3_5, request, False) + "<think>"
+    # an answer prefix that merely looks like the opener is text: thinking is the request's field
+    odd = qwen3_5.prompt_text(replace(request, answer_prefix="<think>\n"))
+    assert odd == _template(qwen3_5, request, False) + "<think>\n"
 
 
 def test_qwen3_5_decode_state_carries_the_recurrent_state(qwen3_5, questions):

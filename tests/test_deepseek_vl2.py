@@ -16,10 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import finmme_request
 from PIL import Image
 
-from finbench.benchmarks import finmme
-from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
+from finbench.runner.decoding import (
+    AnswerVocabulary,
+    decode_multi,
+    decode_numerical,
+    decode_single,
+)
 from finbench.runner.preprocess import decode_images
 from finbench.types import ModelRequest
 
@@ -286,7 +291,7 @@ DECODERS = {
 
 
 def _requests(questions, images=True):
-    return [finmme.build_request(q, decode_images(q) if images else [], "constrained") for q in questions]
+    return [finmme_request(q, None if images else []) for q in questions]
 
 
 def _gap(a, b) -> float:
@@ -442,8 +447,8 @@ def test_official_protocol_runs_end_to_end_through_the_cli(tiny_dsv, tmp_path):
     import pandas as pd
     from typer.testing import CliRunner
 
-    from finbench.offline.finmme_synthetic import write_parquet
     from finbench.cli import app
+    from finbench.offline.finmme_synthetic import write_parquet
 
     data = write_parquet(tmp_path / "q.parquet", n_items=8, seed=2)
     done = CliRunner().invoke(app, ["run", "--model", tiny_dsv.source, "--data", str(data), "--dtype", "float32",

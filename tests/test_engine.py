@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 import torch
+from helpers import finmme_request
 
 from finbench.report.schema import SAMPLE_COLUMNS
 from finbench.runner.engine import run_benchmark
@@ -165,11 +166,10 @@ class FailsOnLength(OutOfMemoryAbove):
 def test_a_sample_that_breaks_the_model_becomes_an_error_and_the_rest_are_answered(
         tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
     from finbench.benchmarks import finmme
-    from finbench.runner.preprocess import decode_images
 
     questions = finmme.load_questions(synthetic_parquet, limit=LIMIT)
     victim = questions[3]
-    length = int(tiny_model.prepare([finmme.build_request(victim, decode_images(victim), "constrained")])
+    length = int(tiny_model.prepare([finmme_request(victim)])
                  ["attention_mask"].sum())
     reference = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "ref"), tiny_model,
                               show_progress=False).samples.set_index("id")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -15,7 +16,8 @@ import pandas as pd
 import pytest
 
 from finbench.benchmarks import famma, load_matching
-from finbench.benchmarks import famma_synthetic as synthetic
+from finbench.offline import famma_synthetic as synthetic
+from finbench.runner.requests import render
 from finbench.scoring import score_samples
 from finbench.types import OPEN, SINGLE, Prediction
 
@@ -53,8 +55,9 @@ def test_mock_json_loads_as_five_answered_multiple_choice_questions_with_images(
         assert q.images == (base64.b64decode(r["image_1"]),)
         assert q.fields["context"] == r["context"] and q.text == r["question"]
         assert q.meta["subfield"] == "fixed income" and q.meta["difficulty"] == "hard"
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     assert Image.open(io.BytesIO(questions[0].images[0])).size[0] > 0  # a real JPEG
 
@@ -101,7 +104,7 @@ def test_placeholders_place_images_in_text_order_and_groups_share_first_images(f
     questions = {q.id: q for q in famma.load_questions(paths["parquet"])}
     q = questions["english_2_1_r1"]
     decoded = ["IMG1", "IMG2"]  # stand-ins for the decoded slot 1 and slot 2 images
-    request = famma.build_request(q, decoded, "constrained")
+    request = render(famma.BENCHMARK, famma.request(q, "constrained").prompt, decoded)
     parts = request.messages[0]["content"]
     # reference: scan the text for placeholders and list the slots in order of appearance
     text = f"Context: {q.fields['context']}\nQuestion: {q.text}\n"
@@ -115,8 +118,11 @@ def test_placeholders_place_images_in_text_order_and_groups_share_first_images(f
     second = questions["english_2_2_r1"]
     assert second.fields["context"] == q.fields["context"] and second.images == q.images
     # an image no placeholder names goes first; a placeholder without an image stays text
-    lone = famma.build_request(questions["dev_10"] if "dev_10" in questions else q, ["X"], "constrained")
-    assert sum(p["type"] == "image" for p in lone.messages[0]["content"]) == len(lone.images) == 1
+    lone = dataclasses.replace(q, images=q.images[:1], fields={**q.fields, "image_slots": (3,)})
+    prompt = famma.request(lone, "constrained").prompt
+    content = prompt.messages[0]["content"]
+    assert sum(p["type"] == "image" for p in content) == len(prompt.images) == 1 and content[0]["type"] == "image"
+    assert "<image_2>" in content[1]["text"] and "<image_1>" in content[1]["text"]
 
 
 def test_unanswered_questions_run_and_are_reported_unscored(forms):
@@ -136,24 +142,23 @@ def test_official_prompt_groups_sub_questions_and_parsing_follows_the_official_r
     _, paths = forms
     questions = {q.id: q for q in famma.load_questions(paths["downloader"])}
     first, second = questions["english_2_1_r1"], questions["english_2_2_r1"]
-    a = famma.build_request(first, ["I1", "I2"], "official")
-    b = famma.build_request(second, ["I1", "I2"], "official")
-    assert a == b  # one call per main question
-    text = a.messages[0]["content"][0]["text"]
+    a = famma.request(first, "official")
+    b = famma.request(second, "official")
+    assert a == b  # one request (so one cache key, one generation) per main question
+    assert famma.request(first, "constrained") != famma.request(second, "constrained")
+    text = a.prompt.messages[0]["content"][0]["text"]
     assert "'id': 'english_2_1_r1'" in text and "'id': 'english_2_2_r1'" in text and "'options': ['A. left'" in text
     assert "{{" not in text and text.startswith("You are a highly knowledgeable financial expert")
-    assert [p["type"] for p in a.messages[0]["content"]] == ["text", "image", "image"]  # images after the text
-    assert famma.group_key(first, "official") == famma.group_key(second, "official") is not None
-    assert famma.group_key(first, "constrained") is None
+    assert [p["type"] for p in a.prompt.messages[0]["content"]] == ["text", "image", "image"]  # images after the text
     reply = 'Sure:\n```json\n{"english_2_1_r1": {"answer": "B", "explanation": "x"}, ' \
             '"english_2_2_r1": {"answer": "12%", "explanation": "y"},}\n```'
-    assert famma.extract_answer(first, reply, "official") == "B"
-    assert famma.extract_answer(second, reply, "official") == "12%"
+    assert famma.answer(first, reply, "official") == "B"
+    assert famma.answer(second, reply, "official") == "12%"
     garbage = "I think the answer is B."  # nothing parses: no answers, the first keeps the text
     parsed = famma.parse_grouped_response(garbage, ["english_2_1_r1", "english_2_2_r1"])
     assert parsed == {"english_2_1_r1": {"answer": "", "explanation": garbage},
                       "english_2_2_r1": {"answer": "", "explanation": ""}}
-    assert famma.extract_answer(first, "", "official") == ""
+    assert famma.answer(first, "", "official") == ""
 
 
 def test_filters_and_limit_keep_the_whole_main_question(forms):
@@ -168,7 +173,7 @@ def test_filters_and_limit_keep_the_whole_main_question(forms):
     equity = famma.load_questions(paths["parquet"], domains=["equity"])
     assert {q.id for q in equity} == {"english_2_1_r1", "english_2_2_r1"}
     with pytest.raises(ValueError, match=r"famma: no questions matched.*--domain Equity: the data has .*equity"):
-        load_matching(famma, paths["parquet"], None, ["Equity"], [])  # subfields are matched as written
+        load_matching(famma.BENCHMARK, paths["parquet"], None, ["Equity"], [])  # subfields are matched as written
 
 
 @pytest.mark.parametrize("answers, gold", [("B", "B"), ("B.", "B"), ("(B)", "B"), ("A, C", "AC"),

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from finbench.benchmarks import finmme
+from finbench.runner.requests import render
 from finbench.types import MULTI, NUMERICAL, SINGLE
 
 
@@ -100,7 +101,7 @@ def test_load_questions_from_parquet_jsonl_with_filters_and_limit(tmp_path):
 
 def test_official_prompt_is_eval_py_byte_for_byte():
     question = finmme.record_to_question(_record(), 0)
-    request = finmme.build_request(question, [Image.new("RGB", (2000, 500))], "official")
+    request = render(finmme.BENCHMARK, finmme.request(question, "official").prompt, [Image.new("RGB", (2000, 500))])
     content = request.messages[0]["content"]
     assert [part["type"] for part in content] == ["text", "image"]  # text first, then the image
     assert content[0]["text"] == (
@@ -115,7 +116,7 @@ def test_official_prompt_is_eval_py_byte_for_byte():
 
 def test_constrained_prompt_lists_lettered_options_and_ends_with_answer_prefix():
     question = finmme.record_to_question(_record(), 0)
-    request = finmme.build_request(question, [Image.new("RGB", (20, 20))], "constrained")
+    request = render(finmme.BENCHMARK, finmme.request(question, "constrained").prompt, [Image.new("RGB", (20, 20))])
     text = request.messages[0]["content"][-1]["text"]
     assert "A. 10\nB. 20\nC. 30\nD. 40\n" in text
     assert request.answer_prefix == "Answer:"

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from finbench.benchmarks import finmme_synthetic as synth
+from finbench.offline import finmme_synthetic as synth
 
 TYPES = {"single_choice", "multiple_choice", "numerical"}
 DIMENSIONS = {"comprehensive perception", "fine-grained perception", "cognition & reasoning"}

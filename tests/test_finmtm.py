@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from finbench.benchmarks import finmtm, load_matching
+from finbench.runner.requests import render
 from finbench.scoring import score_samples
 from finbench.types import MULTI, OPEN, SINGLE, Prediction
 
@@ -77,9 +78,9 @@ def test_a_task_filter_that_matches_nothing_names_the_tasks(fixture_dir):
     # (an unreadable record is kept whatever the filters, as it cannot say its task: the folder's
     # broken line would match, so the readable files are named)
     with pytest.raises(ValueError, match=r"finmtm: no questions matched.*--domain dialog: the data has dialogue$"):
-        load_matching(finmtm, fixture_dir / "MTQA", None, ["dialog"], [])
+        load_matching(finmtm.BENCHMARK, fixture_dir / "MTQA", None, ["dialog"], [])
     with pytest.raises(ValueError, match=r"--question-type L9: the data has multi$"):
-        load_matching(finmtm, fixture_dir / "OQ" / "MC.jsonl", None, [], ["L9"])
+        load_matching(finmtm.BENCHMARK, fixture_dir / "OQ" / "MC.jsonl", None, [], ["L9"])
 
 
 def by_id(questions):
@@ -104,7 +105,7 @@ def test_every_item_kind_loads_and_bad_items_are_errors(fixture_dir):
     broken = [q for q in questions if q.error and "malformed JSON" in q.error]
     assert len(broken) == 1
     session = by_id(questions)["s1"]
-    assert session.kind == OPEN and session.meta["level"] == "L2" and finmtm.n_turns(session) == 3
+    assert session.kind == OPEN and session.meta["level"] == "L2" and len(finmtm.request(session, "constrained").turns) == 3
     assert session.images == ((fixture_dir / "MTQA" / "p1.png").read_bytes(), (fixture_dir / "MTQA" / "p2.png").read_bytes())
     assert by_id(questions)["s2"].meta["level"] == "L1"  # task_type wins over the file name
     agent = by_id(questions)["a1"]
@@ -197,10 +198,12 @@ def test_a_hub_id_not_in_the_local_cache_is_one_clear_error():
 def test_session_turns_carry_text_history_and_reattach_images(fixture_dir):
     session = by_id(finmtm.load_questions(fixture_dir))["s1"]
     images = ["IMG1", "IMG2"]
-    first = finmtm.build_request(session, images, "constrained")
+    request = finmtm.request(session, "constrained")
+    assert request == finmtm.request(session, "official")  # sessions are asked the same way under both
+    first = render(finmtm.BENCHMARK, request.turn_prompt(()), images)
     assert [m["role"] for m in first.messages] == ["system", "user"]
     assert first.messages[0]["content"][0]["text"] == finmtm.OPEN_ENDED_SYSTEM_PROMPT
-    third = finmtm.build_turn_request(session, images, "constrained", ["<think>x</think>120", "20%"])
+    third = render(finmtm.BENCHMARK, request.turn_prompt(["<think>x</think>120", "20%"]), images)
     roles = [m["role"] for m in third.messages]
     assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
     # history is text only; the reply is what follows the first </think>
@@ -265,7 +268,7 @@ def test_agent_replay_scores_a_recorded_trace(fixture_dir):
     assert (details["precision"], details["recall"]) == (pytest.approx(p), pytest.approx(r))
     assert details["f2"] == pytest.approx(f2) and score == pytest.approx(qt)
     # the second round sees the recorded tool results as its observation
-    request = finmtm.build_turn_request(agent, ["IMG"], "constrained", [round1])
+    request = finmtm.request(agent, "constrained").turn_prompt([round1])
     assert "PE 18.2, mean 15.0" in request.messages[-1]["content"][0]["text"]
     # broken: no JSON at all → no calls, score 0
     nothing = Prediction(id="a1", answer="", generated_text=json.dumps(["I would search.", "done"]))

@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from finbench.models import flops, shapes
+from finbench.models import flops
+from finbench.offline import shapes
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from finbench.benchmarks import famma
-from finbench.benchmarks import famma_synthetic as synthetic
+from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
 from finbench.runner.judge import judge_run
 from finbench.types import OPEN, Prediction, Question
@@ -125,7 +125,7 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from finbench.runner.judge import TextChatModel, load_judge
+    from finbench.models.judge import TextChatModel, load_judge
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -11,8 +11,17 @@ import pytest
 import torch
 
 from finbench.kernels import bootstrap, segments
-from finbench.kernels.bitmask import (UNKNOWN_BIT, difference_size, intersection_size, is_equal, is_subset,
-                                      letters_to_mask, masks_to_letters, popcount, single_bit_index)
+from finbench.kernels.bitmask import (
+    UNKNOWN_BIT,
+    difference_size,
+    intersection_size,
+    is_equal,
+    is_subset,
+    letters_to_mask,
+    masks_to_letters,
+    popcount,
+    single_bit_index,
+)
 
 LETTERS = "ABCDEFGHIJKLMN"
 

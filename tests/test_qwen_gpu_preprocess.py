@@ -13,7 +13,11 @@ import pytest
 import torch
 from transformers import AutoImageProcessor, Qwen2VLImageProcessor
 
-from finbench.models.qwen_gpu_preprocess import processor_settings, qwen_grid, qwen_preprocess
+from finbench.models.qwen_gpu_preprocess import (
+    processor_settings,
+    qwen_grid,
+    qwen_preprocess,
+)
 
 TOLERANCE = 1e-6
 SMALL_MAX_PIXELS = 28 * 28 * 64  # keeps images ≤ 64 merged tokens: fast tests

@@ -13,10 +13,23 @@ import pandas as pd
 import pytest
 import torch
 
-from finbench.kernels.bootstrap import bootstrap_segment_sums, make_generator, percentile_ci, resample_indices
+from finbench.kernels.bootstrap import (
+    bootstrap_segment_sums,
+    make_generator,
+    percentile_ci,
+    resample_indices,
+)
 from finbench.scoring import compare_runs, finmme, score_samples
-from finbench.scoring.stats import (ScoreTable, bootstrap_cis, holm, mcnemar, mcnemar_exact_p, paired_bootstrap,
-                                    point_estimates, selective_curve)
+from finbench.scoring.stats import (
+    ScoreTable,
+    bootstrap_cis,
+    holm,
+    mcnemar,
+    mcnemar_exact_p,
+    paired_bootstrap,
+    point_estimates,
+    selective_curve,
+)
 
 LETTERS = "ABCDEFGHIJKLMN"
 

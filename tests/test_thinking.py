@@ -10,13 +10,12 @@ import re
 
 import pytest
 import torch
+from helpers import finmme_request, sharpened_tiny_dir
 
-from finbench.benchmarks import finmme
 from finbench.runner.engine import run_benchmark
-from finbench.runner.preprocess import decode_images
 from finbench.runner.thinking import AFTER_CLOSE, think
 from finbench.types import RunConfig
-from helpers import sharpened_tiny_dir
+
 
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
@@ -81,9 +80,8 @@ def test_reasoning_and_answer_match_a_full_vocabulary_loop(thinker, questions, t
     reasoning + '</think>\\n\\n' + 'Answer:'."""
     budget = 4
     chosen = [q for q in questions if q.kind == "single"][:2]
-    opener = thinker.thinking_opener()
-    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in chosen]
-    thinking_requests = [type(r)(messages=r.messages, images=r.images, answer_prefix=opener) for r in requests]
+    requests = [finmme_request(q) for q in chosen]
+    thinking_requests = [finmme_request(q, thinking=True) for q in chosen]
     inputs = thinker.to_device(thinker.prepare(thinking_requests))
     rebuilt, reasoning = think(thinker, dict(inputs), budget, [r.answer_prefix for r in requests])
     from finbench.runner.decoding import AnswerVocabulary, decode_single
@@ -106,7 +104,7 @@ def test_reasoning_and_answer_match_a_full_vocabulary_loop(thinker, questions, t
         assert r.tokens == len(generated) <= budget
         assert r.cut == (len(generated) == budget and generated[-1] not in stops)
         assert r.text == thinker.tokenizer.decode(kept, skip_special_tokens=True)
-        suffix = thinker.tokenizer.encode(thinker.thinking_tags[1] + AFTER_CLOSE + "Answer:", add_special_tokens=False)
+        suffix = thinker.tokenizer.encode(thinker.capabilities.thinking_tags[1] + AFTER_CLOSE + "Answer:", add_special_tokens=False)
         full = _extend(dict(thinker.prepare([request])), kept + suffix)
         with torch.no_grad():
             logits = thinker.model(**full).logits[0, -1].double()
@@ -126,18 +124,16 @@ def _extend(inputs, tokens):
 
 
 class _ScriptedGeneration:
-    """Wraps the thinker; `generate` returns a scripted continuation per row (pads after a stop),
-    to check the bookkeeping of early finishes, stop tokens and cuts exactly."""
+    """Wraps the thinker; `generate_ids` returns a scripted continuation per row (pads after a
+    stop), to check the bookkeeping of early finishes, stop tokens and cuts exactly."""
 
     def __init__(self, inner, rows):
         self.inner, self.rows = inner, rows
-        self.model = self
 
-    def generate(self, input_ids, **kwargs):
+    def generate_ids(self, inputs, max_new_tokens, stop_token_ids):
         width = max(len(r) for r in self.rows)
         pad = self.inner.tokenizer.pad_token_id
-        tail = torch.tensor([r + [pad] * (width - len(r)) for r in self.rows], dtype=input_ids.dtype)
-        return torch.cat([input_ids, tail], 1)
+        return torch.tensor([r + [pad] * (width - len(r)) for r in self.rows], dtype=inputs["input_ids"].dtype)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -151,7 +147,7 @@ def test_early_finish_stop_token_and_cut_are_booked_exactly(thinker, questions):
     rows = [[a, close], [a, b, end_of_turn], [a, b, a, b]]  # closed, stopped without closing, cut at 4
     scripted = _ScriptedGeneration(thinker, rows)
     chosen = [q for q in questions if q.kind == "single"][:3]
-    requests = [finmme.build_request(q, decode_images(q), "constrained") for q in chosen]
+    requests = [finmme_request(q) for q in chosen]
     inputs = dict(thinker.prepare([type(r)(messages=r.messages, images=r.images, answer_prefix="") for r in requests]))
     rebuilt, reasoning = think(scripted, inputs, 4, ["Answer:"] * 3)
     assert [r.tokens for r in reasoning] == [2, 3, 4]

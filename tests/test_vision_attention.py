@@ -81,7 +81,9 @@ class _Holder(torch.nn.Module):
 
 
 def _qwen25_tower(**overrides):
-    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import (
+        Qwen2_5_VisionTransformerPretrainedModel,
+    )
 
     from finbench.offline.shapes import full_size_config
 

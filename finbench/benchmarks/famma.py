@@ -25,15 +25,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from finbench.benchmarks.base import Benchmark
 from finbench.benchmarks.finmme import parse_options
 from finbench.benchmarks.records import RawRecord, read_table
-from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, ModelRequest, Question
+from finbench.requests import Choose, Generate, Prompt, Request, image_part, text_part, user_message
+from finbench.scoring import famma as scoring
+from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
 
 NAME = "famma"
 HUB_ID = "weaverbirdllm/famma"
 HUB_SPLIT = "release_basic"
-SCORER = "famma"
-GROUP_COLUMNS = ("subfield", "language", "difficulty", "question_type", "arithmetic")
+# the score's breakdowns: the record's labels, then the analyzer's derived tables (scoring/famma.py)
+GROUP_COLUMNS = ("question_type", "kind", "language", "difficulty", "subfield", *scoring.DERIVED_GROUP_COLUMNS)
 DOMAIN_FIELD = "subfield"  # the meta field --domain filters on
 FORMS = ("hub Arrow/parquet (image structs)", "downloader JSON (relative image paths)",
          "early JSON (base64 images, options as a python-list string)")
@@ -361,26 +364,32 @@ def image_bytes(value: Any, root: Path | None) -> bytes | None:
 
 
 # ---- prompts -----------------------------------------------------------------------------------
-def build_request(question: Question, images: Sequence[Any], protocol: str) -> ModelRequest:
-    """The chat request for one question. `images` are decoded PIL images in slot order."""
+def request(question: Question, protocol: str) -> Request:
+    """The one request a question makes. Official: the grouped call (`official_prompt`), the same
+    request for every sub-question of a main question, so it is generated once for all of them.
+    Constrained: one sub-question per request, images where its `<image_n>` placeholders stand;
+    choice items from letter logits, open questions generated."""
     if protocol == "official":
-        return official_request(question, images)
-    slots = list(question.fields.get("image_slots", ()))[:len(images)] if images else []
-    by_slot = dict(zip(slots, images))
+        return Generate(official_prompt(question), max_new_tokens=OFFICIAL_MAX_NEW_TOKENS)
+    slots = list(question.fields.get("image_slots", ()))[:len(question.images)]
+    by_slot = {slot: index for index, slot in enumerate(slots)}
     parts: list[dict[str, Any]] = []
-    ordered: list[Any] = []
+    ordered: list[int] = []
     text = f"Context: {question.fields.get('context', '')}\nQuestion: {question.text}\n"
     placed = _interleave(text, by_slot, parts, ordered)
     unplaced = [by_slot[s] for s in slots if s not in placed]  # images no placeholder names go first
-    parts = [{"type": "image"} for _ in unplaced] + parts
+    parts = [image_part() for _ in unplaced] + parts
     ordered = unplaced + ordered
     tail = "".join(f"{letter}. {option}\n" for letter, option in zip(question.letters, question.options))
-    parts.append({"type": "text", "text": tail + CONSTRAINED_INSTRUCTIONS[question.kind]})
-    return ModelRequest(messages=({"role": "user", "content": _merge_text(parts)},), images=tuple(ordered),
-                        answer_prefix=ANSWER_PREFIX if question.kind != OPEN else "")
+    parts.append(text_part(tail + CONSTRAINED_INSTRUCTIONS[question.kind]))
+    messages = ({"role": "user", "content": _merge_text(parts)},)
+    if question.kind == OPEN:
+        return Generate(Prompt(messages=messages, images=tuple(ordered)), max_new_tokens=OFFICIAL_MAX_NEW_TOKENS)
+    return Choose(Prompt(messages=messages, images=tuple(ordered), answer_prefix=ANSWER_PREFIX),
+                  n_options=len(question.options), multi=question.kind == MULTI)
 
 
-def _interleave(text: str, by_slot: Mapping[int, Any], parts: list, ordered: list) -> set[int]:
+def _interleave(text: str, by_slot: Mapping[int, int], parts: list, ordered: list) -> set[int]:
     """Split `text` at `<image_n>`: each placeholder whose image exists becomes an image part at
     that position (its first occurrence; later ones stay text)."""
     placed: set[int] = set()
@@ -389,12 +398,12 @@ def _interleave(text: str, by_slot: Mapping[int, Any], parts: list, ordered: lis
         slot = int(match.group(1))
         if slot not in by_slot or slot in placed:
             continue
-        parts.append({"type": "text", "text": text[position:match.end()]})
-        parts.append({"type": "image"})
+        parts.append(text_part(text[position:match.end()]))
+        parts.append(image_part())
         ordered.append(by_slot[slot])
         placed.add(slot)
         position = match.end()
-    parts.append({"type": "text", "text": text[position:]})
+    parts.append(text_part(text[position:]))
     return placed
 
 
@@ -402,29 +411,21 @@ def _merge_text(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     merged: list[dict[str, Any]] = []
     for part in parts:
         if part["type"] == "text" and merged and merged[-1]["type"] == "text":
-            merged[-1] = {"type": "text", "text": merged[-1]["text"] + part["text"]}
+            merged[-1] = text_part(merged[-1]["text"] + part["text"])
         elif part["type"] != "text" or part["text"]:
             merged.append(part)
     return merged
 
 
-def group_key(question: Question, protocol: str) -> str | None:
-    """Questions asked in one call under the official protocol: (language, main_question_id)."""
-    main = question.meta.get("main_question_id")
-    if protocol != "official" or main is None:
-        return None
-    return f"{question.meta.get('language')}|{main}"
-
-
-def official_request(question: Question, images: Sequence[Any]) -> ModelRequest:
+def official_prompt(question: Question) -> Prompt:
     """generation_runner's call for one main question: the shared context and every sub-question
     (id, type, question, options for multiple-choice) in QuestionPrompt, then the first
     sub-question's images after the text (as its litellm message does). Identical for every
-    sub-question of the group, so the runner generates it once (`group_key`)."""
-    prompt = fill_template(OFFICIAL_QUESTION_TEMPLATE, context=question.fields.get("context", ""),
-                           sub_questions=list(question.fields.get("group") or []))
-    content = [{"type": "text", "text": prompt}] + [{"type": "image"} for _ in images]
-    return ModelRequest(messages=({"role": "user", "content": content},), images=tuple(images))
+    sub-question of the group."""
+    text = fill_template(OFFICIAL_QUESTION_TEMPLATE, context=question.fields.get("context", ""),
+                         sub_questions=list(question.fields.get("group") or []))
+    images = tuple(range(len(question.images)))
+    return Prompt(messages=(user_message(text, len(images), images_first=False),), images=images)
 
 
 def fill_template(template: str, **values: Any) -> str:
@@ -435,7 +436,7 @@ def fill_template(template: str, **values: Any) -> str:
 
 
 # ---- answers -----------------------------------------------------------------------------------
-def extract_answer(question: Question, text: str, protocol: str) -> str:
+def answer(question: Question, text: str, protocol: str) -> str:
     """The answer as judged. Official: this sub-question's `answer` in the grouped JSON (see
     `parse_grouped_response`); constrained open questions: the generated text, stripped."""
     if protocol != "official":
@@ -599,3 +600,10 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
     parsed = _lenient_json(outputs[0])
     value = parsed.get(question.id) if isinstance(parsed, Mapping) else None
     return float(value == "correct" or value is True), {"verdict": value}
+
+
+BENCHMARK = Benchmark(
+    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
+    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
+    load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
+    judge_prompts=judge_prompts, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS)

@@ -22,14 +22,16 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from finbench.benchmarks.base import Benchmark, as_decoded
 from finbench.benchmarks.records import RawRecord, missing_columns, read_table
-from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, ModelRequest, Question
+from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
+from finbench.scoring import finmme as scoring
+from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, Question
 
 NAME = "finmme"
 HUB_ID = "luojunyu/FinMME"
 HUB_SPLIT = "train"
-SCORER = "finmme"
-GROUP_COLUMNS = ("domain", "question_type", "asset_class", "chart_type", "cognitive_dimension")
+GROUP_COLUMNS = ("domain", "question_type", "kind", "asset_class", "chart_type", "cognitive_dimension")
 DOMAIN_FIELD = "domain"  # the meta field --domain filters on (knowledge_domain)
 
 QUESTION_TYPE_TO_KIND = {"single_choice": SINGLE, "multiple_choice": MULTI, "numerical": NUMERICAL}
@@ -257,8 +259,12 @@ def parse_gold(raw: Any, kind: str, n_options: int) -> str:
 
 
 # ---- prompts -----------------------------------------------------------------------------------
-def build_request(question: Question, images: Sequence[Any], protocol: str) -> ModelRequest:
-    """The chat request for one question. `images` are decoded PIL images, in question order."""
+OFFICIAL_IMAGE_RULE = "finmme-official"  # eval.py's re-encoding of every image (`official_image`)
+
+
+def request(question: Question, protocol: str) -> Request:
+    """The one request a question makes under `protocol`."""
+    images = tuple(range(len(question.images)))
     if protocol == "official":
         qtype = question.meta["question_type"]
         text = OFFICIAL_INSTRUCTIONS[qtype].format(
@@ -267,18 +273,26 @@ def build_request(question: Question, images: Sequence[Any], protocol: str) -> M
         text += f"\nQuestion: {question.text}"
         if qtype != "numerical" and question.fields["raw_options"]:
             text += f"\nOptions: {question.fields['raw_options']}"
-        content = [{"type": "text", "text": text}] + [{"type": "image"} for _ in images]
-        return ModelRequest(messages=({"role": "user", "content": content},),
-                            images=tuple(official_image(im) for im in images))
+        prompt = Prompt(messages=(user_message(text, len(images), images_first=False),), images=images,
+                        image_rule=OFFICIAL_IMAGE_RULE)
+        return Generate(prompt, max_new_tokens=OFFICIAL_MAX_NEW_TOKENS)
     choices = "".join(f"{letter}. {option}\n" for letter, option in zip(question.letters, question.options))
     text = CONSTRAINED_TEMPLATE.format(
         verified_caption=question.fields["verified_caption"],
         related_sentences=question.fields["related_sentences"],
         question=question.text, choices=choices,
         instruction=CONSTRAINED_INSTRUCTIONS[question.kind].format(unit=question.unit or "the unit asked"))
-    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": text}]
-    return ModelRequest(messages=({"role": "user", "content": content},), images=tuple(images),
-                        answer_prefix=ANSWER_PREFIX)
+    prompt = Prompt(messages=(user_message(text, len(images)),), images=images, answer_prefix=ANSWER_PREFIX)
+    if question.kind == NUMERICAL:
+        return Number(prompt)
+    return Choose(prompt, n_options=len(question.options), multi=question.kind == MULTI)
+
+
+def prepare_images(rule: str, images: Sequence[Any]) -> list[Any]:
+    """The decoded images as a prompt's `image_rule` asks: eval.py's JPEG path, or as they are."""
+    if rule == OFFICIAL_IMAGE_RULE:
+        return [official_image(image) for image in images]
+    return as_decoded(rule, images)
 
 
 def official_image(image: Any) -> Any:
@@ -312,3 +326,16 @@ def extract_official(text: str) -> str:
         return ""
     match = OFFICIAL_ANSWER_PATTERN.search(text)
     return match.group(1) if match else ""
+
+
+def answer(question: Question, text: str, protocol: str) -> str:
+    """The answer read from generated text (the official protocol's): `extract_official`."""
+    return extract_official(text)
+
+
+BENCHMARK = Benchmark(
+    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
+    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
+    load=load_questions, request=request, answer=answer, prepare_images=prepare_images,
+    metrics="FinScore = F × (1 − P_H) (official eval.py); F, P_H, accuracy; by domain, question type, asset class, "
+            "chart type, cognitive dimension; paper variant via `finbench score --variant paper`")

@@ -22,16 +22,19 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from finbench.benchmarks.base import Benchmark
 from finbench.benchmarks.records import read_table
+from finbench.requests import (Choose, Generate, Prompt, Request, Session, Turn, system_message,
+                               user_message)
+from finbench.scoring import finmtm as scoring
 from finbench.scoring.finmtm import (CAPABILITIES, clamp, dialogue_score, f_beta_score, gold_options, tool_score,
                                      turn_capability_score)
-from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, ModelRequest, Question
+from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
 
 NAME = "finmtm"
 HUB_ID = "HiThink-Research/FinMTM"
 HUB_SPLIT = "train"
-SCORER = "finmtm"
-GROUP_COLUMNS = ("task", "level", "question_type")
+GROUP_COLUMNS = ("question_type", "kind")  # breakdowns of the objective score
 DOMAIN_FIELD = "task"  # the meta field --domain filters on (task: objective, dialogue, agent)
 FORMS = ("objective chat JSONL (messages + choices)", "open-ended session JSONL (turns, image_paths)",
          "agent JSONL (question, image_path, ActionTrace, ToolResults)")
@@ -50,6 +53,7 @@ OPEN_ENDED_SYSTEM_PROMPT = (
     "explanations unless the question explicitly requires them."
 )
 OFFICIAL_MAX_NEW_TOKENS = 4096  # the official client's max_tokens
+THINK_CLOSE = "</think>"  # the official client keeps a reply's text after the first one
 BOX_MARKERS = re.compile(r"<\|begin_of_box\|>|<\|end_of_box\|>")
 JUDGE_FIELDS = ("Visual_Precision", "Financial_Logic", "Data_Accuracy", "Cross_Modal_Verification",
                 "Temporal_Awareness")
@@ -355,63 +359,37 @@ def _agent(record: Mapping[str, Any], index: int, root: Path | None) -> Question
 
 
 # ---- prompts -----------------------------------------------------------------------------------
-def is_session(question: Question) -> bool:
-    return question.meta.get("task") in (DIALOGUE, AGENT)
-
-
-def n_turns(question: Question) -> int:
-    if question.meta.get("task") == DIALOGUE:
-        return len(question.fields.get("turns", ())) or 1
-    if question.meta.get("task") == AGENT:
-        return AGENT_ROUNDS
-    return 1
-
-
-def _user(text: str, n_images: int) -> dict[str, Any]:
-    """The official clients' user turn: the images first, then the text."""
-    return {"role": "user", "content": [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": text}]}
-
-
-def _assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": [{"type": "text", "text": text}]}
-
-
-def build_request(question: Question, images: Sequence[Any], protocol: str) -> ModelRequest:
-    return build_turn_request(question, images, protocol, ())
-
-
-def build_turn_request(question: Question, images: Sequence[Any], protocol: str,
-                       history: Sequence[str]) -> ModelRequest:
-    """The request for the next turn of `question`; `history` = the model's earlier replies.
-    Sessions: system prompt, earlier turns as text only (question, reply after the first
-    `</think>`), the current question with the images attached again. Agent items: the tool
-    prompt, then the recorded tool results as the observation of round 2."""
+def request(question: Question, protocol: str) -> Request:
+    """The one request a question makes. Sessions (dialogues, agents) are asked turn by turn under
+    both protocols: system prompt, earlier turns as text only (question, reply after the first
+    `</think>`), the current question with the images attached again; an agent item is the tool
+    prompt, then the recorded tool results as the observation of round 2. Objective items: the
+    item's own message (official) or our instruction with letter logits (constrained)."""
     task = question.meta.get("task")
+    images = tuple(range(len(question.images)))
     n = len(images)
     if task == DIALOGUE:
-        turns = question.fields["turns"]
-        messages = [{"role": "system", "content": [{"type": "text", "text": OPEN_ENDED_SYSTEM_PROMPT}]}]
-        for turn, reply in zip(turns, history):
-            messages += [{"role": "user", "content": [{"type": "text", "text": turn["question"]}]},
-                         _assistant(after_think(reply))]
-        messages.append(_user(turns[len(history)]["question"], n))
-        return ModelRequest(messages=tuple(messages), images=tuple(images))
+        turns = tuple(Turn(ask=user_message(t["question"], n), recall=user_message(t["question"]))
+                      for t in question.fields["turns"])
+        return Session(prefix=(system_message(OPEN_ENDED_SYSTEM_PROMPT),), turns=turns, images=images,
+                       max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, reply_after=THINK_CLOSE)
     if task == AGENT:
-        messages = [_user(AGENT_PROMPT.format(question=question.text), n)]
-        if history:
-            results = json.dumps(question.fields.get("tool_results", []), ensure_ascii=False)
-            messages += [_assistant(after_think(history[0])),
-                         {"role": "user", "content": [{"type": "text", "text": AGENT_OBSERVATION.format(results=results)}]}]
-        return ModelRequest(messages=tuple(messages), images=tuple(images) if not history else tuple(images))
+        plan = user_message(AGENT_PROMPT.format(question=question.text), n)
+        results = json.dumps(question.fields.get("tool_results", []), ensure_ascii=False)
+        observe = user_message(AGENT_OBSERVATION.format(results=results))
+        return Session(prefix=(), turns=(Turn(ask=plan, recall=plan), Turn(ask=observe, recall=observe)),
+                       images=images, max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, reply_after=THINK_CLOSE)
     if protocol == "official":
-        return ModelRequest(messages=(_user(question.text, n),), images=tuple(images))
+        return Generate(Prompt(messages=(user_message(question.text, n),), images=images),
+                        max_new_tokens=OFFICIAL_MAX_NEW_TOKENS)
     text = question.text.rstrip() + "\n" + CONSTRAINED_INSTRUCTIONS[question.kind]
-    return ModelRequest(messages=(_user(text, n),), images=tuple(images), answer_prefix=ANSWER_PREFIX)
+    return Choose(Prompt(messages=(user_message(text, n),), images=images, answer_prefix=ANSWER_PREFIX),
+                  n_options=len(question.options), multi=question.kind == MULTI)
 
 
 def after_think(text: str) -> str:
     """The official client's reply: the text after the FIRST `</think>`, stripped."""
-    return (text or "").split("</think>", 1)[-1].strip()
+    return (text or "").split(THINK_CLOSE, 1)[-1].strip()
 
 
 def extract_official(text: str) -> str:
@@ -422,7 +400,7 @@ def extract_official(text: str) -> str:
     return (text or "").strip() if "{" in after_think(text) else ""
 
 
-def extract_answer(question: Question, text: str, protocol: str) -> str:
+def answer(question: Question, text: str, protocol: str) -> str:
     task = question.meta.get("task")
     if task in (DIALOGUE, AGENT):
         return text  # the JSON list of per-turn replies, kept whole for the judge
@@ -572,3 +550,10 @@ def match_calls(predicted: Sequence[Mapping], reference: Sequence[Mapping]) -> l
             used.add(best)
             pairs.append({"predicted_index": i, "reference_index": best})
     return pairs
+
+
+BENCHMARK = Benchmark(
+    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
+    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
+    load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
+    judge_prompts=judge_prompts, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS)

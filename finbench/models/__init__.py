@@ -1,5 +1,6 @@
 """Model families: one file each. `load_model` reads the checkpoint's config, picks the family
-adapter by `model_type`, and loads it; unknown architectures fail at start-up with one line."""
+adapter by `model_type`, refuses what the family does not declare (models/contract.py), and
+loads it; unknown architectures fail at start-up with one line."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import logging
 from safetensors import SafetensorError
 
 from finbench.models.base import HFVisionLanguageModel
+from finbench.models.contract import Capabilities, ModelAdapter, refusal
 from finbench.models.deepseek_vl2 import DeepSeekVL2
 from finbench.models.internvl import InternVL
 from finbench.models.qwen2_5_vl import Qwen25VL
 from finbench.models.qwen3_5 import Qwen35
 from finbench.models.qwen3_vl import Qwen3VL
 from finbench.models.qwen3_vl_moe import Qwen3VLMoe
+
+__all__ = ["FAMILIES", "Capabilities", "ModelAdapter", "family_for", "family_of", "load_model", "refusal"]
 
 FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, Qwen3VL, InternVL, Qwen3VLMoe, Qwen35, DeepSeekVL2)
 
@@ -26,12 +30,9 @@ def family_for(model_type: str) -> type[HFVisionLanguageModel]:
     raise ValueError(f"model_type {model_type!r} is not supported yet (supported: {known})")
 
 
-def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
-               max_pixels: int | None = None, device_preprocess: bool = False, revision: str | None = None,
-               trust_remote_code: bool = False, attn_implementation: str | None = None,
-               chat_template: str | None = None, device_map: str | None = None) -> HFVisionLanguageModel:
-    """Load a model from a hub id or a local folder through the transformers Auto classes.
-    `chat_template` is the text of a Jinja template that replaces the checkpoint's."""
+def family_of(source: str) -> tuple[type[HFVisionLanguageModel], str]:
+    """(family class, model_type) of a hub id or local folder, from its config.json alone (no
+    weights read); unknown architectures and missing models are one ValueError line."""
     from pathlib import Path
 
     from transformers import AutoConfig
@@ -47,14 +48,26 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
                              f"a hub id available offline ({str(err).splitlines()[0]})") from None
-    family = family_for(model_type)
-    options = {"device_preprocess": True} if device_preprocess else {}
-    if device_preprocess and not family.device_preprocessing:
-        raise ValueError(f"--device-preprocess is not available for {family.family} yet")
-    if quant != "none" and quant not in family.quantization:  # unknown values: quant.py says which exist
-        raise ValueError(f"--quant {quant}: {family.family} supports {', '.join(family.quantization)}")
+    return family_for(model_type), model_type
+
+
+def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
+               max_pixels: int | None = None, device_preprocess: bool = False, revision: str | None = None,
+               trust_remote_code: bool = False, attn_implementation: str | None = None,
+               chat_template: str | None = None, device_map: str | None = None) -> HFVisionLanguageModel:
+    """Load a model from a hub id or a local folder through the transformers Auto classes.
+    `chat_template` is the text of a Jinja template that replaces the checkpoint's. An option the
+    family does not declare (models/contract.py) is refused before any weights are read."""
+    family, model_type = family_of(source)
     hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
+    refused = refusal(family.capabilities_for(model_type), family.family, quant=quant,
+                      device_preprocess=device_preprocess, max_pixels=max_pixels, chat_template=chat_template is not None,
+                      hub_options=[f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map")
+                                   if k in hub])
+    if refused:
+        raise ValueError(refused)
+    options = {"device_preprocess": True} if device_preprocess else {}
     try:
         model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **hub, **options)
     except (OSError, AttributeError, KeyError, SafetensorError, ImportError) as err:

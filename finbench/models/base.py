@@ -1,14 +1,17 @@
-"""The model contract, implemented once for Hugging Face image-text-to-text models.
+"""The model contract (models/contract.py), implemented once for Hugging Face image-text-to-text
+models.
 
-A family file subclasses `HFVisionLanguageModel` and overrides only what its architecture does
-differently (decode-step positions, image-token counting, processor settings). The runner sees:
+A family file subclasses `HFVisionLanguageModel`, declares its `capabilities` and overrides only
+what its architecture does differently (decode-step positions, image-token counting, processor
+settings). The heart of it:
 
 - `prepare(requests)`       → processor output on the CPU (thread-safe; runs in worker threads)
 - `prefill(inputs)`         → last-position hidden state [B, H] and a decode state (KV cache)
 - `decode_step(state, ids)` → next last-position hidden state, one token per row
 - `output_rows(token_ids)`  → the LM-head rows to project onto (never the whole vocabulary)
 - `score_options(inputs, option_token_ids)` → log-probs [B, K] from one prefill
-- `generate(inputs, max_new_tokens)` → free greedy text (the `official` protocol)
+- `generate(inputs, max_new_tokens)` → free text (official protocols, open answers, sessions)
+- `generate_ids(inputs, budget, stops)` → greedy token ids (the thinking step)
 - `fingerprint()`           → everything that can change the outputs
 """
 
@@ -19,12 +22,14 @@ import hashlib
 import inspect
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
+from finbench.models.contract import Capabilities
 from finbench.types import ModelRequest
 
 
@@ -119,21 +124,22 @@ class HFVisionLanguageModel:
 
     family = "generic"
     model_types: tuple[str, ...] = ()
-    # What the family supports, declared here and shown by `finbench models list`: a family states
-    # what it can honour instead of inheriting behaviour that raises or lies (thinking is declared
-    # with its tags further down).
     checkpoints: tuple[str, ...] = ()  # hub ids of released checkpoints with this architecture
-    quantization: tuple[str, ...] = ("none", "8bit", "4bit")  # accepted --quant values
-    max_images: int | None = None  # images per request; None = no fixed limit (the context is)
-    device_preprocessing = False  # --device-preprocess: resize/normalise on the model's device
-    flop_count = False  # prefill_flops is an analytic count (models/flops.py), else 0.0
+    # What the family can honour (shown by `finbench models list`, checked at start-up).
+    capabilities = Capabilities()
     compiled_blocks: dict[str, int] = {}  # --compile-vision: {block class: count}; replaced, never mutated
 
+    @classmethod
+    def capabilities_for(cls, model_type: str) -> Capabilities:
+        """The capabilities of this family's checkpoints of `model_type` (config.json)."""
+        return cls.capabilities
+
     def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
-                 attn_implementation: str = "sdpa", max_pixels: int | None = None) -> None:
+                 attn_implementation: str = "sdpa", max_pixels: int | None = None,
+                 tokenizer: Any = None) -> None:
         self.model = model.eval()
         self.processor = processor
-        self.tokenizer = processor.tokenizer
+        self.tokenizer = tokenizer if tokenizer is not None else processor.tokenizer
         # Left padding keeps every row's last position real: padding on the right would put pad
         # tokens where we read the answer logits (measured: Δ = 0.67 with right padding).
         self.tokenizer.padding_side = "left"
@@ -143,9 +149,11 @@ class HFVisionLanguageModel:
         self.max_pixels = max_pixels
         self.device = next(model.parameters()).device
         self.dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
-        forward_params = inspect.signature(self.model.model.forward).parameters
+
+    @cached_property
+    def _cache_kw(self) -> str:
         # transformers renamed past_key_values → cache (5.2x); support both.
-        self._cache_kw = "cache" if "cache" in forward_params else "past_key_values"
+        return "cache" if "cache" in inspect.signature(self.model.model.forward).parameters else "past_key_values"
 
     # ---- loading ------------------------------------------------------------------------------
     @classmethod
@@ -210,6 +218,16 @@ class HFVisionLanguageModel:
     def text_token_counts(self, texts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self.tokenizer.pad_token_id
+
     def image_token_count(self, width: int, height: int) -> int:
         raise NotImplementedError
 
@@ -219,12 +237,12 @@ class HFVisionLanguageModel:
         token = getattr(config, "image_token_id", None) or getattr(config, "image_token_index", None)
         return int((inputs["input_ids"] == token).sum()) if token is not None else 0
 
-    def prefill_flops(self, inputs: Any) -> float:
+    def prefill_flops(self, inputs: Any) -> float | None:
         """Analytic FLOPs of one prefill over `inputs` (models/flops.py: vision tower, every decoder
         layer over the real tokens of each row, `PROJECTED_HEAD_ROWS` LM-head rows) for a family
-        that declares `flop_count`; 0.0, meaning "not counted", for the others."""
-        if not self.flop_count:
-            return 0.0
+        that declares `flop_count`; None ("not counted") for the others."""
+        if not self.capabilities.flop_count:
+            return None
         from finbench.models.flops import flops_from_batch
 
         return float(flops_from_batch(self.model.config, inputs["attention_mask"].sum(1), inputs.get("image_grid_thw"),
@@ -232,9 +250,18 @@ class HFVisionLanguageModel:
 
     # ---- inputs -------------------------------------------------------------------------------
     def prompt_text(self, request: ModelRequest) -> str:
-        return self.processor.apply_chat_template(
-            [dict(m) for m in request.messages], tokenize=False, add_generation_prompt=True
-        ) + request.answer_prefix
+        """The rendered prompt: chat template, generation prompt, then the answer prefix or, for a
+        thinking request, the opened thinking block."""
+        return self._render(request.messages) + self._after_generation_prompt(request)
+
+    def _render(self, messages: Sequence[Any], **template_options: Any) -> str:
+        return self.processor.apply_chat_template([dict(m) for m in messages], tokenize=False,
+                                                  add_generation_prompt=True, **template_options)
+
+    def _after_generation_prompt(self, request: ModelRequest) -> str:
+        if not request.thinking:
+            return request.answer_prefix
+        return "" if self.template_opens_thinking() else self.capabilities.thinking_tags[0] + "\n"
 
     def prepare(self, requests: Sequence[ModelRequest]) -> Any:
         """Processor output for a batch, on the CPU, left-padded."""
@@ -317,7 +344,8 @@ class HFVisionLanguageModel:
     def generate(self, inputs: Any, max_new_tokens: int,
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
         """Free generation, batched with left padding: greedy (temperature 0) unless `sampling`
-        gives a temperature > 0 (with optional top_p, top_k)."""
+        gives a temperature > 0 (with optional top_p, top_k). Returns texts and, per row, the
+        tokens generated up to and including the first stop token."""
         prompt_length = inputs["input_ids"].shape[1]
         sampling = dict(sampling or {})
         sample = float(sampling.get("temperature") or 0) > 0
@@ -331,33 +359,36 @@ class HFVisionLanguageModel:
         stops = list(self.stop_token_ids())
         if self.tokenizer.pad_token_id is not None:
             stops.append(self.tokenizer.pad_token_id)
-        is_stop = torch.isin(new_tokens, torch.tensor(stops, device=new_tokens.device))
-        # generated length = up to and including the first stop token
-        counts = torch.where(is_stop.any(-1), is_stop.int().argmax(-1) + 1, new_tokens.shape[1]).tolist()
-        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return texts, counts
+        return self.decode(new_tokens), generated_counts(new_tokens, stops)
+
+    @torch.inference_mode()
+    def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
+        """Greedy token ids [B, ≤ max_new_tokens] after the prompt; a row stops at any of
+        `stop_token_ids` (later positions hold the pad token)."""
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else stop_token_ids[0]
+        with decode_attention(self.device):
+            output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, temperature=None,
+                                         top_p=None, top_k=None, eos_token_id=list(stop_token_ids), pad_token_id=pad)
+        return output[:, inputs["input_ids"].shape[1]:]
 
     # ---- thinking -----------------------------------------------------------------------------
-    # A family whose checkpoints can reason in a tagged block before answering declares it here;
-    # the runner (runner/thinking.py) generates inside the block, closes it and then answers.
-    supports_thinking = False
-    thinking_tags = ("<think>", "</think>")
-
+    # A family whose checkpoints can reason in a tagged block before answering declares it in its
+    # capabilities; the runner (runner/thinking.py) generates inside the block, closes it, answers.
     def thinking_token_ids(self) -> tuple[int, int] | None:
         """Ids of the open and close tags when this checkpoint can think (the family supports it
         and both tags are single tokens), else None."""
-        if not self.supports_thinking:
+        if not self.capabilities.thinking:
             return None
-        ids = [self.tokenizer.encode(tag, add_special_tokens=False) for tag in self.thinking_tags]
+        ids = [self.tokenizer.encode(tag, add_special_tokens=False) for tag in self.capabilities.thinking_tags]
         return (ids[0][0], ids[1][0]) if all(len(i) == 1 for i in ids) else None
 
-    def thinking_opener(self) -> str:
-        """Text to put after the generation prompt to be inside an open thinking block: '' when
-        the chat template opens it itself (thinking checkpoints), else the open tag."""
-        probe = self.processor.apply_chat_template([{"role": "user", "content": [{"type": "text", "text": "x"}]}],
-                                                   tokenize=False, add_generation_prompt=True)
-        opened = probe.rstrip().endswith(self.thinking_tags[0])
-        return "" if opened else self.thinking_tags[0] + "\n"
+    def template_opens_thinking(self) -> bool:
+        """Whether the chat template's generation prompt opens the thinking block itself (thinking
+        checkpoints): then every prompt ends inside the block, whatever the request asks."""
+        if not self.capabilities.thinking:
+            return False
+        probe = self._render([{"role": "user", "content": [{"type": "text", "text": "x"}]}])
+        return probe.rstrip().endswith(self.capabilities.thinking_tags[0])
 
     # ---- compilation --------------------------------------------------------------------------
     def compile_vision(self) -> dict[str, int]:
@@ -368,6 +399,20 @@ class HFVisionLanguageModel:
         if not self.compiled_blocks:
             self.compiled_blocks = compile_vision_blocks(self.model)
         return self.compiled_blocks
+
+    # ---- bookkeeping --------------------------------------------------------------------------
+    def memory_footprint(self) -> int | None:
+        """Bytes of the loaded weights and buffers."""
+        return int(self.model.get_memory_footprint())
+
+    def timed_parts(self) -> list[tuple[str, Any, str]]:
+        """(name, owner, method) of the model's parts whose wall time a run reports (runner/timing.py):
+        the vision tower, the multimodal position building and the language model, where present."""
+        base = getattr(self.model, "model", None)
+        parts = [("vision", getattr(base, "visual", None), "forward"), ("rope_index", base, "get_rope_index"),
+                 ("language_model", getattr(base, "language_model", None), "forward")]
+        return [(name, owner, method) for name, owner, method in parts
+                if owner is not None and getattr(owner, method, None) is not None]
 
     # ---- identity -----------------------------------------------------------------------------
     def processor_settings(self) -> dict[str, Any]:
@@ -411,3 +456,10 @@ class HFVisionLanguageModel:
             # so eager runs keep their cache keys
             **({"compiled": sorted(self.compiled_blocks)} if self.compiled_blocks else {}),
         }
+
+
+def generated_counts(new_tokens: torch.Tensor, stops: Sequence[int]) -> list[int]:
+    """Per row of generated ids [B, T]: tokens up to and including the first stop token (T when
+    none stopped)."""
+    is_stop = torch.isin(new_tokens, torch.tensor(list(stops), device=new_tokens.device))
+    return torch.where(is_stop.any(-1), is_stop.int().argmax(-1) + 1, new_tokens.shape[1]).tolist()

@@ -19,7 +19,7 @@ What differs from the generic adapter (everything the Auto classes would do):
 - Tiles travel as uint8 and are normalised on the model's device; `image_source` says, for every
   image position, which projector row (or newline / separator) fills it.
 - Positions count real tokens only, so left padding never shifts a row.
-- No FLOP count yet (`prefill_flops` is 0.0: MoE routing makes it data dependent).
+- No FLOP count yet (`prefill_flops` is None: MoE routing makes it data dependent).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from finbench.models.base import DecodeState, HFVisionLanguageModel, decode_attention, resolve_device, resolve_dtype
+from finbench.models.base import (DecodeState, HFVisionLanguageModel, decode_attention, generated_counts, resolve_device,
+                                  resolve_dtype)
+from finbench.models.contract import Capabilities
 from finbench.models.deepseek_vl2_model import NEWLINE, SEPARATOR, DeepseekVL2Config, DeepseekVL2Model, load_checkpoint
 from finbench.types import ModelRequest
 
@@ -274,34 +276,15 @@ class DeepSeekVL2(HFVisionLanguageModel):
     family = "deepseek-vl2"
     model_types = ("deepseek_vl_v2",)
     checkpoints = ("deepseek-ai/deepseek-vl2-tiny", "deepseek-ai/deepseek-vl2-small", "deepseek-ai/deepseek-vl2")
-    quantization = ("none",)
-    flop_count = False
-    device_preprocessing = False
-    supports_thinking = False
+    # native torch code: no bitsandbytes path, greedy generation only, its fixed conversation format,
+    # one local folder on one device (nothing remote runs, so --trust-remote-code changes nothing)
+    capabilities = Capabilities(quantization=("none",), sampling=False, chat_template=False, hub_options=False)
 
-    def __init__(self, model: DeepseekVL2Model, processor: DeepseekVL2Processor, source: str, *,
-                 quant: str = "none", attn_implementation: str = "sdpa", max_pixels: int | None = None) -> None:
-        self._check_options(quant, max_pixels)
-        # The generic __init__ inspects a transformers model; this one sets the same attributes.
-        self.model = model.eval()
-        self.processor = processor
-        self.tokenizer = processor.tokenizer
-        self.tokenizer.padding_side = "left"
-        self.source, self.quant, self.max_pixels = source, quant, max_pixels
-        self.attn_implementation = attn_implementation
-        self.device = next(model.parameters()).device
-        self.dtype = model.image_newline.dtype
+    def __init__(self, model: DeepseekVL2Model, processor: DeepseekVL2Processor, source: str, **kwargs: Any) -> None:
+        super().__init__(model, processor, source, tokenizer=processor.tokenizer, **kwargs)
         settings = processor.settings
         model.pixel_mean = torch.tensor(settings["image_mean"], dtype=torch.float32)
         model.pixel_std = torch.tensor(settings["image_std"], dtype=torch.float32)
-
-    @staticmethod
-    def _check_options(quant: str, max_pixels: int | None) -> None:
-        if max_pixels is not None:
-            raise ValueError("--max-pixels applies to Qwen-style processors; DeepSeek-VL2's image budget is its "
-                             "candidate resolutions (processor_config.json)")
-        if quant != "none":
-            raise ValueError(f"--quant {quant}: DeepSeek-VL2 is loaded natively, without quantization support yet")
 
     @classmethod
     def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
@@ -309,13 +292,6 @@ class DeepSeekVL2(HFVisionLanguageModel):
              attn_implementation: str | None = None, device_map: str | None = None,
              **options: Any) -> "DeepSeekVL2":
         from transformers import PreTrainedTokenizerFast
-
-        # native torch code: nothing remote ever runs, so --trust-remote-code changes nothing here
-        unsupported = {"--revision": revision, "--attn-implementation": attn_implementation,
-                       "--device-map": device_map}
-        if any(unsupported.values()):
-            raise ValueError(f"{', '.join(k for k, v in unsupported.items() if v)}: not supported for DeepSeek-VL2 "
-                             "(a native adapter: load a local folder of the revision you want, on one device)")
 
         folder = resolve_folder(source)
         target = resolve_device(device)
@@ -325,7 +301,6 @@ class DeepSeekVL2(HFVisionLanguageModel):
         # whose class-specific rebuild in some transformers 5.x would not be DeepSeek's byte-level BPE.
         tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
         processor = DeepseekVL2Processor(tokenizer, processor_settings_for(folder, config), config.global_view_pos)
-        cls._check_options(quant, max_pixels)  # before reading gigabytes of weights
         model = load_checkpoint(str(folder), config, torch_dtype, target)
         return cls(model, processor, source, quant=quant, max_pixels=max_pixels, **options)
 
@@ -340,9 +315,9 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def count_image_tokens(self, inputs: Any) -> int:
         return int(inputs["images_seq_mask"].sum())
 
-    def prefill_flops(self, inputs: Any) -> float:
-        """No analytic count yet: with MoE routing it depends on the data. 0.0 = unknown."""
-        return 0.0
+    def prefill_flops(self, inputs: Any) -> float | None:
+        """No analytic count yet: with MoE routing it depends on the data."""
+        return None
 
     # ---- inputs -------------------------------------------------------------------------------
     def prompt_text(self, request: ModelRequest) -> str:
@@ -369,25 +344,34 @@ class DeepSeekVL2(HFVisionLanguageModel):
         return hidden[:, -1, :]
 
     @torch.inference_mode()
-    def generate(self, inputs: Any, max_new_tokens: int) -> tuple[list[str], list[int]]:
+    def generate(self, inputs: Any, max_new_tokens: int,
+                 sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
         """Greedy decoding over the full vocabulary, every row until EOS or the budget."""
+        new = self.generate_ids(inputs, max_new_tokens, self.stop_token_ids())
+        return self.decode(new), generated_counts(new, self.stop_token_ids())
+
+    @torch.inference_mode()
+    def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
         hidden, state = self.prefill(inputs)
         head = self.model.get_output_embeddings()
-        stops = torch.tensor(self.stop_token_ids(), device=hidden.device)
+        stops = torch.tensor(list(stop_token_ids), device=hidden.device)
         pad = torch.full((hidden.shape[0],), self.tokenizer.pad_token_id, device=hidden.device)
         done = torch.zeros(hidden.shape[0], dtype=torch.bool, device=hidden.device)
-        counts = torch.zeros(hidden.shape[0], dtype=torch.long, device=hidden.device)
         tokens = []
         for step in range(max_new_tokens):
             chosen = torch.where(done, pad, head(hidden).float().argmax(-1))
             tokens.append(chosen)
-            counts += (~done).long()
             done |= torch.isin(chosen, stops)
             if bool(done.all()) or step == max_new_tokens - 1:
                 break
             hidden = self.decode_step(state, chosen)
-        new = torch.stack(tokens, 1) if tokens else torch.zeros(len(done), 0, dtype=torch.long)
-        return self.tokenizer.batch_decode(new, skip_special_tokens=True), counts.tolist()
+        return torch.stack(tokens, 1) if tokens else torch.zeros(len(done), 0, dtype=torch.long)
+
+    def memory_footprint(self) -> int | None:
+        return sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
+
+    def timed_parts(self) -> list[tuple[str, Any, str]]:
+        return []
 
     # ---- identity -----------------------------------------------------------------------------
     def processor_settings(self) -> dict[str, Any]:
@@ -400,5 +384,3 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def checkpoint_folder(self) -> Path:
         return resolve_folder(self.source)
 
-    def use_chat_template(self, template: str) -> None:
-        raise ValueError("--chat-template: DeepSeek-VL2 prompts use its fixed 'deepseek' conversation format")

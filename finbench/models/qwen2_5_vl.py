@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from finbench.models.base import DecodeState, HFVisionLanguageModel, pinned
+from finbench.models.contract import Capabilities
 from finbench.models.vision_attention import install as install_vision_attention
 from finbench.types import ModelRequest
 
@@ -36,8 +37,10 @@ class Qwen25VL(HFVisionLanguageModel):
     model_types = ("qwen2_5_vl", "qwen2_vl")
     checkpoints = ("Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-32B-Instruct",
                    "Qwen/Qwen2.5-VL-72B-Instruct", "Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")
-    device_preprocessing = True
-    flop_count = True  # windowed vision tower (Qwen2.5-VL) or plain one (Qwen2-VL): models/flops.py
+    # FLOP count: windowed vision tower (Qwen2.5-VL) or plain one (Qwen2-VL), models/flops.py;
+    # vision attention: one varlen SDPA call per layer (models/vision_attention.py)
+    capabilities = Capabilities(device_preprocessing=True, flop_count=True, vision_attention="packed",
+                                pixel_budget=True)
 
     def __init__(self, model: Any, processor: Any, source: str, *, device_preprocess: bool = False,
                  vision_attention: str = "packed", **kwargs: Any) -> None:

@@ -7,6 +7,8 @@ differ, and the FLOP count follows its own vision tower. Thinking checkpoints re
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from finbench.models.qwen2_5_vl import Qwen25VL
 
 
@@ -16,7 +18,6 @@ class Qwen3VL(Qwen25VL):
     checkpoints = ("Qwen/Qwen3-VL-2B-Instruct", "Qwen/Qwen3-VL-4B-Instruct", "Qwen/Qwen3-VL-8B-Instruct",
                    "Qwen/Qwen3-VL-32B-Instruct", "Qwen/Qwen3-VL-2B-Thinking", "Qwen/Qwen3-VL-4B-Thinking",
                    "Qwen/Qwen3-VL-8B-Thinking", "Qwen/Qwen3-VL-32B-Thinking")
-    # Its own count, not Qwen2.5-VL's: no window attention, a two-layer vision MLP, patch 16, and
-    # one extra patch merger per DeepStack layer (models/flops.py).
-    flop_count = True
-    supports_thinking = True
+    # Its own FLOP count, not Qwen2.5-VL's: no window attention, a two-layer vision MLP, patch 16,
+    # and one extra patch merger per DeepStack layer (models/flops.py).
+    capabilities = replace(Qwen25VL.capabilities, thinking=True)

@@ -14,6 +14,8 @@ the tiny model: attention int8, experts untouched) and mislabel a quantization s
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from finbench.models.qwen3_vl import Qwen3VL
 
 
@@ -22,4 +24,4 @@ class Qwen3VLMoe(Qwen3VL):
     model_types = ("qwen3_vl_moe",)
     checkpoints = ("Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-30B-A3B-Thinking",
                    "Qwen/Qwen3-VL-235B-A22B-Instruct", "Qwen/Qwen3-VL-235B-A22B-Thinking")
-    quantization = ("none",)
+    capabilities = replace(Qwen3VL.capabilities, quantization=("none",))

@@ -126,8 +126,8 @@ def _thumbnails(results: dict[str, Any], samples: Any) -> dict[str, str]:
     try:
         benchmark = get_benchmark(results["benchmark"])
         limit = min(config.get("limit") or MAX_THUMBNAILS, MAX_THUMBNAILS)
-        questions = benchmark.load_questions(config.get("data"), limit, tuple(config.get("domains") or ()),
-                                             tuple(config.get("question_types") or ()))
+        questions = benchmark.load(config.get("data"), limit, tuple(config.get("domains") or ()),
+                                   tuple(config.get("question_types") or ()))
     except Exception:  # noqa: BLE001 — data not on this machine, no network, …
         return {}
     out = {}

@@ -8,14 +8,15 @@ import re
 import time
 from typing import Any, Sequence
 
-from finbench.runner.preprocess import decode_images
+from finbench.runner.requests import model_request
+from finbench.benchmarks.base import Benchmark
 from finbench.types import Question
 
 BASELINE_NEW_TOKENS = 32
 BASELINE_PATTERN = re.compile(r"(?i)Answer\s*:\s*([A-N](?:\s*,\s*[A-N])*|-?[\d.]+)")
 
 
-def run_baseline(model: Any, benchmark: Any, questions: Sequence[Question],
+def run_baseline(model: Any, benchmark: Benchmark, questions: Sequence[Question],
                  new_tokens: int = BASELINE_NEW_TOKENS) -> dict[str, Any]:
     """samples/s and per-stage seconds of generate(batch 1, `new_tokens`) + regex."""
     import torch
@@ -26,7 +27,7 @@ def run_baseline(model: Any, benchmark: Any, questions: Sequence[Question],
     started = time.perf_counter()
     for question in questions:
         t0 = time.perf_counter()
-        request = benchmark.build_request(question, decode_images(question), "constrained")
+        request = model_request(benchmark, question, "constrained")
         inputs = model.to_device(model.prepare([request]))
         t1 = time.perf_counter()
         texts, _ = model.generate(inputs, new_tokens)

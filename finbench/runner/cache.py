@@ -1,24 +1,22 @@
 """Per-sample prediction cache: SQLite in WAL mode, one row per sample key, committed per batch.
 
-The key hashes everything that can change an answer: the model fingerprint, the protocol, the
-prompt template version, the decoding settings and the question's content (text, options,
-prompt fields, image bytes). A kill -9 loses at most the batch in flight: a batch's rows go in
-one transaction, so a row is either fully there or absent.
+The key (runner/keys.py) hashes everything that can change an answer: the model fingerprint and
+the request the question makes, with every setting it carries. A kill -9 loses at most the batch
+in flight: a batch's rows go in one transaction, so a row is either fully there or absent.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Sequence
 
-from finbench.types import Prediction, Question
+from finbench.types import Prediction
 
 log = logging.getLogger("finbench")
 
@@ -37,35 +35,6 @@ CREATE TABLE IF NOT EXISTS file_digests (
     PRIMARY KEY (path, size, mtime_ns)
 );
 """
-
-
-def question_digest(question: Question) -> str:
-    """Hash of what the model is shown. The gold answer and grouping metadata are left out:
-    they do not change the answer, so fixing a gold label keeps the cache valid."""
-    digest = hashlib.sha256()
-    content = {"id": question.id, "benchmark": question.benchmark, "kind": question.kind,
-               "text": question.text, "options": list(question.options), "unit": question.unit,
-               "fields": {k: v for k, v in question.fields.items() if k != "raw_answer"},
-               "question_type": question.meta.get("question_type", "")}
-    digest.update(json.dumps(content, sort_keys=True, default=str).encode())
-    for image in question.images:
-        digest.update(hashlib.sha256(image).digest())
-    return digest.hexdigest()
-
-
-def model_identity(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
-    """The fingerprint as the cache knows a model: a local folder by its content digest
-    (`weights`), not by how its path was spelled (./m, m and /abs/m, or the folder moved, share
-    their answers); a hub id by its name and revision."""
-    return {k: v for k, v in fingerprint.items() if not (k == "source" and fingerprint.get("weights"))}
-
-
-def sample_key(fingerprint: Mapping[str, Any], protocol: str, prompt_version: str,
-               decoding: Mapping[str, Any], question: Question) -> str:
-    payload = json.dumps({"model": model_identity(fingerprint), "protocol": protocol, "prompt": prompt_version,
-                          "decoding": decoding, "question": question_digest(question)},
-                         sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 class PredictionCache:

@@ -58,16 +58,16 @@ class PreparedBatch:
 
 
 def prepare_batch(indices: Sequence[int], questions: Sequence[Question],
-                  build_request: Callable[[Question, list[Any]], Any],
+                  build_request: Callable[[int, list[Any]], Any],
                   prepare: Callable[[list[Any]], Any]) -> PreparedBatch:
-    """Decode images, build requests and call the processor for one batch. A question whose
-    image fails, or that the processor rejects (e.g. an aspect ratio over 200), is dropped from
-    the batch with its error recorded; the others go on."""
+    """Decode images, build requests (`build_request(index, decoded images)`) and call the
+    processor for one batch. A question whose image fails, or that the processor rejects (e.g. an
+    aspect ratio over 200), is dropped from the batch with its error recorded; the others go on."""
     started = time.perf_counter()
     kept, requests, errors = [], [], {}
     for index in indices:
         try:
-            requests.append(build_request(questions[index], decode_images(questions[index])))
+            requests.append(build_request(index, decode_images(questions[index])))
             kept.append(index)
         except ImageError as err:
             errors[index] = str(err)

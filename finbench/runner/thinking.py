@@ -1,9 +1,9 @@
 """The thinking step: reasoning before a constrained answer, for models with a thinking block.
 
-A thinking run's prompt ends inside an open block (the chat template opens it, or the runner adds
-the open tag: `HFVisionLanguageModel.thinking_opener`). Then, for a whole batch at once:
-1. greedy generation (left padding, the model's own `generate`) for at most `budget` tokens; a row
-   finishes early when it emits the close tag or a stop token;
+A thinking request's prompt ends inside an open block (`ModelRequest.thinking`: the chat template
+opens it, or the adapter adds the open tag). Then, for a whole batch at once:
+1. greedy generation (left padding, the adapter's `generate_ids`) for at most `budget` tokens; a
+   row finishes early when it emits the close tag or a stop token;
 2. each row keeps its reasoning up to (not including) that tag or stop token; a row that stopped
    without closing, or ran out of budget, gets the close tag appended — the block is always closed;
 3. the batch is rebuilt as prompt + reasoning + close tag + "\\n\\n" + answer prefix, re-packed to
@@ -20,7 +20,6 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
-from finbench.models.base import decode_attention
 
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
 
@@ -51,12 +50,8 @@ def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequ
     input_ids, mask = inputs["input_ids"], inputs["attention_mask"]
     batch, device = input_ids.shape[0], input_ids.device
     if budget > 0:
-        stops = sorted(set(model.stop_token_ids()) | {close_id})
-        pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else stops[0]
-        with stage("think"), decode_attention(device):
-            output = model.model.generate(**inputs, max_new_tokens=budget, do_sample=False, temperature=None,
-                                          top_p=None, top_k=None, eos_token_id=stops, pad_token_id=pad)
-        generated = output[:, input_ids.shape[1]:]
+        with stage("think"):
+            generated = model.generate_ids(inputs, budget, sorted(set(model.stop_token_ids()) | {close_id}))
     else:
         generated = input_ids.new_zeros((batch, 0))
     width = generated.shape[1]
@@ -71,8 +66,8 @@ def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequ
     columns = torch.arange(width, device=device)
     reasoning_mask = columns[None, :] < kept[:, None]
 
-    suffixes = [model.tokenizer.encode(model.thinking_tags[1] + AFTER_CLOSE + prefix, add_special_tokens=False)
-                for prefix in answer_prefixes]
+    close_tag = model.capabilities.thinking_tags[1]
+    suffixes = [model.encode(close_tag + AFTER_CLOSE + prefix) for prefix in answer_prefixes]
     suffix_width = max(len(s) for s in suffixes)
     suffix_ids = torch.zeros((batch, suffix_width), dtype=input_ids.dtype)
     suffix_mask = torch.zeros((batch, suffix_width), dtype=mask.dtype)
@@ -97,12 +92,12 @@ def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequ
         else:  # token-aligned extras (e.g. mm_token_type_ids): new tokens are plain text, 0
             extended = torch.cat([value, value.new_zeros((batch, n_new))], dim=1)
         rebuilt[key] = extended.gather(1, order)
-    pad = model.tokenizer.pad_token_id
+    pad = model.pad_token_id
     if pad is not None:  # pads out of the mask: keep them the pad token, as the processor does
         rebuilt["input_ids"] = torch.where(rebuilt["attention_mask"].bool(), rebuilt["input_ids"], pad)
 
     kept_rows = [row[:k] for row, k in zip(generated.tolist(), kept.tolist())]
-    texts = model.tokenizer.batch_decode(kept_rows, skip_special_tokens=True)
+    texts = model.decode(kept_rows)
     reasoning = [Reasoning(text=t, tokens=int(n), cut=bool(c))
                  for t, n, c in zip(texts, n_generated.tolist(), cut.tolist())]
     return rebuilt, reasoning

@@ -1,41 +1,64 @@
-"""Where a run's model time goes, inside the model: the vision tower, the multimodal position
-building (`get_rope_index`) and the language model, next to the runner's own stages.
-
-The three callables are wrapped on the model instance for the run and restored after (on CUDA
-each is synchronised, so asynchronous kernels are charged to the part that launched them). A
-family without one of these parts simply has no entry; timing never fails a batch.
+"""Where a run's time goes: the runner's stages (`StageTimer`), the model's own parts (`ModelParts`:
+the vision tower, multimodal positions, the language model, as the adapter names them), and the
+token and FLOP counts behind samples/s, image tokens/s and TFLOP/s (`Throughput`). Bookkeeping
+never fails a batch: a count that raises is dropped (and counted), never the answers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import resource
 import time
-from typing import Any
+from collections import defaultdict
+from typing import Any, Iterator
 
 import torch
 
-# (name, attribute path under the adapter's `model.model`, method)
-PARTS = (("vision", ("visual",), "forward"), ("rope_index", (), "get_rope_index"),
-         ("language_model", ("language_model",), "forward"))
+log = logging.getLogger("finbench")
+
+
+class StageTimer:
+    """Wall time per stage. On CUDA it synchronises at stage boundaries so that asynchronous
+    kernels are charged to the stage that launched them."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        if self.cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.cuda:
+                torch.cuda.synchronize()
+            self.seconds[name] += time.perf_counter() - started
 
 
 class ModelParts:
-    """`with ModelParts(adapter) as parts: …` → `parts.seconds` {part: wall seconds}. The language
-    model's time includes the decode steps of multi-answer, numerical and thinking decoding."""
+    """`with ModelParts(adapter) as parts: …` → `parts.seconds` {part: wall seconds}. The parts are
+    the adapter's `timed_parts()`, wrapped on their owners for the run and restored after (on
+    CUDA each is synchronised). The language model's time includes every decode step."""
 
     def __init__(self, adapter: Any) -> None:
-        self.base = getattr(getattr(adapter, "model", None), "model", None)
+        self.adapter = adapter
         self.seconds: dict[str, float] = {}
         self._restore: list[tuple[Any, str]] = []
 
     def __enter__(self) -> "ModelParts":
         sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        for name, path, method in PARTS if self.base is not None else ():
-            owner = self.base
-            for attribute in path:
-                owner = getattr(owner, attribute, None)
-            original = getattr(owner, method, None) if owner is not None else None
-            if original is None or method in vars(owner):  # absent, or already wrapped
+        try:
+            parts = self.adapter.timed_parts()
+        except Exception:  # noqa: BLE001 — timing never fails a run
+            parts = []
+        for name, owner, method in parts:
+            if method in vars(owner):  # already wrapped
                 continue
+            original = getattr(owner, method)
             self.seconds[name] = 0.0
 
             def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
@@ -55,3 +78,64 @@ class ModelParts:
         for owner, method in self._restore:
             delattr(owner, method)  # the instance attribute goes; the class method shows again
         self._restore.clear()
+
+
+class Throughput:
+    """Token and FLOP counts of every prefill a run makes, and the run's throughput figures."""
+
+    def __init__(self, timer: StageTimer) -> None:
+        self.timer = timer
+        self.image_tokens = 0
+        self.prompt_tokens = 0
+        self.padded_tokens = 0  # rows × padded length of every prefill: padding_ratio = padded / prompt
+        self.flops: float | None = 0.0  # None once a family says it has no count
+        self.reasoning_tokens = 0
+        self.oom_retries = 0
+        self.accounting_errors = 0  # batches whose token/FLOP count raised (answers kept)
+
+    def account(self, model: Any, inputs: Any) -> None:
+        try:
+            image_tokens = model.count_image_tokens(inputs)
+            prompt_tokens = int(inputs["attention_mask"].sum())
+            padded_tokens = int(inputs["attention_mask"].numel())
+            flops = model.prefill_flops(inputs)
+        except Exception as err:  # noqa: BLE001
+            if not self.accounting_errors:
+                log.warning("throughput accounting failed (%s: %s); answers are kept, counts are incomplete",
+                            type(err).__name__, err)
+            self.accounting_errors += 1
+            return
+        self.image_tokens += image_tokens
+        self.prompt_tokens += prompt_tokens
+        self.padded_tokens += padded_tokens
+        self.flops = None if flops is None or self.flops is None else self.flops + float(flops)
+
+    def summary(self, model: Any, n_samples: int, seconds: float, max_batch: int) -> dict[str, Any]:
+        device = model.device
+        forward = self.timer.seconds.get("forward")
+        stats: dict[str, Any] = {
+            "samples": n_samples,
+            "seconds": seconds,
+            "samples_per_s": n_samples / seconds if seconds > 0 else None,
+            "image_tokens": self.image_tokens,
+            "image_tokens_per_s": self.image_tokens / seconds if seconds > 0 else None,
+            "prompt_tokens": self.prompt_tokens,
+            "padding_ratio": self.padded_tokens / self.prompt_tokens if self.prompt_tokens else None,
+            "reasoning_tokens": self.reasoning_tokens,
+            "stages_s": dict(self.timer.seconds),
+            "device": str(device),
+            "oom_retries": self.oom_retries,
+            "accounting_errors": self.accounting_errors,
+            "final_max_batch": max_batch,
+            # analytic prefill FLOPs over the time spent in prefill forwards (the "forward" stage);
+            # None for a family without a FLOP count
+            "prefill_flops": self.flops,
+            "prefill_tflops_per_s": self.flops / forward / 1e12 if forward and self.flops else None,
+        }
+        with contextlib.suppress(Exception):  # bookkeeping never fails a run
+            stats["model_memory_gib"] = model.memory_footprint() / 2**30
+        if device.type == "cuda":
+            stats["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        else:
+            stats["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        return stats

@@ -10,15 +10,15 @@ Public API (used by the runner and by `finbench score` / `finbench compare`):
 
 Correctness is always recomputed from answer / gold / tolerance (FinMME, FinMTM, FAMMA choice items)
 so a stale `correct` column can never leak into a score. The code lives in `scoring/api.py` (the
-dispatch and statistics), `finmme.py` / `famma.py` / `finmtm.py` (each benchmark's rule) and
-`stats.py`; this package only hands the names on.
+dispatch and statistics), `finmme.py` / `famma.py` / `finmtm.py` (each benchmark's rule, ending in
+its `SCORER`, which the benchmark's contract names: finbench/benchmarks/base.py) and `stats.py`;
+this package only hands the names on.
 """
 
 from finbench.scoring import famma, finmme, finmtm
-from finbench.scoring.api import (BENCHMARKS, CI_LEVEL, DEFAULT_GROUP_COLUMNS, FAMMA_GROUP_COLUMNS, breakdowns,
-                                  build_table, calibration_summary, compare_runs, option_prob_matrix,
+from finbench.scoring.api import (CI_LEVEL, breakdowns, build_table, calibration_summary, compare_runs,
                                   per_question_correct, score_samples)
+from finbench.scoring.stats import Scorer, option_prob_matrix
 
-__all__ = ["BENCHMARKS", "CI_LEVEL", "DEFAULT_GROUP_COLUMNS", "FAMMA_GROUP_COLUMNS", "breakdowns", "build_table",
-           "calibration_summary", "compare_runs", "famma", "finmme", "finmtm", "option_prob_matrix",
-           "per_question_correct", "score_samples"]
+__all__ = ["CI_LEVEL", "Scorer", "breakdowns", "build_table", "calibration_summary", "compare_runs", "famma",
+           "finmme", "finmtm", "option_prob_matrix", "per_question_correct", "score_samples"]

@@ -14,37 +14,33 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
-from finbench.scoring import famma, finmme, finmtm
-from finbench.scoring.stats import (ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
+from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column)
 from finbench.types import OPTION_LETTERS, SINGLE
 
-BENCHMARKS = ("finmme", "famma", "finmtm")
-DEFAULT_GROUP_COLUMNS = ("domain", "question_type", "kind", "asset_class", "chart_type", "cognitive_dimension",
-                         "language", "difficulty", "subfield")
-FAMMA_GROUP_COLUMNS = ("arithmetic", "language×difficulty", "arithmetic×subfield", "arithmetic×difficulty",
-                       "arithmetic×language", "arithmetic×language×difficulty")
 CI_LEVEL = 0.95
 
-__all__ = ["BENCHMARKS", "breakdowns", "build_table", "calibration_summary", "compare_runs", "option_prob_matrix",
+__all__ = ["breakdowns", "build_table", "calibration_summary", "compare_runs", "option_prob_matrix",
            "per_question_correct", "score_samples"]
 
 
 # ---- tables ----------------------------------------------------------------------------------------
+def _benchmark(name: str) -> Any:
+    from finbench.benchmarks import get_benchmark  # the one registry of benchmarks and their scorers
+
+    return get_benchmark(name)
+
+
 def build_table(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "official",
                 denominator: str = "gold", device: str | torch.device = "cpu") -> ScoreTable:
-    """The ScoreTable of one run under the benchmark's rule."""
-    benchmark = benchmark.lower()
-    if benchmark == "finmme":
-        return finmme.build_table(df, variant=variant, denominator=denominator, device=device)
-    if variant != "official":
-        raise ValueError(f"variant {variant!r} exists only for finmme; {benchmark} has 'official'")
-    if benchmark == "finmtm":
-        return finmtm.build_table(df, device=device)
-    if benchmark == "famma":
-        return famma.build_table(df, device=device)
-    raise ValueError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
+    """The ScoreTable of one run under the benchmark's rule (its registered `Scorer`)."""
+    spec = _benchmark(benchmark)
+    scorer = spec.scorer
+    if variant not in scorer.variants:
+        raise ValueError(f"variant {variant!r}: {spec.name} has {', '.join(repr(v) for v in scorer.variants)}")
+    options = {"denominator": denominator} if denominator != "gold" else {}
+    return scorer.build_table(df, variant=variant, device=device, **options)
 
 
 def _table_rows(df: pd.DataFrame, table: ScoreTable) -> pd.DataFrame:
@@ -99,10 +95,11 @@ def breakdowns(df: pd.DataFrame, table: ScoreTable, columns: Sequence[str]) -> d
     return out
 
 
-def _group_frame(df: pd.DataFrame, benchmark: str) -> pd.DataFrame:
-    if benchmark != "famma":
+def _group_frame(df: pd.DataFrame, scorer: Scorer) -> pd.DataFrame:
+    """`df` with the scorer's derived breakdown columns (replacing columns of the same name)."""
+    derived = scorer.group_frame(df)
+    if derived is df:
         return df
-    derived = famma.group_frame(df)
     return pd.concat([df.drop(columns=[c for c in derived.columns if c in df.columns]), derived], axis=1)
 
 
@@ -148,7 +145,8 @@ def score_samples(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "o
     """Score one run's samples table. Headline numbers are on the 0–1 scale (papers quote ×100);
     `ci` holds percentile bootstrap CIs (questions resampled, the whole statistic recomputed per
     resample) when n_bootstrap > 0. `denominator` is the paper variant's n (`gold` | `options`)."""
-    benchmark = benchmark.lower()
+    spec = _benchmark(benchmark)
+    benchmark = spec.name
     table = build_table(df, benchmark, variant, denominator, device)
     rows = _table_rows(df, table)
     info = table.info
@@ -159,17 +157,7 @@ def score_samples(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "o
     out.update(point_estimates(table))
     out["headline"] = list(table.headline)
     out["primary"] = table.primary
-    if benchmark == "finmme":
-        out["n_multi_answer"] = info["n_multi_answer"]
-        out["n_domains"] = len(info["domains"])
-    if benchmark == "finmtm":
-        out["score_percent"] = out["score"] * 100 if out.get("score") is not None else None
-        out["n_excluded"] = info["n_excluded"]
-        out["n_empty_gold"] = info["n_empty_gold"]
-        out.update(finmtm.extra_scores(df))
-    if benchmark == "famma":
-        out["correct_sources"] = info["correct_sources"]
-        out["n_unscored"] = info["n_unscored"]
+    out.update(spec.scorer.summary(df, table, out))
     if n_bootstrap > 0 and table.n > 0:
         out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level)
         out["bootstrap"] = {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
@@ -180,8 +168,8 @@ def score_samples(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "o
         mismatch = int(((stored[known] > 0.5) != (table.correct.cpu().numpy()[known] > 0.5)).sum())
         out["stored_correct_mismatches"] = mismatch
     if group_columns is None:
-        group_columns = DEFAULT_GROUP_COLUMNS + (FAMMA_GROUP_COLUMNS if benchmark == "famma" else ())
-    out["breakdowns"] = breakdowns(_group_frame(rows, benchmark), table, group_columns)
+        group_columns = spec.group_columns
+    out["breakdowns"] = breakdowns(_group_frame(rows, spec.scorer), table, group_columns)
     if "confidence" in rows.columns:  # every answer's own confidence (runs written since it exists)
         out.update(answer_confidence_scores(table, rows, thresholds))
     elif (calib := calibration_summary(rows)) is not None:
@@ -205,7 +193,7 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
         raise ValueError("compare_runs needs at least two runs and one name per run")
     if len(set(names)) != len(names):
         raise ValueError(f"run names must be distinct: {list(names)}")
-    benchmark = benchmark.lower()
+    benchmark = _benchmark(benchmark).name
     tables = [build_table(df, benchmark, variant, device=device) for df in dfs]
     for name, table in zip(names, tables):
         if len(set(table.ids.tolist())) != table.n:

@@ -30,7 +30,7 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask
 from finbench.scoring.finmme import numeric_values, numerical_correct
-from finbench.scoring.stats import ScoreTable, error_mask, first_present, float_column, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 
 LABEL = "FAMMA accuracy (famma-bench/bench-script; per-question correctness)"
@@ -84,6 +84,11 @@ def statistics(sums: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"accuracy": total[..., 1] / total[..., 0]}
 
 
+# The breakdown columns `group_frame` derives (FAMMA's analyzer tables).
+DERIVED_GROUP_COLUMNS = ("arithmetic", "language×difficulty", "arithmetic×subfield", "arithmetic×difficulty",
+                         "arithmetic×language", "arithmetic×language×difficulty")
+
+
 def group_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The official breakdown columns, derived where FAMMA stores them differently:
     `arithmetic` (arithmetic / non-arithmetic; a missing flag stays missing), `difficulty`,
@@ -133,7 +138,7 @@ def _truthy(value: Any) -> bool | None:
     return None
 
 
-def build_table(df: pd.DataFrame, device: str | torch.device = "cpu") -> ScoreTable:
+def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch.device = "cpu") -> ScoreTable:
     """The FAMMA ScoreTable of one run: the answered questions (unanswered ones are counted)."""
     status = str_column(df, "gold_status", default="answered")
     rows = np.flatnonzero(status != "unanswered")
@@ -153,3 +158,10 @@ def build_table(df: pd.DataFrame, device: str | torch.device = "cpu") -> ScoreTa
                             "notes": notes + ([f"{n_unscored} questions have no gold answer (live set): generated, "
                                                "stored, not scored"] if n_unscored else []),
                             "n_errors": int(error_mask(df).sum())})
+
+
+def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> dict[str, Any]:
+    return {"correct_sources": table.info["correct_sources"], "n_unscored": table.info["n_unscored"]}
+
+
+SCORER = Scorer(build_table=build_table, summary=summary, group_frame=group_frame)

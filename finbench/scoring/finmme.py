@@ -40,7 +40,7 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
 from finbench.kernels.segments import factorize, joint_counts, parallel_chunk_sum
-from finbench.scoring.stats import ScoreTable, error_mask, first_present, float_column, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import OPTION_LETTERS
 
 OFFICIAL = "official"
@@ -283,8 +283,8 @@ def domain_segments(df: pd.DataFrame) -> tuple[torch.Tensor, list[Any], int, lis
     return ids, labels, len(labels), notes
 
 
-def build_table(df: pd.DataFrame, variant: str = OFFICIAL, denominator: str = "gold",
-                device: str | torch.device = "cpu") -> ScoreTable:
+def build_table(df: pd.DataFrame, variant: str = OFFICIAL, device: str | torch.device = "cpu",
+                denominator: str = "gold") -> ScoreTable:
     """The FinMME ScoreTable of one run, official or paper variant."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}")
@@ -310,3 +310,10 @@ def build_table(df: pd.DataFrame, variant: str = OFFICIAL, denominator: str = "g
                       headline=("finscore", "domain_score", "p_h", "accuracy"), primary="finscore",
                       info={**info, "label": paper_label(denominator), "n_denominator": denominator,
                             "n_selected": int(selected.sum())})
+
+
+def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> dict[str, Any]:
+    return {"n_multi_answer": table.info["n_multi_answer"], "n_domains": len(table.info["domains"])}
+
+
+SCORER = Scorer(build_table=build_table, variants=VARIANTS, summary=summary)

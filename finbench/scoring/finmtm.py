@@ -40,7 +40,7 @@ import pandas as pd
 import torch
 
 from finbench.kernels.bitmask import popcount
-from finbench.scoring.stats import ScoreTable, error_mask, float_column, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
 from finbench.types import MULTI, SINGLE
 
 LABEL = "FinMTM objective (HiThink-Research/FinMTM Eq. 1; old protocol = exact set match)"
@@ -149,7 +149,7 @@ def objective_rows(df: pd.DataFrame) -> np.ndarray:
     return np.flatnonzero(np.isin(str_column(df, "kind"), OBJECTIVE_KINDS))
 
 
-def build_table(df: pd.DataFrame, device: str | torch.device = "cpu") -> ScoreTable:
+def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch.device = "cpu") -> ScoreTable:
     """The FinMTM ScoreTable of the objective rows of `df` with a gold (other rows: `extra_scores`)."""
     candidates = objective_rows(df)
     sub = df.iloc[candidates]
@@ -275,3 +275,11 @@ def agent_score(answer: Any, reasoning: Any, precision: Any, recall: Any) -> dic
     qa, qr, qt = clamp(answer, 0.0, 50.0), clamp(reasoning, 0.0, 25.0), tool_score(precision, recall)
     return {"answer": qa, "reasoning": qr, "tool": qt, "total": qa + qr + qt}
 
+
+def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> dict[str, Any]:
+    score = estimates.get("score")
+    return {"score_percent": score * 100 if score is not None else None, "n_excluded": table.info["n_excluded"],
+            "n_empty_gold": table.info["n_empty_gold"], **extra_scores(df)}
+
+
+SCORER = Scorer(build_table=build_table, summary=summary)

@@ -55,6 +55,27 @@ class ScoreTable:
                           statistic=self.statistic, headline=self.headline, primary=self.primary, info=self.info)
 
 
+def _no_summary(df: pd.DataFrame, table: ScoreTable, estimates: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def _same_frame(df: pd.DataFrame) -> pd.DataFrame:
+    return df
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A benchmark's scoring rule as `score_samples` and `compare_runs` call it (scoring/api.py):
+    `build_table(df, variant=..., device=..., **options)` → ScoreTable; `summary(df, table,
+    estimates)` → the rule's own fields of the score (counts, side scores); `group_frame(df)` →
+    df with derived breakdown columns (e.g. FAMMA's arithmetic × language)."""
+
+    build_table: Callable[..., ScoreTable]
+    variants: tuple[str, ...] = ("official",)
+    summary: Callable[[pd.DataFrame, ScoreTable, Mapping[str, Any]], dict[str, Any]] = _no_summary
+    group_frame: Callable[[pd.DataFrame], pd.DataFrame] = _same_frame
+
+
 def point_estimates(table: ScoreTable) -> dict[str, float]:
     """The statistic on the full sample."""
     sums = segment_sum(table.values, table.segments, table.n_segments)[None]

@@ -1,0 +1,81 @@
+"""The benchmark contract: everything the runner, the judge and the scorer know of a benchmark.
+
+A benchmark file (FinMME is the model to copy, `docs/adding-a-benchmark.md` the walk-through)
+defines its official texts and rules as module constants and functions, then ends with ONE
+`BENCHMARK = Benchmark(...)` naming them; `finbench/benchmarks/__init__.py` registers it. Fields
+left out take the defaults below, which are the behaviour of a benchmark without open answers,
+judges or image transforms; nothing is ever probed with `hasattr`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from finbench.requests import Request
+from finbench.scoring.stats import Scorer
+from finbench.types import PROTOCOLS, Prediction, Question
+
+Judgement = tuple[float | None, dict[str, Any]]  # (score, or None when there is nothing to judge; details)
+
+
+def stripped_text(question: Question, text: str, protocol: str) -> str:
+    """Default answer rule for generated text: the text, stripped."""
+    return text.strip()
+
+
+def as_decoded(rule: str, images: Sequence[Any]) -> list[Any]:
+    """Default image rule: the decoded images as they are."""
+    if rule:
+        raise ValueError(f"unknown image rule {rule!r}")
+    return list(images)
+
+
+def no_rules(question: Question, prediction: Prediction) -> Judgement:
+    return None, {}
+
+
+def no_judge_prompts(question: Question, prediction: Prediction) -> list[str]:
+    return []
+
+
+def no_judgement(question: Question, prediction: Prediction, replies: Sequence[str]) -> Judgement:
+    return None, {}
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark as the rest of finbench sees it.
+
+    - `load(source, limit, domains, question_types, notes)` → Questions (a bad record becomes a
+      Question with `error`, unusable data one ValueError line);
+    - `request(question, protocol)` → the ONE request (finbench/requests.py) that question makes;
+    - `answer(question, text, protocol)` → the answer judged, from generated text (requests of
+      type Generate or Session; choice and number answers come from the constrained decoders);
+    - `prepare_images(rule, images)` → the decoded images transformed by a prompt's `image_rule`;
+    - `rule_judgement`, `judge_prompts`, `read_judgement` → open answers judged by rules and by a
+      `--judge` model (its replies are read back by `read_judgement`);
+    - `scorer` → the scoring rule (scoring/<name>.py), `group_columns` → its breakdowns."""
+
+    name: str
+    title: str
+    hub_id: str
+    domain_field: str  # the meta field --domain filters on
+    prompt_version: str  # finbench's own prompt; bumped when it changes (it is in the cache key)
+    official_max_new_tokens: int  # the official generation budget (--max-new-tokens overrides it)
+    group_columns: tuple[str, ...]  # the score's breakdowns, in report order
+    scorer: Scorer
+    load: Callable[..., list[Question]]
+    request: Callable[[Question, str], Request]
+    answer: Callable[[Question, str, str], str] = stripped_text
+    prepare_images: Callable[[str, Sequence[Any]], list[Any]] = as_decoded
+    rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
+    judge_prompts: Callable[[Question, Prediction], list[str]] = no_judge_prompts
+    read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
+    forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
+    protocols: tuple[str, ...] = PROTOCOLS
+    metrics: str = ""
+
+    def prompt_version_for(self, protocol: str) -> str:
+        """The prompt version in the cache key: ours under `constrained`, the official one else."""
+        return self.prompt_version if protocol == "constrained" else f"{self.name}-official"

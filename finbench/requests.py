@@ -1,0 +1,139 @@
+"""Requests as data: what a benchmark asks of a model for one question, under one protocol.
+
+A benchmark turns each question into ONE request (`Benchmark.request`); the runner adds the run's
+settings (system prompt, budgets, sampling, thinking: `runner/requests.py`), dispatches on the
+request's type and keys the cache on the request itself (`runner/keys.py`), so nothing that can
+change an answer stays out of the key. Four types, one per way of answering:
+
+- `Choose`   — option letters read from the logits of one prefill (a set, for `multi`);
+- `Number`   — greedy decoding inside a number grammar, at most `budget` tokens;
+- `Generate` — free generation (the official protocols, open answers), `max_new_tokens` at most;
+- `Session`  — free generation turn by turn, each turn seeing the model's earlier replies.
+
+Identical requests (same prompt, images and settings) get one computation: FAMMA's grouped
+official call, asked once for all the sub-questions of a main question, is simply the same
+`Generate` request for each of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence, Union
+
+DEFAULT_NUMERIC_BUDGET = 12  # tokens of a constrained numerical answer (`--numeric-budget`)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What the model is shown: chat messages in the Hugging Face format whose image parts are
+    `{"type": "image"}` placeholders, filled in order by the question's images named in `images`
+    (indices into `Question.images`); the assistant turn starts with `answer_prefix`.
+    `image_rule` names a benchmark's transform of the decoded images ("" = as decoded), e.g.
+    FinMME's official JPEG re-encoding."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    images: tuple[int, ...] = ()
+    answer_prefix: str = ""
+    image_rule: str = ""
+
+    def with_system(self, text: str) -> "Prompt":
+        return replace(self, messages=(system_message(text), *self.messages))
+
+
+@dataclass(frozen=True)
+class Choose:
+    """Pick one option (or, with `multi`, an ascending set) of `n_options` by their letters.
+    `think_budget`: None = no thinking block; N = reason up to N tokens first (0: close at once)."""
+
+    prompt: Prompt
+    n_options: int
+    multi: bool = False
+    think_budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Number:
+    """A number (sign, digits, one decimal point, optional %) in at most `budget` tokens."""
+
+    prompt: Prompt
+    budget: int = DEFAULT_NUMERIC_BUDGET
+    think_budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Generate:
+    """Free text, at most `max_new_tokens`; greedy unless `sampling` gives a temperature > 0
+    (sorted (name, value) pairs: temperature, top_p, top_k)."""
+
+    prompt: Prompt
+    max_new_tokens: int
+    sampling: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One user turn of a session: `ask` is the message as sent at this turn, `recall` the same
+    turn as later turns see it in their history (e.g. without its images)."""
+
+    ask: Mapping[str, Any]
+    recall: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Session:
+    """Turns asked one after another. Turn k's prompt is `prefix`, then for every earlier turn its
+    `recall` message and the model's reply (the text after the first `reply_after` marker when
+    one is given, stripped), then turn k's `ask`; the question's `images` fill each turn's image
+    placeholders. The generated text is the JSON list of the replies."""
+
+    prefix: tuple[Mapping[str, Any], ...]
+    turns: tuple[Turn, ...]
+    max_new_tokens: int
+    images: tuple[int, ...] = ()
+    reply_after: str = ""
+    sampling: tuple[tuple[str, Any], ...] = ()
+
+    def turn_prompt(self, replies: Sequence[str]) -> Prompt:
+        """The prompt of the turn after `replies`."""
+        history: list[Mapping[str, Any]] = []
+        for turn, reply in zip(self.turns, replies):
+            history += [turn.recall, assistant_message(self.recalled(reply))]
+        return Prompt(messages=(*self.prefix, *history, self.turns[len(replies)].ask), images=self.images)
+
+    def recalled(self, reply: str) -> str:
+        text = reply or ""
+        if self.reply_after:
+            text = text.split(self.reply_after, 1)[-1]
+        return text.strip()
+
+
+Request = Union[Choose, Number, Generate, Session]
+REQUEST_TYPES = (Choose, Number, Generate, Session)
+
+
+def text_part(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+def image_part() -> dict[str, str]:
+    return {"type": "image"}
+
+
+def user_message(text: str, n_images: int = 0, images_first: bool = True) -> dict[str, Any]:
+    """A user turn with `n_images` image placeholders before (or after) its text."""
+    images = [image_part() for _ in range(n_images)]
+    content = images + [text_part(text)] if images_first else [text_part(text)] + images
+    return {"role": "user", "content": content}
+
+
+def assistant_message(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [text_part(text)]}
+
+
+def system_message(text: str) -> dict[str, Any]:
+    return {"role": "system", "content": [text_part(text)]}
+
+
+def is_generated(request: Request) -> bool:
+    """Whether the answer is read from free text (by the benchmark's `answer` rule)."""
+    return isinstance(request, (Generate, Session))

@@ -1,0 +1,137 @@
+"""A run's outputs: the samples table, its scores, results.json, report.html, and the progress bar.
+Every file is written to a temporary name, then renamed: a kill while writing never leaves a
+truncated output behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from finbench.runner.decoding import answer_confidence
+from finbench.runner.keys import model_identity
+from finbench.types import Prediction, Question
+
+log = logging.getLogger("finbench")
+
+
+def samples_table(questions: Sequence[Question], predictions: dict[int, Prediction], keys: Sequence[str]) -> Any:
+    import pandas as pd
+
+    rows = []
+    for index, question in enumerate(questions):
+        p = predictions[index]
+        rows.append({
+            "id": question.id, "benchmark": question.benchmark, "kind": question.kind, "gold": question.gold,
+            "question": question.text, "options": list(question.options), "prompt": p.prompt,
+            "answer": p.answer, "raw_output": p.generated_text, "n_options": len(question.options),
+            "option_probs": [math.exp(lp) for lp in p.option_logprobs],
+            "confidence": _confidence(question, p),
+            "reasoning_text": p.reasoning_text, "reasoning_tokens": p.reasoning_tokens, "budget_cut": p.budget_cut,
+            "tolerance": math.nan if question.tolerance is None else question.tolerance,
+            "error": p.error or "", "seconds": p.seconds, "n_generated_tokens": p.n_generated_tokens,
+            "sample_key": keys[index], **dict(question.meta),
+        })
+    return pd.DataFrame(rows)
+
+
+def _confidence(question: Question, p: Prediction) -> float:
+    """The prediction's confidence; recomputed from the stored distributions for cache rows
+    written before confidences existed; NaN for errors and for answers without probabilities."""
+    if p.error:
+        return math.nan
+    if p.confidence is not None and not math.isnan(p.confidence):
+        return p.confidence
+    return answer_confidence(question.kind, p.option_logprobs, p.step_logprobs)
+
+
+def score(samples: Any, benchmark: str, n_bootstrap: int, seed: int) -> dict[str, Any]:
+    """results.json's scores; `samples` gains the recomputed per-question `correct` column."""
+    from finbench.scoring import per_question_correct, score_samples
+
+    scores = score_samples(samples, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed)
+    samples["correct"] = per_question_correct(samples, benchmark=benchmark)
+    return scores
+
+
+def error_summary(samples: Any) -> dict[str, Any]:
+    errors = samples.loc[samples["error"] != "", ["id", "error"]]
+    return {"count": int(len(errors)),
+            "by_message": {k: int(v) for k, v in errors["error"].str.split(":").str[0].value_counts().items()},
+            "samples": errors.head(50).to_dict("records")}
+
+
+def previous_throughput(out_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+    """The throughput of the run that computed this folder's answers, for a rerun that computed
+    nothing (same model fingerprint only)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        previous = json.loads((out_dir / "results.json").read_text())
+        current = json.loads(json.dumps(fingerprint, default=str))
+        if model_identity(previous["fingerprint"]) == model_identity(current) and previous["throughput"].get("samples"):
+            return {**previous["throughput"], "all_from_cache": True}
+    return None
+
+
+def write_samples(samples: Any, path: Path) -> None:
+    """samples.parquet with its schema version in the file's metadata; write-then-rename."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from finbench.report.schema import SAMPLES_SCHEMA_VERSION
+
+    table = pa.Table.from_pandas(samples, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           b"finbench.schema_version": SAMPLES_SCHEMA_VERSION.encode()})
+    temporary = path.with_suffix(".parquet.tmp")
+    pq.write_table(table, temporary)
+    os.replace(temporary, path)
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(payload, indent=2, default=str, allow_nan=True))
+    os.replace(temporary, path)
+
+
+def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any]) -> None:
+    """samples.parquet, results.json, then report.html (a report that fails to render loses
+    nothing: the answers and scores are on disk already; the failure is a note)."""
+    from finbench.report.html import write_report
+
+    write_samples(samples, out_dir / "samples.parquet")
+    write_json(out_dir / "results.json", results)
+    try:
+        write_report(out_dir)
+    except Exception as err:  # noqa: BLE001
+        log.exception("report.html could not be written")
+        results["notes"].append(f"report.html could not be written ({type(err).__name__}: {err}); "
+                                f"rebuild it with `finbench report {out_dir}`")
+        write_json(out_dir / "results.json", results)
+
+
+@contextlib.contextmanager
+def progress(show: bool, total: int, console: Any) -> Iterator[Callable[[int], None]]:
+    """A progress bar with the running samples/s; `advance(n)` after each batch."""
+    if not show or total == 0:
+        yield lambda n: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    started = time.perf_counter()
+    with Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]} samples/s"), TimeRemainingColumn(), console=console) as bar:
+        task = bar.add_task("run", total=total, rate="–")
+        done = 0
+
+        def advance(n: int) -> None:
+            nonlocal done
+            done += n
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            bar.update(task, advance=n, rate=f"{rate:.1f}")
+
+        yield advance

@@ -1,0 +1,117 @@
+"""A benchmark's request made ready for one run: the run's settings added, its batch kind, and
+its prompt rendered for the model adapter with the question's decoded images."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+from finbench.benchmarks.base import Benchmark
+from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, system_message
+from finbench.types import ModelRequest, Question, RunConfig
+
+
+def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Request:
+    """`request` with the run's settings, each a field of the request (so of its cache key): the
+    system prompt first; the numeric budget; the generation budget (`--gen-kwargs
+    max_new_tokens`, else `--max-new-tokens`, else the benchmark's official one) and sampling;
+    the thinking budget of constrained answers (None: no thinking block)."""
+    generation = dict(config.gen_kwargs)
+    budget = generation.pop("max_new_tokens", None) or config.max_new_tokens
+    sampling = tuple(sorted(generation.items()))
+    if isinstance(request, Session):
+        prefix = (system_message(config.system_prompt), *request.prefix) if config.system_prompt else request.prefix
+        return replace(request, prefix=prefix, max_new_tokens=budget or request.max_new_tokens, sampling=sampling)
+    prompt = request.prompt.with_system(config.system_prompt) if config.system_prompt else request.prompt
+    if isinstance(request, Generate):
+        return replace(request, prompt=prompt, max_new_tokens=budget or request.max_new_tokens, sampling=sampling)
+    if isinstance(request, Number):
+        return replace(request, prompt=prompt, budget=config.numeric_budget, think_budget=think_budget)
+    return replace(request, prompt=prompt, think_budget=think_budget)
+
+
+def batch_kind(request: Request) -> str:
+    """Requests of one kind share a batch: one decoder with one set of settings."""
+    if isinstance(request, Choose):
+        kind = "multi" if request.multi else "single"
+    elif isinstance(request, Number):
+        kind = f"numerical/{request.budget}"
+    else:
+        name = "session" if isinstance(request, Session) else "generate"
+        return f"{name}/{request.max_new_tokens}/{request.sampling}"
+    return kind if request.think_budget is None else f"{kind}/think-{request.think_budget}"
+
+
+def thinking(request: Request) -> bool:
+    """Whether the request reasons in a thinking block before its constrained answer."""
+    return isinstance(request, (Choose, Number)) and request.think_budget is not None
+
+
+def first_prompt(request: Request) -> Prompt:
+    """The prompt the model sees first (a session's first turn)."""
+    return request.turn_prompt(()) if isinstance(request, Session) else request.prompt
+
+
+def render(benchmark: Benchmark, prompt: Prompt, images: Sequence[Any], think: bool = False) -> ModelRequest:
+    """The adapter's request: `prompt` with the decoded question `images` it names, transformed by
+    the benchmark's image rule. With `think` it ends inside an open thinking block."""
+    shown = benchmark.prepare_images(prompt.image_rule, [images[i] for i in prompt.images])
+    return ModelRequest(messages=prompt.messages, images=tuple(shown), answer_prefix=prompt.answer_prefix,
+                        thinking=think)
+
+
+def text_of(prompt: Prompt, think: bool = False) -> ModelRequest:
+    """The adapter's request without pixels, to render and count the prompt's text."""
+    return ModelRequest(messages=prompt.messages, images=(), answer_prefix=prompt.answer_prefix, thinking=think)
+
+
+def model_request(benchmark: Benchmark, question: Question, protocol: str, config: RunConfig | None = None) -> ModelRequest:
+    """What the model is shown first for `question` (images decoded here): for scripts and tests."""
+    from finbench.runner.preprocess import decode_images
+
+    request = benchmark.request(question, protocol)
+    if config is not None:
+        request = for_run(request, config, None)
+    return render(benchmark, first_prompt(request), decode_images(question))
+
+
+def decoding_summary(config: RunConfig, requests: Sequence[Request | None], think_budget: int | None) -> dict[str, Any]:
+    """results.json's `decoding`: how many requests of each batch kind the run made (each kind
+    names its decoder and budgets), and the run-wide settings they carry."""
+    from collections import Counter
+
+    from finbench.runner.keys import DECODER_VERSION
+
+    summary: dict[str, Any] = {"requests": dict(Counter(batch_kind(r) for r in requests if r is not None))}
+    if config.protocol == "constrained":
+        summary["decoder"] = DECODER_VERSION
+    if think_budget is not None:
+        summary["think_budget"] = think_budget
+    if config.system_prompt:
+        summary["system_prompt"] = config.system_prompt
+    if config.gen_kwargs:
+        summary["generation"] = dict(config.gen_kwargs)
+    return summary
+
+
+def build_requests(benchmark: Benchmark, questions: Sequence[Question], config: RunConfig, think_budget: int | None,
+                   max_images: int | None) -> tuple[list[Request | None], dict[int, str]]:
+    """Each question's one request, with the run's settings (None for a question that is an
+    error already), and the errors of questions whose request cannot be made: a request that
+    cannot be built, or one showing more images than the model's family takes."""
+    from finbench.runner.keys import request_images
+
+    requests: list[Request | None] = []
+    errors: dict[int, str] = {}
+    for index, question in enumerate(questions):
+        request = None
+        if not question.error:
+            try:
+                request = for_run(benchmark.request(question, config.protocol), config, think_budget)
+            except Exception as err:  # noqa: BLE001 — a request that cannot be built is that sample's error
+                errors[index] = f"bad request: {type(err).__name__}: {err}"
+        if request is not None and max_images is not None and len(request_images(request)) > max_images:
+            errors[index] = f"too many images: {len(request_images(request))}; this model takes at most {max_images}"
+            request = None
+        requests.append(request)
+    return requests, errors

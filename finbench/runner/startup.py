@@ -1,0 +1,243 @@
+"""Start-up: every check that can fail a run, before any work and before anything is written.
+
+In order: the options (`validate`); the data; what the model's family declares it can honour
+(`check_family`, from config.json alone: no weights read); then the one loader (`load_for_run`,
+used by `run`, the Python API, multi-benchmark runs and `sweep`); then what only the loaded
+checkpoint can tell (its answer vocabulary, its thinking block). Only then does the run folder
+appear, with run.log holding everything logged since the start (`RunLog`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import logging.handlers
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from finbench.runner.distributed import World, rank_device
+from finbench.types import PROTOCOLS, Question, RunConfig
+
+log = logging.getLogger("finbench")
+GENERATION_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
+DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
+LOADING_OPTIONS = ("revision", "trust_remote_code", "attn_implementation", "chat_template")
+
+
+def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
+    """`max_new_tokens=64,temperature=0.7` → (("max_new_tokens", 64), ("temperature", 0.7)); one
+    clear error for an unknown key or a bad value. Greedy decoding is the default."""
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in GENERATION_KEYS:
+            raise ValueError(f"--gen-kwargs {text!r}: expected key=value pairs with keys "
+                             f"{', '.join(GENERATION_KEYS)}")
+        try:
+            pairs.append((key, GENERATION_KEYS[key](value.strip())))
+        except ValueError:
+            raise ValueError(f"--gen-kwargs: {key}={value.strip()!r} is not a {GENERATION_KEYS[key].__name__}") from None
+    return tuple(sorted(pairs))
+
+
+def validate(config: RunConfig) -> None:
+    """Every option checked before any work: a bad one is one ValueError line."""
+    from finbench.models.base import resolve_dtype
+    from finbench.models.quant import QUANT_CHOICES
+
+    if config.protocol not in PROTOCOLS:
+        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(PROTOCOLS)}")
+    if config.batch_size is not None and config.batch_size < 1:
+        raise ValueError("--batch-size must be a positive integer or 'auto'")
+    if config.think_budget < 0:
+        raise ValueError(f"--think-budget {config.think_budget}: must be 0 (no reasoning) or a positive token count")
+    if config.think_budget > 0 and config.protocol != "constrained":
+        raise ValueError("--think-budget applies to the constrained protocol (official generates freely)")
+    at_least = {"--limit": (config.limit, 1), "--token-budget": (config.token_budget, 1),
+                "--workers": (config.workers, 1), "--max-new-tokens": (config.max_new_tokens, 1),
+                "--numeric-budget": (config.numeric_budget, 1), "--max-pixels": (config.max_pixels, 1),
+                "--bootstrap": (config.bootstrap, 0), "--think-budget": (config.think_budget, 0)}
+    for option, (value, low) in at_least.items():
+        if value is not None and value < low:
+            raise ValueError(f"{option} {value}: must be at least {low}")
+    _validate_device(config.device)
+    resolve_dtype(config.dtype, torch.device("cpu"))  # the name only (auto is decided at load)
+    if config.quant not in QUANT_CHOICES:
+        raise ValueError(f"--quant {config.quant}: expected one of {', '.join(QUANT_CHOICES)}")
+    if config.device_map not in DEVICE_MAPS:
+        raise ValueError(f"--device-map {config.device_map}: expected auto, balanced, balanced_low_0 or sequential")
+    if config.chat_template and not Path(config.chat_template).is_file():
+        raise ValueError(f"--chat-template {config.chat_template}: no such file")
+    for key, value in config.gen_kwargs:
+        if key not in GENERATION_KEYS:
+            raise ValueError(f"--gen-kwargs: unknown key {key!r} (known: {', '.join(GENERATION_KEYS)})")
+        if key in ("max_new_tokens", "top_k") and value < 1 or key in ("temperature", "top_p") and value < 0:
+            raise ValueError(f"--gen-kwargs: {key}={value} is out of range")
+    if config.data is not None and not Path(config.data).exists():
+        looks_like_path = Path(config.data).suffix in {".parquet", ".arrow", ".jsonl", ".json"} \
+            or config.data.startswith((".", "/", "~")) or config.data.count("/") != 1
+        if looks_like_path:  # anything else is taken as a hub id ("owner/name")
+            raise ValueError(f"--data {config.data}: no such file or folder")
+    check_writable(Path(config.out))
+
+
+def _validate_device(device: str) -> None:
+    if device == "auto":
+        return
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N") from None
+    if resolved.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available on this machine")
+    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_writable(out_dir: Path) -> None:
+    """The run folder can be made (or is a writable folder) — checked without making it."""
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise ValueError(f"--out {out_dir}: cannot write there ({existing} is not a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out_dir}: cannot write there (permission denied on {existing})")
+
+
+def check_family(config: RunConfig, model: Any = None) -> None:
+    """What the model's family does not declare (models/contract.py) is refused here, from
+    config.json alone, before any weights are read. With a loaded `model`, its capabilities."""
+    from finbench.models import family_of, refusal
+
+    if model is not None:
+        capabilities, family = model.capabilities, model.family
+    else:
+        cls, model_type = family_of(config.model)
+        capabilities, family = cls.capabilities_for(model_type), cls.family
+    sampling = [k for k, _ in config.gen_kwargs if k != "max_new_tokens"]
+    hub = [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map") if getattr(config, k)]
+    refused = refusal(capabilities, family, think_budget=config.think_budget, quant=config.quant,
+                      device_preprocess=config.device_preprocess, max_pixels=config.max_pixels, sampling=sampling,
+                      chat_template=config.chat_template is not None, hub_options=hub)
+    if refused:
+        raise ValueError(refused)
+
+
+def load_for_run(config: RunConfig, world: World | None = None) -> Any:
+    """The one loader: the model `config` names, with every loading option it holds, on this
+    rank's device (with several ranks, `auto`/`cuda` means the rank's own GPU)."""
+    from finbench.models import load_model
+
+    check_family(config)
+    device = rank_device(config.device, world or World())
+    template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
+    return load_model(config.model, dtype=config.dtype, device=device, quant=config.quant,
+                      max_pixels=config.max_pixels, device_map=config.device_map,
+                      device_preprocess=config.device_preprocess, revision=config.revision,
+                      trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
+                      chat_template=template)
+
+
+def given_model(config: RunConfig, model: Any) -> Any:
+    """An already loaded model: loading options cannot apply to it any more."""
+    loading = [name for name in LOADING_OPTIONS if getattr(config, name)]
+    if loading:
+        raise ValueError(f"{', '.join(loading)}: these apply when finbench loads the model; pass the model "
+                         "name instead of a loaded model, or load it with them")
+    check_family(config, model)
+    return model
+
+
+def think_budget_for(config: RunConfig, model: Any) -> int | None:
+    """The thinking budget of the run's constrained requests: None for an instruct run. A
+    checkpoint whose template opens the block itself always thinks (budget 0 = the block is
+    closed at once); others only when asked to."""
+    if config.protocol != "constrained":
+        return None
+    if model.thinking_token_ids() is None:
+        if config.think_budget > 0:
+            raise ValueError(f"--think-budget {config.think_budget}: {config.model} has no thinking block "
+                             f"(family {model.family})")
+        return None
+    return config.think_budget if config.think_budget > 0 or model.template_opens_thinking() else None
+
+
+def compile_vision(model: Any, notes: list[str]) -> None:
+    """--compile-vision before the cache keys are made (the fingerprint says what is compiled)."""
+    from finbench.models.compile import compile_unavailable
+
+    reason = compile_unavailable(model.device)
+    if reason:
+        raise ValueError(f"--compile-vision: {reason}")
+    compiled = model.compile_vision()
+    if compiled:
+        log.info("compiled vision blocks: %s", ", ".join(f"{n} ×{k}" for n, k in compiled.items()))
+    else:
+        notes.append(f"--compile-vision: {model.family} declares no repeated vision blocks; the vision tower "
+                     "ran uncompiled")
+
+
+def mark_duplicate_ids(questions: list[Question], notes: list[str]) -> list[Question]:
+    """A repeated question id is a per-sample error on every repeat (the first keeps it): results
+    are keyed by id, so two rows with one id would be merged or miscounted downstream."""
+    first_seen: dict[str, int] = {}
+    marked = []
+    for index, question in enumerate(questions):
+        first = first_seen.setdefault(question.id, index)
+        if first != index:  # renamed too, so that ids stay unique in samples.parquet
+            question = dataclasses.replace(
+                question, id=f"{question.id}#dup{index + 1}",
+                error=f"duplicate id {question.id!r}: record {index + 1} repeats the id of record {first + 1}; "
+                      "only the first is evaluated")
+        marked.append(question)
+    repeats = len(questions) - len(first_seen)
+    if repeats:
+        notes.append(f"{repeats} question(s) repeat an earlier id; each repeat is a per-sample error")
+    return marked
+
+
+class RunLog:
+    """run.log: finbench's log and every library warning (the console shows each once). Records
+    are held in memory from the start of the run and written once the run folder exists, so a run
+    refused at start-up writes nothing."""
+
+    def __init__(self) -> None:
+        self.buffer = logging.handlers.MemoryHandler(capacity=10**6, flushLevel=logging.CRITICAL + 1)
+        self._attach(self.buffer)
+        log.setLevel(logging.INFO)
+
+    @staticmethod
+    def _attach(handler: logging.Handler) -> None:
+        for logger in (log, logging.getLogger("py.warnings")):
+            for old in [h for h in logger.handlers
+                        if isinstance(h, (logging.FileHandler, logging.handlers.MemoryHandler))]:
+                logger.removeHandler(old)
+                old.close()
+            logger.addHandler(handler)
+
+    def open(self, path: Path) -> None:
+        """Start writing to `path`, with everything logged so far."""
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        self.buffer.setTarget(handler)
+        self.buffer.flush()
+        self.buffer.setTarget(None)
+        self._attach(handler)
+
+
+def make_run_folder(out_dir: Path) -> None:
+    """Create the run folder and prove it takes a file, or fail with one line."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".finbench-write-test-{os.getpid()}"  # per process: ranks probe at once
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"--out {out_dir}: cannot write there ({err.strerror or err})") from None

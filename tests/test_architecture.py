@@ -1,0 +1,148 @@
+"""The house rules, checked on the code itself: no import circles (module-level or inside a
+function), no runner file over 300 lines, no probing of benchmarks or models with hasattr or
+signatures, and every benchmark and family behind its explicit contract."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
+RUNNER_MAX_LINES = 300
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module → modules it imports (anywhere in the file), resolved to finbench's own files. An
+    __init__ that only hands names on (no functions or classes) is left out, as importing a
+    package runs it: it would tie every submodule to every other."""
+    files = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    faces = set()
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if path.name == "__init__.py" and not any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in tree.body):
+            faces.add(name)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(tree):
+            found = []
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                found = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            for target in found:
+                while target and target not in files:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return {m: {t for t in ts if t not in faces} for m, ts in graph.items() if m not in faces}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of two or more modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles_anywhere_in_finbench():
+    graph = _import_graph()
+    assert len(graph) > 50  # the walk really saw the package
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_runner_file_is_at_most_300_lines():
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in (PACKAGE / "runner").glob("*.py")}
+    assert "engine.py" in sizes and "loop.py" in sizes
+    assert {name: n for name, n in sizes.items() if n > RUNNER_MAX_LINES} == {}
+
+
+def test_runner_never_probes_benchmarks_or_models():
+    """Capabilities are declared, never found out: no hasattr, no signature inspection, no
+    reaching into the Hugging Face module (`.model.model`, `.tokenizer`, `.processor`)."""
+    probing = re.compile(r"\bhasattr\(|inspect\.signature|\.model\.model\b|model\.tokenizer\b|model\.processor\b")
+    files = [*(PACKAGE / "runner").glob("*.py"), PACKAGE / "benchmarks" / "__init__.py",
+             PACKAGE / "benchmarks" / "base.py", PACKAGE / "api.py", PACKAGE / "sweep.py"]
+    offenders = {f"{path.name}:{n}": line.strip() for path in files
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if probing.search(line)}
+    assert offenders == {}
+
+
+def test_every_benchmark_and_family_stands_behind_its_contract(tiny_model):
+    from finbench.benchmarks import BENCHMARKS
+    from finbench.benchmarks.base import Benchmark
+    from finbench.models import FAMILIES, Capabilities, ModelAdapter
+    from finbench.scoring.stats import Scorer
+
+    assert set(BENCHMARKS) == {"finmme", "famma", "finmtm"}
+    for name, benchmark in BENCHMARKS.items():
+        assert isinstance(benchmark, Benchmark) and benchmark.name == name
+        assert isinstance(benchmark.scorer, Scorer) and benchmark.group_columns
+        assert benchmark.official_max_new_tokens > 0 and benchmark.title
+    for family in FAMILIES:
+        assert isinstance(family.capabilities, Capabilities), family.family
+    assert isinstance(tiny_model, ModelAdapter)
+
+
+def test_adding_a_benchmark_guide_names_real_code():
+    """docs/adding-a-benchmark.md points at files and names that exist."""
+    guide = (PACKAGE.parent / "docs" / "adding-a-benchmark.md").read_text(encoding="utf-8")
+    for path in re.findall(r"`(finbench/[\w/]+\.py)`", guide):
+        assert (PACKAGE.parent / path).is_file(), path
+    from finbench.benchmarks import base, finmme
+
+    for name in ("record_to_question", "load_questions", "request", "answer", "prepare_images", "BENCHMARK"):
+        assert f"`{name}" in guide and hasattr(finmme, name), name
+    for field in ("name", "load", "request", "answer", "scorer", "group_columns", "domain_field"):
+        assert field in base.Benchmark.__dataclass_fields__ and f"`{field}`" in guide, field
+
+
+@pytest.mark.parametrize("doc", ["architecture.md", "adding-a-benchmark.md"])
+def test_docs_exist(doc):
+    assert len((PACKAGE.parent / "docs" / doc).read_text(encoding="utf-8").splitlines()) > 20
