@@ -110,7 +110,9 @@ class RunConfig:
     dtype: str = "auto"
     device: str = "auto"
     device_map: str | None = None  # "auto": split a model larger than one GPU across GPUs (accelerate)
-    quant: str = "none"
+    quant: str = "none"  # an on-the-fly format (models/quant.py); a pre-quantized checkpoint needs none
+    quant_vision: bool = False  # --quant-vision: quantize the vision tower too (default: the language model only)
+    allow_dequantized: bool = False  # run an FP8 checkpoint dequantized where FP8 matmuls cannot run (labelled)
     max_new_tokens: int | None = None  # free generation budget (None: the benchmark's official one)
     numeric_budget: int = 12  # tokens for a constrained numerical answer
     max_pixels: int | None = None

@@ -54,20 +54,29 @@ def family_of(source: str) -> tuple[type[HFVisionLanguageModel], str]:
 def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
                max_pixels: int | None = None, device_preprocess: bool = False, revision: str | None = None,
                trust_remote_code: bool = False, attn_implementation: str | None = None,
-               chat_template: str | None = None, device_map: str | None = None) -> HFVisionLanguageModel:
+               chat_template: str | None = None, device_map: str | None = None, quant_vision: bool = False,
+               allow_dequantized: bool = False) -> HFVisionLanguageModel:
     """Load a model from a hub id or a local folder through the transformers Auto classes.
     `chat_template` is the text of a Jinja template that replaces the checkpoint's. An option the
-    family does not declare (models/contract.py) is refused before any weights are read."""
+    family does not declare (models/contract.py) is refused before any weights are read; so is a
+    quantization that cannot run here (models/quant.py), and a checkpoint shipped quantized runs
+    in its own format (models/quant_checkpoint.py)."""
+    from finbench.models.quant_checkpoint import declared_quantization
+
     family, model_type = family_of(source)
+    declared = declared_quantization(source)
     hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
     refused = refusal(family.capabilities_for(model_type), family.family, quant=quant,
                       device_preprocess=device_preprocess, max_pixels=max_pixels, chat_template=chat_template is not None,
                       hub_options=[f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map")
-                                   if k in hub])
+                                   if k in hub], prequantized=declared.label if declared else None)
     if refused:
         raise ValueError(refused)
     options = {"device_preprocess": True} if device_preprocess else {}
+    # passed only when they apply, so a native adapter (DeepSeek-VL2, refused above) never sees them
+    options.update({k: True for k, v in (("quant_vision", quant_vision), ("allow_dequantized", allow_dequantized))
+                    if v and (quant != "none" or declared is not None)})
     try:
         model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **hub, **options)
     except (OSError, AttributeError, KeyError, SafetensorError, ImportError) as err:

@@ -136,7 +136,7 @@ class HFVisionLanguageModel:
 
     def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
                  attn_implementation: str = "sdpa", max_pixels: int | None = None,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, quant_report: dict[str, Any] | None = None) -> None:
         self.model = model.eval()
         self.processor = processor
         self.tokenizer = tokenizer if tokenizer is not None else processor.tokenizer
@@ -144,7 +144,8 @@ class HFVisionLanguageModel:
         # tokens where we read the answer logits (measured: Δ = 0.67 with right padding).
         self.tokenizer.padding_side = "left"
         self.source = source
-        self.quant = quant
+        self.quant = quant  # the label: a --quant value, or prequantized:<format> (models/quant.py)
+        self.quant_report = quant_report  # what is really quantized, from the loaded modules
         self.attn_implementation = attn_implementation
         self.max_pixels = max_pixels
         self.device = next(model.parameters()).device
@@ -160,15 +161,18 @@ class HFVisionLanguageModel:
     def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
              max_pixels: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
              attn_implementation: str | None = None, device_map: str | None = None,
+             quant_vision: bool = False, allow_dequantized: bool = False,
              **options: Any) -> "HFVisionLanguageModel":
         """Load through the Auto classes; `options` are family-specific adapter settings.
-        `trust_remote_code` stays off unless asked: a checkpoint's own Python never runs silently."""
+        `trust_remote_code` stays off unless asked: a checkpoint's own Python never runs silently.
+        Quantization (`--quant`, or the checkpoint's own format) follows models/quant.py's plan."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        from finbench.models.quant import quantization_kwargs
+        from finbench.models.quant import plan_quantization
 
         target = resolve_device(device)
         torch_dtype = resolve_dtype(dtype, target)
+        plan = plan_quantization(source, quant, target, torch_dtype, quant_vision, allow_dequantized)
         attn = attn_implementation or attention_implementation(target)
         hub = {"revision": revision, "trust_remote_code": trust_remote_code}
         processor = AutoProcessor.from_pretrained(source, **hub)
@@ -178,10 +182,12 @@ class HFVisionLanguageModel:
         placement = {"device_map": device_map} if device_map else {}  # accelerate splits the layers over GPUs
         model = AutoModelForImageTextToText.from_pretrained(
             source, dtype=torch_dtype, attn_implementation=attn, **hub,
-            **{**quantization_kwargs(quant, target), **placement})
-        if quant == "none" and not device_map:
+            **{**plan.kwargs, **placement})
+        if not plan.placed and not device_map:
             model = model.to(target)
-        return cls(model, processor, source, quant=quant, attn_implementation=attn, max_pixels=max_pixels, **options)
+        label, report = plan.finish(model, target)
+        return cls(model, processor, source, quant=label, attn_implementation=attn, max_pixels=max_pixels,
+                   quant_report=report, **options)
 
     # ---- tokens -------------------------------------------------------------------------------
     def single_token_ids(self, texts: Sequence[str]) -> list[int]:
@@ -402,7 +408,11 @@ class HFVisionLanguageModel:
 
     # ---- bookkeeping --------------------------------------------------------------------------
     def memory_footprint(self) -> int | None:
-        """Bytes of the loaded weights and buffers."""
+        """Bytes of the loaded weights and buffers (quantized tensors by what they store)."""
+        if self.quant != "none":
+            from finbench.models.quant import storage_bytes
+
+            return storage_bytes(self.model)
         return int(self.model.get_memory_footprint())
 
     def timed_parts(self) -> list[tuple[str, Any, str]]:
@@ -448,6 +458,8 @@ class HFVisionLanguageModel:
             "weights": weights_digest(str(self.checkpoint_folder()), file_digest),
             "dtype": str(self.dtype).removeprefix("torch."),
             "quant": self.quant,
+            # what is really quantized (counts, types, bits); absent unquantized, so bf16 keys stay
+            **({"quantization": self.quant_report} if self.quant_report else {}),
             "attn_implementation": self.attn_implementation,
             "device_type": self.device.type,
             "transformers": transformers.__version__,

@@ -15,7 +15,11 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from finbench.models.quant import QUANT_CHOICES
 from finbench.types import ModelRequest
+
+# a family that can load checkpoints shipped quantized (config.json's quantization_config) lists it
+PREQUANTIZED = "prequantized"
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,8 @@ class Capabilities:
 
     thinking: bool = False  # can reason in a tagged block before answering (--think-budget)
     thinking_tags: tuple[str, str] = ("<think>", "</think>")
-    quantization: tuple[str, ...] = ("none", "8bit", "4bit")  # accepted --quant values
+    # accepted --quant values (models/quant.py), and PREQUANTIZED for checkpoints shipped quantized
+    quantization: tuple[str, ...] = (*QUANT_CHOICES, PREQUANTIZED)
     max_images: int | None = None  # images per request; None = no fixed limit (the context is)
     device_preprocessing: bool = False  # --device-preprocess: resize/normalise on the model's device
     flop_count: bool = False  # prefill_flops is an analytic count (models/flops.py), else None
@@ -38,12 +43,16 @@ class Capabilities:
 
 def refusal(capabilities: Capabilities, family: str, *, think_budget: int = 0, quant: str = "none",
             device_preprocess: bool = False, max_pixels: int | None = None, sampling: Sequence[str] = (),
-            chat_template: bool = False, hub_options: Sequence[str] = ()) -> str | None:
-    """The first asked-for option that `family` does not declare, as one line; None if all apply."""
+            chat_template: bool = False, hub_options: Sequence[str] = (), prequantized: str | None = None) -> str | None:
+    """The first asked-for option that `family` does not declare, as one line; None if all apply.
+    `prequantized` is the label of a checkpoint's own quantization (models/quant_checkpoint.py)."""
     if think_budget > 0 and not capabilities.thinking:
         return f"--think-budget {think_budget}: {family} has no thinking block"
     if quant != "none" and quant not in capabilities.quantization:
-        return f"--quant {quant}: {family} supports {', '.join(capabilities.quantization)}"
+        accepted = [q for q in capabilities.quantization if q != PREQUANTIZED]
+        return f"--quant {quant}: {family} supports {', '.join(accepted)}"
+    if prequantized and PREQUANTIZED not in capabilities.quantization:
+        return f"this checkpoint is quantized ({prequantized}); {family} loads unquantized checkpoints only"
     if device_preprocess and not capabilities.device_preprocessing:
         return f"--device-preprocess is not available for {family}"
     if max_pixels is not None and not capabilities.pixel_budget:

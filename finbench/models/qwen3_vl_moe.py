@@ -7,9 +7,11 @@ the adapter is Qwen3-VL's; the FLOP count charges the router and the `num_expert
 experts each token is routed to, not all experts (models/flops.py). Routing is per token, so a
 row's answer does not depend on the rest of its batch (checked in tests/test_decoding.py).
 
-No `--quant`: bitsandbytes (transformers 5.24) quantizes `nn.Linear` layers only, and the experts
-are fused 3-D tensors, so an "8bit"/"4bit" run would keep ~all expert weights in bf16 (measured on
-the tiny model: attention int8, experts untouched) and mislabel a quantization study.
+No `--quant`: bitsandbytes (transformers 5.24) and torchao quantize `nn.Linear` layers only, and
+the experts are fused 3-D tensors, so an "8bit"/"4bit"/"int8wo" run would keep ~all expert weights
+in bf16 (measured on the tiny model: attention int8, experts untouched) and mislabel a quantization
+study (models/quant.py `untouched_refusal` would refuse it after loading anyway). No pre-quantized
+checkpoints either: transformers serves FP8 experts with a hub kernel that cannot be fetched offline.
 """
 
 from __future__ import annotations

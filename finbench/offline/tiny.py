@@ -386,7 +386,7 @@ def _qwen_image_sizes(max_pixels: int, factor: int) -> dict[str, int]:
     return {"shortest_edge": min_pixels, "longest_edge": max_pixels}
 
 
-def _build_qwen25_vl(hidden_size: int, max_pixels: int) -> _Built:
+def _build_qwen25_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN) -> _Built:
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
@@ -422,9 +422,9 @@ def _build_qwen25_vl(hidden_size: int, max_pixels: int) -> _Built:
     }
     vision = {
         "depth": 2,
-        "hidden_size": _VISION_HIDDEN,
-        "intermediate_size": 2 * _VISION_HIDDEN,
-        "num_heads": _VISION_HIDDEN // _HEAD_DIM,
+        "hidden_size": vision_hidden,
+        "intermediate_size": 2 * vision_hidden,
+        "num_heads": vision_hidden // _HEAD_DIM,
         "hidden_act": "silu",
         "patch_size": 14,
         "spatial_merge_size": 2,
@@ -449,7 +449,7 @@ def _build_qwen25_vl(hidden_size: int, max_pixels: int) -> _Built:
                   {"text_config": text, "vision_config": vision, "image_processor_size": size})
 
 
-def _build_qwen3_vl(hidden_size: int, max_pixels: int) -> _Built:
+def _build_qwen3_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN) -> _Built:
     from transformers import (
         Qwen3VLConfig,
         Qwen3VLForConditionalGeneration,
@@ -474,7 +474,7 @@ def _build_qwen3_vl(hidden_size: int, max_pixels: int) -> _Built:
         chat_template=QWEN3_VL_CHAT_TEMPLATE,
     )
     text = _qwen3_style_text(tokenizer, hidden_size)
-    vision = _qwen3_style_vision(hidden_size, deepstack=True)
+    vision = _qwen3_style_vision(hidden_size, deepstack=True, vision_hidden=vision_hidden)
     config = Qwen3VLConfig(
         text_config=text,
         vision_config=vision,
@@ -489,7 +489,7 @@ def _build_qwen3_vl(hidden_size: int, max_pixels: int) -> _Built:
                   {"text_config": text, "vision_config": vision, "image_processor_size": size})
 
 
-def _build_internvl(hidden_size: int, max_pixels: int) -> _Built:
+def _build_internvl(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN) -> _Built:
     from transformers import (
         InternVLConfig,
         InternVLForConditionalGeneration,
@@ -537,10 +537,10 @@ def _build_internvl(hidden_size: int, max_pixels: int) -> _Built:
         "tie_word_embeddings": False,
     }
     vision = {
-        "hidden_size": _VISION_HIDDEN,
+        "hidden_size": vision_hidden,
         "num_hidden_layers": 2,
-        "num_attention_heads": _VISION_HIDDEN // _HEAD_DIM,
-        "intermediate_size": 2 * _VISION_HIDDEN,
+        "num_attention_heads": vision_hidden // _HEAD_DIM,
+        "intermediate_size": 2 * vision_hidden,
         "hidden_act": "gelu",
         "attention_bias": True,  # InternViT-300M has qkv bias
         "use_qk_norm": False,
@@ -605,12 +605,12 @@ def _qwen3_style_text(tokenizer: Any, hidden_size: int) -> dict[str, Any]:
     }
 
 
-def _qwen3_style_vision(hidden_size: int, deepstack: bool) -> dict[str, Any]:
+def _qwen3_style_vision(hidden_size: int, deepstack: bool, vision_hidden: int = _VISION_HIDDEN) -> dict[str, Any]:
     vision = {
         "depth": 2,
-        "hidden_size": _VISION_HIDDEN,
-        "intermediate_size": 2 * _VISION_HIDDEN,
-        "num_heads": _VISION_HIDDEN // _HEAD_DIM,
+        "hidden_size": vision_hidden,
+        "intermediate_size": 2 * vision_hidden,
+        "num_heads": vision_hidden // _HEAD_DIM,
         "hidden_act": "gelu_pytorch_tanh",
         "patch_size": 16,
         "spatial_merge_size": 2,
@@ -630,7 +630,7 @@ def _vision_token_ids(tokenizer: Any) -> dict[str, int]:
             "vision_start_token_id": ids("<|vision_start|>"), "vision_end_token_id": ids("<|vision_end|>")}
 
 
-def _build_qwen3_vl_moe(hidden_size: int, max_pixels: int) -> _Built:
+def _build_qwen3_vl_moe(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN) -> _Built:
     """Qwen3-VL-MoE (e.g. Qwen3-VL-30B-A3B): Qwen3-VL with every decoder MLP a top-k routed MoE."""
     from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
 
@@ -645,7 +645,7 @@ def _build_qwen3_vl_moe(hidden_size: int, max_pixels: int) -> _Built:
         "decoder_sparse_step": 1,
         "mlp_only_layers": [],
     }
-    vision = _qwen3_style_vision(hidden_size, deepstack=True)
+    vision = _qwen3_style_vision(hidden_size, deepstack=True, vision_hidden=vision_hidden)
     config = Qwen3VLMoeConfig(text_config=text, vision_config=vision, **_vision_token_ids(tokenizer),
                               tie_word_embeddings=False)
     model = Qwen3VLMoeForConditionalGeneration(config)
@@ -653,7 +653,8 @@ def _build_qwen3_vl_moe(hidden_size: int, max_pixels: int) -> _Built:
                   {"text_config": text, "vision_config": vision, "image_processor_size": size})
 
 
-def _build_qwen3_5(hidden_size: int, max_pixels: int, moe: bool = False) -> _Built:
+def _build_qwen3_5(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN,
+                   moe: bool = False) -> _Built:
     """Qwen3.5: a hybrid decoder — layer 0 Gated DeltaNet linear attention (a recurrent state
     instead of a KV cache), layer 1 output-gated full attention (real: 3 of every 4 layers
     linear) — with Qwen3-VL's vision tower minus DeepStack, and the `Qwen3_5Tokenizer` class.
@@ -692,7 +693,7 @@ def _build_qwen3_5(hidden_size: int, max_pixels: int, moe: bool = False) -> _Bui
         text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden_size // 2,
                     shared_expert_intermediate_size=hidden_size)
     name = "Qwen3_5Moe" if moe else "Qwen3_5"
-    vision = _qwen3_style_vision(hidden_size, deepstack=False)
+    vision = _qwen3_style_vision(hidden_size, deepstack=False, vision_hidden=vision_hidden)
     config = getattr(transformers, name + "Config")(text_config=text, vision_config=vision,
                                                    **_vision_token_ids(tokenizer), tie_word_embeddings=False)
     model = getattr(transformers, name + "ForConditionalGeneration")(config)
@@ -700,13 +701,14 @@ def _build_qwen3_5(hidden_size: int, max_pixels: int, moe: bool = False) -> _Bui
                   {"text_config": text, "vision_config": vision, "image_processor_size": size})
 
 
-_BUILDERS: dict[str, Callable[[int, int], _Built]] = {
+_BUILDERS: dict[str, Callable[..., _Built]] = {
     "qwen2.5-vl": _build_qwen25_vl,
     "qwen3-vl": _build_qwen3_vl,
     "internvl": _build_internvl,
     "qwen3-vl-moe": _build_qwen3_vl_moe,
     "qwen3.5": _build_qwen3_5,
-    "qwen3.5-moe": lambda hidden_size, max_pixels: _build_qwen3_5(hidden_size, max_pixels, moe=True),
+    "qwen3.5-moe": lambda hidden_size, max_pixels, vision_hidden=_VISION_HIDDEN: _build_qwen3_5(
+        hidden_size, max_pixels, vision_hidden, moe=True),
 }
 # deepseek-vl2 is not a transformers model: its own file builds the official format (make_tiny)
 assert tuple(_BUILDERS) == tuple(f for f in TINY_FAMILIES if f != "deepseek-vl2")
@@ -725,6 +727,8 @@ def make_tiny(
     max_pixels: int = 28 * 28 * 16,
     weights_dtype: str = "bfloat16",
     thinking: bool = False,
+    vision_hidden_size: int = _VISION_HIDDEN,
+    quant: str | None = None,
 ) -> Path:
     """Build a tiny random-weight checkpoint of `family` into `out_dir` and return its path.
 
@@ -733,8 +737,15 @@ def make_tiny(
     `weights_dtype` is the stored dtype ("bfloat16" like the real checkpoints, or "float32");
     load with `dtype=torch.float32` for exact comparisons. `thinking=True` writes a thinking
     checkpoint's chat template (the generation prompt opens `<think>`, as Qwen3-VL-*-Thinking).
+    `quant` builds a checkpoint for quantization tests in kernel-friendly widths, pre-quantized in
+    that format's own on-disk layout (offline/tiny_quant.py `TINY_QUANT_FORMATS`).
     """
     import torch
+
+    if quant is not None:
+        from finbench.offline.tiny_quant import make_tiny_quantized
+
+        return make_tiny_quantized(family, out_dir, quant, seed=seed)
     from transformers import AutoProcessor, GenerationConfig
     from transformers.utils import logging as hf_logging
 
@@ -765,7 +776,7 @@ def make_tiny(
     # Fork the RNG so that seeding for a deterministic init does not disturb the caller.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        built = _BUILDERS[family](hidden_size, max_pixels)
+        built = _BUILDERS[family](hidden_size, max_pixels, vision_hidden_size)
     if thinking:
         _make_thinking(built)
     model = built.model.to(getattr(torch, weights_dtype)).eval()
@@ -800,6 +811,7 @@ def make_tiny(
         "architecture": built.model_class,
         "processor": built.processor_class,
         "hidden_size": hidden_size,
+        **({"vision_hidden_size": vision_hidden_size} if vision_hidden_size != _VISION_HIDDEN else {}),
         "max_pixels": max_pixels,
         "weights_dtype": weights_dtype,
         "thinking": thinking,

@@ -46,8 +46,8 @@ def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
 
 def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line."""
-    from finbench.models.base import resolve_dtype
-    from finbench.models.quant import QUANT_CHOICES
+    from finbench.models.base import resolve_device, resolve_dtype
+    from finbench.models.quant import QUANT_CHOICES, quant_unavailable
 
     if config.protocol not in PROTOCOLS:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(PROTOCOLS)}")
@@ -68,6 +68,11 @@ def validate(config: RunConfig) -> None:
     resolve_dtype(config.dtype, torch.device("cpu"))  # the name only (auto is decided at load)
     if config.quant not in QUANT_CHOICES:
         raise ValueError(f"--quant {config.quant}: expected one of {', '.join(QUANT_CHOICES)}")
+    if config.quant_vision and config.quant == "none":
+        raise ValueError("--quant-vision applies with --quant (8bit, 4bit, int8wo, int4wo, fp8)")
+    unavailable = quant_unavailable(config.quant, resolve_device(config.device))  # fp8 off CUDA, a missing package
+    if unavailable:
+        raise ValueError(unavailable)
     if config.device_map not in DEVICE_MAPS:
         raise ValueError(f"--device-map {config.device_map}: expected auto, balanced, balanced_low_0 or sequential")
     if config.chat_template and not Path(config.chat_template).is_file():
@@ -115,17 +120,26 @@ def check_family(config: RunConfig, model: Any = None) -> None:
     """What the model's family does not declare (models/contract.py) is refused here, from
     config.json alone, before any weights are read. With a loaded `model`, its capabilities."""
     from finbench.models import family_of, refusal
+    from finbench.models.base import resolve_device
+    from finbench.models.quant import quant_refusal
+    from finbench.models.quant_checkpoint import declared_quantization
 
+    declared = None
     if model is not None:
         capabilities, family = model.capabilities, model.family
     else:
         cls, model_type = family_of(config.model)
         capabilities, family = cls.capabilities_for(model_type), cls.family
+        declared = declared_quantization(config.model)
     sampling = [k for k, _ in config.gen_kwargs if k != "max_new_tokens"]
     hub = [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map") if getattr(config, k)]
     refused = refusal(capabilities, family, think_budget=config.think_budget, quant=config.quant,
                       device_preprocess=config.device_preprocess, max_pixels=config.max_pixels, sampling=sampling,
-                      chat_template=config.chat_template is not None, hub_options=hub)
+                      chat_template=config.chat_template is not None, hub_options=hub,
+                      prequantized=declared.label if declared else None)
+    if model is None:  # the checkpoint's own format: its package, FP8 where it would be dequantized
+        refused = refused or quant_refusal(config.model, config.quant, resolve_device(config.device),
+                                           config.allow_dequantized)
     if refused:
         raise ValueError(refused)
 
@@ -142,7 +156,8 @@ def load_for_run(config: RunConfig, world: World | None = None) -> Any:
                       max_pixels=config.max_pixels, device_map=config.device_map,
                       device_preprocess=config.device_preprocess, revision=config.revision,
                       trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
-                      chat_template=template)
+                      chat_template=template, quant_vision=config.quant_vision,
+                      allow_dequantized=config.allow_dequantized)
 
 
 def given_model(config: RunConfig, model: Any) -> Any:
