@@ -64,7 +64,12 @@ def run(
     protocol: str = typer.Option("constrained", help="constrained (logit-based) or official (generate + extract)."),
     dtype: str = typer.Option("auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
-    quant: str = typer.Option("none", help="none, 8bit, 4bit (bitsandbytes)."),
+    quant: str = typer.Option("none", help="none, 8bit, 4bit (bitsandbytes), int8wo, int4wo (torchao weight-only), "
+                              "fp8 (W8A8, CUDA capability >= 8.9). A checkpoint shipped quantized needs none."),
+    quant_vision: bool = typer.Option(False, help="--quant the vision tower too (default: the language model only; "
+                                      "the LM head always stays unquantized)."),
+    allow_dequantized: bool = typer.Option(False, help="Run an FP8 checkpoint dequantized where FP8 matmuls cannot "
+                                           "run (CPU, GPUs below capability 8.9); labelled +dequantized."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Free generation budget (official protocol, open answers, "
                                                   "sessions; default: each benchmark's official one)."),
     numeric_budget: int = typer.Option(12, help="Token budget of a constrained numerical answer."),
@@ -114,6 +119,7 @@ def run(
         options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),
                        batch_size=None if batch_size == "auto" else int(batch_size), token_budget=token_budget,
                        workers=workers, protocol=protocol, dtype=dtype, device=device, quant=quant,
+                       quant_vision=quant_vision, allow_dequantized=allow_dequantized,
                        max_new_tokens=max_new_tokens, numeric_budget=numeric_budget, max_pixels=max_pixels,
                        cache=cache, device_preprocess=device_preprocess, device_map=device_map,
                        compile_vision=compile_vision,
@@ -192,7 +198,23 @@ def _configure_output(progress: bool, verbose: bool) -> None:
             transformers.utils.logging.set_verbosity_error()
         except ImportError:
             pass
+    shown.addFilter(_not_library_chatter)
     logging.getLogger("py.warnings").addHandler(shown)
+    from finbench.models.quant import keep_in_run_log
+
+    keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
+
+
+# Libraries that warn on every call (bitsandbytes: "MatMul8bitLt: inputs will be cast …" once per
+# layer per batch, ~130 lines a run) or log through their own stderr handlers (torch's pytree
+# deprecations when torchao loads, bitsandbytes' missing optional kernels). Kept in run.log only.
+QUIET_WARNING_SOURCES = ("/bitsandbytes/", "/torchao/", "/compressed_tensors/")
+QUIET_LOGGERS = ("bitsandbytes", "torchao", "torch.utils._pytree", "compressed_tensors")
+
+
+def _not_library_chatter(record) -> bool:
+    text = record.getMessage()
+    return not any(source in text for source in QUIET_WARNING_SOURCES) and "MatMul8bitLt" not in text
 
 
 def _run_and_report(work) -> None:
@@ -375,7 +397,11 @@ def compare(
 def sweep(
     model: Optional[str] = typer.Option(None, help="Hub id or local folder of the model (or use --models)."),
     models: Optional[str] = typer.Option(None, help="Comma-separated models (e.g. instruct,thinking checkpoints)."),
-    quant: Optional[str] = typer.Option(None, help="Comma-separated: none,8bit,4bit."),
+    quant: Optional[str] = typer.Option(None, help="Comma-separated --quant values: none,8bit,4bit,int8wo,int4wo,fp8 "
+                                        "(pre-quantized checkpoints go in --models)."),
+    quant_vision: bool = typer.Option(False, help="--quant the vision tower too."),
+    allow_dequantized: bool = typer.Option(False, help="Run FP8 checkpoints dequantized where FP8 matmuls cannot "
+                                           "run (labelled +dequantized)."),
     dtype: Optional[str] = typer.Option(None, help="Comma-separated dtypes, e.g. bfloat16,float16."),
     think_budget: Optional[str] = typer.Option(None, help="Comma-separated reasoning budgets, e.g. 0,256,1024."),
     benchmark: str = typer.Option("finmme", help="Benchmark name."),
@@ -389,12 +415,14 @@ def sweep(
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples (CIs and paired deltas)."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
+    verbose: bool = typer.Option(False, help="Show every library warning (default: each once; all in run.log)."),
 ) -> None:
     """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
     and compare every variant against the first."""
     from finbench.sweep import parse_axis, run_sweep
     from finbench.types import RunConfig
 
+    _configure_output(progress, verbose)
     with _one_line_errors():
         model_list = parse_axis(models) or ([model] if model else [])
         if not model_list:
@@ -404,7 +432,8 @@ def sweep(
         axes = {"model": model_list, "quant": parse_axis(quant), "dtype": parse_axis(dtype),
                 "think_budget": parse_axis(think_budget, int)}
         base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit, batch_size=batch_size,
-                         device=device, max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed)
+                         device=device, max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
+                         quant_vision=quant_vision, allow_dequantized=allow_dequantized)
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
     from finbench.scoring.commands import print_comparison
 
@@ -451,17 +480,27 @@ def make_tiny_command(
     seed: int = typer.Option(0, help="Weight seed."),
     thinking: bool = typer.Option(False, help="A thinking checkpoint: the chat template opens <think> (Qwen3-VL)."),
     force: bool = typer.Option(False, help="Write into a folder that already holds files."),
+    quant: Optional[str] = typer.Option(None, help="Kernel-friendly widths (multiples of 128) in a quantization "
+                                        "format's own layout: bf16 (for on-the-fly --quant), fp8-block128, bnb-8bit, "
+                                        "bnb-4bit, torchao-int8wo, compressed-tensors-w8a16, awq-4bit, gptq-4bit."),
 ) -> None:
     """Build a tiny random-weight model of a real architecture, offline, loadable like a checkpoint."""
     from finbench.offline.tiny import TINY_FAMILIES, make_tiny
+    from finbench.offline.tiny_quant import TINY_QUANT_FORMATS
 
     if family not in TINY_FAMILIES:
         _fail(f"unknown family {family!r}; available: {', '.join(TINY_FAMILIES)}")
+    if quant is not None and quant not in TINY_QUANT_FORMATS:
+        _fail(f"--quant {quant}: tiny builds exist for {', '.join(TINY_QUANT_FORMATS)}")
+    if quant is not None and (thinking or family == "deepseek-vl2"):
+        _fail(f"--quant: tiny quantized builds are of the transformers families' instruct checkpoints"
+              f"{'' if family != 'deepseek-vl2' else ' (deepseek-vl2 loads unquantized checkpoints only)'}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
         _fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
     with _one_line_errors():
-        path = make_tiny(family, out_dir, seed=seed, thinking=thinking)
-    out_console.print(f"wrote tiny {family} (random weights) to {path}", markup=False)
+        path = make_tiny(family, out_dir, seed=seed, thinking=thinking, quant=quant)
+    layout = f", {quant}" if quant else ""
+    out_console.print(f"wrote tiny {family} (random weights{layout}) to {path}", markup=False)
 
 
 @models_app.command("list")

@@ -1,12 +1,16 @@
 """`finbench sweep`: one evaluation under several settings, each compared against the first.
 
-Axes: `--models A,B` (instruct vs thinking checkpoints), `--quant none,8bit,4bit`, `--dtype …`,
+Axes: `--models A,B` (instruct vs thinking checkpoints, or bf16 vs pre-quantized checkpoints),
+`--quant none,8bit,4bit,int8wo,int4wo,fp8`, `--dtype …`,
 `--think-budget 0,256,1024`; several axes give their product. Every variant runs into its own run
 folder `OUT/<variant>` with one shared cache `OUT/cache.sqlite`, then `OUT/sweep.json`,
 `OUT/report.html` and `OUT/report.md` compare each variant against the first: scores with
 bootstrap CIs, paired deltas (paired bootstrap, exact McNemar, Holm), flipped questions, the
 option-distribution shift (KL(reference ‖ variant), top-1 agreement, gold-probability shift, per
-domain), memory and speed, and accuracy against reasoning tokens for budget sweeps.
+domain), memory and speed, and accuracy against reasoning tokens for budget sweeps. `study`
+gathers a quantization study in one row per variant (what it really ran as, flips right→wrong and
+wrong→right with McNemar and Holm, KL, agreement, gold shift, ECE, the domains that lose most,
+memory and speed ratios); `domain_sensitivity` holds every domain's accuracy per variant.
 
 Served from the cache without the model: the comparison reads only the run folders
 (`samples.parquet`, `results.json`), so `finbench compare OUT/a OUT/b` needs no model. A rerun of
@@ -83,7 +87,7 @@ class RecordedModel:
     def __init__(self, source: str, results: dict[str, Any]) -> None:
         import torch
 
-        from finbench.models.contract import Capabilities
+        from finbench.models.contract import PREQUANTIZED, Capabilities
         from finbench.models.quant import QUANT_CHOICES
 
         self.source = source
@@ -93,7 +97,7 @@ class RecordedModel:
         self.dtype = torch.float32
         self._thinking = results.get("thinking")
         # whatever the recorded run was asked, it could honour: only the cache decides now
-        self.capabilities = Capabilities(thinking=self._thinking is not None, quantization=QUANT_CHOICES,
+        self.capabilities = Capabilities(thinking=self._thinking is not None, quantization=(*QUANT_CHOICES, PREQUANTIZED),
                                          device_preprocessing=True, pixel_budget=True)
 
     @classmethod
@@ -209,6 +213,10 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
         variants.append({
             "name": name, "run_dir": str(run_dir), "model": result["config"]["model"],
             "quant": result["config"].get("quant"), "dtype": result["fingerprint"].get("dtype"),
+            # what the model really ran as (models/quant.py): a --quant value or prequantized:<format>
+            "quant_label": result["fingerprint"].get("quant", "none"),
+            "quantized": quantized_summary(result["fingerprint"].get("quantization")),
+            "calibration": {k: (scores.get("calibration") or {}).get(k) for k in ("n", "ece", "brier", "mean_confidence")},
             "think_budget": result["config"].get("think_budget", 0),
             "scores": {k: scores.get(k) for k in scores.get("headline", [])},
             "ci": {k: scores.get("ci", {}).get(k) for k in scores.get("headline", [])},
@@ -219,12 +227,83 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
             "all_from_cache": bool(throughput.get("all_from_cache")),
             **_reasoning_summary(df),
         })
+    distributions = distribution_comparison(dfs, list(names))
+    domains = _domain_sensitivity(dfs, names, benchmark)
     return _jsonable({
         "benchmark": benchmark, "reference": names[0], "axes": axes or {}, "variants": variants,
         "comparison": comparison, "flip_matrix": flip_matrix(dfs, names),
-        "distributions": distribution_comparison(dfs, list(names)),
+        "distributions": distributions, "domain_sensitivity": domains,
+        "study": study_rows(variants, comparison, distributions, domains),
         "units": "scores, agreement and probabilities on 0–1; KL in nats; memory in GiB",
     })
+
+
+def quantized_summary(report: dict[str, Any] | None) -> str:
+    """One line of what a variant's model really held (its fingerprint's quantization report)."""
+    if not report:
+        return "not quantized"
+    lm = report.get("parts", {}).get("language_model", {})
+    types = ", ".join(f"{t} ×{n}" for t, n in (lm.get("types") or {}).items()) or "none quantized"
+    vision = report.get("parts", {}).get("vision", {})
+    extra = f"; vision {vision.get('quantized', 0)}/{vision.get('layers', 0)}" if vision.get("quantized") else ""
+    fmt = report.get("format", {})
+    how = f" ({fmt['kernel']})" if fmt.get("kernel") else " (dequantized)" if fmt.get("dequantized") else ""
+    return f"language model {lm.get('quantized', 0)}/{lm.get('layers', 0)} linears: {types}{extra}{how}"
+
+
+def _domain_sensitivity(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str) -> dict[str, Any]:
+    """Per-domain accuracy of every run on the questions they all share (official correctness)."""
+    import torch
+
+    from finbench.benchmarks import get_benchmark
+    from finbench.scoring.api import per_question_correct
+    from finbench.scoring.stats import domain_sensitivity
+
+    field = get_benchmark(benchmark).domain_field
+    frames = [df.assign(_correct=per_question_correct(df, benchmark)).set_index(df["id"].astype(str)) for df in dfs]
+    shared = frames[0].index
+    for frame in frames[1:]:
+        shared = shared.intersection(frame.index, sort=False)
+    if field not in frames[0].columns or not len(shared):
+        return {"reference": names[0], "n": 0, "domains": [], "meaning": f"no {field!r} column"}
+    correct = torch.tensor(np.stack([f["_correct"].reindex(shared).fillna(0).to_numpy(np.float64) for f in frames]))
+    return domain_sensitivity(correct, frames[0][field].reindex(shared).tolist(), list(names))
+
+
+def study_rows(variants: Sequence[dict[str, Any]], comparison: dict[str, Any], distributions: dict[str, Any],
+               domains: dict[str, Any]) -> list[dict[str, Any]]:
+    """The study in one row per variant against the reference: what it ran as, the primary
+    score's change with its paired CI, flips both ways with McNemar (Holm), the option-distribution
+    shift, calibration, the domains that lose most, memory and speed ratios."""
+    reference = variants[0]
+    primary = comparison["primary"]
+    by_run = {c["run"]: c for c in comparison["comparisons"]}
+    rows = []
+    for variant in variants[1:]:
+        c, d = by_run[variant["name"]], distributions["runs"].get(variant["name"], {})
+        losing = sorted((row["delta"][variant["name"]], row["domain"]) for row in domains["domains"]
+                        if row["delta"].get(variant["name"]) is not None)
+        rows.append({
+            "name": variant["name"], "quant_label": variant["quant_label"], "quantized": variant["quantized"],
+            "primary": primary, "delta": c["delta"][primary]["value"], "delta_ci": c["delta"][primary].get("ci"),
+            "right_to_wrong": c["mcnemar"]["baseline_only"], "wrong_to_right": c["mcnemar"]["run_only"],
+            "mcnemar_p": c["mcnemar"]["p"], "p_holm": c.get("p_holm"),
+            "kl_mean": d.get("kl_mean"), "agreement": d.get("agreement"), "gold_shift_mean": d.get("gold_shift_mean"),
+            "ece": variant["calibration"].get("ece"),
+            "ece_delta": _difference(variant["calibration"].get("ece"), reference["calibration"].get("ece")),
+            "domains_losing_most": [{"domain": name, "delta": delta} for delta, name in losing[:3] if delta < 0],
+            "memory_ratio": _ratio(variant.get("model_memory_gib"), reference.get("model_memory_gib")),
+            "speed_ratio": _ratio(variant.get("samples_per_s"), reference.get("samples_per_s")),
+        })
+    return rows
+
+
+def _difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if not a or not b else a / b
 
 
 def _reasoning_summary(df: pd.DataFrame) -> dict[str, Any]:

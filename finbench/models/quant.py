@@ -24,7 +24,7 @@ import contextlib
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -170,20 +170,42 @@ def quiet_library_import() -> Iterator[None]:
     """torchao's import logs deprecation lines through torch's own stderr handler; keep them in
     finbench's log (run.log) instead of on the console."""
     chatty = logging.getLogger("torch.utils._pytree")
-    forward = _IntoFinbenchLog()
-    saved = chatty.propagate
-    chatty.propagate = False
-    chatty.addHandler(forward)
+    saved, handlers = chatty.propagate, list(chatty.handlers)
+    keep_in_run_log(["torch.utils._pytree"])
     try:
         yield
     finally:
-        chatty.removeHandler(forward)
+        chatty.handlers[:] = handlers
         chatty.propagate = saved
 
 
-class _IntoFinbenchLog(logging.Handler):
+class IntoRunLog(logging.Handler):
+    """Hands a library logger's records to finbench's log, whose handlers write run.log. Records
+    that arrive before a run has opened its log (a sweep loads its model first) wait, and go with
+    the next one that finds it open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: list[logging.LogRecord] = []
+
     def emit(self, record: logging.LogRecord) -> None:
-        logging.getLogger("finbench.library").handle(record)
+        target = logging.getLogger("finbench")
+        if not target.handlers:
+            self.pending = [*self.pending[-199:], record]
+            return
+        for waiting in [*self.pending, record]:
+            target.handle(waiting)
+        self.pending = []
+
+
+def keep_in_run_log(names: Sequence[str]) -> None:
+    """Each named logger's records go to run.log only, never through a console handler of its own
+    or of a parent (torch's stderr handler)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, IntoRunLog) for h in logger.handlers):
+            logger.addHandler(IntoRunLog())
+        logger.propagate = False
 
 
 # ---- what is really quantized ------------------------------------------------------------------

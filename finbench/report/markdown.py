@@ -78,7 +78,32 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         f"## Against {summary['reference']} (×100; paired bootstrap CI, exact McNemar, Holm)",
         _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}" for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
+        *_study_markdown(summary),
     ]) + "\n"
+
+
+def _study_markdown(summary: dict[str, Any]) -> list[str]:
+    """The quantization study and per-domain sensitivity tables (sweeps written since they exist)."""
+    study, domains = summary.get("study") or [], (summary.get("domain_sensitivity") or {}).get("domains") or []
+    parts = []
+    if study:
+        rows = [[r["name"], r["quant_label"], r["quantized"], f"{pct(r['delta'])} {_ci(r.get('delta_ci'))}",
+                 str(r["right_to_wrong"]), str(r["wrong_to_right"]), num(r["mcnemar_p"]), num(r["p_holm"]),
+                 num(r["kl_mean"]), pct(r["agreement"]), pct(r["gold_shift_mean"]),
+                 f"{pct(r['ece'])} ({pct(r['ece_delta'])})",
+                 "; ".join(f"{d['domain']} {pct(d['delta'])}" for d in r["domains_losing_most"]) or "none",
+                 num(r["memory_ratio"]), num(r["speed_ratio"])] for r in study]
+        parts += [f"## Quantization study (against {summary['reference']}; ×100)",
+                  _table(["variant", "runs as", "what is quantized", f"Δ {HEADLINE_LABELS.get(study[0]['primary'], study[0]['primary'])}",
+                          "right → wrong", "wrong → right", "McNemar p", "Holm p", "KL mean (nats)", "top-1 agreement",
+                          "gold prob shift", "ECE (Δ)", "domains losing most", "memory ×", "speed ×"], rows)]
+    if domains:
+        names = [v["name"] for v in summary["variants"]]
+        rows = [[d["domain"], str(d["n"]), pct(d["accuracy"].get(names[0])),
+                 *[pct(d["delta"].get(n)) for n in names[1:]]] for d in domains]
+        parts += ["## Per-domain sensitivity (accuracy ×100; most sensitive first)",
+                  _table(["domain", "n", names[0], *[f"Δ {n}" for n in names[1:]]], rows)]
+    return parts
 
 
 def write_sweep_markdown(out: str | Path, summary: dict[str, Any]) -> Path:

@@ -392,3 +392,29 @@ def _shift_summary(shift: dict[str, torch.Tensor]) -> dict[str, float | None]:
             "agreement": float(shift["agree"].to(torch.float64).mean()) if n else None,
             "gold_shift_mean": _finite_or_none(float(shift["gold_shift"][known_gold].mean()))
             if bool(known_gold.any()) else None}
+
+
+# ---- quantization studies ---------------------------------------------------------------------------
+def domain_sensitivity(correct: torch.Tensor, domains: Sequence[Any], names: Sequence[str]) -> dict[str, Any]:
+    """Which domains lose most: `correct` [R, N] (0/1, the same N questions in every run, the first
+    run the reference), `domains` [N] labels. Per domain: n, each run's accuracy, each variant's
+    change against the reference; domains ordered by their largest loss in any variant (first =
+    most sensitive). One segment pass for all runs."""
+    from finbench.kernels.segments import factorize
+
+    codes, labels = factorize(pd.Series(list(domains), dtype=object).astype(str))
+    n_groups = len(labels)
+    counts = torch.bincount(codes, minlength=n_groups).to(torch.float64)
+    values = correct.to(torch.float64)
+    sums = torch.zeros(values.shape[0], n_groups, dtype=torch.float64).index_add_(1, codes, values)
+    accuracy = sums / counts.clamp(min=1)  # [R, G]
+    delta = accuracy[1:] - accuracy[:1]  # [R-1, G]
+    worst = delta.min(dim=0).values if delta.shape[0] else torch.zeros(n_groups, dtype=torch.float64)
+    order = torch.argsort(worst, stable=True).tolist()
+    rows = [{"domain": str(labels[g]), "n": int(counts[g]),
+             "accuracy": {name: float(accuracy[r, g]) for r, name in enumerate(names)},
+             "delta": {name: float(delta[r - 1, g]) for r, name in enumerate(names) if r > 0},
+             "worst_delta": float(worst[g])} for g in order if counts[g] > 0]
+    return {"reference": names[0], "n": int(values.shape[1]), "domains": rows,
+            "meaning": "accuracy per domain on the questions every run shares; delta = variant − reference; "
+                       "ordered by the largest loss in any variant"}
