@@ -200,9 +200,10 @@ def _configure_output(progress: bool, verbose: bool) -> None:
             pass
     shown.addFilter(_not_library_chatter)
     logging.getLogger("py.warnings").addHandler(shown)
-    from finbench.models.quant import keep_in_run_log
+    from finbench.models.quant import keep_in_run_log, loguru_into_run_log
 
     keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
+    loguru_into_run_log()  # compressed-tensors logs through loguru
 
 
 # Libraries that warn on every call (bitsandbytes: "MatMul8bitLt: inputs will be cast …" once per
@@ -498,7 +499,12 @@ def make_tiny_command(
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
         _fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
     with _one_line_errors():
-        path = make_tiny(family, out_dir, seed=seed, thinking=thinking, quant=quant)
+        if quant is not None:
+            from finbench.offline.tiny_quant import make_tiny_quantized
+
+            path = make_tiny_quantized(family, out_dir, quant, seed=seed)
+        else:
+            path = make_tiny(family, out_dir, seed=seed, thinking=thinking)
     layout = f", {quant}" if quant else ""
     out_console.print(f"wrote tiny {family} (random weights{layout}) to {path}", markup=False)
 

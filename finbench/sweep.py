@@ -159,12 +159,17 @@ def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, 
               console: Any = None) -> dict[str, Any]:
     """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
     from finbench.runner.engine import run_benchmark
-    from finbench.runner.startup import validate
+    from finbench.runner.startup import check_family, validate
 
     out = Path(out)
     variants = plan_variants(base, axes)
-    for _, config in variants:  # every variant's options checked before any of them runs
+    for name, config in variants:  # every variant's options and model checked before any of them runs
         validate(config)
+        try:  # what its family and its checkpoint's format allow here (config.json only)
+            check_family(config)
+        except ValueError:
+            if not (out / name / "results.json").is_file():  # a model gone since is served from the cache
+                raise
     cache = Path(base.cache) if base.cache else out / "cache.sqlite"
     run_dirs = []
     for name, config in variants:

@@ -170,3 +170,65 @@ def test_sweep_none_to_8bit_then_from_the_cache_with_the_model_deleted(tmp_path,
     # broken: with the model gone, a question that is not cached cannot be answered
     done = runner.invoke(app, [*args[:7], "--limit", "20", *args[9:]])
     assert done.exit_code == 2 and "missing" in done.output, done.output
+
+
+def _mcnemar_by_hand(b: int, c: int) -> float:
+    """Two-sided exact McNemar: twice the smaller binomial tail of Binomial(b + c, 1/2), capped at 1."""
+    n = b + c
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+@pytest.mark.slow
+def test_quantization_sweep_over_five_formats(tmp_path_factory, synthetic_parquet):
+    """none,8bit,4bit,int8wo,int4wo on a kernel-friendly tiny model: every variant without errors and
+    labelled as it ran; flips both ways, McNemar, KL and per-domain sensitivity in sweep.json equal
+    brute-force loops over the stored samples."""
+    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("torchao")
+    from helpers import sharpened_tiny_dir
+
+    model = sharpened_tiny_dir(tmp_path_factory, "qwen2.5-vl", hidden_size=256, vision_hidden_size=128)
+    out = tmp_path_factory.mktemp("qsweep") / "sweep"
+    quants = ["none", "8bit", "4bit", "int8wo", "int4wo"]
+    done = CliRunner().invoke(app, ["sweep", "--model", str(model), "--quant", ",".join(quants), "--data",
+                                    str(synthetic_parquet), "--limit", "12", "--device", "cpu", "--out", str(out),
+                                    "--bootstrap", "100", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    assert "MatMul8bitLt" not in done.output
+    summary = json.loads((out / "sweep.json").read_text())
+    names = [f"quant-{q}" for q in quants]
+    assert [v["name"] for v in summary["variants"]] == names
+    assert [v["quant_label"] for v in summary["variants"]] == quants
+    samples = {}
+    for name, quant in zip(names, quants):
+        results = json.loads((out / name / "results.json").read_text())
+        assert results["errors"]["count"] == 0 and results["fingerprint"]["quant"] == quant
+        samples[name] = pd.read_parquet(out / name / "samples.parquet")
+    assert all(v["model_memory_gib"] < summary["variants"][0]["model_memory_gib"] for v in summary["variants"][1:])
+    reference = samples[names[0]].set_index("id")["correct"] > 0.5
+    for row in summary["study"]:
+        variant = samples[row["name"]].set_index("id")["correct"].reindex(reference.index) > 0.5
+        lost, gained = int((reference & ~variant).sum()), int((~reference & variant).sum())
+        assert (row["right_to_wrong"], row["wrong_to_right"]) == (lost, gained)
+        assert math.isclose(row["mcnemar_p"], _mcnemar_by_hand(lost, gained), rel_tol=1e-9)
+        want = _brute_force(samples[names[0]], samples[row["name"]])
+        assert math.isclose(row["kl_mean"], want["kl_mean"], rel_tol=1e-9, abs_tol=1e-15)
+        assert math.isclose(row["agreement"], want["agreement"])
+        assert row["ece"] is not None and row["memory_ratio"] < 1
+    assert any(row["kl_mean"] > 0 for row in summary["study"])  # quantization moved the distributions
+    assert summary["study"][0]["p_holm"] >= summary["study"][0]["mcnemar_p"]
+    # per-domain sensitivity: a loop over domains and questions
+    frames = {n: df.set_index("id") for n, df in samples.items()}
+    for entry in summary["domain_sensitivity"]["domains"]:
+        ids = [i for i, d in frames[names[0]]["domain"].items() if d == entry["domain"]]
+        assert entry["n"] == len(ids)
+        for name in names:
+            accuracy = sum(frames[name].loc[i, "correct"] > 0.5 for i in ids) / len(ids)
+            assert math.isclose(entry["accuracy"][name], accuracy)
+    worst = [e["worst_delta"] for e in summary["domain_sensitivity"]["domains"]]
+    assert worst == sorted(worst)  # most sensitive first
+    for name in ("report.html", "report.md"):
+        assert "Quantization study" in (out / name).read_text()

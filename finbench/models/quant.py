@@ -208,6 +208,21 @@ def keep_in_run_log(names: Sequence[str]) -> None:
         logger.propagate = False
 
 
+def loguru_into_run_log() -> None:
+    """compressed-tensors logs through loguru, whose default sink is stderr: send its records to
+    run.log instead (loguru is only installed with compressed-tensors; nothing to do without it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("loguru") is None:
+        return
+    from loguru import logger
+
+    with contextlib.suppress(ValueError):  # the default sink was removed already
+        logger.remove(0)
+        logger.add(lambda message: logging.getLogger("finbench.library").log(
+            message.record["level"].no, message.record["message"]), level="INFO", format="{message}")
+
+
 # ---- what is really quantized ------------------------------------------------------------------
 def weight_kind(module: torch.nn.Module) -> tuple[str, int | None, str] | None:
     """(kind, bits, storage dtype) of a module's weight matrix: kind is the quantized tensor or
@@ -398,7 +413,7 @@ def plan_quantization(source: str, quant: str, device: torch.device, dtype: torc
                       quant_vision: bool = False, allow_dequantized: bool = False) -> QuantPlan:
     """The plan of a load, or one ValueError line when it cannot be honoured here (checked before
     any weights are read)."""
-    from finbench.models import quant_checkpoint
+    import finbench.models.quant_checkpoint as quant_checkpoint
 
     refused = quant_refusal(source, quant, device, allow_dequantized)
     if refused:
@@ -415,7 +430,7 @@ def plan_quantization(source: str, quant: str, device: torch.device, dtype: torc
 
 def quant_refusal(source: str, quant: str, device: torch.device, allow_dequantized: bool = False) -> str | None:
     """Why this (model, --quant, device) cannot load as asked, in one line, from config.json alone."""
-    from finbench.models import quant_checkpoint
+    import finbench.models.quant_checkpoint as quant_checkpoint
 
     checkpoint = quant_checkpoint.declared_quantization(source)
     if checkpoint is not None:

@@ -728,7 +728,6 @@ def make_tiny(
     weights_dtype: str = "bfloat16",
     thinking: bool = False,
     vision_hidden_size: int = _VISION_HIDDEN,
-    quant: str | None = None,
 ) -> Path:
     """Build a tiny random-weight checkpoint of `family` into `out_dir` and return its path.
 
@@ -737,15 +736,11 @@ def make_tiny(
     `weights_dtype` is the stored dtype ("bfloat16" like the real checkpoints, or "float32");
     load with `dtype=torch.float32` for exact comparisons. `thinking=True` writes a thinking
     checkpoint's chat template (the generation prompt opens `<think>`, as Qwen3-VL-*-Thinking).
-    `quant` builds a checkpoint for quantization tests in kernel-friendly widths, pre-quantized in
-    that format's own on-disk layout (offline/tiny_quant.py `TINY_QUANT_FORMATS`).
+    `vision_hidden_size` sets the vision tower's width (offline/tiny_quant.py builds quantization
+    checkpoints in kernel-friendly widths with it).
     """
     import torch
 
-    if quant is not None:
-        from finbench.offline.tiny_quant import make_tiny_quantized
-
-        return make_tiny_quantized(family, out_dir, quant, seed=seed)
     from transformers import AutoProcessor, GenerationConfig
     from transformers.utils import logging as hf_logging
 

@@ -6,7 +6,7 @@ Widths: every language-model linear layer has in and out features that are multi
 (which fails on < 64 input features), torchao int4 (groups of 128), FP8 `_scaled_mm` (multiples of
 16) and 128×128 FP8 blocks all accept them. Qwen3.5's fixed linear-attention heads stay 64 wide.
 
-Formats (`make_tiny(..., quant=FORMAT)`, `finbench models make-tiny FAMILY DIR --quant FORMAT`):
+Formats (`make_tiny_quantized(family, out, FORMAT)`, `finbench models make-tiny FAMILY DIR --quant FORMAT`):
 - `bf16`: unquantized, for `--quant 8bit|4bit|int8wo|int4wo|fp8` runs;
 - `fp8-block128`: the layout of Qwen's -FP8 releases: each quantized layer's `weight` in
   float8_e4m3fn with a float32 `weight_scale_inv` [out/128, in/128], and config.json's
@@ -23,6 +23,7 @@ Weights are random, as every tiny model's: the folders test loading, labelling a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import tempfile
@@ -42,6 +43,8 @@ TINY_QUANT_FORMATS: dict[str, str] = {
     "awq-4bit": "AWQ GEMM int4 packed layout (loading needs gptqmodel)",
     "gptq-4bit": "GPTQ v1 int4 packed layout (loading needs gptqmodel and optimum)",
 }
+_PACKAGES = {"bnb": ("bitsandbytes", "bitsandbytes"), "torchao": ("torchao", "torchao"),
+             "compressed": ("compressed_tensors", "compressed-tensors")}
 # names (either spelling: checkpoint or module tree) of what stays unquantized in every format
 _KEEP = ("lm_head", "visual", "vision_tower", "vision_model", "multi_modal_projector", "embed", "norm")
 
@@ -52,6 +55,9 @@ def make_tiny_quantized(family: str, out_dir: str | Path, fmt: str, seed: int = 
 
     if fmt not in TINY_QUANT_FORMATS:
         raise ValueError(f"--quant {fmt}: tiny builds exist for {', '.join(TINY_QUANT_FORMATS)}")
+    package = _PACKAGES.get(fmt.split("-")[0])
+    if package and importlib.util.find_spec(package[0]) is None:
+        raise ValueError(f"--quant {fmt}: building it needs {package[1]}: pip install {package[1]}")
     out = Path(out_dir)
     if fmt == "bf16" or fmt in _REWRITES:
         make_tiny(family, out, seed=seed, hidden_size=QUANT_HIDDEN, vision_hidden_size=QUANT_VISION_HIDDEN)
