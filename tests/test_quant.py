@@ -380,3 +380,22 @@ def test_sweep_over_bf16_and_prequantized_checkpoints(tmp_path, tiny_quant, synt
         "language model 0/14 linears"]
     assert summary["study"][-1]["quantized"].endswith("(dequantized)")
     assert all(r["kl_mean"] is not None for r in summary["study"])
+
+
+def test_cublas_block_kernel_only_where_the_k_blocks_need_no_padding():
+    from finbench.models.fp8 import layer_kernel
+
+    assert layer_kernel("blockwise", 3584) == "blockwise" and layer_kernel("blockwise", 18944) == "blockwise"
+    assert layer_kernel("blockwise", 256) == "kblocks" and layer_kernel("kblocks", 3584) == "kblocks"
+
+
+@pytest.mark.skipif(not CUDA_FP8, reason="FP8 block checkpoints run in FP8 on CUDA capability >= 8.9 only")
+def test_fp8_checkpoint_runs_in_fp8_on_a_capable_gpu(tiny_quant):
+    model = load_model(str(tiny_quant("fp8-block128")), device="cuda")
+    fingerprint = model.fingerprint()
+    assert fingerprint["quant"] == "prequantized:fp8-block128"
+    assert fingerprint["quantization"]["parts"]["language_model"]["types"] == {"Fp8BlockLinear(fp8)": 14}
+    assert fingerprint["quantization"]["format"]["kernel"] in ("blockwise", "kblocks", "blockwise+kblocks")
+    bf16 = load_model(str(tiny_quant("bf16")), device="cuda")
+    a, b = _prefill(bf16), _prefill(model)
+    assert (a - b).norm() / a.norm() < 0.1

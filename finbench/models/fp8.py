@@ -103,6 +103,12 @@ def block_matmul(x_fp8: torch.Tensor, x_scale: torch.Tensor, w_fp8: torch.Tensor
     return out.to(out_dtype)
 
 
+def layer_kernel(device_kernel: str, in_features: int, block_k: int = 128) -> str:
+    """The kernel of one layer: cuBLAS takes 128×128 weight scales without padding only when the
+    number of K blocks is a multiple of 4 (real widths are: 3584 → 28, 18944 → 148); others slice."""
+    return device_kernel if device_kernel != "blockwise" or (in_features // block_k) % 4 == 0 else "kblocks"
+
+
 def _partial_dtype(device: torch.device) -> torch.dtype:
     # row-wise _scaled_mm gives fp32 outputs on CPU and on Hopper only (cuBLAS); elsewhere bf16
     if device.type == "cuda" and torch.cuda.get_device_capability(device) != (9, 0):
@@ -118,8 +124,8 @@ def block_kernel(device: str) -> str:
     if where.type != "cuda":
         return "kblocks"
     generator = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(64, 256, generator=generator).to(where, torch.bfloat16)
-    w = torch.randn(128, 256, generator=generator).to(where)
+    x = torch.randn(64, 512, generator=generator).to(where, torch.bfloat16)
+    w = torch.randn(256, 512, generator=generator).to(where)
     w_fp8, w_scale_inv = quantize_blocks(w)
     x_fp8, x_scale = quantize_groups(x)
     try:

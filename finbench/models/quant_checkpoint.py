@@ -168,10 +168,11 @@ def unquantized_layers(source: str) -> list[str]:
 
 def serve_fp8_blocks(model: torch.nn.Module, block: tuple[int, int], device: torch.device) -> str:
     """Swap every layer that holds FP8 weights with `weight_scale_inv` (transformers' FP8Linear)
-    for `Fp8BlockLinear`, keeping the loaded tensors; returns the kernel used."""
-    from finbench.models.fp8 import FP8, Fp8BlockLinear, block_kernel
+    for `Fp8BlockLinear`, keeping the loaded tensors; returns the kernels used ("blockwise",
+    "kblocks", or both joined by +)."""
+    from finbench.models.fp8 import FP8, Fp8BlockLinear, block_kernel, layer_kernel
 
-    kernel = block_kernel(str(device))
+    kernel, used = block_kernel(str(device)), set()
     for name, module in list(model.named_modules()):
         weight = getattr(module, "weight", None)
         scale_inv = getattr(module, "weight_scale_inv", None)
@@ -180,5 +181,7 @@ def serve_fp8_blocks(model: torch.nn.Module, block: tuple[int, int], device: tor
         if scale_inv.dim() != 2:
             raise ValueError(f"{name}: per-tensor FP8 scales are not supported (block scales expected)")
         bias = module.bias.detach() if getattr(module, "bias", None) is not None else None
-        model.set_submodule(name, Fp8BlockLinear(weight.detach(), scale_inv.detach(), block, bias, kernel))
-    return kernel
+        chosen = layer_kernel(kernel, weight.shape[1], block[1])
+        used.add(chosen)
+        model.set_submodule(name, Fp8BlockLinear(weight.detach(), scale_inv.detach(), block, bias, chosen))
+    return "+".join(sorted(used)) or kernel
