@@ -158,8 +158,9 @@ def _data_sources(data: List[str], benchmark: str):
 
 
 def _configure_output(progress: bool, verbose: bool) -> None:
-    """Quiet by default: library warnings go to run.log and are shown once each; --no-progress
-    turns off every progress bar (ours, transformers', huggingface_hub's, datasets')."""
+    """Quiet by default: library warnings go to run.log and are shown once each, the quantization
+    libraries' (QUIET_LOGGERS, QUIET_WARNING_SOURCES) only in run.log; --no-progress turns off
+    every progress bar (ours, transformers', huggingface_hub's, datasets')."""
     import logging
     import warnings
 
@@ -198,12 +199,13 @@ def _configure_output(progress: bool, verbose: bool) -> None:
             transformers.utils.logging.set_verbosity_error()
         except ImportError:
             pass
-    shown.addFilter(_not_library_chatter)
     logging.getLogger("py.warnings").addHandler(shown)
-    from finbench.models.quant import keep_in_run_log, loguru_into_run_log
+    if not verbose:
+        from finbench.models.quant import keep_in_run_log, loguru_into_run_log
 
-    keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
-    loguru_into_run_log()  # compressed-tensors logs through loguru
+        shown.addFilter(_not_library_chatter)
+        keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
+        loguru_into_run_log()  # compressed-tensors logs through loguru
 
 
 # Libraries that warn on every call (bitsandbytes: "MatMul8bitLt: inputs will be cast …" once per

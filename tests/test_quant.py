@@ -399,3 +399,62 @@ def test_fp8_checkpoint_runs_in_fp8_on_a_capable_gpu(tiny_quant):
     bf16 = load_model(str(tiny_quant("bf16")), device="cuda")
     a, b = _prefill(bf16), _prefill(model)
     assert (a - b).norm() / a.norm() < 0.1
+
+
+def test_layers_a_kernel_cannot_take_stay_unquantized_and_are_counted():
+    """int4 needs whole groups of 128 inputs: a 64-input layer stays high precision, and says so."""
+    pytest.importorskip("torchao")
+    from finbench.models.quant import fits, quantize_loaded
+
+    model = torch.nn.Module()
+    model.language_model = torch.nn.Module()
+    model.language_model.wide = torch.nn.Linear(256, 128)
+    model.language_model.narrow = torch.nn.Linear(64, 128)
+    assert fits(model.language_model.wide, "int4wo") and not fits(model.language_model.narrow, "int4wo")
+    assert not fits(torch.nn.Linear(24, 128), "fp8") and fits(torch.nn.Linear(24, 128), "int8wo")
+    quantize_loaded(model, "int4wo", torch.device("cpu"))
+    report = inspect_quantization(torch.nn.ModuleDict({"model": model}))
+    lm = report["parts"]["language_model"]
+    assert (lm["layers"], lm["quantized"]) == (2, 1)
+    assert report["language_model_quantized_share"] == pytest.approx(256 / (256 + 64))
+
+
+@pytest.mark.parametrize("config, label", [
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8-block128"),
+    ({"quant_method": "fp8", "weight_block_size": [64, 128]}, "fp8-block64x128"),
+    ({"quant_method": "fp8", "weight_block_size": None}, "fp8-tensor"),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128}, "awq-4bit-g128"),
+    ({"quant_method": "gptq", "bits": 8, "group_size": -1}, "gptq-8bit-g-1"),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "bnb-4bit-nf4"),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {"g": {
+        "weights": {"num_bits": 8, "type": "float"}, "input_activations": {"num_bits": 8, "type": "float"}}}},
+     "compressed-tensors:float-quantized:w8a8-float"),
+    ({"quant_method": "torchao", "quant_type": {"default": {"_type": "Int4WeightOnlyConfig"}}}, "torchao:Int4WeightOnlyConfig"),
+    ({"quant_method": "HQQ"}, "hqq"),
+])
+def test_checkpoint_labels_and_broken_configs(tmp_path, config, label):
+    from finbench.models.quant_checkpoint import declared_quantization
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "quantization_config": config}))
+    assert declared_quantization(str(tmp_path)).label == label
+    for broken in ('{"quantization_config": []}', '{"quantization_config": {}}', "{not json", '{"model_type": "x"}'):
+        (tmp_path / "config.json").write_text(broken)
+        assert declared_quantization(str(tmp_path)) is None
+    assert declared_quantization(str(tmp_path / "missing")) is None
+
+
+def test_families_that_load_unquantized_checkpoints_only_refuse_prequantized_ones():
+    from finbench.models import FAMILIES, refusal
+    from finbench.models.contract import PREQUANTIZED
+
+    for family in FAMILIES:
+        for model_type in family.model_types:
+            capabilities = family.capabilities_for(model_type)
+            said = refusal(capabilities, family.family, prequantized="fp8-block128")
+            assert (said is None) == (PREQUANTIZED in capabilities.quantization), (family.family, model_type)
+            if said:
+                assert said == f"this checkpoint is quantized (fp8-block128); {family.family} loads unquantized " \
+                               "checkpoints only"
+    refused = {f.family for f in FAMILIES for t in f.model_types if refusal(f.capabilities_for(t), f.family,
+                                                                            prequantized="x")}
+    assert {"qwen3-vl-moe", "deepseek-vl2", "qwen3.5"} <= refused  # qwen3.5: its MoE checkpoints

@@ -142,15 +142,26 @@ def quantize_loaded(model: torch.nn.Module, quant: str, device: torch.device, qu
         names = {id(m): n for n, m in model.named_modules()}
 
         def wanted(module: torch.nn.Module, name: str) -> bool:
-            return type(module) is torch.nn.Linear and in_scope(names.get(id(module), name), quant_vision)
+            return (type(module) is torch.nn.Linear and in_scope(names.get(id(module), name), quant_vision)
+                    and fits(module, quant))
 
         quantize_(model, _torchao_config(quant, device), filter_fn=wanted)
     elif quant == "fp8":
         from finbench.models.fp8 import Fp8Linear
 
         for name, module in list(model.named_modules()):
-            if type(module) is torch.nn.Linear and in_scope(name, quant_vision):
+            if type(module) is torch.nn.Linear and in_scope(name, quant_vision) and fits(module, quant):
                 model.set_submodule(name, Fp8Linear.from_linear(module))
+
+
+def fits(linear: torch.nn.Linear, quant: str) -> bool:
+    """Whether a layer's shape suits the format's kernel (int4: whole groups of 128 inputs; fp8:
+    multiples of 16); a layer that does not stays in high precision, and the inspection says so."""
+    if quant == "int4wo":
+        return linear.in_features % INT4_GROUP == 0
+    if quant == "fp8":
+        return linear.in_features % 16 == 0 and linear.out_features % 16 == 0
+    return True
 
 
 def _torchao_config(quant: str, device: torch.device) -> Any:
