@@ -33,7 +33,7 @@ from typing import Any, Callable, ContextManager, Sequence
 import torch
 
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
-from finbench.models import static_decode
+import finbench.models.static_decode as static_decode
 from finbench.models.contract import Capabilities
 from finbench.models.fast_paths import FastPaths, last_real, right_aligned
 from finbench.models.padding import pad_gemm_widths
@@ -142,6 +142,7 @@ class HFVisionLanguageModel:
     # What the family can honour (shown by `finbench models list`, checked at start-up).
     capabilities = Capabilities()
     compiled_blocks: dict[str, int] = {}  # --compile-vision: {block class: count}; replaced, never mutated
+    compiled_language_model: dict[str, int] = {}  # --compile-lm: {module class: count}; the same
     # Fast paths this family's architecture fits (models/fast_paths.py); the generic adapter only
     # pads widths: a family turns on the others once its prefill and decode steps are tested under them.
     supports: frozenset[str] = frozenset({"pad_widths"})
@@ -501,6 +502,16 @@ class HFVisionLanguageModel:
             self.compiled_blocks = compile_vision_blocks(self.model)
         return self.compiled_blocks
 
+    def compile_language_model(self) -> dict[str, int]:
+        """`--compile-lm`: torch.compile the language model's RMSNorm, MLP and rotary modules in place
+        (models/compile.py); idempotent. {} when the adapter has no transformers language model."""
+        from finbench.models.compile import compile_language_model
+
+        language_model = getattr(getattr(self.model, "model", None), "language_model", None)
+        if not self.compiled_language_model and language_model is not None:
+            self.compiled_language_model = compile_language_model(language_model)
+        return self.compiled_language_model
+
     # ---- bookkeeping --------------------------------------------------------------------------
     def memory_footprint(self) -> int | None:
         """Bytes of the loaded weights and buffers."""
@@ -556,7 +567,8 @@ class HFVisionLanguageModel:
             # compiled kernels round differently in low precision; absent when nothing is compiled,
             # so eager runs keep their cache keys; the same for the fast paths whose kernels differ
             # from the reference path's (CUDA graphs replay the same kernels; vision indices are equal)
-            **({"compiled": sorted(self.compiled_blocks)} if self.compiled_blocks else {}),
+            **({"compiled": sorted({**self.compiled_blocks, **self.compiled_language_model})}
+               if self.compiled_blocks or self.compiled_language_model else {}),
             **({"padded_widths": self.padded_widths} if self.padded_widths else {}),
             **({"fast_paths": kernels} if (kernels := [p for p in self.fast.on()
                                                        if p in ("causal_prefill", "static_decode")]) else {}),

@@ -97,8 +97,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     model = startup.given_model(config, model) if model is not None else startup.load_for_run(config, world)
     think_budget = startup.think_budget_for(config, model)
     vocab = AnswerVocabulary.for_model(model) if config.protocol == "constrained" else None
-    if config.compile_vision:
-        startup.compile_vision(model, notes)
+    startup.compile_parts(model, config, notes)
     judge = load_judge(config.judge, dtype=config.dtype, device=config.device, model=model) if config.judge else None
     out_dir = Path(config.out)
     startup.make_run_folder(out_dir)
@@ -115,7 +114,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     cached = cache.get_many(sorted({k for k in keys if k}))
     distributed.barrier(world)  # every rank has read the cache before any writes to it: all shard the same list
     log.info("%d questions, %d cached, model %s", len(questions), sum(k in cached for k in keys), config.model)
-    timer = StageTimer(model.device)
+    timer = StageTimer(model.device, synchronize=config.profile)
     loop = BatchLoop(model, benchmark, questions, requests, config, vocab, timer)
     for index, (question, key) in enumerate(zip(questions, keys)):
         if question.error:
@@ -139,12 +138,13 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     saved = n_cached
-    parts = ModelParts(model)
+    parts = ModelParts(model, synchronize=config.profile)
     mine = {item.index for item in items}
     try:
         n_followers = sum(len(followers.get(i, ())) for i in mine)  # answered with their leader
         with progress(show_progress, len(items) + n_followers, console) as advance, parts:
-            for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1):
+            for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
+                                     ahead=loop.copy_ahead):
                 if first_batch_wait is None:  # the pipeline fill: nothing for the model to do yet
                     first_batch_wait = time.perf_counter() - compute_started
                 timer.seconds["preprocess"] += prepared.seconds
