@@ -466,22 +466,41 @@ def headline(payload: dict[str, Any]) -> str:
             if projected else f"{payload['model']}: {run['samples_per_s']:.2f} samples/s")
 
 
+def verdict(name: str, row: dict[str, Any], default: dict[str, Any]) -> str:
+    """The rule that turns an A/B row into a default: a lever whose row projects FinMME slower than
+    `default` (compile time included) pays, so it stays on; a compiler whose row projects faster
+    pays, so it should become the CUDA default. Rates only: the answers are compared beside it."""
+    mine, base = row.get("projected_finmme_minutes"), default.get("projected_finmme_minutes")
+    if name in ("reference", "default") or not mine or not base:
+        return ""
+    if name.startswith("no-"):
+        lever = name.removeprefix("no-")
+        return (f"{lever} pays ({base:.1f} vs {mine:.1f} min): keep it on" if base < mine else
+                f"{lever} does not pay here ({base:.1f} vs {mine:.1f} min): its CUDA default should be off")
+    if name.startswith("compile-"):
+        return (f"pays ({mine:.1f} vs {base:.1f} min, compile included): make --{name} the CUDA default"
+                if mine < base else f"does not pay ({mine:.1f} vs {base:.1f} min): leave --{name} opt-in")
+    return f"{mine:.1f} vs {base:.1f} min"
+
+
 def markdown(payload: dict[str, Any], stem: str) -> str:
     lines = [f"# {stem}", "", str(payload["environment"]), "", f"- {headline(payload)}"]
     for name, section in payload["sections"].items():
         if "error" in section or "skipped" in section:
             lines.append(f"- {name}: {section.get('error') or section.get('skipped')}")
-    lines += ["", "| A/B | samples/s | projected FinMME (min) | answers equal to reference | max Δ option prob | note |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| A/B | samples/s | projected FinMME (min) | answers equal to reference | max Δ option prob | note | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    default = payload["ab"].get("default", {})
     for name, row in payload["ab"].items():
         if "samples_per_s" not in row:
-            lines.append(f"| {name} | – | – | – | – | {row.get('error') or row.get('skipped') or ''} |")
+            lines.append(f"| {name} | – | – | – | – | {row.get('error') or row.get('skipped') or ''} | |")
             continue
         equal = f"{row['answers_equal']}/{row['compared']}" if "compared" in row else "(reference)"
         gap = f"{row['max_option_prob_diff']:.2e}" if "max_option_prob_diff" in row else "–"
         minutes = f"{row['projected_finmme_minutes']:.1f}" if row.get("projected_finmme_minutes") else "–"
         note = f"compile {row['compile_s']:.0f} s" if row.get("compile_s") else ""
-        lines.append(f"| {name} | {row['samples_per_s']:.2f} | {minutes} | {equal} | {gap} | {note} |")
+        lines.append(f"| {name} | {row['samples_per_s']:.2f} | {minutes} | {equal} | {gap} | {note} | "
+                     f"{verdict(name, row, default)} |")
     return "\n".join(lines) + "\n"
 
 

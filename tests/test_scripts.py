@@ -110,3 +110,14 @@ def test_bench_throughput_prints_both_rates_and_a_ratio_last():
     assert re.fullmatch(r"ratio: \d+\.\d\d", lines[-1])
     assert any(line.startswith("finbench  :") for line in lines)
     assert any(line.startswith("baseline  :") for line in lines)
+
+
+def test_the_ab_rule_keeps_a_lever_that_pays_and_promotes_a_compiler_that_pays():
+    gpu_check = _load("gpu_check")
+    default = {"projected_finmme_minutes": 8.0}
+    assert "keep it on" in gpu_check.verdict("no-pad-widths", {"projected_finmme_minutes": 9.5}, default)
+    assert "should be off" in gpu_check.verdict("no-static-decode", {"projected_finmme_minutes": 7.5}, default)
+    assert "make --compile-vision the CUDA default" in gpu_check.verdict(
+        "compile-vision", {"projected_finmme_minutes": 7.0}, default)
+    assert "leave --compile-lm opt-in" in gpu_check.verdict("compile-lm", {"projected_finmme_minutes": 8.2}, default)
+    assert gpu_check.verdict("no-pad-widths", {"projected_finmme_minutes": None}, default) == ""  # no figure, no rule
