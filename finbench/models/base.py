@@ -146,6 +146,7 @@ class HFVisionLanguageModel:
     # Fast paths this family's architecture fits (models/fast_paths.py); the generic adapter only
     # pads widths: a family turns on the others once its prefill and decode steps are tested under them.
     supports: frozenset[str] = frozenset({"pad_widths"})
+    vision_index_keys: frozenset[str] = frozenset()  # prepared keys of the tower's precomputed indices
 
     @classmethod
     def capabilities_for(cls, model_type: str) -> Capabilities:
@@ -350,8 +351,6 @@ class HFVisionLanguageModel:
         return {k: v for k, v in inputs.items() if not k.startswith(FINBENCH_KEYS)
                 and (vision_indices or k not in self.vision_index_keys)}
 
-    vision_index_keys: frozenset[str] = frozenset()
-
     def decode_extras(self) -> dict[str, Any]:
         return {}
 
@@ -398,7 +397,7 @@ class HFVisionLanguageModel:
     def _static_decoder(self, state: DecodeState) -> Any:
         """The batch's static decoder, or False (then the dynamic cache goes on) when the language
         model has other than full-attention layers or the cache is not a per-layer KV cache."""
-        config = self._language_model_config()
+        config = getattr(self._language_model(), "config", None)
         layers = getattr(state.cache, "layers", None)
         if (config is None or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ())
                 or not layers or any(getattr(layer, "keys", None) is None for layer in layers)):
@@ -418,9 +417,9 @@ class HFVisionLanguageModel:
 
         return static_decode.StaticDecoder(forward, kv, self.decode_position_ids(fed), self.graphs)
 
-    def _language_model_config(self) -> Any:
-        language_model = getattr(getattr(self.model, "model", None), "language_model", None)
-        return getattr(language_model, "config", None)
+    def _language_model(self) -> Any:
+        """The transformers decoder stack (`model.model.language_model`), None where there is none."""
+        return getattr(getattr(self.model, "model", None), "language_model", None)
 
     @torch.inference_mode()
     def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
@@ -507,7 +506,7 @@ class HFVisionLanguageModel:
         (models/compile.py); idempotent. {} when the adapter has no transformers language model."""
         from finbench.models.compile import compile_language_model
 
-        language_model = getattr(getattr(self.model, "model", None), "language_model", None)
+        language_model = self._language_model()
         if not self.compiled_language_model and language_model is not None:
             self.compiled_language_model = compile_language_model(language_model)
         return self.compiled_language_model
