@@ -12,7 +12,9 @@ answers it. Order of work:
    once; plan batches of one request kind, longest first, within the token budget; prompts
    longer than the context become errors; with several ranks (torchrun, accelerate) each takes
    a token-balanced share (runner/distributed.py) and rank 0 gathers the answers;
-3. preprocess batches in worker threads, one or more ahead of the model (runner/preprocess.py);
+3. preprocess batches in worker threads, one or more ahead of the model, the first cut into one
+   piece per thread (runner/preprocess.py); on CUDA the next batch is copied to the device on a
+   side stream while the model works on the current one (runner/loop.py);
 4. decode each batch by its request type (runner/loop.py: letters, sets, numbers, free text,
    sessions turn by turn, a thinking step first where asked), halving and retrying on CUDA
    out-of-memory, and commit it to the cache;
