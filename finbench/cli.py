@@ -58,9 +58,12 @@ def run(
     limit: Optional[int] = typer.Option(None, help="Evaluate only the first N questions (after filters)."),
     domain: List[str] = typer.Option([], help="Keep only this knowledge domain (repeatable)."),
     question_type: List[str] = typer.Option([], help="Keep only this question type, e.g. single_choice (repeatable)."),
-    batch_size: str = typer.Option("8", help="Rows per batch, or 'auto' (start at 64, halve on out-of-memory)."),
-    token_budget: int = typer.Option(16384, help="Max padded tokens (text + image) per batch."),
-    workers: int = typer.Option(2, help="Preprocessing threads (image decode + processor), run ahead of the model."),
+    batch_size: Optional[str] = typer.Option(None, help="Rows per batch, or 'auto' (start at 64, halve on "
+                                             "out-of-memory). Default: 8 on the CPU, auto on CUDA."),
+    token_budget: Optional[int] = typer.Option(None, help="Max padded tokens (text + image) per batch. Default: "
+                                               "16384 on the CPU; on CUDA 768 per GiB of GPU memory (16384-98304)."),
+    workers: Optional[int] = typer.Option(None, help="Preprocessing threads (image decode + processor), run ahead "
+                                          "of the model. Default: 2 on the CPU; on CUDA one per two cores (2-8)."),
     protocol: str = typer.Option("constrained", help="constrained (logit-based) or official (generate + extract)."),
     dtype: str = typer.Option("auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
@@ -77,6 +80,10 @@ def run(
     device_preprocess: bool = typer.Option(False, help="Resize/normalise/patchify images on the model's device (Qwen)."),
     compile_vision: bool = typer.Option(False, help="torch.compile the vision tower's repeated blocks (fuses their "
                                         "fp32 norm and rotary work; compiled once, in the first batch)."),
+    compile_lm: bool = typer.Option(False, help="torch.compile the language model's RMSNorm, MLP and rotary "
+                                    "modules (attention and caches stay eager)."),
+    profile: bool = typer.Option(False, help="Synchronise the GPU at every stage boundary so that results.json's "
+                                 "stage and model-part seconds are exact (slower; off: no waits)."),
     device_map: Optional[str] = typer.Option(None, help="auto (or balanced, balanced_low_0, sequential): split a model too "
                                              "large for one GPU across the GPUs (accelerate); the batch loop is unchanged."),
     out: str = typer.Option("runs/latest", help="Run folder (results.json, samples.parquet, cache)."),
@@ -109,20 +116,24 @@ def run(
     import sys
 
     from finbench.api import evaluate
-    from finbench.runner.startup import parse_gen_kwargs
+    from finbench.runner.startup import parse_gen_kwargs, run_defaults
 
     _configure_output(progress, verbose)
-    if batch_size != "auto" and not batch_size.isdigit():
+    if batch_size is not None and batch_size != "auto" and not batch_size.isdigit():
         _fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
+    sized = run_defaults(device)  # what is not given, sized to the device (runner/startup.py)
     try:
         sources = _data_sources(data, benchmark)
         options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),
-                       batch_size=None if batch_size == "auto" else int(batch_size), token_budget=token_budget,
-                       workers=workers, protocol=protocol, dtype=dtype, device=device, quant=quant,
+                       batch_size=sized["batch_size"] if batch_size is None else
+                       None if batch_size == "auto" else int(batch_size),
+                       token_budget=sized["token_budget"] if token_budget is None else token_budget,
+                       workers=sized["workers"] if workers is None else workers,
+                       protocol=protocol, dtype=dtype, device=device, quant=quant,
                        quant_vision=quant_vision, allow_dequantized=allow_dequantized,
                        max_new_tokens=max_new_tokens, numeric_budget=numeric_budget, max_pixels=max_pixels,
                        cache=cache, device_preprocess=device_preprocess, device_map=device_map,
-                       compile_vision=compile_vision,
+                       compile_vision=compile_vision, compile_lm=compile_lm, profile=profile,
                        bootstrap=bootstrap, seed=seed,
                        think_budget=think_budget, judge=judge, revision=revision, trust_remote_code=trust_remote_code,
                        attn_implementation=attn_implementation, chat_template=chat_template,

@@ -118,6 +118,8 @@ class RunConfig:
     max_pixels: int | None = None
     device_preprocess: bool = False  # resize/normalise/patchify images on the model's device
     compile_vision: bool = False  # torch.compile the vision tower's repeated blocks (models/compile.py)
+    compile_lm: bool = False  # torch.compile the language model's RMSNorm, MLP and rotary modules
+    profile: bool = False  # synchronise the device at stage boundaries (exact per-stage times, slower)
     out: str = "runs/latest"
     cache: str | None = None  # SQLite path; default <out>/cache.sqlite
     seed: int = 0

@@ -1,21 +1,23 @@
-"""GPU check: finbench vs the generate-then-regex baseline on full-size Qwen2.5-VL shapes.
+"""GPU check: the run a user gets on full-size Qwen2.5-VL-7B shapes, and each lever A/B.
 
-Builds Qwen2.5-VL-7B- and 3B-shaped models with RANDOM weights in bf16 straight on the GPU from
-their published config values (nothing is downloaded; a one-prefill scorer's cost does not
-depend on weight values), makes FinMME-like items (1024×768 synthetic charts, ~300 prompt text
-tokens), and measures for each model:
-- finbench's constrained path (single/multi/numerical decoders, batched, prefetching):
-  samples/s, prefill TFLOP/s (analytic FLOPs ÷ forward time) and MFU against 790 TFLOP/s,
-  end-to-end TFLOP/s, peak memory, projected time for the 11,099 FinMME items;
-- the baseline (batch 1, generate 32 new tokens, regex) on a subset: samples/s and the ratio;
-- 8-bit and 4-bit runs (bitsandbytes, loaded through the real `from_pretrained` path from a
-  saved checkpoint) when bitsandbytes is importable.
-The vision tower runs finbench's packed attention (models/vision_attention.py: one call per layer
-without flash-attn; the report's `attn_implementation` says which ran). Inside the prefill, the
-vision tower, the M-RoPE position building (`get_rope_index`) and the language model are timed
-apart (`prefill_parts_s`), and the planner's padding is reported (`padding_ratio`).
-The tokenizer and processor are the real Qwen2.5-VL classes from the tiny model builder, with the
-real image-processor pixel limits; the full-size configs' special-token ids are remapped to it.
+Builds a Qwen2.5-VL-7B-shaped model with RANDOM bf16 weights straight on the GPU from the published
+config values (nothing is downloaded; a one-prefill scorer's cost does not depend on weight values)
+and FinMME-like items (1024×768 synthetic charts, ~300 prompt text tokens), then, section by
+section, each under its own time limit and written to the JSON as soon as it is done:
+1. `run`: `--n-items` items through `finbench run`'s own defaults on this machine (batch size, token
+   budget and workers from runner/startup.py `sized_defaults`, the same function the CLI calls;
+   every fast path at its CUDA default, models/fast_paths.py), without per-stage syncs; the
+   FinMME projection is load + compile + pipeline fill + 11,099 items at the steady rate;
+2. `profile`: one full batch again with `--profile` (stage and model-part seconds device-exact,
+   prefill TFLOP/s and MFU against 790 TFLOP/s) under torch.profiler (the top kernels by device
+   time to gpu_profile_<model>.txt);
+3. `baseline`: a short generate(batch 1)+regex baseline (`--baseline-items`) and the ratio;
+4. `ab`: `--ab-items` items per lever on the same seeded weights — `reference` (every fast path
+   off, widths unpadded), `default` (all on), then one change each (a path off, a compiler on,
+   the cuDNN SDPA backend off, a quantization from `--quant-ab`), each compared answer by answer
+   with `reference` (answers equal, largest option-probability difference).
+A section that runs out of time or fails records why; the others go on, in that order, while the
+overall `--budget` lasts.
 
     python scripts/gpu_check.py --out benchmarks/results            # the H200 run (scripts/gpu_check.sh)
     python scripts/gpu_check.py --tiny --out /tmp/gpu-check          # CPU mode: same logic, tiny shapes
@@ -24,18 +26,20 @@ real image-processor pixel limits; the full-size configs' special-token ids are 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import io
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -44,8 +48,101 @@ H200_BF16_TFLOPS = 790.0  # measured dense bf16 matmul rate on this H200 (SPEC.m
 FINMME_ITEMS = 11_099
 QWEN_MIN_PIXELS, QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 16384  # the released processor's limits
 TINY_OVERRIDES = {"layers": 2, "hidden_size": 64, "vision_depth": 2, "vocab_size": 448}
+TINY_VISION_MLP = 107  # 3420 / 32: no multiple of 64, as the published width is none of 16 bytes
+# A/B variants: (fast-path changes against the default, extra RunConfig settings, global switch)
+AB_VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "no-pad-widths": {"paths": {"pad_widths": False}},
+    "no-causal-prefill": {"paths": {"causal_prefill": False}},
+    "no-static-decode": {"paths": {"static_decode": False}},
+    "compile-vision": {"config": {"compile_vision": True}},
+    "compile-lm": {"config": {"compile_lm": True}},
+    "no-cuda-graphs": {"paths": {"cuda_graphs": False}},
+    "no-vision-indices": {"paths": {"vision_indices": False}},
+    "no-cudnn-sdpa": {"no_cudnn": True},
+}
+# seconds each section may take on the H200 (its share of the ~7 minutes gpu_check.sh leaves this script)
+SECTION_SECONDS = {"build": 90, "warmup": 60, "run": 120, "profile": 60, "baseline": 40, "ab": 45,
+                   "ab-compile": 120, "ab-quant": 120}
 
 
+class SectionTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def deadline(seconds: float | None) -> Iterator[None]:
+    """Raise SectionTimeout in the main thread after `seconds` (None: no limit)."""
+    if not seconds:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise SectionTimeout(f"over its {seconds:g} s limit")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Report:
+    """The check's JSON and Markdown, rewritten (write-then-rename) after every section."""
+
+    def __init__(self, out: Path, stem: str, args: argparse.Namespace) -> None:
+        import torch
+        import transformers
+
+        self.out, self.stem, self.started = out, stem, time.perf_counter()
+        self.budget = args.budget
+        self.payload: dict[str, Any] = {
+            "tiny": args.tiny, "model": args.model, "sections": {}, "ab": {},
+            "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                            "transformers": transformers.__version__,
+                            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+                            "cpus": os.cpu_count()},
+            "note": "random weights; accuracy is chance level and not a result"}
+
+    def left(self) -> float | None:
+        return None if not self.budget else self.budget - (time.perf_counter() - self.started)
+
+    def section(self, name: str, limit: float | None, work: Callable[[], Any], where: dict[str, Any] | None = None) -> Any:
+        """Run `work` under `limit` seconds (cut to what the budget leaves); record its result or why
+        it has none under `name`, in `where` (default: the sections), and write."""
+        where = self.payload["sections"] if where is None else where
+        left = self.left()
+        if left is not None and left < 5:
+            where[name] = {"skipped": "the check's time budget ran out"}
+            self.write()
+            return None
+        limit = min(x for x in (limit, left) if x) if (limit or left) else None
+        print(f"== {name}" + (f" (limit {limit:.0f} s)" if limit else ""), flush=True)
+        started = time.perf_counter()
+        try:
+            with deadline(limit):
+                result = work()
+            where[name] = result if isinstance(result, dict) else {"result": result}
+        except Exception as err:  # noqa: BLE001 — one section failing must not cost the others
+            traceback.print_exc()
+            where[name] = {"error": f"{type(err).__name__}: {err}"}
+            result = None
+        where[name]["section_s"] = time.perf_counter() - started
+        self.write()
+        return result
+
+    def write(self) -> None:
+        self.payload["seconds"] = time.perf_counter() - self.started
+        for path, text in ((self.out / f"{self.stem}.json", json.dumps(self.payload, indent=1, default=str)),
+                           (self.out / f"{self.stem}.md", markdown(self.payload, self.stem))):
+            partial = path.with_suffix(path.suffix + ".partial")
+            partial.write_text(text)
+            partial.replace(path)
+
+
+# ---- the model, the processor, the items ------------------------------------------------------
 def build_processor(work: Path, tiny: bool) -> Any:
     """The real Qwen2.5-VL processor classes with a small offline tokenizer; full-size pixel
     limits so a 1024×768 chart becomes 999 image tokens as with the released model."""
@@ -53,8 +150,7 @@ def build_processor(work: Path, tiny: bool) -> Any:
 
     from finbench.offline.tiny import make_tiny
 
-    folder = make_tiny("qwen2.5-vl", work / "processor")
-    processor = AutoProcessor.from_pretrained(folder)
+    processor = AutoProcessor.from_pretrained(make_tiny("qwen2.5-vl", work / "processor"))
     if not tiny:
         processor.image_processor.size = {"shortest_edge": QWEN_MIN_PIXELS, "longest_edge": QWEN_MAX_PIXELS}
     return processor
@@ -65,15 +161,15 @@ def model_config(name: str, tokenizer: Any, tiny: bool) -> Any:
     from finbench.offline.shapes import full_size_config, scaled_down
 
     config = full_size_config(name)
-    ids = {key: tokenizer.convert_tokens_to_ids(token) for key, token in [
-        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")]}
-    for key, value in ids.items():
-        setattr(config, key, value)
-    for sub in (getattr(config, "text_config", None),):
-        if sub is not None:
-            sub.bos_token_id = sub.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    return scaled_down(config, **TINY_OVERRIDES) if tiny else config
+    for key, token in [("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+                       ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")]:
+        setattr(config, key, tokenizer.convert_tokens_to_ids(token))
+    config.text_config.bos_token_id = config.text_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if not tiny:
+        return config
+    config = scaled_down(config, **TINY_OVERRIDES)
+    config.vision_config.intermediate_size = TINY_VISION_MLP  # misaligned like the 7B's 3420: padded to 128
+    return config
 
 
 def make_items(path: Path, n_items: int, image_size: tuple[int, int], tokenizer: Any, text_tokens: int) -> Path:
@@ -106,33 +202,6 @@ def make_items(path: Path, n_items: int, image_size: tuple[int, int], tokenizer:
     return path
 
 
-def load_adapter(name: str, processor: Any, config: Any, device: str, dtype: Any, quant: str, work: Path) -> Any:
-    """bf16: build in place on the device. 8/4-bit: save the random checkpoint with its processor
-    and load it back through `load_model` — the path a user's checkpoint takes."""
-    from finbench.models import load_model
-    from finbench.models.qwen2_5_vl import Qwen25VL
-    from finbench.offline.shapes import build_random_model
-
-    model = build_random_model(config, dtype=dtype, device=device)
-    if quant == "none":
-        return Qwen25VL(model, processor, f"random:{name}")
-    folder = work / f"{name}-checkpoint"
-    if not (folder / "config.json").exists():
-        model.save_pretrained(folder)
-        processor.save_pretrained(folder)
-    del model
-    _free()
-    return load_model(str(folder), dtype="bfloat16" if device != "cpu" else "float32", device=device, quant=quant)
-
-
-def _fill_once_minutes(throughput: dict[str, Any]) -> float | None:
-    """FinMME minutes at this run's steady rate plus one pipeline fill."""
-    wait, seconds, samples = throughput.get("first_batch_wait_s"), throughput["seconds"], throughput["samples"]
-    if wait is None or not samples or seconds <= wait:
-        return None
-    return (wait + FINMME_ITEMS * (seconds - wait) / samples) / 60
-
-
 def _free() -> None:
     import torch
 
@@ -141,306 +210,356 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def warm_adapter(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path,
-                 work: Path) -> tuple[Any, Any, float]:
-    """A fresh random-weight adapter, its run config and its build (or load) seconds, after a
-    warm-up run of 8 items (CUDA context, kernel autotuning and allocator growth are not charged
-    to the measured run)."""
+def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Batch size, token budget and workers: what was given, else `finbench run`'s defaults for this
+    device and machine (runner/startup.py `run_defaults`, the function the CLI calls)."""
+    from finbench.runner.startup import run_defaults
+
+    sized = run_defaults(args.device)
+    batch = sized["batch_size"] if args.batch_size is None else None if args.batch_size == "auto" else int(args.batch_size)
+    return {"batch_size": batch, "token_budget": sized["token_budget"] if args.token_budget is None else args.token_budget,
+            "workers": sized["workers"] if args.workers is None else args.workers}
+
+
+class Check:
+    """Everything the sections share: the seeded model(s), adapters, data and the run settings."""
+
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args, self.work = args, work
+        self.settings = run_settings(args)
+        self.paths = self._default_paths()
+        self.models: dict[str, Any] = {}
+        self.reference_samples: Any = None
+
+    def _default_paths(self) -> Any:
+        from finbench.models.fast_paths import FastPaths
+
+        return FastPaths.everywhere() if self.args.tiny else FastPaths()  # the tiny check takes the CUDA paths
+
+    def build(self) -> dict[str, Any]:
+        import torch
+
+        from finbench.offline.shapes import build_random_model
+
+        self.processor = build_processor(self.work, self.args.tiny)
+        image_size = (224, 168) if self.args.tiny else (1024, 768)
+        n_data = max(self.args.n_items, self.args.ab_items, self.args.baseline_items + 1)
+        self.data = make_items(self.work / "items.parquet", n_data, image_size, self.processor.tokenizer,
+                               self.args.text_tokens)
+        self.config = model_config(self.args.model, self.processor.tokenizer, self.args.tiny)
+        self.dtype = torch.float32 if self.args.tiny else torch.bfloat16
+        started = time.perf_counter()
+        self.models["padded"] = build_random_model(self.config, dtype=self.dtype, device=self.args.device,
+                                                   seed=self.args.seed)
+        self.load_s = time.perf_counter() - started
+        return {"settings": self.settings, "fast_paths": dataclasses.asdict(self.paths), "items": n_data,
+                "load_s": self.load_s, "parameters": sum(p.numel() for p in self.models["padded"].parameters()),
+                "note": "load_s builds random weights on the device; a checkpoint read from disk takes longer "
+                        "(the quantized A/B rows load one and record it)"}
+
+    def unpadded_model(self) -> Any:
+        """A second copy of the same seeded weights, never padded (the reference and no-pad rows)."""
+        from finbench.offline.shapes import build_random_model
+
+        if "unpadded" not in self.models:
+            self.models["unpadded"] = build_random_model(self.config, dtype=self.dtype, device=self.args.device,
+                                                         seed=self.args.seed)
+        return self.models["unpadded"]
+
+    def adapter(self, paths: Any, model: Any = None) -> Any:
+        """An adapter over the padded model (padded in place by the first) or over `model`."""
+        from finbench.models.qwen2_5_vl import Qwen25VL
+
+        adapter = Qwen25VL(model if model is not None else self.models["padded"], self.processor,
+                           f"random:{self.args.model}", fast_paths=paths)
+        if model is None:  # later adapters find the widths padded already: report what the first did
+            self.padded_widths = getattr(self, "padded_widths", None) or adapter.padded_widths
+            adapter.padded_widths = self.padded_widths if adapter.fast.pad_widths else {}
+        return adapter
+
+    def run_config(self, name: str, n_items: int, **changes: Any) -> Any:
+        from finbench.types import RunConfig
+
+        return RunConfig(model=f"random:{self.args.model}", data=str(self.data), limit=n_items, bootstrap=0,
+                         out=str(self.work / f"run-{name}"), **self.settings, **changes)
+
+    def run(self, adapter: Any, name: str, n_items: int, **changes: Any) -> Any:
+        from finbench.runner.engine import run_benchmark
+
+        return run_benchmark(self.run_config(name, n_items, **changes), adapter, show_progress=False)
+
+
+# ---- sections --------------------------------------------------------------------------------
+def projection(throughput: dict[str, Any], load_s: float, compile_s: float = 0.0) -> dict[str, Any]:
+    """FinMME minutes = load + compile + pipeline fill + 11,099 items at the steady rate (the rate
+    after the fill: samples / (seconds - fill))."""
+    fill, seconds, samples = throughput.get("first_batch_wait_s") or 0.0, throughput["seconds"], throughput["samples"]
+    steady = samples / (seconds - fill) if samples and seconds > fill else None
+    return {"load_s": load_s, "compile_s": compile_s, "fill_s": fill, "steady_samples_per_s": steady,
+            "projected_finmme_minutes": (load_s + compile_s + fill + FINMME_ITEMS / steady) / 60 if steady else None}
+
+
+def run_section(check: Check) -> dict[str, Any]:
+    from finbench.models import vision_attention
+
+    adapter = check.adapter(check.paths)
+    check.headline = adapter
+    check.run(adapter, "warmup", min(8, check.args.n_items))  # CUDA context, autotuning, allocator growth
+    vision_attention.KERNEL_CALLS.clear()
+    result = check.run(adapter, "run", check.args.n_items).results
+    errors = result["errors"]["count"]
+    if errors == result["n_questions"]:  # no sample answered: its "rate" is not a rate
+        raise RuntimeError(f"all {errors} samples failed: {next(iter(result['errors'].get('by_message', {})), '')}")
+    throughput = result["throughput"]
+    check.final_max_batch = throughput["final_max_batch"]
+    return {"samples": throughput["samples"], "seconds": throughput["seconds"],
+            "samples_per_s": throughput["samples_per_s"], "image_tokens_per_s": throughput["image_tokens_per_s"],
+            "mean_prompt_tokens": throughput["prompt_tokens"] / max(throughput["samples"], 1),
+            "padding_ratio": throughput.get("padding_ratio"), "stages_s_host": throughput["stages_s"],
+            "final_max_batch": check.final_max_batch, "oom_retries": throughput["oom_retries"],
+            "end_to_end_tflops_per_s": (throughput["prefill_flops"] or 0) / throughput["seconds"] / 1e12,
+            "peak_memory_gib": throughput.get("peak_memory_gib", throughput.get("peak_rss_gib")),
+            "fingerprint": {k: v for k, v in result["fingerprint"].items() if k in (
+                "attn_implementation", "padded_widths", "fast_paths", "compiled", "dtype")},
+            "vision_kernel_calls": dict(vision_attention.KERNEL_CALLS), "graph_captures": adapter.graphs.captures,
+            "graphs": adapter.graphs.failure or ("on" if adapter.graphs.enabled else "off"),
+            **projection(throughput, check.load_s), "sample_errors": errors,
+            "accuracy_random_weights": result["scores"].get("accuracy")}
+
+
+def profile_section(check: Check, path: Path) -> dict[str, Any]:
+    """One full batch, synchronised (`--profile`), under torch.profiler."""
     import torch
 
-    from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
-
-    dtype = torch.float32 if args.tiny else torch.bfloat16
-    started = time.perf_counter()
-    adapter = load_adapter(name, processor, model_config(name, processor.tokenizer, args.tiny), args.device, dtype,
-                           quant, work)
-    build_seconds = time.perf_counter() - started
-    n_items = args.n_items if quant == "none" else args.n_quant_items
-    run_config = RunConfig(model=f"random:{name}", data=str(data), limit=n_items, batch_size=args.batch_size,
-                           token_budget=args.token_budget, workers=args.workers, out=str(work / f"run-{name}-{quant}"))
-    run_benchmark(dataclasses.replace(run_config, limit=min(8, n_items), out=str(work / "warmup")),
-                  adapter, show_progress=False)
-    return adapter, run_config, build_seconds
-
-
-def measure(name: str, quant: str, args: argparse.Namespace, processor: Any, data: Path, work: Path) -> dict[str, Any]:
-    from finbench.benchmarks import finmme
-    from finbench.models import vision_attention
-    from finbench.runner.baseline import run_baseline
-    from finbench.runner.engine import run_benchmark
-
-    adapter, run_config, build_seconds = warm_adapter(name, quant, args, processor, data, work)
-    vision_attention.KERNEL_CALLS.clear()
-    result = run_benchmark(run_config, adapter, show_progress=False).results
-    errors = result["errors"]["count"]
-    first_error = next(iter(result["errors"].get("by_message", {})), "")
-    if errors == result["n_questions"]:  # no sample answered: its "rate" is not a rate
-        raise RuntimeError(f"all {errors} samples failed: {first_error}")
+    rows = check.args.profile_items or getattr(check, "final_max_batch", None) or check.settings["batch_size"] or 64
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    adapter = getattr(check, "headline", None) or check.adapter(check.paths)
+    with torch.profiler.profile(activities=activities) as profiler:
+        result = check.run(adapter, "profile", rows, profile=True).results
+    sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+    path.write_text(f"# torch.profiler, one batch of {rows} items (--profile), sorted by {sort}\n"
+                    + profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
     throughput = result["throughput"]
-    samples_per_s = throughput["samples_per_s"]
-    stages = throughput["stages_s"]
-    report: dict[str, Any] = {
-        "model": name, "quant": quant, "dtype": str(adapter.dtype).removeprefix("torch."), "device": str(adapter.device),
-        "parameters": sum(p.numel() for p in adapter.model.parameters()),
-        "build_or_load_s": build_seconds, "samples": throughput["samples"], "seconds": throughput["seconds"],
-        "samples_per_s": samples_per_s,
-        "image_tokens_per_s": throughput["image_tokens_per_s"],
-        "mean_prompt_tokens": throughput["prompt_tokens"] / max(throughput["samples"], 1),
-        "mean_image_tokens": throughput["image_tokens"] / max(throughput["samples"], 1),
-        "stages_s": stages, "final_max_batch": throughput["final_max_batch"], "oom_retries": throughput["oom_retries"],
-        "attn_implementation": adapter.attn_implementation,
-        "vision_kernel_calls": dict(vision_attention.KERNEL_CALLS), "prefill_parts_s": throughput.get("model_parts_s", {}),
-        "padding_ratio": throughput.get("padding_ratio"),
-        "prefill_flops_total": throughput["prefill_flops"],
-        "prefill_tflops_per_s": throughput["prefill_tflops_per_s"],
-        "end_to_end_tflops_per_s": throughput["prefill_flops"] / throughput["seconds"] / 1e12,
-        "peak_memory_gib": throughput.get("peak_memory_gib", throughput.get("peak_rss_gib")),
-        "projected_finmme_minutes": FINMME_ITEMS / samples_per_s / 60 if samples_per_s else None,
-        # a full run pays the pipeline fill (first batch preprocessed, nothing to compute yet) once
-        "first_batch_wait_s": throughput.get("first_batch_wait_s"),
-        "projected_finmme_minutes_fill_once": _fill_once_minutes(throughput),
-        "accuracy_random_weights": result["scores"].get("accuracy"),
-        # failed samples are cheap, so some failing would flatter the rate: shown in the headline
-        "sample_errors": errors, "first_sample_error": first_error,
-    }
-    if report["prefill_tflops_per_s"]:
-        report["prefill_mfu"] = report["prefill_tflops_per_s"] / H200_BF16_TFLOPS
-    report["end_to_end_mfu"] = report["end_to_end_tflops_per_s"] / H200_BF16_TFLOPS
-    first = quant == "none" and name == args.models.split(",")[0]
-    if first and args.profile_items > 0:
-        report["profile"] = profile_batch(run_config, adapter, args, work, Path(args.out) / f"gpu_profile_{name}.txt")
-    if first and args.baseline_items > 0:  # the ratio for the first model (the 3B's was 34.6x, 2026-11)
-        questions = finmme.load_questions(str(data), limit=args.baseline_items + 1)
-        run_baseline(adapter, finmme.BENCHMARK, questions[:1])  # warm-up
-        baseline = run_baseline(adapter, finmme.BENCHMARK, questions[1:])
-        report["baseline"] = baseline
-        report["speedup_vs_baseline"] = samples_per_s / baseline["samples_per_s"]
+    tflops = throughput["prefill_tflops_per_s"]
+    return {"items": rows, "file": path.name, "stages_s": throughput["stages_s"],
+            "prefill_parts_s": throughput.get("model_parts_s", {}), "prefill_tflops_per_s": tflops,
+            "prefill_mfu": tflops / H200_BF16_TFLOPS if tflops else None}
+
+
+def baseline_section(check: Check) -> dict[str, Any]:
+    from finbench.benchmarks import finmme
+    from finbench.runner.baseline import run_baseline
+
+    adapter = getattr(check, "headline", None) or check.adapter(check.paths)
+    questions = finmme.load_questions(str(check.data), limit=check.args.baseline_items + 1)
+    run_baseline(adapter, finmme.BENCHMARK, questions[:1])  # warm-up
+    baseline = run_baseline(adapter, finmme.BENCHMARK, questions[1:])
+    run = check.report.payload["sections"].get("run", {})
+    if run.get("samples_per_s"):
+        baseline["speedup"] = run["samples_per_s"] / baseline["samples_per_s"]
+    return baseline
+
+
+def compared(samples: Any, reference: Any) -> dict[str, Any]:
+    """Answer by answer against the reference run (same items, same seeded weights)."""
+    if reference is None:
+        return {"vs_reference": "no reference run"}
+    joined = samples.merge(reference, on="id", suffixes=("", "_ref"))
+    gaps = [abs(x - y) for a, b in zip(joined["option_probs"], joined["option_probs_ref"])
+            if len(a) == len(b) for x, y in zip(a, b)]
+    return {"compared": len(joined), "answers_equal": int((joined["answer"] == joined["answer_ref"]).sum()),
+            "max_option_prob_diff": max(gaps) if gaps else 0.0,
+            "max_confidence_diff": float((joined["confidence"] - joined["confidence_ref"]).abs().max())}
+
+
+def uncompiled(model: Any) -> None:
+    """Undo `module.compile()` everywhere (the compile rows compile the shared model in place)."""
+    for module in model.modules():
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            module._compiled_call_impl = None
+
+
+def ab_section(check: Check, variant: str) -> dict[str, Any]:
+    import torch
+
+    spec = AB_VARIANTS.get(variant, {})
+    if variant == "reference":
+        from finbench.models.fast_paths import FastPaths
+
+        adapter = check.adapter(FastPaths.reference(), check.unpadded_model())
+    else:
+        paths = dataclasses.replace(check.paths, **spec.get("paths", {}))
+        model = check.unpadded_model() if not paths.pad_widths else None
+        adapter = check.adapter(paths, model)
+    changes = spec.get("config", {})
+    compile_s = 0.0
+    switch = getattr(torch.backends.cuda, "enable_cudnn_sdp", None) if spec.get("no_cudnn") else None
+    enabled = torch.backends.cuda.cudnn_sdp_enabled() if switch else None
+    try:
+        if switch:
+            switch(False)
+        if changes:  # compiling happens in this first small run: charged once to the projection
+            started = time.perf_counter()
+            check.run(adapter, f"{variant}-warmup", min(8, check.args.ab_items), **changes)
+            compile_s = time.perf_counter() - started
+        result = check.run(adapter, variant, check.args.ab_items, **changes)
+    finally:
+        if switch:
+            switch(enabled)
+        if changes:
+            uncompiled(adapter.model)
+    if variant == "reference":
+        check.reference_samples = result.samples
+    throughput = result.results["throughput"]
+    return {"samples_per_s": throughput["samples_per_s"], "seconds": throughput["seconds"],
+            "fast_paths": adapter.fast.on(), "padded_widths": adapter.padded_widths,
+            "compiled": sorted({**adapter.compiled_blocks, **adapter.compiled_language_model}),
+            "sample_errors": result.results["errors"]["count"],
+            **projection(throughput, check.load_s, compile_s),
+            **({} if variant == "reference" else compared(result.samples, check.reference_samples))}
+
+
+def quant_section(check: Check, quant: str) -> dict[str, Any]:
+    """The default paths on a checkpoint saved from the same seeded weights and loaded through
+    `load_model(..., quant=quant)` (the path a user's checkpoint takes); its disk load time is the
+    load in its projection."""
+    from finbench.models import load_model
+    from finbench.models.quant import QUANT_CHOICES
+
+    if quant not in QUANT_CHOICES:
+        return {"skipped": f"--quant {quant} is not available in this build (models/quant.py offers "
+                           f"{', '.join(QUANT_CHOICES)})"}
+    folder = check.work / "checkpoint"
+    if not (folder / "config.json").exists():
+        check.unpadded_model().save_pretrained(folder)
+        check.processor.save_pretrained(folder)
+    started = time.perf_counter()
+    adapter = load_model(str(folder), dtype="float32" if check.args.tiny else "bfloat16", device=check.args.device,
+                         quant=quant)
+    load_s = time.perf_counter() - started
+    check.run(adapter, f"{quant}-warmup", min(8, check.args.ab_items))
+    result = check.run(adapter, quant, check.args.ab_items)
+    throughput = result.results["throughput"]
+    report = {"samples_per_s": throughput["samples_per_s"], "quant": adapter.fingerprint().get("quant"),
+              "memory_gib": (adapter.memory_footprint() or 0) / 2**30, **projection(throughput, load_s),
+              **compared(result.samples, check.reference_samples)}
     del adapter
     _free()
     return report
 
 
-def run_ab(report: dict[str, Any], args: argparse.Namespace, processor: Any, data: Path, work: Path,
-           written: Any) -> None:
-    """The first model again, once per `--ab` variant, each on a fresh adapter (a compiled one
-    stays compiled); results go to report["ab"] and are written after each variant. A variant
-    that fails records its error; the others still run."""
-    for variant in filter(None, args.ab.split(",")):
-        print(f"== {report['model']} A/B: {variant}", flush=True)
-        try:
-            adapter, run_config, _ = warm_adapter(report["model"], "none", args, processor, data, work)
-            report.setdefault("ab", {})[variant] = AB_VARIANTS[variant](
-                run_config, adapter, work / f"run-{report['model']}-{variant}")
-            del adapter
-        except Exception as err:  # noqa: BLE001 — a comparison only
-            traceback.print_exc()
-            report.setdefault("ab", {})[variant] = {"error": f"{type(err).__name__}: {err}"}
-        _free()
-        written()
+# ---- output ----------------------------------------------------------------------------------
+def headline(payload: dict[str, Any]) -> str:
+    run = payload["sections"].get("run", {})
+    profile, baseline = payload["sections"].get("profile", {}), payload["sections"].get("baseline", {})
+    if "samples_per_s" not in run:
+        return f"{payload['model']}: no run ({run.get('error') or run.get('skipped') or 'not reached'})"
+    mfu = f"{100 * profile['prefill_mfu']:.1f}%" if profile.get("prefill_mfu") else "–"
+    ratio = f"{baseline['speedup']:.1f}x" if baseline.get("speedup") else "–"
+    projected = run.get("projected_finmme_minutes")
+    return (f"{payload['model']} through finbench run's defaults {run.get('settings', '')}: "
+            f"{run['samples_per_s']:.2f} samples/s, projected FinMME ({FINMME_ITEMS:,} items) "
+            f"{projected:.1f} min (load {run['load_s']:.1f} s + fill {run['fill_s']:.1f} s + steady "
+            f"{run['steady_samples_per_s']:.2f}/s), prefill MFU {mfu} (profiled batch), vs generate+regex {ratio}"
+            if projected else f"{payload['model']}: {run['samples_per_s']:.2f} samples/s")
 
 
-def _ab_report(throughput: dict[str, Any], extra_seconds: float = 0.0) -> dict[str, Any]:
-    return {"samples_per_s": throughput["samples_per_s"], "seconds": throughput["seconds"],
-            "stages_s": throughput["stages_s"], "prefill_parts_s": throughput.get("model_parts_s", {}),
-            "prefill_tflops_per_s": throughput["prefill_tflops_per_s"],
-            "projected_finmme_minutes": (extra_seconds + FINMME_ITEMS / throughput["samples_per_s"]) / 60}
+def verdict(name: str, row: dict[str, Any], default: dict[str, Any]) -> str:
+    """The rule that turns an A/B row into a default: a lever whose row projects FinMME slower than
+    `default` (compile time included) pays, so it stays on; a compiler whose row projects faster
+    pays, so it should become the CUDA default. Rates only: the answers are compared beside it."""
+    mine, base = row.get("projected_finmme_minutes"), default.get("projected_finmme_minutes")
+    if name in ("reference", "default") or not mine or not base:
+        return ""
+    if name.startswith("no-"):
+        lever = name.removeprefix("no-")
+        return (f"{lever} pays ({base:.1f} vs {mine:.1f} min): keep it on" if base < mine else
+                f"{lever} does not pay here ({base:.1f} vs {mine:.1f} min): its CUDA default should be off")
+    if name.startswith("compile-"):
+        return (f"pays ({mine:.1f} vs {base:.1f} min, compile included): make --{name} the CUDA default"
+                if mine < base else f"does not pay ({mine:.1f} vs {base:.1f} min): leave --{name} opt-in")
+    return f"{mine:.1f} vs {base:.1f} min"
 
 
-def without_cudnn_sdpa(run_config: Any, adapter: Any, out: Path) -> dict[str, Any]:
-    """The same run with PyTorch's cuDNN SDPA backend off in the prefill too (decode steps leave it
-    out already: models/base.py `decode_attention`); the language model's masked prefill attention
-    then takes the memory-efficient kernel. Says whether cuDNN's per-shape graph builds (~2.7 ms of
-    host time per call on the H200) cost more than its faster kernel gains."""
-    import torch
-
-    from finbench.runner.engine import run_benchmark
-
-    switch = getattr(torch.backends.cuda, "enable_cudnn_sdp", None)
-    enabled = torch.backends.cuda.cudnn_sdp_enabled() if switch else None
-    try:
-        if switch:
-            switch(False)
-        return _ab_report(run_benchmark(dataclasses.replace(run_config, out=str(out)), adapter,
-                                        show_progress=False).results["throughput"])
-    finally:
-        if switch:
-            switch(enabled)
-
-
-def compile_vision(run_config: Any, adapter: Any, out: Path) -> dict[str, Any]:
-    """The same run with `--compile-vision` (models/compile.py: the vision blocks' fp32 norm and
-    rotary chains fused by Inductor). A warm-up run of 8 items pays the compilation; the projection
-    charges it once. The adapter stays compiled afterwards."""
-    from finbench.runner.engine import run_benchmark
-
-    started = time.perf_counter()
-    run_benchmark(dataclasses.replace(run_config, limit=8, out=str(out) + "-warmup", compile_vision=True),
-                  adapter, show_progress=False)
-    compile_s = time.perf_counter() - started
-    throughput = run_benchmark(dataclasses.replace(run_config, out=str(out), compile_vision=True), adapter,
-                               show_progress=False).results["throughput"]
-    return {**_ab_report(throughput, compile_s), "compile_and_warmup_s": compile_s,
-            "compiled": dict(adapter.compiled_blocks)}
+def markdown(payload: dict[str, Any], stem: str) -> str:
+    lines = [f"# {stem}", "", str(payload["environment"]), "", f"- {headline(payload)}"]
+    for name, section in payload["sections"].items():
+        if "error" in section or "skipped" in section:
+            lines.append(f"- {name}: {section.get('error') or section.get('skipped')}")
+    lines += ["", "| A/B | samples/s | projected FinMME (min) | answers equal to reference | max Δ option prob | note | verdict |",
+              "|---|---|---|---|---|---|---|"]
+    default = payload["ab"].get("default", {})
+    for name, row in payload["ab"].items():
+        if "samples_per_s" not in row:
+            lines.append(f"| {name} | – | – | – | – | {row.get('error') or row.get('skipped') or ''} | |")
+            continue
+        equal = f"{row['answers_equal']}/{row['compared']}" if "compared" in row else "(reference)"
+        gap = f"{row['max_option_prob_diff']:.2e}" if "max_option_prob_diff" in row else "–"
+        minutes = f"{row['projected_finmme_minutes']:.1f}" if row.get("projected_finmme_minutes") else "–"
+        note = f"compile {row['compile_s']:.0f} s" if row.get("compile_s") else ""
+        lines.append(f"| {name} | {row['samples_per_s']:.2f} | {minutes} | {equal} | {gap} | {note} | "
+                     f"{verdict(name, row, default)} |")
+    return "\n".join(lines) + "\n"
 
 
-AB_VARIANTS = {"no-cudnn-sdpa": without_cudnn_sdpa, "compile-vision": compile_vision}
-
-
-def profile_batch(run_config: Any, adapter: Any, args: argparse.Namespace, work: Path, path: Path) -> str:
-    """torch.profiler over one run of `--profile-items` fresh items: the top kernels by device
-    time go to `path` (where the prefill's time goes, kernel by kernel). Never fails the check."""
-    import torch
-
-    from finbench.runner.engine import run_benchmark
-
-    try:
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        config = dataclasses.replace(run_config, limit=args.profile_items, out=str(work / "profile"))
-        with torch.profiler.profile(activities=activities) as profiler:
-            run_benchmark(config, adapter, show_progress=False)
-        sort = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
-        path.write_text(f"# torch.profiler, {args.profile_items} items, sorted by {sort}\n"
-                        + profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
-        return str(path.name)
-    except Exception as err:  # noqa: BLE001 — a diagnostic only
-        traceback.print_exc()
-        return f"failed: {type(err).__name__}: {err}"
-
-
-def headline(report: dict[str, Any]) -> str:
-    """One line per model: what the H200 run is for."""
-    mfu = f"{100 * report['prefill_mfu']:.1f}%" if report.get("prefill_mfu") else "–"
-    ratio = f"{report['speedup_vs_baseline']:.1f}x" if "speedup_vs_baseline" in report else "–"
-    projected = report.get("projected_finmme_minutes")
-    fill_once = (f"{report['projected_finmme_minutes_fill_once']:.1f} min"
-                 if report.get("projected_finmme_minutes_fill_once") else "–")
-    ab_text = "".join(f", {variant} {ab['samples_per_s']:.2f} samples/s ({ab['projected_finmme_minutes']:.1f} min)"
-                      if "samples_per_s" in ab else f", {variant} failed ({ab.get('error')})"
-                      for variant, ab in report.get("ab", {}).items())
-    return (f"{report['model']} {report['quant']}: prefill MFU {mfu}, {report['samples_per_s']:.2f} samples/s, "
-            f"projected FinMME ({FINMME_ITEMS:,} items) {projected:.1f} min ({fill_once} with the pipeline fill "
-            f"paid once), vs generate+regex {ratio}, "
-            f"padding {report.get('padding_ratio') or 0:.3f}, vision attention {report['attn_implementation']} "
-            f"{report.get('vision_kernel_calls')}, "
-            f"prefill parts {', '.join(f'{k} {v:.1f} s' for k, v in report['prefill_parts_s'].items())}{ab_text}"
-            + (f" — WARNING: {report['sample_errors']} samples failed ({report['first_sample_error']})"
-               if report.get("sample_errors") else ""))
-
-
-def summary_lines(reports: list[dict[str, Any]]) -> list[str]:
-    lines = ["| model | quant | samples/s | prefill TFLOP/s | prefill MFU | e2e TFLOP/s | peak GiB | 11,099 items (min) | baseline samples/s | speedup |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in reports:
-        base = r.get("baseline", {})
-        lines.append("| {model} | {quant} | {sps:.2f} | {tf} | {mfu} | {e2e:.1f} | {mem:.1f} | {proj:.1f} | {bs} | {sp} |".format(
-            model=r["model"], quant=r["quant"], sps=r["samples_per_s"],
-            tf=f"{r['prefill_tflops_per_s']:.1f}" if r.get("prefill_tflops_per_s") else "–",
-            mfu=f"{100 * r['prefill_mfu']:.1f}%" if r.get("prefill_mfu") else "–",
-            e2e=r["end_to_end_tflops_per_s"], mem=r["peak_memory_gib"] or 0.0, proj=r["projected_finmme_minutes"] or 0.0,
-            bs=f"{base['samples_per_s']:.2f}" if base else "–",
-            sp=f"{r['speedup_vs_baseline']:.1f}×" if "speedup_vs_baseline" in r else "–"))
-    return lines
-
-
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--tiny", action="store_true", help="CPU mode: tiny shapes, few items (tests the logic)")
-    parser.add_argument("--models", default="qwen2.5-vl-7b,qwen2.5-vl-3b")
+    parser.add_argument("--model", default="qwen2.5-vl-7b")
     parser.add_argument("--n-items", type=int, default=512)
-    parser.add_argument("--n-quant-items", type=int, default=128)
-    parser.add_argument("--baseline-items", type=int, default=24)
-    parser.add_argument("--batch-size", type=int, default=None, help="default: auto (halve on OOM)")
-    parser.add_argument("--token-budget", type=int, default=98304)
-    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--ab-items", type=int, default=256)
+    parser.add_argument("--baseline-items", type=int, default=8)
+    parser.add_argument("--profile-items", type=int, default=None, help="default: one full batch of the run")
+    parser.add_argument("--batch-size", default=None, help="default: finbench run's (auto on CUDA)")
+    parser.add_argument("--token-budget", type=int, default=None, help="default: finbench run's for this GPU")
+    parser.add_argument("--workers", type=int, default=None, help="default: finbench run's for this machine")
     parser.add_argument("--text-tokens", type=int, default=300)
-    parser.add_argument("--ab", default="compile-vision,no-cudnn-sdpa",
-                        help=f"after all models, reruns of the first, each with one change (of "
-                             f"{', '.join(AB_VARIANTS)}; '' = none)")
-    parser.add_argument("--profile-items", type=int, default=16, help="profile one batch of the first model (0: off)")
-    parser.add_argument("--quant", default="auto", help="auto (8bit,4bit if bitsandbytes imports), none, or a list")
+    parser.add_argument("--seed", type=int, default=0, help="weight seed (every A/B row uses the same weights)")
+    parser.add_argument("--ab", default=",".join(AB_VARIANTS), help=f"A/B rows after the reference ({', '.join(AB_VARIANTS)}; '' = none)")
+    parser.add_argument("--quant-ab", default="fp8", help="quantized A/B rows (each if models/quant.py offers it)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds for the whole check (default: 420 on CUDA, none with --tiny)")
     args = parser.parse_args(argv)
-    if args.tiny:
-        args.device = "cpu"
-        image_size = (224, 168)
-    else:
-        import torch
-
-        if not torch.cuda.is_available():
-            sys.exit("gpu_check: no CUDA device (use --tiny for the CPU mode)")
-        args.device = "cuda"
-        image_size = (1024, 768)
     unknown = set(filter(None, args.ab.split(","))) - set(AB_VARIANTS)
     if unknown:
         parser.error(f"--ab: unknown variant(s) {', '.join(sorted(unknown))}")
-    quants = _quant_modes(args.quant)
+    args.device = "cpu" if args.tiny else "cuda"
+    if args.budget is None and not args.tiny:
+        args.budget = 420.0
+    return args
 
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    import torch
+
+    args = parse_args(argv)
+    if not args.tiny and not torch.cuda.is_available():
+        sys.exit("gpu_check: no CUDA device (use --tiny for the CPU mode)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="finbench-gpu-check-"))
-    processor = build_processor(work, args.tiny)
-    data = make_items(work / "items.parquet", max(args.n_items, args.n_quant_items, args.baseline_items + 1),
-                      image_size, processor.tokenizer, args.text_tokens)
-    reports: list[dict[str, Any]] = []
-    failures: list[dict[str, str]] = []
-    started = time.perf_counter()
-    stem = "gpu_check_tiny" if args.tiny else "gpu_check_h200"
-    for name in args.models.split(","):
-        for quant in ["none"] + (quants if name == args.models.split(",")[-1] else []):
-            print(f"== {name} {quant}", flush=True)
-            try:
-                report = measure(name, quant, args, processor, data, work)
-            except Exception as err:  # one model failing must not cost the others' figures
-                traceback.print_exc()
-                failures.append({"model": name, "quant": quant, "error": f"{type(err).__name__}: {err}"})
-                _free()
-                continue
-            reports.append(report)
-            print(json.dumps(report, indent=1, default=str), flush=True)
-            print(headline(report), flush=True)
-            _write(out, stem, reports, failures, started, args.tiny)  # a later timeout keeps these
-    first = [r for r in reports if r["model"] == args.models.split(",")[0] and r["quant"] == "none"]
-    if first and args.ab:
-        run_ab(first[0], args, processor, data, work,
-               lambda: _write(out, stem, reports, failures, started, args.tiny))
-    _write(out, stem, reports, failures, started, args.tiny)
-    for report in reports:
-        print(headline(report), flush=True)
-    print("\n".join(summary_lines(reports)))
-    return reports
-
-
-def _write(out: Path, stem: str, reports: list[dict[str, Any]], failures: list[dict[str, str]],
-           started: float, tiny: bool) -> None:
-    import torch
-    import transformers
-
-    environment = {"python": platform.python_version(), "torch": torch.__version__,
-                   "transformers": transformers.__version__,
-                   "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
-    payload = {"reports": reports, "failures": failures, "seconds": time.perf_counter() - started, "tiny": tiny,
-               "environment": environment, "note": "random weights; accuracy is chance level and not a result"}
-    (out / f"{stem}.json").write_text(json.dumps(payload, indent=2, default=str))
-    failed = "".join(f"\n- {f['model']} {f['quant']} failed: {f['error']}" for f in failures)
-    headlines = "".join(f"\n- {headline(r)}" for r in reports)
-    (out / f"{stem}.md").write_text(f"# {stem}\n\n{environment}\n\n" + "\n".join(summary_lines(reports))
-                                    + f"\n{headlines}\n{failed}\n")
-
-
-def _quant_modes(option: str) -> list[str]:
-    if option == "none":
-        return []
-    if option != "auto":
-        return option.split(",")
-    try:
-        import bitsandbytes  # noqa: F401
-    except ImportError:
-        print("bitsandbytes is not importable: skipping 8-bit and 4-bit runs", flush=True)
-        return []
-    return ["8bit", "4bit"]
+    check = Check(args, Path(tempfile.mkdtemp(prefix="finbench-gpu-check-")))
+    report = check.report = Report(out, "gpu_check_tiny" if args.tiny else "gpu_check_h200", args)
+    limit = (lambda name: None) if args.tiny else SECTION_SECONDS.get
+    if report.section("build", limit("build"), check.build) is None:
+        return report.payload
+    if report.section("run", limit("run"), lambda: run_section(check)) is not None:
+        report.payload["sections"]["run"]["settings"] = check.settings
+    report.section("profile", limit("profile"), lambda: profile_section(check, out / f"gpu_profile_{args.model}.txt"))
+    if args.baseline_items > 0:
+        report.section("baseline", limit("baseline"), lambda: baseline_section(check))
+    variants = ["reference"] + [v for v in filter(None, args.ab.split(",")) if v != "reference"]
+    for variant in variants if args.ab_items > 0 else []:
+        kind = "ab-compile" if "config" in AB_VARIANTS.get(variant, {}) else "ab"
+        report.section(variant, limit(kind), lambda variant=variant: ab_section(check, variant), report.payload["ab"])
+        _free()
+    for quant in filter(None, args.quant_ab.split(",")) if args.ab_items > 0 else []:
+        report.section(f"quant-{quant}", limit("ab-quant"), lambda quant=quant: quant_section(check, quant),
+                       report.payload["ab"])
+    print(headline(report.payload), flush=True)
+    print(markdown(report.payload, report.stem), flush=True)
+    return report.payload
 
 
 if __name__ == "__main__":

@@ -1,35 +1,57 @@
 #!/usr/bin/env bash
-# One prepared H200 check (at most 9.5 minutes by its timeouts). First the vision towers alone
-# (scripts/bench_vision.py on CUDA: fp32 equality and calls per layer at reduced depth, then bf16
-# timing at the published depth: stock vs varlen vs padded SDPA vs --compile-vision), then
-# full-size Qwen2.5-VL-7B/3B shapes with random bf16 weights, 512 FinMME-like items through
-# finbench, a generate+regex baseline for the 7B, 8/4-bit if bitsandbytes imports, and last the 7B
-# again once per A/B variant (`ab` in the JSON): --compile-vision, then the cuDNN SDPA backend off
-# in the prefill too (decode steps leave it out by default). One batch of the 7B is profiled
-# (gpu_profile_*.txt). Writes benchmarks/results/gpu_check_h200.{json,md} (or $OUT) after each
-# model and variant. Runs on the GPU machine's own Python (torch 2.11, transformers 5.17, no
-# network); wheels placed in .wheels/ (e.g. bitsandbytes, fetched on a machine with network by
-# scripts/fetch_gpu_wheels.sh) are installed first. Each model prints one headline line: prefill
-# MFU, samples/s, projected FinMME minutes, ratio to generate+regex, the A/B rates. Call it
-# through the device tool as
-#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (timeout_s 600;
-#   run scripts/fetch_gpu_wheels.sh here first and carry [".wheels"] for the 8-bit / 4-bit runs: 43 MB)
-set -euo pipefail
+# One prepared H200 check, at most 9 minutes by its timeouts, every section under its own and each
+# writing its results as it goes (a later timeout keeps them):
+#   0. nvidia-smi samples clocks, power, temperature and utilisation every second in the background
+#      ($OUT/gpu_check_smi.csv), for the whole check;
+#   1. scripts/bench_gemm.py (70 s): the production GEMM shapes (vision MLP 3420 vs padded 3456, the
+#      language model's), bf16 vs fp8, kernel names, a 10-s sustained loop → bench_gemm_h200.json;
+#   2. scripts/bench_attention.py (40 s): masked vs causal vs packed prefill attention and the decode
+#      step's, host cost of a first shape vs a repeated one → bench_attention_h200.json;
+#   3. scripts/gpu_check.py (400 s, its own 380-s budget and per-section limits): Qwen2.5-VL-7B shapes
+#      with random bf16 weights, 512 FinMME-like items through `finbench run`'s own CUDA defaults, one
+#      full batch profiled (gpu_profile_qwen2.5-vl-7b.txt), a short generate+regex baseline, then
+#      256 items per lever A/B, each compared answer by answer with the reference on the same seeded
+#      weights → gpu_check_h200.{json,md}.
+# Known things are not re-measured (the fp32 tower check, the full 3B run, the long baseline).
+# Runs on the GPU machine's own Python; wheels placed in .wheels/ are installed first. Call it as
+#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (timeout_s 600)
+# TINY=1 runs the same sections on the CPU with tiny shapes (tests/test_scripts.py); further
+# arguments go to gpu_check.py.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON=${PYTHON:-python3}
+OUT=${OUT:-benchmarks/results}
+TINY=${TINY:-}
+mkdir -p "$OUT"
 if compgen -G ".wheels/*.whl" >/dev/null; then
   "$PYTHON" -m pip install --no-index --no-deps --quiet .wheels/*.whl || echo "warning: carried wheels did not install"
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 "$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
-OUT=${OUT:-benchmarks/results}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-VISION="$OUT/bench_vision_h200.txt"
-echo "# command: scripts/gpu_check.sh (bench_vision.py --device cuda --compile, fp32 depth 4 then bf16 published depth)" >"$VISION"
-timeout 90 "$PYTHON" scripts/bench_vision.py --device cuda --dtype float32 --depth 4 --repeat 2 --compile 2>&1 \
-  | tee -a "$VISION" || echo "bench_vision fp32 failed (exit $?)" | tee -a "$VISION"
-timeout 130 "$PYTHON" scripts/bench_vision.py --device cuda --dtype bfloat16 --depth 0 --repeat 3 --compile 2>&1 \
-  | tee -a "$VISION" || echo "bench_vision bf16 failed (exit $?)" | tee -a "$VISION"
-timeout "${GPU_CHECK_SECONDS:-340}" "$PYTHON" scripts/gpu_check.py --out "$OUT" "$@"
+SMI_PID=""
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu,memory.used \
+    --format=csv -l 1 >"$OUT/gpu_check_smi.csv" 2>/dev/null &
+  SMI_PID=$!
+fi
+stop_sampling() { if [ -n "$SMI_PID" ]; then kill "$SMI_PID" 2>/dev/null; fi; }
+trap stop_sampling EXIT
+section() {  # section NAME SECONDS COMMAND...: one line when it fails or times out; the others still run
+  local name=$1 seconds=$2
+  shift 2
+  echo "== $name (limit ${seconds} s)"
+  timeout "$seconds" "$@"
+  local status=$?
+  if [ "$status" -ne 0 ]; then echo "== $name: exit $status$([ "$status" -eq 124 ] && echo ' (timed out)')"; fi
+  return 0
+}
+if [ -n "$TINY" ]; then
+  section gemm 120 "$PYTHON" scripts/bench_gemm.py --tiny --out "$OUT" --repeat 2 --sustain 1
+  section attention 120 "$PYTHON" scripts/bench_attention.py --tiny --out "$OUT" --repeat 2
+  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" "$@"
+else
+  section gemm 70 "$PYTHON" scripts/bench_gemm.py --out "$OUT"
+  section attention 40 "$PYTHON" scripts/bench_attention.py --out "$OUT"
+  section gpu_check 400 "$PYTHON" scripts/gpu_check.py --out "$OUT" --budget 380 "$@"
+fi

@@ -190,3 +190,70 @@ def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions,
     entered.clear()
     tiny_model.generate_ids(inputs, 3, tiny_model.stop_token_ids())
     assert entered == ["cpu"]
+
+
+# ---- --compile-lm ----------------------------------------------------------------------------
+LM_FAMILIES = [f for f in ("qwen2.5-vl", "qwen3-vl") if tiny_family_available(f)]
+
+
+@pytest.fixture(scope="module", params=LM_FAMILIES)
+def eager_and_lm_compiled(request, tmp_path_factory, synthetic_parquet):
+    family = request.param
+    model, root = _model_dir(family, tmp_path_factory), tmp_path_factory.mktemp(f"compile-lm-{family}")
+    runs = {}
+    for name, extra in (("eager", []), ("compiled", ["--compile-lm"])):
+        done = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(synthetic_parquet), *RUN,
+                                        "--out", str(root / name), *extra])
+        assert done.exit_code == 0, f"{family} {name}: {done.output[-3000:]}"
+        runs[name] = (pd.read_parquet(root / name / "samples.parquet"),
+                      json.loads((root / name / "results.json").read_text()))
+    return family, runs
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_a_compiled_language_model_gives_the_eager_answers(eager_and_lm_compiled):
+    family, runs = eager_and_lm_compiled
+    (eager, eager_results), (compiled, compiled_results) = runs["eager"], runs["compiled"]
+    assert not eager["error"].fillna("").any() and not compiled["error"].fillna("").any()
+    assert set(eager["kind"]) == {"single", "multi", "numerical"}  # prefill and decode steps both compiled
+    assert (eager["answer"] == compiled["answer"]).all() and eager["answer"].nunique() > 1, family
+    assert (eager["confidence"] - compiled["confidence"]).abs().max() <= 2e-5
+    names = compiled_results["fingerprint"]["compiled"]
+    assert any(n.endswith("RMSNorm") for n in names) and any(n.endswith("MLP") for n in names)
+    assert any(n.endswith("RotaryEmbedding") for n in names) and "compiled" not in eager_results["fingerprint"]
+    assert not set(eager["sample_key"]) & set(compiled["sample_key"])
+
+
+@needs_compiler
+def test_only_the_language_model_s_norms_mlps_and_rotary_are_compiled(tiny_qwen_dir):
+    from finbench.models import load_model
+
+    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    layers = model.model.config.text_config.num_hidden_layers
+    compiled = model.compile_language_model()
+    assert compiled == {"Qwen2_5_VLRMSNorm": 2 * layers + 1, "Qwen2MLP": layers, "Qwen2_5_VLRotaryEmbedding": 1}
+    assert model.compile_language_model() is compiled  # idempotent
+    marked = {type(m).__name__ for m in model.model.modules() if getattr(m, "_compiled_call_impl", None) is not None}
+    assert marked == set(compiled)  # attention, decoder layers and caches stay eager
+    vision = model.model.model.visual
+    assert all(getattr(m, "_compiled_call_impl", None) is None for m in vision.modules())  # the tower's norms too
+    assert model.fingerprint()["compiled"] == sorted(compiled)
+    assert model.compile_vision()  # both: the fingerprint lists both
+    assert set(model.fingerprint()["compiled"]) == set(compiled) | {"Qwen2_5_VLVisionBlock"}
+
+
+def test_compile_lm_without_a_compiler_fails_at_start_up_in_one_line(tiny_model, monkeypatch):
+    from dataclasses import replace
+
+    from finbench.models import compile as compile_module
+    from finbench.runner.startup import compile_parts
+    from finbench.types import RunConfig
+
+    monkeypatch.setattr(compile_module, "compile_unavailable", lambda device: "no C++ compiler (test)")
+    config = RunConfig(model="m", compile_lm=True)
+    with pytest.raises(ValueError, match=r"^--compile-lm: no C\+\+ compiler \(test\)$"):
+        compile_parts(tiny_model, config, [])
+    notes: list[str] = []
+    compile_parts(tiny_model, replace(config, compile_lm=False), notes)  # nothing asked: nothing checked
+    assert notes == [] and tiny_model.compiled_language_model == {}

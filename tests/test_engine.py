@@ -215,3 +215,81 @@ def test_pin_host_memory_pins_for_real():
 
     out = pin_host_memory({"x": torch.rand(3), "ys": [torch.rand(2)]})
     assert out["x"].is_pinned() and out["ys"][0].is_pinned()
+
+
+# ---- the pipeline: the first batch cut per thread, copies one batch ahead ------------------------
+def test_the_first_batch_is_cut_into_one_piece_per_thread():
+    from finbench.runner.preprocess import split_first
+
+    plan = [list(range(10)), [10, 11], [12]]
+    assert split_first(plan, 4) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9], [10, 11], [12]]
+    assert split_first(plan, 1) == plan and split_first([[5]], 8) == [[5]] and split_first([], 3) == []
+    assert split_first([[0, 1, 2]], 8) == [[0], [1], [2]]
+    assert sum(split_first(plan, 3), []) == list(range(13))  # every question once, in order
+
+
+def test_prefetch_yields_the_pieces_in_order_and_hands_each_next_batch_ahead_once():
+    import threading
+    import time as clock
+
+    from finbench.runner.preprocess import PreparedBatch, prefetch
+
+    started: list[tuple[int, float]] = []
+    ahead: list[int] = []
+    lock = threading.Lock()
+
+    def work(batch):
+        with lock:
+            started.append((batch[0], clock.perf_counter()))
+        clock.sleep(0.05)
+        return PreparedBatch(list(batch), inputs=batch[0])
+
+    yielded = []
+    for prepared in prefetch([list(range(8)), [8, 9], [10]], work, workers=4, depth=2,
+                             ahead=lambda p: ahead.append(p.indices[0])):
+        clock.sleep(0.08)  # the model's work: the next batch is ready by the time this one is handed over
+        yielded.append(prepared.indices)
+    assert yielded == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]
+    # the four pieces of the first batch were prepared at once (the fill is one piece's time)
+    first_four = sorted(t for i, t in started if i < 8)
+    assert len(first_four) == 4 and first_four[-1] - first_four[0] < 0.04
+    assert sorted(ahead) == sorted(set(ahead)) and set(ahead) <= {2, 4, 6, 8, 10} and ahead  # once each, never the first
+
+
+@pytest.mark.slow
+def test_a_cut_first_batch_gives_the_answers_of_the_uncut_plan(tiny_model, tiny_qwen_dir, synthetic_parquet,
+                                                               tmp_path, monkeypatch):
+    from finbench.runner import preprocess
+
+    cut = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "cut", workers=4), tiny_model,
+                        show_progress=False)
+    monkeypatch.setattr(preprocess, "split_first", lambda batches, parts: list(batches))
+    whole = run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "whole", workers=4), tiny_model,
+                          show_progress=False)
+    assert list(cut.samples["answer"]) == list(whole.samples["answer"])
+    for a, b in zip(cut.samples["option_probs"], whole.samples["option_probs"]):
+        assert len(a) == len(b) and all(abs(x - y) <= 1e-4 for x, y in zip(a, b))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="side-stream copies need CUDA")
+def test_inputs_copied_ahead_on_a_side_stream_equal_a_plain_copy(tiny_qwen_dir, synthetic_parquet, tmp_path):
+    from finbench.benchmarks import finmme
+    from finbench.models import load_model
+    from finbench.runner.loop import BatchLoop
+    from finbench.runner.requests import build_requests
+    from finbench.runner.timing import StageTimer
+
+    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cuda")
+    questions = finmme.load_questions(synthetic_parquet, limit=4)
+    config = _config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run")
+    requests, _ = build_requests(finmme.BENCHMARK, questions, config, None, None)
+    loop = BatchLoop(model, finmme.BENCHMARK, questions, requests, config, None, StageTimer(model.device))
+    prepared = loop.prepare([0, 1, 2, 3])
+    loop.copy_ahead(prepared)
+    assert prepared.on_device is not None
+    ahead = loop._on_device(prepared)
+    plain = model.to_device(prepared.inputs)
+    torch.cuda.synchronize()
+    for key, value in plain.items():
+        if torch.is_tensor(value):
+            assert torch.equal(ahead[key], value), key

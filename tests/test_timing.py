@@ -36,3 +36,41 @@ def test_a_model_without_the_parts_times_nothing():
     with ModelParts(Plain()) as parts:
         pass
     assert parts.seconds == {}
+
+
+def test_stage_times_wait_for_the_device_only_when_profiling(monkeypatch):
+    """Without --profile a CUDA run never waits for the device at a stage boundary (the GPU would
+    idle while the host catches up); with it, twice per stage. Neither times the model's parts
+    unsynchronised: without --profile a CUDA run times none, and says its stages are host times."""
+    import torch
+
+    from finbench.runner.timing import StageTimer, Throughput
+
+    waits = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: waits.append(1))
+    for synchronize, expected in ((False, 0), (True, 2)):
+        waits.clear()
+        timer = StageTimer(torch.device("cuda"), synchronize=synchronize)
+        with timer.stage("forward"):
+            pass
+        assert len(waits) == expected and timer.synchronized is synchronize
+    assert StageTimer(torch.device("cpu"), synchronize=False).synchronized  # the CPU's times are exact anyway
+
+    class CudaAdapter:
+        device = torch.device("cuda")
+
+        def timed_parts(self):
+            raise AssertionError("a CUDA run without --profile must not wrap the model's parts")
+
+    with ModelParts(CudaAdapter(), synchronize=False) as parts:
+        pass
+    assert parts.seconds == {}
+    throughput = Throughput(StageTimer(torch.device("cuda"), synchronize=False))
+    throughput.flops = 1e12
+    throughput.timer.seconds["forward"] = 1.0
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: 0)
+    summary = throughput.summary(CudaAdapter(), 1, 1.0, 8)
+    assert summary["prefill_tflops_per_s"] is None and summary["stages_synchronized"] is False
+    throughput.timer = StageTimer(torch.device("cuda"), synchronize=True)
+    throughput.timer.seconds["forward"] = 1.0
+    assert throughput.summary(CudaAdapter(), 1, 1.0, 8)["prefill_tflops_per_s"] == 1.0

@@ -13,6 +13,10 @@ settings). The heart of it:
 - `generate(inputs, max_new_tokens)` → free text (official protocols, open answers, sessions)
 - `generate_ids(inputs, budget, stops)` → greedy token ids (the thinking step)
 - `fingerprint()`           → everything that can change the outputs
+
+The exact fast paths (models/fast_paths.py: padded GEMM widths, the mask-free prefill, static
+decode steps, CUDA graphs) are on by default on CUDA and off on the CPU; each gives the answers of
+the reference path it replaces.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ from typing import Any, Callable, ContextManager, Sequence
 import torch
 
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
+import finbench.models.static_decode as static_decode
 from finbench.models.contract import Capabilities
+from finbench.models.fast_paths import FastPaths, last_real, right_aligned
+from finbench.models.padding import pad_gemm_widths
 from finbench.types import ModelRequest
 
 
@@ -40,11 +47,18 @@ PROJECTED_HEAD_ROWS = 32
 
 @dataclass
 class DecodeState:
-    """What a decode step needs: the KV cache, the attention mask so far, family extras."""
+    """What a decode step needs: the KV cache, the attention mask so far, family extras; after a
+    mask-free prefill the position of the next fed token [B, 1] (the prefill numbered the real
+    tokens itself); once static decoding starts, its `StaticDecoder` (which holds the cache)."""
 
     cache: Any
     attention_mask: torch.Tensor
     extras: dict[str, Any]
+    next_position: torch.Tensor | None = None
+    static: Any = None
+
+
+FINBENCH_KEYS = "finbench_"  # prepared-input keys for finbench's own use, never passed to transformers
 
 
 def decode_attention(device: torch.device) -> ContextManager[Any]:
@@ -128,6 +142,11 @@ class HFVisionLanguageModel:
     # What the family can honour (shown by `finbench models list`, checked at start-up).
     capabilities = Capabilities()
     compiled_blocks: dict[str, int] = {}  # --compile-vision: {block class: count}; replaced, never mutated
+    compiled_language_model: dict[str, int] = {}  # --compile-lm: {module class: count}; the same
+    # Fast paths this family's architecture fits (models/fast_paths.py); the generic adapter only
+    # pads widths: a family turns on the others once its prefill and decode steps are tested under them.
+    supports: frozenset[str] = frozenset({"pad_widths"})
+    vision_index_keys: frozenset[str] = frozenset()  # prepared keys of the tower's precomputed indices
 
     @classmethod
     def capabilities_for(cls, model_type: str) -> Capabilities:
@@ -136,12 +155,15 @@ class HFVisionLanguageModel:
 
     def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
                  attn_implementation: str = "sdpa", max_pixels: int | None = None,
-                 tokenizer: Any = None, quant_report: dict[str, Any] | None = None) -> None:
+                 tokenizer: Any = None, quant_report: dict[str, Any] | None = None,
+                 fast_paths: FastPaths | None = None) -> None:
         self.model = model.eval()
         self.processor = processor
         self.tokenizer = tokenizer if tokenizer is not None else processor.tokenizer
         # Left padding keeps every row's last position real: padding on the right would put pad
-        # tokens where we read the answer logits (measured: Δ = 0.67 with right padding).
+        # tokens where we read the answer logits (measured: Δ = 0.67 with right padding). The
+        # mask-free prefill right-aligns rows itself and reads each row's last real token instead;
+        # free generation and thinking keep these left-padded inputs.
         self.tokenizer.padding_side = "left"
         self.source = source
         self.quant = quant  # the label: a --quant value, or prequantized:<format> (models/quant.py)
@@ -150,6 +172,9 @@ class HFVisionLanguageModel:
         self.max_pixels = max_pixels
         self.device = next(model.parameters()).device
         self.dtype = next(p for p in model.parameters() if p.is_floating_point()).dtype
+        self.fast = (fast_paths or FastPaths()).resolved(self.device, self.supports)
+        self.padded_widths = pad_gemm_widths(self.model) if self.fast.pad_widths else {}
+        self.graphs = static_decode.GraphState(self.fast.static_decode and self.fast.cuda_graphs)
 
     @cached_property
     def _cache_kw(self) -> str:
@@ -296,28 +321,74 @@ class HFVisionLanguageModel:
     @torch.inference_mode()
     def prefill(self, inputs: Any) -> tuple[torch.Tensor, DecodeState]:
         """One forward over the whole prompt through the base model (no LM head): the hidden
-        state at the last position of every row, and a KV cache for decode steps."""
-        outputs = self.model.model(**inputs, use_cache=True)
-        cache = getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
-        state = DecodeState(cache=cache, attention_mask=inputs["attention_mask"], extras=self.decode_extras())
+        state at the last real position of every row, and a KV cache for decode steps. Masked
+        over the left-padded rows, or (`causal_prefill`) mask-free over right-aligned rows."""
+        if self.fast.causal_prefill:
+            return self._causal_prefill(inputs)
+        outputs = self.model.model(**self.model_inputs(inputs), use_cache=True)
+        state = DecodeState(cache=_cache_of(outputs), attention_mask=inputs["attention_mask"],
+                            extras=self.decode_extras())
         return outputs.last_hidden_state[:, -1, :], state
+
+    def _causal_prefill(self, inputs: Any) -> tuple[torch.Tensor, DecodeState]:
+        """Rows right-aligned (real tokens first, models/fast_paths.py), `attention_mask=None` so the
+        causal kernel runs; positions of the real tokens from `prefill_positions`."""
+        mask = inputs["attention_mask"]
+        order = right_aligned(mask)
+        positions, next_position = self.prefill_positions(inputs, order)
+        aligned = {key: value.gather(1, order) if torch.is_tensor(value) and value.shape == mask.shape else value
+                   for key, value in self.model_inputs(inputs).items()}  # token-aligned tensors move with the tokens
+        aligned_mask = aligned.pop("attention_mask")
+        if positions is not None:
+            aligned["position_ids"] = positions
+        outputs = self.model.model(**aligned, attention_mask=None, use_cache=True)
+        state = DecodeState(cache=_cache_of(outputs), attention_mask=aligned_mask, extras=self.decode_extras(),
+                            next_position=next_position)
+        return last_real(outputs.last_hidden_state, mask.sum(-1)), state
+
+    def prefill_positions(self, inputs: Any, order: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """For the mask-free prefill: position ids of the right-aligned tokens (None: the model's own
+        0..T-1, which number each row's real tokens from 0) and the position of the first fed
+        token [B, 1]."""
+        return None, inputs["attention_mask"].sum(-1, keepdim=True)
+
+    def model_inputs(self, inputs: Any, vision_indices: bool = True) -> dict[str, Any]:
+        """The prepared inputs transformers takes (finbench's own keys left out; `vision_indices`
+        False also leaves out the tower's precomputed indices, which `generate` does not need)."""
+        return {k: v for k, v in inputs.items() if not k.startswith(FINBENCH_KEYS)
+                and (vision_indices or k not in self.vision_index_keys)}
 
     def decode_extras(self) -> dict[str, Any]:
         return {}
 
     def decode_position_ids(self, state: DecodeState) -> torch.Tensor:
-        """Position of the token being fed. A plain forward numbers the prefill 0..T-1 including
-        left pads (rotary attention only sees differences, so the pads' offset is harmless), so
-        the fed token continues that numbering: the mask length so far, minus one."""
+        """Position ids of the token being fed, in the shape the model takes."""
+        return self.model_positions(self.fed_position(state))
+
+    def fed_position(self, state: DecodeState) -> torch.Tensor:
+        """Text position [B, 1] of the token being fed (`state.attention_mask` includes it). After a
+        mask-free prefill the state carries it. A masked forward numbers the prefill 0..T-1
+        including left pads (rotary attention only sees differences, so the pads' offset is
+        harmless), so the fed token continues that numbering: the mask length so far, minus one."""
+        if state.next_position is not None:
+            return state.next_position
         batch, length = state.attention_mask.shape
         return torch.full((batch, 1), length - 1, device=state.attention_mask.device)
+
+    def model_positions(self, position: torch.Tensor) -> torch.Tensor:
+        """Text positions [B, 1] → the position ids the model takes (M-RoPE families: [3, B, 1])."""
+        return position
 
     @torch.inference_mode()
     def decode_step(self, state: DecodeState, token_ids: torch.Tensor) -> torch.Tensor:
         """Feed one token per row; returns the new last hidden state [B, H]."""
-        ones = torch.ones_like(state.attention_mask[:, :1])
-        state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
+        if self.fast.static_decode and state.static is None:
+            state.static = self._static_decoder(state)
         with decode_attention(self.device):
+            if state.static:
+                return state.static.step(token_ids.to(self.device))
+            ones = torch.ones_like(state.attention_mask[:, :1])
+            state.attention_mask = torch.cat([state.attention_mask, ones], dim=1)
             outputs = self.model.model(
                 input_ids=token_ids[:, None].to(self.device),
                 attention_mask=state.attention_mask,
@@ -325,8 +396,37 @@ class HFVisionLanguageModel:
                 use_cache=True,
                 **{self._cache_kw: state.cache},
             )
-        state.cache = getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
+        if state.next_position is not None:
+            state.next_position = state.next_position + 1
+        state.cache = _cache_of(outputs)
         return outputs.last_hidden_state[:, -1, :]
+
+    def _static_decoder(self, state: DecodeState) -> Any:
+        """The batch's static decoder, or False (then the dynamic cache goes on) when the language
+        model has other than full-attention layers or the cache is not a per-layer KV cache."""
+        config = getattr(self._language_model(), "config", None)
+        layers = getattr(state.cache, "layers", None)
+        if (config is None or any(t != "full_attention" for t in getattr(config, "layer_types", None) or ())
+                or not layers or any(getattr(layer, "keys", None) is None for layer in layers)):
+            return False
+        kv = static_decode.StaticKV.from_cache(state.cache, state.attention_mask)
+        fed = DecodeState(cache=None, attention_mask=torch.cat([state.attention_mask,
+                                                               torch.ones_like(state.attention_mask[:, :1])], 1),
+                          extras=state.extras, next_position=state.next_position)
+        state.cache = None  # the buffer holds the keys and values now
+        static_decode.register()
+
+        def forward(ids: torch.Tensor, cache: static_decode.StaticKV, position: torch.Tensor) -> torch.Tensor:
+            with static_decode.attention_as(config, static_decode.NAME):
+                outputs = self.model.model(input_ids=ids, attention_mask=cache.attention_mask, position_ids=position,
+                                           use_cache=True, **{self._cache_kw: cache})
+            return outputs.last_hidden_state[:, -1, :]
+
+        return static_decode.StaticDecoder(forward, kv, self.decode_position_ids(fed), self.graphs)
+
+    def _language_model(self) -> Any:
+        """The transformers decoder stack (`model.model.language_model`), None where there is none."""
+        return getattr(getattr(self.model, "model", None), "language_model", None)
 
     @torch.inference_mode()
     def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
@@ -356,7 +456,8 @@ class HFVisionLanguageModel:
         sampling = dict(sampling or {})
         sample = float(sampling.get("temperature") or 0) > 0
         with decode_attention(self.device):
-            output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=sample,
+            output = self.model.generate(**self.model_inputs(inputs, vision_indices=False),
+                                         max_new_tokens=max_new_tokens, do_sample=sample,
                                          temperature=sampling.get("temperature") if sample else None,
                                          top_p=sampling.get("top_p") if sample else None,
                                          top_k=sampling.get("top_k") if sample else None,
@@ -373,7 +474,8 @@ class HFVisionLanguageModel:
         `stop_token_ids` (later positions hold the pad token)."""
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else stop_token_ids[0]
         with decode_attention(self.device):
-            output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, temperature=None,
+            output = self.model.generate(**self.model_inputs(inputs, vision_indices=False),
+                                         max_new_tokens=max_new_tokens, do_sample=False, temperature=None,
                                          top_p=None, top_k=None, eos_token_id=list(stop_token_ids), pad_token_id=pad)
         return output[:, inputs["input_ids"].shape[1]:]
 
@@ -405,6 +507,16 @@ class HFVisionLanguageModel:
         if not self.compiled_blocks:
             self.compiled_blocks = compile_vision_blocks(self.model)
         return self.compiled_blocks
+
+    def compile_language_model(self) -> dict[str, int]:
+        """`--compile-lm`: torch.compile the language model's RMSNorm, MLP and rotary modules in place
+        (models/compile.py); idempotent. {} when the adapter has no transformers language model."""
+        from finbench.models.compile import compile_language_model
+
+        language_model = self._language_model()
+        if not self.compiled_language_model and language_model is not None:
+            self.compiled_language_model = compile_language_model(language_model)
+        return self.compiled_language_model
 
     # ---- bookkeeping --------------------------------------------------------------------------
     def memory_footprint(self) -> int | None:
@@ -465,9 +577,19 @@ class HFVisionLanguageModel:
             "transformers": transformers.__version__,
             "processor": json.loads(json.dumps(self.processor_settings(), sort_keys=True, default=str)),
             # compiled kernels round differently in low precision; absent when nothing is compiled,
-            # so eager runs keep their cache keys
-            **({"compiled": sorted(self.compiled_blocks)} if self.compiled_blocks else {}),
+            # so eager runs keep their cache keys; the same for the fast paths whose kernels differ
+            # from the reference path's (CUDA graphs replay the same kernels; vision indices are equal)
+            **({"compiled": sorted({**self.compiled_blocks, **self.compiled_language_model})}
+               if self.compiled_blocks or self.compiled_language_model else {}),
+            **({"padded_widths": self.padded_widths} if self.padded_widths else {}),
+            **({"fast_paths": kernels} if (kernels := [p for p in self.fast.on()
+                                                       if p in ("causal_prefill", "static_decode")]) else {}),
         }
+
+
+def _cache_of(outputs: Any) -> Any:
+    """The KV cache a forward returned (`cache` since transformers 5.2x, `past_key_values` before)."""
+    return getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
 
 
 def generated_counts(new_tokens: torch.Tensor, stops: Sequence[int]) -> list[int]:

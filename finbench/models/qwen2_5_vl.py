@@ -8,7 +8,13 @@ What differs from the generic adapter:
 - `--max-pixels` caps the image processor's `longest_edge` (pixel budget);
 - `--device-preprocess`: the CPU threads only decode images and tokenize (image tokens counted
   from the resize rule); resize, normalisation and patchify run on the model's device in
-  `to_device` (`qwen_gpu_preprocess.qwen_preprocess`), so only uint8 pixels cross the bus.
+  `to_device` (`qwen_gpu_preprocess.qwen_preprocess`), so only uint8 pixels cross the bus;
+- every fast path (models/fast_paths.py). For the mask-free prefill the worker threads compute
+  the M-RoPE positions of the real tokens (`get_rope_index` over the left-padded batch with its
+  mask) and the first fed token's position (one past the largest: how `get_rope_index` continues
+  text after an image); for Qwen2.5-VL's windowed tower they also build its position ids,
+  attention boundaries and window index (transformers' `vision_utils`, the functions the tower
+  calls itself), which the tower takes as `image_*` keyword arguments.
 """
 
 from __future__ import annotations
@@ -18,14 +24,20 @@ from typing import Any, Sequence
 
 import torch
 
-from finbench.models.base import DecodeState, HFVisionLanguageModel, pinned
+from finbench.models.base import FINBENCH_KEYS, DecodeState, HFVisionLanguageModel, pinned
 from finbench.models.contract import Capabilities
+from finbench.models.fast_paths import PATHS
 from finbench.models.vision_attention import install as install_vision_attention
 from finbench.types import ModelRequest
 
 
 IMAGE_PAD = "<|image_pad|>"
 EXPANDED_MARK = "\x00finbench-image-token\x00"
+POSITIONS, NEXT_POSITION = FINBENCH_KEYS + "positions", FINBENCH_KEYS + "next_position"
+# the windowed tower's precomputed inputs, as `get_image_features` takes them (`image_` + the name
+# transformers' vision_utils pop from the tower's keyword arguments)
+VISION_INDEX_KEYS = frozenset({"image_position_ids", "image_cu_seqlens", "image_max_seqlen", "image_window_index",
+                               "image_cu_window_seqlens", "image_max_window_seqlen"})
 
 
 def _size_value(size: Any, key: str) -> int:
@@ -41,6 +53,8 @@ class Qwen25VL(HFVisionLanguageModel):
     # vision attention: one varlen SDPA call per layer (models/vision_attention.py)
     capabilities = Capabilities(device_preprocessing=True, flop_count=True, vision_attention="packed",
                                 pixel_budget=True)
+    supports = frozenset(PATHS)
+    vision_index_keys = VISION_INDEX_KEYS
 
     def __init__(self, model: Any, processor: Any, source: str, *, device_preprocess: bool = False,
                  vision_attention: str = "packed", **kwargs: Any) -> None:
@@ -68,8 +82,14 @@ class Qwen25VL(HFVisionLanguageModel):
         return (resized_height // factor) * (resized_width // factor)
 
     def prepare(self, requests: Sequence[ModelRequest]) -> Any:
-        if not self.device_preprocess:
-            return super().prepare(requests)
+        inputs = self._device_inputs(requests) if self.device_preprocess else super().prepare(requests)
+        if self.fast.causal_prefill:
+            inputs[POSITIONS], inputs[NEXT_POSITION] = self.rope_positions(inputs)
+        if self.fast.vision_indices and inputs.get("image_grid_thw") is not None:
+            inputs.update(self.vision_indices(inputs["image_grid_thw"]))
+        return inputs
+
+    def _device_inputs(self, requests: Sequence[ModelRequest]) -> Any:
         import numpy as np
 
         from finbench.models.qwen_gpu_preprocess import qwen_grid
@@ -129,14 +149,63 @@ class Qwen25VL(HFVisionLanguageModel):
         deltas = self.model.model.rope_deltas
         return {"rope_deltas": None if deltas is None else deltas.clone()}
 
-    def decode_position_ids(self, state: DecodeState) -> torch.Tensor:
+    def fed_position(self, state: DecodeState) -> torch.Tensor:
+        if state.next_position is not None:  # a mask-free prefill numbered the real tokens itself
+            return state.next_position
         text_position = state.attention_mask.sum(-1, keepdim=True) - 1  # [B, 1]
         deltas = state.extras.get("rope_deltas")
         if deltas is None:
             # text-only prefill: the model used positions 0..T-1 counting pads, so shift by the pads
             deltas = (state.attention_mask == 0).sum(-1, keepdim=True)
-        text_position = text_position + deltas.to(text_position.device).view(-1, 1)
-        return text_position[None].expand(3, -1, -1)  # temporal, height, width share it for text
+        return text_position + deltas.to(text_position.device).view(-1, 1)
+
+    def model_positions(self, position: torch.Tensor) -> torch.Tensor:
+        return position[None].expand(3, -1, -1)  # temporal, height, width share it for text
+
+    # ---- fast paths ----------------------------------------------------------------------------
+    def rope_positions(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """M-RoPE positions [3, B, T] of the real tokens of a (left-padded) batch, and the position
+        of the first token fed after it [B, 1]. Called through the class, so the run's timing
+        wrapper on the model's `get_rope_index` (runner/timing.py) sees only the model's own calls."""
+        base = self.model.model
+        input_ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        types = inputs.get("mm_token_type_ids")
+        if types is None:  # older processors: image placeholders are the image tokens
+            types = (input_ids == self.model.config.image_token_id).long()
+        positions, _ = type(base).get_rope_index(base, input_ids, types, image_grid_thw=inputs.get("image_grid_thw"),
+                                                 attention_mask=mask)
+        real = mask.bool()[None].to(positions.device)
+        next_position = positions.masked_fill(~real, 0).amax(dim=(0, 2)) + 1  # text continues past the largest
+        return positions, next_position.view(-1, 1).to(mask.device)
+
+    def prefill_positions(self, inputs: Any, order: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+        positions, next_position = inputs.get(POSITIONS), inputs.get(NEXT_POSITION)
+        if positions is None or positions.shape[-1] != inputs["input_ids"].shape[-1]:
+            # a batch rebuilt on the model's thread (after thinking): its prompts grew, so no
+            # worker-made positions fit; computed here
+            positions, next_position = self.rope_positions(inputs)
+        return positions.gather(2, order[None].expand(positions.shape[0], -1, -1)), next_position
+
+    def vision_indices(self, grid: torch.Tensor) -> dict[str, Any]:
+        """The windowed tower's position ids, boundaries and window index for image grids [N, 3]
+        (CPU), computed by transformers' own functions; {} for other towers."""
+        config = self.model.config.vision_config
+        if self.model.config.model_type != "qwen2_5_vl":
+            return {}
+        try:
+            from transformers.vision_utils import (get_vision_cu_seqlens, get_vision_position_ids,
+                                                   get_vision_window_index)
+        except ImportError:  # a transformers without them: the tower builds its own
+            return {}
+        grid = grid.cpu()
+        cu_seqlens = get_vision_cu_seqlens(grid)
+        window_index, cu_window_seqlens = get_vision_window_index(
+            grid, spatial_merge_size=config.spatial_merge_size, window_size=config.window_size,
+            patch_size=config.patch_size)
+        return {"image_position_ids": get_vision_position_ids(grid, config.spatial_merge_size),
+                "image_cu_seqlens": cu_seqlens, "image_max_seqlen": int((cu_seqlens[1:] - cu_seqlens[:-1]).max()),
+                "image_window_index": window_index, "image_cu_window_seqlens": cu_window_seqlens,
+                "image_max_window_seqlen": int((cu_window_seqlens[1:] - cu_window_seqlens[:-1]).max())}
 
     def processor_settings(self) -> dict[str, Any]:
         factor, min_pixels, max_pixels = self._pixel_bounds()

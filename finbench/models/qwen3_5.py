@@ -17,6 +17,10 @@ per-row deltas, image-token counting, device preprocessing):
   the template itself opens the block instead of a second block following a closed one;
 - its own FLOP count (models/flops.py: linear-attention projections, convolution and chunked
   delta rule; output-gated full attention; the MoE variant's routed and shared experts);
+- of the fast paths (models/fast_paths.py) only the padded widths: the linear-attention layers
+  would run their recurrent state over the pads of a right-aligned row (the mask-free prefill
+  reads the right last token, but every decode step after it would be off: measured Δ ≈ 0.2 in
+  the hidden state on the tiny model), and their state is no KV cache a static buffer can hold;
 - `--quant` only for the dense checkpoints: in the MoE ones bitsandbytes would leave the fused
   3-D expert tensors unquantized (see qwen3_vl_moe.py), so they refuse it at start-up.
 """
@@ -35,6 +39,7 @@ class Qwen35(Qwen3VL):
     family = "qwen3.5"
     model_types = ("qwen3_5", "qwen3_5_moe")
     checkpoints = ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.5-35B-A3B")
+    supports = frozenset({"pad_widths"})  # see the module docstring
 
     @classmethod
     def capabilities_for(cls, model_type: str) -> Capabilities:

@@ -12,7 +12,9 @@ answers it. Order of work:
    once; plan batches of one request kind, longest first, within the token budget; prompts
    longer than the context become errors; with several ranks (torchrun, accelerate) each takes
    a token-balanced share (runner/distributed.py) and rank 0 gathers the answers;
-3. preprocess batches in worker threads, one or more ahead of the model (runner/preprocess.py);
+3. preprocess batches in worker threads, one or more ahead of the model, the first cut into one
+   piece per thread (runner/preprocess.py); on CUDA the next batch is copied to the device on a
+   side stream while the model works on the current one (runner/loop.py);
 4. decode each batch by its request type (runner/loop.py: letters, sets, numbers, free text,
    sessions turn by turn, a thinking step first where asked), halving and retrying on CUDA
    out-of-memory, and commit it to the cache;
@@ -97,8 +99,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     model = startup.given_model(config, model) if model is not None else startup.load_for_run(config, world)
     think_budget = startup.think_budget_for(config, model)
     vocab = AnswerVocabulary.for_model(model) if config.protocol == "constrained" else None
-    if config.compile_vision:
-        startup.compile_vision(model, notes)
+    startup.compile_parts(model, config, notes)
     judge = load_judge(config.judge, dtype=config.dtype, device=config.device, model=model) if config.judge else None
     out_dir = Path(config.out)
     startup.make_run_folder(out_dir)
@@ -115,7 +116,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     cached = cache.get_many(sorted({k for k in keys if k}))
     distributed.barrier(world)  # every rank has read the cache before any writes to it: all shard the same list
     log.info("%d questions, %d cached, model %s", len(questions), sum(k in cached for k in keys), config.model)
-    timer = StageTimer(model.device)
+    timer = StageTimer(model.device, synchronize=config.profile)
     loop = BatchLoop(model, benchmark, questions, requests, config, vocab, timer)
     for index, (question, key) in enumerate(zip(questions, keys)):
         if question.error:
@@ -139,12 +140,13 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     saved = n_cached
-    parts = ModelParts(model)
+    parts = ModelParts(model, synchronize=config.profile)
     mine = {item.index for item in items}
     try:
         n_followers = sum(len(followers.get(i, ())) for i in mine)  # answered with their leader
         with progress(show_progress, len(items) + n_followers, console) as advance, parts:
-            for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1):
+            for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
+                                     ahead=loop.copy_ahead):
                 if first_batch_wait is None:  # the pipeline fill: nothing for the model to do yet
                     first_batch_wait = time.perf_counter() - compute_started
                 timer.seconds["preprocess"] += prepared.seconds

@@ -43,6 +43,7 @@ class BatchLoop:
         self.config, self.vocab, self.timer = config, vocab, timer
         self.throughput = Throughput(timer)
         self.max_batch = config.batch_size or AUTO_BATCH_START
+        self._copy_stream: Any = None  # CUDA: the side stream of copies made one batch ahead
         if dict(config.gen_kwargs).get("temperature"):
             torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
 
@@ -89,6 +90,36 @@ class BatchLoop:
         if self.model.device.type == "cuda" and isinstance(inputs, MutableMapping):
             return pin_host_memory(inputs)
         return inputs
+
+    def copy_ahead(self, prepared: PreparedBatch) -> None:
+        """A CUDA model: enqueue the host-to-device copy of the next batch (`prefetch`'s `ahead`) on a
+        side stream now, while the model's stream works on the current batch; `_on_device` makes
+        the model's stream wait for it. Nothing elsewhere, or for a batch that will be re-cut."""
+        if (self.model.device.type != "cuda" or prepared.inputs is None
+                or len(prepared.indices) > self.max_batch):
+            return
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(self.model.device)
+        with torch.cuda.stream(self._copy_stream):
+            moved = self.model.to_device(prepared.inputs)
+            copied = torch.cuda.Event()
+            copied.record(self._copy_stream)
+        prepared.on_device = (moved, copied)
+
+    def _on_device(self, prepared: PreparedBatch) -> Any:
+        """The batch's inputs on the model's device: copied ahead (waited for on the model's stream,
+        and marked as used there so that the allocator keeps them until it is done), or now."""
+        if prepared.on_device is None:
+            return self.model.to_device(prepared.inputs)
+        moved, copied = prepared.on_device
+        prepared.on_device = None
+        current = torch.cuda.current_stream(self.model.device)
+        current.wait_event(copied)
+        for value in moved.values() if isinstance(moved, MutableMapping) else ():
+            for tensor in value if isinstance(value, list) else [value]:
+                if torch.is_tensor(tensor) and tensor.is_cuda:
+                    tensor.record_stream(current)
+        return moved
 
     def _logged_prompt(self, request: Any) -> str:
         """What the model saw, as text (image placeholders unexpanded), or its hash."""
@@ -139,7 +170,7 @@ class BatchLoop:
         started = time.perf_counter()
         stage = self.timer.stage
         with stage("h2d"):
-            inputs = self.model.to_device(prepared.inputs)
+            inputs = self._on_device(prepared)
         reasoning = None
         if thinking(first):
             inputs, reasoning = think(self.model, inputs, first.think_budget,

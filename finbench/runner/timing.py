@@ -19,22 +19,27 @@ log = logging.getLogger("finbench")
 
 
 class StageTimer:
-    """Wall time per stage. On CUDA it synchronises at stage boundaries so that asynchronous
-    kernels are charged to the stage that launched them."""
+    """Wall time per stage. With `synchronize` (`--profile`) on CUDA it synchronises at stage
+    boundaries so that asynchronous kernels are charged to the stage that launched them; without,
+    nothing waits for the device (a sync per stage kept the GPU idle while the host caught up), so
+    on CUDA a stage's seconds are the host's: kernels run on and are charged where the host next
+    waits for a result. On the CPU both are the same."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, synchronize: bool = True) -> None:
         self.cuda = device.type == "cuda"
+        self.sync = self.cuda and synchronize
+        self.synchronized = synchronize or not self.cuda  # stage seconds are device-exact
         self.seconds: dict[str, float] = defaultdict(float)
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        if self.cuda:
+        if self.sync:
             torch.cuda.synchronize()
         started = time.perf_counter()
         try:
             yield
         finally:
-            if self.cuda:
+            if self.sync:
                 torch.cuda.synchronize()
             self.seconds[name] += time.perf_counter() - started
 
@@ -42,17 +47,19 @@ class StageTimer:
 class ModelParts:
     """`with ModelParts(adapter) as parts: …` → `parts.seconds` {part: wall seconds}. The parts are
     the adapter's `timed_parts()`, wrapped on their owners for the run and restored after (on
-    CUDA each is synchronised). The language model's time includes every decode step."""
+    CUDA each is synchronised, so only with `synchronize`, `--profile`: without it a CUDA run
+    times no parts). The language model's time includes every decode step."""
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: Any, synchronize: bool = True) -> None:
         self.adapter = adapter
         self.seconds: dict[str, float] = {}
         self._restore: list[tuple[Any, str]] = []
+        self.enabled = synchronize or getattr(adapter, "device", torch.device("cpu")).type != "cuda"
 
     def __enter__(self) -> "ModelParts":
         sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
         try:
-            parts = self.adapter.timed_parts()
+            parts = self.adapter.timed_parts() if self.enabled else []
         except Exception:  # noqa: BLE001 — timing never fails a run
             parts = []
         for name, owner, method in parts:
@@ -127,10 +134,12 @@ class Throughput:
             "oom_retries": self.oom_retries,
             "accounting_errors": self.accounting_errors,
             "final_max_batch": max_batch,
-            # analytic prefill FLOPs over the time spent in prefill forwards (the "forward" stage);
-            # None for a family without a FLOP count
+            # analytic prefill FLOPs over the time spent in prefill forwards (the "forward" stage,
+            # device-exact only when synchronised: --profile on CUDA); None for a family without a count
             "prefill_flops": self.flops,
-            "prefill_tflops_per_s": self.flops / forward / 1e12 if forward and self.flops else None,
+            "prefill_tflops_per_s": self.flops / forward / 1e12
+            if forward and self.flops and self.timer.synchronized else None,
+            "stages_synchronized": self.timer.synchronized,
         }
         with contextlib.suppress(Exception):  # bookkeeping never fails a run
             stats["model_memory_gib"] = model.memory_footprint() / 2**30
