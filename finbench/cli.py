@@ -116,12 +116,13 @@ def run(
     import sys
 
     from finbench.api import evaluate
-    from finbench.runner.startup import parse_gen_kwargs, run_defaults
+    from finbench.runner.defaults import run_defaults
+    from finbench.runner.startup import parse_gen_kwargs
 
     _configure_output(progress, verbose)
     if batch_size is not None and batch_size != "auto" and not batch_size.isdigit():
         _fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
-    sized = run_defaults(device)  # what is not given, sized to the device (runner/startup.py)
+    sized = run_defaults(device)  # what is not given, sized to the device (runner/defaults.py)
     try:
         sources = _data_sources(data, benchmark)
         options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),

@@ -5,7 +5,7 @@ config values (nothing is downloaded; a one-prefill scorer's cost does not depen
 and FinMME-like items (1024×768 synthetic charts, ~300 prompt text tokens), then, section by
 section, each under its own time limit and written to the JSON as soon as it is done:
 1. `run`: `--n-items` items through `finbench run`'s own defaults on this machine (batch size, token
-   budget and workers from runner/startup.py `sized_defaults`, the same function the CLI calls;
+   budget and workers from runner/defaults.py `sized_defaults`, the same function the CLI calls;
    every fast path at its CUDA default, models/fast_paths.py), without per-stage syncs; the
    FinMME projection is load + compile + pipeline fill + 11,099 items at the steady rate;
 2. `profile`: one full batch again with `--profile` (stage and model-part seconds device-exact,
@@ -212,8 +212,8 @@ def _free() -> None:
 
 def run_settings(args: argparse.Namespace) -> dict[str, Any]:
     """Batch size, token budget and workers: what was given, else `finbench run`'s defaults for this
-    device and machine (runner/startup.py `run_defaults`, the function the CLI calls)."""
-    from finbench.runner.startup import run_defaults
+    device and machine (runner/defaults.py `run_defaults`, the function the CLI calls)."""
+    from finbench.runner.defaults import run_defaults
 
     sized = run_defaults(args.device)
     batch = sized["batch_size"] if args.batch_size is None else None if args.batch_size == "auto" else int(args.batch_size)

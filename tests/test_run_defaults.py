@@ -1,6 +1,6 @@
 """What `finbench run` uses when --batch-size, --token-budget and --workers are not given: the
 long-standing CPU defaults on the CPU, and on CUDA what scripts/gpu_check.py measures, from one
-function (runner/startup.py `sized_defaults`) that both call."""
+function (runner/defaults.py `sized_defaults`) that both call."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from finbench.cli import app
-from finbench.runner.startup import run_defaults, sized_defaults
+from finbench.runner.defaults import run_defaults, sized_defaults
 
 GIB = 2**30
 

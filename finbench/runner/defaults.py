@@ -1,0 +1,48 @@
+"""`finbench run`'s batch size, token budget and preprocessing threads when the user gives none:
+on the CPU the long-standing defaults, on CUDA what the GPU check measured, sized to the GPU's
+memory and the machine's cores. One function for the CLI and scripts/gpu_check.py, so the figure
+the README quotes is the run a user gets."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+# What the H200 check ran (benchmarks/results/gpu_check_h200.json): batch auto (64, halved on
+# out-of-memory), 98,304 tokens per batch on ~140 GiB and 8 preprocessing threads on 16 CPU cores.
+CPU_DEFAULTS = {"batch_size": 8, "token_budget": 16384, "workers": 2}
+TOKENS_PER_GIB = 768  # token budget per GiB of GPU memory: 98,304 on 128 GiB and more
+MEASURED_TOKEN_BUDGET = 98_304  # the largest budget measured; larger GPUs are not extrapolated to
+MAX_WORKERS = 8  # the largest worker count measured
+
+
+def sized_defaults(device_type: str, gpu_memory_bytes: int | None = None, cpu_count: int | None = None) -> dict[str, Any]:
+    """`finbench run`'s --batch-size, --token-budget and --workers when not given, for a device of
+    `device_type` with `gpu_memory_bytes` and a machine of `cpu_count` cores. On the CPU exactly
+    the long-standing defaults (8 rows, 16,384 tokens, 2 threads). On CUDA what the GPU check
+    measures (scripts/gpu_check.py calls this function): batch auto, a token budget of 768 per GiB
+    of GPU memory in steps of 8,192 (16,384 to 98,304), one preprocessing thread per two cores
+    (2 to 8): a 24 GB GPU gets 16,384 tokens, an 80 GB one 57,344, an H200 98,304."""
+    if device_type != "cuda" or not gpu_memory_bytes:
+        return dict(CPU_DEFAULTS)
+    budget = int(gpu_memory_bytes / 2**30 * TOKENS_PER_GIB) // 8192 * 8192
+    return {"batch_size": None, "token_budget": max(CPU_DEFAULTS["token_budget"], min(MEASURED_TOKEN_BUDGET, budget)),
+            "workers": max(2, min(MAX_WORKERS, (cpu_count or 2) // 2))}
+
+
+def run_defaults(device: str) -> dict[str, Any]:
+    """`sized_defaults` for `--device` (auto: CUDA when there is one) on this machine; the CPU ones
+    for a device that is not there (start-up then reports it in one line)."""
+    try:
+        resolved = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                                "cpu" if device == "auto" else device)
+        if resolved.type != "cuda" or not torch.cuda.is_available():
+            return sized_defaults("cpu")
+        memory = torch.cuda.get_device_properties(resolved.index or 0).total_memory
+    except (RuntimeError, ValueError, AssertionError):
+        return sized_defaults("cpu")
+    affinity = getattr(os, "sched_getaffinity", None)  # the cores this process may use (Linux)
+    cpus = len(affinity(0)) if affinity else os.cpu_count()
+    return sized_defaults("cuda", memory, cpus)
