@@ -82,6 +82,9 @@ def run(
                                         "fp32 norm and rotary work; compiled once, in the first batch)."),
     compile_lm: bool = typer.Option(False, help="torch.compile the language model's RMSNorm, MLP and rotary "
                                     "modules (attention and caches stay eager)."),
+    fast_paths: bool = typer.Option(True, help="The exact CUDA fast paths (padded GEMM widths, mask-free prefill, "
+                                    "static and graphed decode steps; none on the CPU). --no-fast-paths runs the "
+                                    "reference paths (a check, or a workaround)."),
     profile: bool = typer.Option(False, help="Synchronise the GPU at every stage boundary so that results.json's "
                                  "stage and model-part seconds are exact (slower; off: no waits)."),
     device_map: Optional[str] = typer.Option(None, help="auto (or balanced, balanced_low_0, sequential): split a model too "
@@ -134,7 +137,7 @@ def run(
                        quant_vision=quant_vision, allow_dequantized=allow_dequantized,
                        max_new_tokens=max_new_tokens, numeric_budget=numeric_budget, max_pixels=max_pixels,
                        cache=cache, device_preprocess=device_preprocess, device_map=device_map,
-                       compile_vision=compile_vision, compile_lm=compile_lm, profile=profile,
+                       compile_vision=compile_vision, compile_lm=compile_lm, profile=profile, fast_paths=fast_paths,
                        bootstrap=bootstrap, seed=seed,
                        think_budget=think_budget, judge=judge, revision=revision, trust_remote_code=trust_remote_code,
                        attn_implementation=attn_implementation, chat_template=chat_template,

@@ -120,6 +120,7 @@ class RunConfig:
     compile_vision: bool = False  # torch.compile the vision tower's repeated blocks (models/compile.py)
     compile_lm: bool = False  # torch.compile the language model's RMSNorm, MLP and rotary modules
     profile: bool = False  # synchronise the device at stage boundaries (exact per-stage times, slower)
+    fast_paths: bool = True  # the exact CUDA fast paths (models/fast_paths.py); False: the reference paths
     out: str = "runs/latest"
     cache: str | None = None  # SQLite path; default <out>/cache.sqlite
     seed: int = 0

@@ -394,3 +394,35 @@ def test_graphed_decode_steps_equal_the_eager_static_steps(tiny_qwen_dir, questi
         assert (graphed.decode_step(graphed_state, tokens.roll(k)) - expected).abs().max() <= TOL
     assert graphed.graphs.enabled and graphed.graphs.captures == 1 and graphed.graphs.checked
     assert graphed_state.static.graph is not None and eager_state.static.graph is None
+
+
+def test_no_fast_paths_reaches_the_adapter_from_the_cli(tiny_qwen_dir, monkeypatch):
+    """`--no-fast-paths` → RunConfig.fast_paths False → the one loader asks for the reference
+    paths, which the adapter keeps even where the defaults would turn them on (CUDA)."""
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+    from finbench.models import load_model
+    from finbench.models.fast_paths import FastPaths
+
+    captured = {}
+
+    def evaluate(model, benchmark, **options):
+        captured.update(options)
+        raise ValueError("captured")
+
+    monkeypatch.setattr("finbench.api.evaluate", evaluate)
+    done = CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--no-fast-paths", "--no-progress"])
+    assert done.exit_code == 2 and captured["fast_paths"] is False
+    seen = []
+    original = FastPaths.resolved
+
+    def resolved(self, device, supported=frozenset()):
+        seen.append(self)
+        return original(self, torch.device("cuda"), supported)  # as if on CUDA: the defaults would be on
+
+    monkeypatch.setattr(FastPaths, "resolved", resolved)
+    reference = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu", fast_paths=False)
+    default = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    assert seen[0] == FastPaths.reference() and reference.fast.on() == []
+    assert default.fast.on()  # the same load without the option: paths on where CUDA would have them

@@ -55,12 +55,13 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
                max_pixels: int | None = None, device_preprocess: bool = False, revision: str | None = None,
                trust_remote_code: bool = False, attn_implementation: str | None = None,
                chat_template: str | None = None, device_map: str | None = None, quant_vision: bool = False,
-               allow_dequantized: bool = False) -> HFVisionLanguageModel:
+               allow_dequantized: bool = False, fast_paths: bool = True) -> HFVisionLanguageModel:
     """Load a model from a hub id or a local folder through the transformers Auto classes.
     `chat_template` is the text of a Jinja template that replaces the checkpoint's. An option the
     family does not declare (models/contract.py) is refused before any weights are read; so is a
     quantization that cannot run here (models/quant.py), and a checkpoint shipped quantized runs
-    in its own format (models/quant_checkpoint.py)."""
+    in its own format (models/quant_checkpoint.py). `fast_paths=False` runs the reference paths
+    where the exact CUDA fast paths would run (models/fast_paths.py)."""
     from finbench.models.quant_checkpoint import declared_quantization
 
     family, model_type = family_of(source)
@@ -74,6 +75,10 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     if refused:
         raise ValueError(refused)
     options = {"device_preprocess": True} if device_preprocess else {}
+    if not fast_paths:
+        from finbench.models.fast_paths import FastPaths
+
+        options["fast_paths"] = FastPaths.reference()
     # passed only when they apply, so a native adapter (DeepSeek-VL2, refused above) never sees them
     options.update({k: True for k, v in (("quant_vision", quant_vision), ("allow_dequantized", allow_dequantized))
                     if v and (quant != "none" or declared is not None)})

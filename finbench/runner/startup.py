@@ -157,7 +157,7 @@ def load_for_run(config: RunConfig, world: World | None = None) -> Any:
                       device_preprocess=config.device_preprocess, revision=config.revision,
                       trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
                       chat_template=template, quant_vision=config.quant_vision,
-                      allow_dequantized=config.allow_dequantized)
+                      allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths)
 
 
 def given_model(config: RunConfig, model: Any) -> Any:
