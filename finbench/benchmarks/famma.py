@@ -323,7 +323,7 @@ def record_to_question(record: Mapping[str, Any], index: int, root: str | Path |
     try:
         text = {name: _text(record.get(name), name) for name in TEXT_FIELDS}
     except ValueError as err:
-        qid = str(record.get("question_id") if isinstance(record.get("question_id"), str) else index)
+        qid = _label(record.get("question_id")) or str(index)
         return Question(id=qid, benchmark=NAME, kind=OPEN, text="", meta={"gold_status": "unreadable"},
                         error=f"bad record: {err}")
     qid = text["question_id"] or str(record.get("idx", index))
