@@ -14,11 +14,12 @@ answers it. Order of work:
    a token-balanced share (runner/distributed.py) and rank 0 gathers the answers;
 3. preprocess batches in worker threads, one or more ahead of the model (runner/preprocess.py);
 4. decode each batch by its request type (runner/loop.py: letters, sets, numbers, free text,
-   sessions turn by turn, a thinking step first where asked), halving and retrying on CUDA
-   out-of-memory, and commit it to the cache;
+   sessions turn by turn, each turn checked against the context, a thinking step first where
+   asked), halving and retrying on CUDA out-of-memory, and commit it to the cache (a cache that
+   stops taking writes — a full disk, its folder deleted — stops the run: `Stopped`, one line);
 5. judge open answers (the benchmark's rules; a `--judge` model, its replies cached too), score,
-   write samples.parquet, results.json and report.html (runner/outputs.py; a rerun served
-   entirely from the cache keeps the throughput of the run that computed the answers).
+   write samples.parquet, results.json, report.html and report.md together (runner/outputs.py; a
+   rerun served entirely from the cache keeps the throughput of the run that computed them).
 """
 
 from __future__ import annotations
