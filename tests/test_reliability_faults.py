@@ -429,6 +429,18 @@ def test_a_judge_path_that_does_not_exist_says_so_before_the_model_loads(tmp_pat
     assert "alphanumeric" not in done.output and not (tmp_path / "run").exists()
 
 
+def test_a_judge_that_fails_after_the_model_loaded_writes_nothing(tmp_path, synthetic_parquet, tiny_qwen_dir):
+    """Checks that need the loaded model (here: the judge's own config) come before the run
+    folder: no cache.sqlite, no run.log is left behind."""
+    empty = tmp_path / "empty-judge"
+    empty.mkdir()
+    done = CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--limit",
+                                    "2", "--judge", str(empty), "--device", "cpu", "--out", str(tmp_path / "run"),
+                                    "--no-progress"])
+    _one_line(done, 2, f"--judge {empty}: cannot load its config")
+    assert not (tmp_path / "run").exists()
+
+
 # ---- items 10, 11: one line, one record ------------------------------------------------------------------
 def test_one_deeply_nested_line_or_one_bad_byte_fails_that_record_only(tmp_path):
     deep = b'{"id": "deep", "x": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"

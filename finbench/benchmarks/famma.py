@@ -276,7 +276,7 @@ def _shared_parts(raws: Sequence[RawRecord]) -> dict[tuple[str, str, str], Share
 
 def _shared(raw: RawRecord) -> Shared:
     record = raw.values
-    qid = str(record.get("question_id") or raw.origin)
+    qid = _label(record.get("question_id")) or raw.origin
     try:
         slots, images = _images(record, raw.folder, raw.root)
         return Shared(raw, qid, _text(record.get("context"), "context"), slots, images)

@@ -192,8 +192,10 @@ def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
     """A .json file holding one array (or object) of records, or JSON lines in either suffix."""
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a BOM (Windows editors) is not part of record 1
     if path.suffix == ".json":
-        try:  # a byte that is not UTF-8 stays a lone surrogate: `_json_record` fails that record only
-            whole = json.loads(data.decode("utf-8", errors="surrogateescape"))
+        try:
+            whole = json.loads(data)  # (bytes: UTF-16 and UTF-32 files are detected too)
+        except UnicodeDecodeError:  # a byte that is not UTF-8 stays a lone surrogate: `_json_record` fails that record only
+            whole = _loads_or_none(data.decode("utf-8", errors="surrogateescape"))
         except (json.JSONDecodeError, RecursionError):
             whole = None  # maybe JSON lines with a .json suffix
         if isinstance(whole, list):
@@ -226,6 +228,13 @@ def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
         raise DataError(f"cannot read {path}: neither a JSON array of records nor JSON lines "
                          f"({records[0].error.split(': ', 1)[-1]})")
     return records, columns
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
 
 
 def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set[str]]:
