@@ -484,10 +484,15 @@ def test_a_relative_image_path_that_climbs_out_is_refused_and_absolute_ones_read
     assert "image path '../secret.png' climbs out of the data's folder" in by_id["up"].error
     assert by_id["abs"].error is None and by_id["abs"].images == (_png(),)
     assert by_id["in"].error is None  # `..` that stays inside is fine
-    # a file in a subfolder may name an image elsewhere in the data's folder
-    (data / "sub" / "e.jsonl").write_text(json.dumps(_finmme("sib", image={"path": "../ok.png"})))
+    # a file in a subfolder may name an image elsewhere in the data's folder; a symlink leading out
+    # (a Hugging Face snapshot's files point into its blobs/) is followed, as the path stays inside
+    (tmp_path / "blobs").mkdir()
+    (tmp_path / "blobs" / "abc123").write_bytes(_png())
+    (data / "linked.png").symlink_to(tmp_path / "blobs" / "abc123")
+    (data / "sub" / "e.jsonl").write_text(json.dumps(_finmme("sib", image={"path": "../ok.png"})) + "\n"
+                                          + json.dumps(_finmme("link", image={"path": "../linked.png"})))
     by_id = {q.id: q for q in finmme.load_questions(data)}
-    assert by_id["sib"].error is None and "climbs out" in by_id["up"].error
+    assert by_id["sib"].error is None and by_id["link"].error is None and "climbs out" in by_id["up"].error
 
 
 def test_sweep_validation_uses_no_weights(tmp_path, tiny_qwen_dir):

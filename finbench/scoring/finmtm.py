@@ -18,8 +18,11 @@ Official source: HiThink-Research/FinMTM @ 40557ba — `finmtm_eval/metrics.py`
 - Old protocol (etest.py before 0305353): `set(pred) == set(gold)` on the raw strings, so " a"
   and "A" differ there. (Its parser also fell back to bare letters; finbench keeps the current
   parser for both protocols, so only the comparison differs.)
-- Items whose gold is empty are skipped, as etest.py does: they are not in the denominator and are
-  counted as `n_empty_gold`. Rows with a per-sample error stay in the denominator with score 0.
+- Items whose (well-formed) gold is empty are skipped by the current protocol, as etest.py does:
+  they are not in its denominator and are counted as `n_empty_gold`; the old protocol keeps them
+  in its denominator, as the old snapshots did (accuracy = correct / total over every line:
+  `n_score_old`). Rows with a per-sample error (a broken record included: a gold that is not
+  JSON, no `choices`, a malformed line) stay in every denominator with score 0.
 - In a samples table an `answer` containing '{' is parsed as above; any other answer is taken as
   canonical letters (the constrained decoder's 'AC'). A gold containing '{' is the official gold
   JSON, read as etest.py `get_ground_truth`; any other gold is canonical letters.
