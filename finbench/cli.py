@@ -195,6 +195,7 @@ def _configure_output(progress: bool, verbose: bool) -> None:
         except ImportError:
             pass
     logging.captureWarnings(True)
+    logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback on the console
     shown = logging.StreamHandler()
     shown.setFormatter(logging.Formatter("warning: %(message)s"))
     if not verbose:
@@ -235,17 +236,49 @@ def _not_library_chatter(record) -> bool:
     return not any(source in text for source in QUIET_WARNING_SOURCES) and "MatMul8bitLt" not in text
 
 
-def _run_and_report(work) -> None:
-    from finbench.api import MultiRunResult
-    from finbench.runner.engine import Interrupted
+@contextlib.contextmanager
+def _stops_in_one_line() -> Iterator[None]:
+    """A run that stops ends the command in one line: Ctrl-C or SIGTERM (handled as Ctrl-C: the
+    batch in flight is dropped, every committed answer kept) says "N of M answers saved" and exits
+    128 + the signal; a cache or outputs that stop taking writes (disk full, the run folder
+    removed) say why and exit 1."""
+    import signal
+
+    from finbench.runner.engine import Interrupted, Stopped
+
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
 
     try:
-        result = work()
-    except (ValueError, OSError, TypeError) as err:
-        _fail(str(err))
-    except Interrupted as interrupted:
-        console.print(f"[bold yellow]{interrupted}[/]")
-        raise typer.Exit(130)
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (an embedding caller): keep the process's own handling
+        previous = None
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt) as interrupted:  # the second: outside the batch loop
+        message = str(interrupted) if isinstance(interrupted, Interrupted) else \
+            "interrupted: the answers committed to the cache are kept; rerun the same command to resume"
+        console.print(f"[bold yellow]{escape(message)}[/]")
+        raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
+    except Stopped as stopped:
+        console.print(f"[bold red]error:[/] {escape(str(stopped))}")
+        raise typer.Exit(1) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run_and_report(work) -> None:
+    from finbench.api import MultiRunResult
+
+    with _stops_in_one_line():
+        try:
+            result = work()
+        except (ValueError, OSError, TypeError) as err:
+            _fail(str(err))
     runs = list(result.runs.values()) if isinstance(result, MultiRunResult) else [result]
     if any(one.samples is None for one in runs):  # a data-parallel rank other than 0: rank 0 reports
         return
@@ -267,6 +300,8 @@ def _report_one(result, several: bool) -> bool:
     print_scores(result.results["scores"], console=out_console)
     t = result.results["throughput"]
     rate = f"{t['samples_per_s']:.2f} samples/s" if t.get("samples_per_s") else "nothing computed (all cached)"
+    if not result.results["n_cached"] and not result.results["n_computed"]:
+        rate = "nothing computed: every question is an error"
     if t.get("all_from_cache"):
         computed = f" (computed at {t['samples_per_s']:.2f} samples/s)" if t.get("samples_per_s") else ""
         rate = "all from cache" + computed
@@ -334,6 +369,9 @@ def score(
     if bootstrap < 0:
         _fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
     if run_dir is not None:
+        if data is not None or predictions is not None:
+            _fail(f"{run_dir}: --data and --predictions score answers from a file against benchmark data; a run "
+                  "folder is scored from its own samples.parquet — give one or the other")
         if not (run_dir / "samples.parquet").exists():
             _fail(f"{run_dir}: no samples.parquet (is it a finbench run folder?)")
         with _one_line_errors(str(run_dir)):
@@ -359,16 +397,21 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
 
     benchmark = get_benchmark(benchmark_name)
     questions = benchmark.load(data)
-    answers = {}
+    answers, lines = {}, {}
     for n, line in enumerate(predictions.read_text().splitlines(), 1):
         if line.strip():
             try:
                 record = json.loads(line)
                 if not isinstance(record, dict):
                     raise KeyError(f"a JSON {type(record).__name__}, not an object")
-                answers[str(record["id"])] = "" if record.get("answer") is None else str(record["answer"])
-            except (json.JSONDecodeError, KeyError) as err:
+                qid = str(record["id"])
+                answer = "" if record.get("answer") is None else str(record["answer"])
+            except (json.JSONDecodeError, KeyError, RecursionError) as err:
                 raise ValueError(f"{predictions}:{n}: expected {{\"id\": ..., \"answer\": ...}} ({err})") from None
+            if qid in answers:  # which one would count? never the last one silently
+                raise ValueError(f"{predictions}:{n}: id {qid!r} was already given on line {lines[qid]}; "
+                                 "give one prediction per id")
+            answers[qid], lines[qid] = answer, n
     unknown = set(answers) - {q.id for q in questions}
     if unknown:
         raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
@@ -425,15 +468,16 @@ def sweep(
     benchmark: str = typer.Option("finmme", help="Benchmark name."),
     data: Optional[str] = typer.Option(None, help="Local data file/folder or hub id."),
     limit: Optional[int] = typer.Option(None, help="Evaluate only the first N questions."),
-    batch_size: int = typer.Option(8, help="Rows per batch."),
+    batch_size: str = typer.Option("8", help="Rows per batch, or 'auto' (start at 64, halve on out-of-memory)."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
     out: str = typer.Option("runs/sweep", help="Sweep folder: one run folder per variant, a shared cache, "
                             "sweep.json, report.html, report.md."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples (CIs and paired deltas)."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
-    verbose: bool = typer.Option(False, help="Show every library warning (default: each once; all in run.log)."),
+    progress: bool = typer.Option(True, help="Show progress bars (--no-progress: none at all, model loading "
+                                  "included)."),
+    verbose: bool = typer.Option(False, help="Show every library warning and log line."),
 ) -> None:
     """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
     and compare every variant against the first."""
@@ -441,7 +485,9 @@ def sweep(
     from finbench.types import RunConfig
 
     _configure_output(progress, verbose)
-    with _one_line_errors():
+    if batch_size != "auto" and not batch_size.isdigit():
+        _fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
+    with _stops_in_one_line(), _one_line_errors():
         model_list = parse_axis(models) or ([model] if model else [])
         if not model_list:
             raise ValueError("give --model or --models")
@@ -449,8 +495,9 @@ def sweep(
             raise ValueError("give either --model or --models, not both")
         axes = {"model": model_list, "quant": parse_axis(quant), "dtype": parse_axis(dtype),
                 "think_budget": parse_axis(think_budget, int)}
-        base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit, batch_size=batch_size,
-                         device=device, max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
+        base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit,
+                         batch_size=None if batch_size == "auto" else int(batch_size), device=device,
+                         max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
                          quant_vision=quant_vision, allow_dequantized=allow_dequantized)
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
     from finbench.scoring.commands import print_comparison

@@ -155,21 +155,34 @@ def _load_or_recorded(config: RunConfig, run_dir: Path) -> Any:
         return RecordedModel.from_run(config.model, run_dir)
 
 
+def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> None:
+    """Every variant checked before any of them runs: its options, then what its model's family
+    refuses (from config.json alone, no weights: e.g. a thinking budget on a model without a
+    thinking block). A model that cannot be found passes when its variant's run folder records an
+    earlier run: it will be served from the cache (`RecordedModel`)."""
+    from finbench.models.judge import check_judge_source
+    from finbench.runner.startup import check_family, validate
+
+    for _, config in variants:
+        validate(config)
+        check_judge_source(config.judge)
+    for name, config in variants:
+        try:
+            check_family(config)
+        except ValueError as err:
+            if (out / name / "results.json").is_file() and not Path(config.model).expanduser().exists():
+                continue
+            raise ValueError(f"variant {name}: {err}") from None
+
+
 def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, *, show_progress: bool = False,
               console: Any = None) -> dict[str, Any]:
     """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
     from finbench.runner.engine import run_benchmark
-    from finbench.runner.startup import check_family, validate
 
     out = Path(out)
     variants = plan_variants(base, axes)
-    for name, config in variants:  # every variant's options and model checked before any of them runs
-        validate(config)
-        try:  # what its family and its checkpoint's format allow here (config.json only)
-            check_family(config)
-        except ValueError:
-            if not (out / name / "results.json").is_file():  # a model gone since is served from the cache
-                raise
+    validate_variants(variants, out)
     cache = Path(base.cache) if base.cache else out / "cache.sqlite"
     run_dirs = []
     for name, config in variants:

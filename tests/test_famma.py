@@ -87,7 +87,8 @@ def test_broken_inputs_become_per_question_errors(tmp_path):
     path.write_text(json.dumps(records) + "")
     broken = famma.load_questions(path)[1]
     assert broken.error  # garbage image or options: an error, not an exception
-    (tmp_path / "bad.jsonl").write_text('{"question_id": "x", "question_type": "open question"}\n{nope\n')
+    (tmp_path / "bad.jsonl").write_text('{"question_id": "x", "question_type": "open question", "question": "Why?"}\n'
+                                        '{nope\n')
     rows = famma.load_questions(tmp_path / "bad.jsonl")
     assert rows[0].error is None and rows[0].meta["gold_status"] == "unanswered" and "malformed JSON" in rows[1].error
     (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "bad.jsonl").read_bytes())

@@ -75,8 +75,7 @@ def fixture_dir(tmp_path_factory):
 
 
 def test_a_task_filter_that_matches_nothing_names_the_tasks(fixture_dir):
-    # (an unreadable record is kept whatever the filters, as it cannot say its task: the folder's
-    # broken line would match, so the readable files are named)
+    # (an unreadable record takes its file's task, so the filters apply to it too)
     with pytest.raises(ValueError, match=r"finmtm: no questions matched.*--domain dialog: the data has dialogue$"):
         load_matching(finmtm.BENCHMARK, fixture_dir / "MTQA", None, ["dialog"], [])
     with pytest.raises(ValueError, match=r"--question-type L9: the data has multi$"):
@@ -91,7 +90,8 @@ def test_every_item_kind_loads_and_bad_items_are_errors(fixture_dir):
     questions = finmtm.load_questions(fixture_dir)
     assert len(questions) == 10  # 5 SC lines (one broken) + 2 MC + 2 sessions + 1 agent
     tasks = [q.meta.get("task") for q in questions]
-    assert tasks.count("objective") == 6 and tasks.count("dialogue") == 2 and tasks.count("agent") == 1
+    # the broken line takes its file's task: it is an objective item scored as wrong, not a lost row
+    assert tasks.count("objective") == 7 and tasks.count("dialogue") == 2 and tasks.count("agent") == 1
     objective = {q.text.split("\n")[0]: q for q in questions if q.meta.get("task") == "objective" and q.text}
     first = objective["Which bar is tallest?"]
     assert first.kind == SINGLE and first.gold == "B" and len(first.options) == 4
@@ -156,7 +156,8 @@ CASES = [  # (gold list, generated reply)
     (["A", "C"], '{"answer": "A,C"}'),  # one unknown option
     (["B", "D"], '```json\n{"answer": ["D", "B"]}\n```'),
     (["C"], '<|begin_of_box|>{"answer": "C"}<|end_of_box|>'),
-    ([], '{"answer": "A"}'),  # empty gold: skipped
+    ([], '{"answer": "A"}'),  # empty gold: skipped by the current protocol, wrong under the old one
+    ([], "no answer"),  # empty gold, nothing parsed: the old snapshot's set() == set() counts it right
 ]
 
 
@@ -171,13 +172,20 @@ def test_objective_scores_equal_the_official_rules_under_both_protocols():
     out = score_samples(pd.DataFrame(rows), benchmark="finmtm")
     evaluated = [(g, official_parse(r)) for g, r in CASES if g]  # etest.py skips an empty gold
     current = [eq1(p, g) for g, p in evaluated]
-    old = [float(set(p) == set(g)) for g, p in evaluated]  # the old etest.py is_correct
-    assert out["n"] == len(evaluated) == 10 and out["n_empty_gold"] == 1
+    # the old etest.py (before 0305353): is_correct = set(pred) == set(gold) over EVERY line,
+    # accuracy = correct / total — empty golds included
+    old = [float(set(official_parse(r)) == set(g)) for g, r in CASES]
+    assert out["n"] == len(evaluated) == 10 and out["n_empty_gold"] == 2 and out["n_score_old"] == 12
     assert out["score"] == pytest.approx(sum(current) / len(current))
     assert out["accuracy"] == pytest.approx(sum(c == 1.0 for c in current) / len(current))
     assert out["score_old"] == pytest.approx(sum(old) / len(old))
     # hand-computed: current 1, 0.5, 0, 0, 1, 0, 1, 0, 1, 1 → 5.5 / 10; old: 4 exact raw sets (" a" ≠ "A")
-    assert current == [1, 0.5, 0, 0, 1, 0, 1, 0, 1, 1] and out["score_old"] == pytest.approx(0.4)
+    # and the empty gold nothing was parsed for → 5 / 12
+    assert current == [1, 0.5, 0, 0, 1, 0, 1, 0, 1, 1] and out["score_old"] == pytest.approx(5 / 12)
+    # no breakdown counts the rows only score_old scores as wrong: they have their own label
+    by_kind = out["breakdowns"]["kind"]
+    assert by_kind["(empty gold: score_old only)"]["n"] == 2
+    assert sum(g["n"] for k, g in by_kind.items() if not k.startswith("(empty")) == 10
 
 
 def test_constrained_letters_and_errors_score_as_official_lists():
@@ -333,7 +341,9 @@ def test_finmtm_run_end_to_end(tiny_model, tiny_qwen_dir, fixture_dir, tmp_path)
     assert len(samples) == 10 and (tmp_path / "run" / "report.html").exists()
     objective = samples[samples["task"] == "objective"]
     assert set(objective["kind"]) == {SINGLE, MULTI}
-    assert results["scores"]["n"] == 5  # 6 objective rows: one empty gold skipped, the missing image kept (error)
+    # 7 objective rows: the empty gold skipped (kept for score_old), the missing image and the broken
+    # line kept as errors scored wrong
+    assert results["scores"]["n"] == 6 and results["scores"]["n_score_old"] == 7 and results["scores"]["n_errors"] == 2
     session = samples.set_index("id").loc["s1"]
     assert len(json.loads(session["raw_output"])) == 3 and session["error"] == ""
     # turn 3's request held the two earlier replies as text and the images again

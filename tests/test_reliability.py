@@ -220,7 +220,7 @@ def good_parquet(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", ["empty-jsonl", "truncated-parquet", "no-finmme-columns", "no-question-text",
-                                  "no-knowledge-domain", "not-json"])
+                                  "not-json"])
 def test_unusable_data_file_is_one_start_up_line(case, tmp_path, good_parquet, tiny_qwen_dir):
     path = tmp_path / {"empty-jsonl": "d.jsonl", "truncated-parquet": "d.parquet", "not-json": "d.json"}.get(
         case, "d.parquet")
@@ -235,11 +235,10 @@ def test_unusable_data_file_is_one_start_up_line(case, tmp_path, good_parquet, t
         needle = f"cannot read {path}"
     else:
         frame = pd.read_parquet(good_parquet)
-        drop = {"no-finmme-columns": list(frame.columns), "no-question-text": ["question_text"],
-                "no-knowledge-domain": ["knowledge_domain"]}[case]
+        drop = {"no-finmme-columns": list(frame.columns), "no-question-text": ["question_text"]}[case]
         frame = frame.drop(columns=drop).assign(unrelated=1)
         frame.to_parquet(path)
-        needle = "missing required column(s) " + ("question_text" if case != "no-knowledge-domain" else "knowledge_domain")
+        needle = "missing required column(s) question_text"
     done = finbench("run", "--model", str(tiny_qwen_dir), "--data", str(path), "--out", str(tmp_path / "run"),
                     "--device", "cpu", "--no-progress")
     _one_line_exit_2(done, needle)

@@ -116,11 +116,29 @@ def test_sweep_cli_refuses_bad_configuration(tmp_path, tiny_qwen_dir, synthetic_
                           (["--model", str(tiny_qwen_dir), "--think-budget", "0,-3"], "--think-budget -3"),
                           (["--model", str(tiny_qwen_dir), "--dtype", "float32,bogus"], "--dtype bogus"),
                           (["--model", str(tiny_qwen_dir), "--quant", "none,3bit"], "--quant 3bit"),
-                          (["--model", str(tmp_path / "nowhere"), "--quant", "none,8bit"], "cannot load model")):
+                          (["--model", str(tmp_path / "nowhere"), "--quant", "none,8bit"], "cannot load model"),
+                          # what only the model's family refuses, for a later variant: before variant 0 runs
+                          (["--model", str(tiny_qwen_dir), "--think-budget", "0,8"],
+                           "variant think_budget-8: --think-budget 8: qwen2.5-vl has no thinking block"),
+                          (["--model", str(tiny_qwen_dir), "--quant", "none,8bit", "--batch-size", "many"],
+                           "--batch-size many: expected a positive integer or 'auto'")):
         done = runner.invoke(app, ["sweep", *args, *common, "--out", str(tmp_path / "s")])
         assert done.exit_code == 2, done.output
         assert message in " ".join(done.output.split()), done.output
         assert not (tmp_path / "s").exists()  # refused before any variant ran
+
+
+def test_sweep_takes_batch_size_auto_and_no_progress_means_no_bars(tmp_path, tiny_qwen_dir, synthetic_parquet):
+    out = tmp_path / "s"
+    done = CliRunner().invoke(app, ["sweep", "--model", str(tiny_qwen_dir), "--dtype", "float32,bfloat16", "--data",
+                                    str(synthetic_parquet), "--limit", "2", "--device", "cpu", "--bootstrap", "0",
+                                    "--batch-size", "auto", "--no-progress", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "Loading weights" not in done.output and "it/s" not in done.output  # no loading bars either
+    for variant in ("dtype-float32", "dtype-bfloat16"):
+        results = json.loads((out / variant / "results.json").read_text())
+        assert results["config"]["batch_size"] is None  # auto
+        assert results["throughput"]["final_max_batch"] == 64  # auto starts at 64 (nothing ran out of memory)
 
 
 @pytest.mark.slow

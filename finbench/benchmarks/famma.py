@@ -22,12 +22,13 @@ import json
 import math
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
 from finbench.benchmarks.finmme import parse_options
-from finbench.benchmarks.records import RawRecord, read_table
+from finbench.benchmarks.records import RawRecord, as_text, local_file, missing_columns, read_table, skipped_note
 from finbench.requests import Choose, Generate, Prompt, Request, image_part, text_part, user_message
 from finbench.scoring import famma as scoring
 from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
@@ -143,6 +144,25 @@ ABSOLUTE_TOLERANCE = 1e-6  # ... or within this absolute distance (golds of 0)
 
 
 # ---- loading ---------------------------------------------------------------------------------
+# Without these a file is not FAMMA data: one start-up line names the file and the columns.
+REQUIRED_COLUMNS = ("question", "question_type")
+TEXT_FIELDS = ("question_id", "context", "question", "question_type", "explanation", "release")
+MAX_IDS_NAMED = 5  # in a note
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every sub-question of one main question takes from its first sub-question (the
+    official call's context and images), read once; `error` when that record's part is broken."""
+
+    raw: RawRecord
+    qid: str
+    context: str = ""
+    slots: tuple[int, ...] = ()
+    images: tuple[bytes, ...] = ()
+    error: str | None = None
+
+
 def load_questions(
     source: str | Path | None = None,
     limit: int | None = None,
@@ -152,24 +172,40 @@ def load_questions(
 ) -> list[Question]:
     """FAMMA records from a local file/folder (any published form) or a hub id (`owner/name` or
     `owner/name@split`) → Questions. `domains` filters subfields. Sub-questions of one main question
-    share its context and the first sub-question's images, as the official runner does."""
+    share the first sub-question's context and images, as the official runner does; a first
+    sub-question whose shared part is broken fails its group with an error naming it, and later
+    sub-questions whose own context or images differ from the first's are named in a note."""
     source = str(source or HUB_ID)
     split = HUB_SPLIT
     if not Path(source).exists() and "@" in source:
         source, split = source.rsplit("@", 1)
     table = read_table(source, split)
-    roots = {s: Path(s).parent for s in table.sources}
+    if not table.records:
+        raise ValueError(f"{', '.join(table.sources)}: no records (the data is empty)")
+    missing = missing_columns(table, REQUIRED_COLUMNS)
+    if missing:
+        raise ValueError(f"{', '.join(table.sources)}: not FAMMA data — missing required column(s) "
+                         f"{', '.join(missing)} (have: {', '.join(sorted(table.columns)) or 'none'})")
     # context, images and the official group come from the whole main question, whatever the
     # filters and the limit keep of it
-    shared = _first_sub_questions(table.records)
-    questions = []
+    shared = _shared_parts(table.records)
+    questions, differing = [], []
     for index, raw in enumerate(table.records):
         if raw.error is not None:
             questions.append(Question(id=raw.origin, benchmark=NAME, kind=OPEN, text="", error=f"bad record: {raw.error}",
                                       meta={"gold_status": "unreadable"}))
-        else:
-            questions.append(record_to_question(raw.values, index, _root_of(raw.origin, roots),
-                                                shared.get(_group_of(raw.values))))
+            continue
+        group = shared.get(_group_of(raw.values))
+        questions.append(record_to_question(raw.values, index, raw.folder, group, raw.root))
+        if group is not None and group.raw is not raw and group.error is None and not _agrees(raw, group):
+            differing.append(questions[-1].id)
+    if notes is not None:
+        notes.extend(skipped_note(table))
+        if differing:
+            notes.append(f"{len(differing)} sub-question(s) carry a context or images of their own that differ from "
+                         f"their main question's first sub-question ({', '.join(differing[:MAX_IDS_NAMED])}"
+                         f"{', …' if len(differing) > MAX_IDS_NAMED else ''}): the first one's are used, as the "
+                         "official runner does")
     kept = []
     for question in _with_groups(questions):
         if question.meta.get("gold_status") != "unreadable" or question.text:
@@ -188,13 +224,16 @@ def _with_groups(questions: list[Question]) -> list[Question]:
     options), in sub_question_id order: the official call asks them together."""
     import dataclasses
 
+    def key(q: Question) -> tuple:
+        return q.meta.get("language"), q.meta.get("main_question_id"), q.fields.get("release", "")
+
     members: dict[tuple, list[Question]] = defaultdict(list)
     for q in questions:
         if q.meta.get("main_question_id") is not None and not q.error:
-            members[(q.meta.get("language"), q.meta["main_question_id"])].append(q)
+            members[key(q)].append(q)
     out = []
     for q in questions:
-        group = members.get((q.meta.get("language"), q.meta.get("main_question_id")), [q] if not q.error else [])
+        group = members.get(key(q), [q] if not q.error else [])
         entries = []
         for m in sorted(group, key=lambda m: _sub_number({"sub_question_id": m.fields.get("sub_question_id")})):
             entry = {"id": m.id, "type": m.meta.get("question_type"), "question": m.text}
@@ -205,18 +244,16 @@ def _with_groups(questions: list[Question]) -> list[Question]:
     return out
 
 
-def _root_of(origin: str, roots: Mapping[str, Path]) -> Path | None:
-    for source, root in roots.items():
-        if origin.startswith(source):
-            return root
-    return None
-
-
-def _group_of(record: Mapping[str, Any]) -> tuple[str, str] | None:
+def _group_of(record: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(language, main_question_id, release): one official call. The release keeps a folder holding
+    release_basic and release_livepro from merging their main questions of the same number."""
     main = record.get("main_question_id")
     if main is None or (isinstance(main, float) and math.isnan(main)):
         return None
-    return str(record.get("language") or ""), str(main).strip()
+    try:
+        return tuple(_text(record.get(name), name).strip() for name in ("language", "main_question_id", "release"))
+    except ValueError:
+        return None  # a label that is not text: the record's own error says so
 
 
 def _sub_number(record: Mapping[str, Any]) -> float:
@@ -226,24 +263,71 @@ def _sub_number(record: Mapping[str, Any]) -> float:
         return math.inf
 
 
-def _first_sub_questions(raws: Sequence[RawRecord]) -> dict[tuple[str, str], Mapping[str, Any]]:
-    """Per (language, main_question_id): the record with the lowest sub_question_id."""
-    first: dict[tuple[str, str], Mapping[str, Any]] = {}
+def _shared_parts(raws: Sequence[RawRecord]) -> dict[tuple[str, str, str], Shared]:
+    """Per group: the context and images of the record with the lowest sub_question_id."""
+    first: dict[tuple[str, str, str], RawRecord] = {}
     for raw in raws:
         if raw.error is not None or (group := _group_of(raw.values)) is None:
             continue
-        if group not in first or _sub_number(raw.values) < _sub_number(first[group]):
-            first[group] = raw.values
-    return first
+        if group not in first or _sub_number(raw.values) < _sub_number(first[group].values):
+            first[group] = raw
+    return {group: _shared(raw) for group, raw in first.items()}
 
 
-def record_to_question(record: Mapping[str, Any], index: int, root: Path | None = None,
-                       first: Mapping[str, Any] | None = None) -> Question:
+def _shared(raw: RawRecord) -> Shared:
+    record = raw.values
+    qid = _label(record.get("question_id")) or raw.origin
+    try:
+        slots, images = _images(record, raw.folder, raw.root)
+        return Shared(raw, qid, _text(record.get("context"), "context"), slots, images)
+    except Exception as err:  # noqa: BLE001 — the group's members say which record broke it
+        return Shared(raw, qid, error=str(err))
+
+
+def _agrees(raw: RawRecord, group: Shared) -> bool:
+    """Does a later sub-question's own context and images agree with its group's first one (an
+    empty context and no images of its own agree: the official data often leaves them out)?"""
+    record, first = raw.values, group.raw.values
+    try:
+        context = _text(record.get("context"), "context")
+    except ValueError:
+        return False
+    if context.strip() and context != group.context:
+        return False
+    fields = [f"image_{n}" for n in range(1, N_IMAGES + 1)]
+    own = [record.get(f) for f in fields]
+    if all(map(_no_image, own)) or own == [first.get(f) for f in fields]:
+        return True
+    try:
+        return _images(record, raw.folder, raw.root) == (group.slots, group.images)
+    except Exception:  # noqa: BLE001 — own images unreadable: they differ
+        return False
+
+
+def _no_image(value: Any) -> bool:
+    """An empty image slot in any published form (null, NaN, "None", '', an empty struct)."""
+    if isinstance(value, Mapping):
+        return not value.get("bytes") and not value.get("path")
+    if isinstance(value, (bytes, bytearray)):
+        return not value
+    return value is None or (isinstance(value, float) and math.isnan(value)) or \
+        str(value).strip() in ("", "None", "none", "null")
+
+
+def record_to_question(record: Mapping[str, Any], index: int, root: str | Path | None = None,
+                       first: Shared | None = None, data_root: str | Path = "") -> Question:
     """One raw record → Question; anything malformed becomes `Question.error`, never an exception.
-    `first` is the first sub-question of the same main question (context and images come from it)."""
-    qid = str(record.get("question_id") or record.get("idx", index))
-    qtype = str(record.get("question_type") or "")
-    release = str(record.get("release") or "")
+    `root` is the data file's folder (relative image paths are read from there, never climbing out
+    of `data_root`); `first` the shared part of its main question (context and images come from
+    its first sub-question)."""
+    try:
+        text = {name: _text(record.get(name), name) for name in TEXT_FIELDS}
+    except ValueError as err:
+        qid = _label(record.get("question_id")) or str(index)
+        return Question(id=qid, benchmark=NAME, kind=OPEN, text="", meta={"gold_status": "unreadable"},
+                        error=f"bad record: {err}")
+    qid = text["question_id"] or str(record.get("idx", index))
+    qtype, release = text["question_type"], text["release"]
     meta = {
         "subfield": _label(record.get("subfield")),
         "language": _label(record.get("language")),
@@ -253,15 +337,15 @@ def record_to_question(record: Mapping[str, Any], index: int, root: Path | None 
         "main_question_id": _label(record.get("main_question_id")),
         "image_type": _label(record.get("image_type")),
     }
-    source = first if first is not None else record
-    context = str(source.get("context") or record.get("context") or "")
+    context = first.context if first is not None and first.context else text["context"]
     fields = {"context": context, "raw_options": record.get("options"), "release": release,
-              "sub_question_id": _label(record.get("sub_question_id")),
-              "explanation": str(record.get("explanation") or "")}
-    base = dict(id=qid, benchmark=NAME, text=str(record.get("question") or ""), fields=fields)
+              "sub_question_id": _label(record.get("sub_question_id")), "explanation": text["explanation"]}
+    base = dict(id=qid, benchmark=NAME, text=text["question"], fields=fields)
     kind = OPEN if qtype == OPEN_QUESTION else SINGLE
     try:
         gold_text = answer_text(record.get("answers"), decode="livepro" in release.lower() or "livepro" in qid)
+        if not text["question"].strip():
+            raise ValueError("question is empty")
         if qtype == MULTIPLE_CHOICE:
             options = _options(record.get("options"))
             if not options:
@@ -272,7 +356,11 @@ def record_to_question(record: Mapping[str, Any], index: int, root: Path | None 
             options, gold = (), gold_text
         else:
             raise ValueError(f"unknown question_type {qtype!r} (expected {MULTIPLE_CHOICE!r} or {OPEN_QUESTION!r})")
-        slots, images = _images(source, root)
+        if first is not None and first.error is not None:
+            raise ValueError(first.error if first.raw.values is record else
+                             f"its main question's context and images come from the first sub-question {first.qid} "
+                             f"({first.raw.origin}), which is broken: {first.error}")
+        slots, images = (first.slots, first.images) if first is not None else _images(record, root, data_root)
         fields.update(image_slots=slots, gold_text=gold_text)
         meta["gold_status"] = "answered" if gold_text else "unanswered"
         return Question(kind=kind, options=options, gold=gold, images=images, meta=meta, **base)
@@ -281,21 +369,26 @@ def record_to_question(record: Mapping[str, Any], index: int, root: Path | None 
         return Question(kind=kind, meta=meta, error=f"bad record: {err}", **base)
 
 
+_text = as_text  # a text field as str; a binary column's bytes must be UTF-8
+
+
 def _label(value: Any) -> str | None:
     """Metadata as the analyzer groups it: None stays None (a missing label), "" stays "" ."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
     return str(value)
 
 
 def answer_text(raw: Any, decode: bool = False) -> str:
     """The gold answer as text, "" when there is none. `decode`: the live set's base64 masking,
-    undone as the official downloader does (b64decode, UTF-8; on failure the value is kept)."""
+    undone when the value decodes to UTF-8 text (else kept as stored)."""
     if raw is None or (isinstance(raw, float) and math.isnan(raw)):
         return ""
-    text = str(raw).strip()
+    text = _text(raw, "answers").strip()
     if decode and text:
         try:
             text = base64.b64decode(text).decode("utf-8").strip()
@@ -305,6 +398,8 @@ def answer_text(raw: Any, decode: bool = False) -> str:
 
 
 def _options(raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, (bytes, bytearray)):
+        raw = _text(raw, "options")
     if isinstance(raw, str) and raw.strip().startswith("["):
         try:
             raw = ast.literal_eval(raw.strip())  # the early JSON's python-list string
@@ -313,47 +408,68 @@ def _options(raw: Any) -> tuple[str, ...]:
     return parse_options(raw)
 
 
+# a gold naming letters only: 'B', '(B)', 'B.', 'A, C', 'A and C', 'A & C', 'A/C', 'AC' (one letter
+# each, upper case, A–N)
+_LETTER = r"\(?[A-N]\)?"
+_GOLD_LETTERS = re.compile(rf"^(?:{_LETTER}(?:\s*(?:[,;/&、，]|(?i:and|et|y|und)|和|及|与)\s*{_LETTER}|\s+{_LETTER})*"
+                           rf"|[A-N]{{2,}})\s*[.。]?$")
+_GOLD_LETTER_THEN_TEXT = re.compile(r"^\(?([A-N])\s*[.):：、]\s*\S")
+
+
 def _gold_letters(text: str, options: Sequence[str]) -> str:
-    """'B', 'B.', '(B)', 'A, C' or an option's exact text → ascending letters; a gold naming an
-    option beyond the list, or nothing recognisable, is this question's error."""
-    letters = _answer_letters(text, options)
-    if not letters:
+    """The gold's ascending letters. A gold naming letters only ('B', 'B.', '(B)', 'A, C',
+    'A and C', 'AC'), an option's exact text, or one letter followed by its text ('A. Stock
+    market'); a gold naming an option beyond the list, or anything else, is this question's error
+    (never its first letter: 'A and C' is {A, C})."""
+    head = text.strip()
+    if _GOLD_LETTERS.match(head):
+        letters = "".join(sorted(set(re.findall(r"[A-N]", re.sub(r"(?i:and|et|und)", " ", head)))))
+    elif (by_text := [letter for letter, option in zip(OPTION_LETTERS, options) if _normal(option) == _normal(head)]):
+        letters = by_text[0]
+    elif (match := _GOLD_LETTER_THEN_TEXT.match(head)):
+        letters = match.group(1)
+    else:
         raise ValueError(f"no option letter in answer {text!r}")
     if any(c not in OPTION_LETTERS[:len(options)] for c in letters):
         raise ValueError(f"answer {text!r} names an option beyond the {len(options)} given")
     return letters
 
 
-def _images(record: Mapping[str, Any], root: Path | None) -> tuple[tuple[int, ...], tuple[bytes, ...]]:
+def _images(record: Mapping[str, Any], root: str | Path | None,
+            data_root: str | Path = "") -> tuple[tuple[int, ...], tuple[bytes, ...]]:
     """(slot numbers, bytes) of image_1..image_7 that are present, in slot order."""
     slots, images = [], []
     for n in range(1, N_IMAGES + 1):
-        data = image_bytes(record.get(f"image_{n}"), root)
+        data = image_bytes(record.get(f"image_{n}"), root, data_root)
         if data is not None:
             slots.append(n)
             images.append(data)
     return tuple(slots), tuple(images)
 
 
-def image_bytes(value: Any, root: Path | None) -> bytes | None:
-    """One image field in any published form; None when the slot is empty ("None", null, '')."""
+def image_bytes(value: Any, root: str | Path | None, data_root: str | Path = "") -> bytes | None:
+    """One image field in any published form; None when the slot is empty ("None", null, '').
+    A relative path is read from the data file's folder `root` and must not climb out of it (or of
+    the data's folder `data_root`); an absolute one is read as given."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, Mapping):
         if value.get("bytes"):
             return bytes(value["bytes"])
         if value.get("path"):
-            return image_bytes(str(value["path"]), root)
+            return image_bytes(str(value["path"]), root, data_root)
         return None
     if isinstance(value, (bytes, bytearray)):
         return bytes(value) or None
     text = str(value).strip()
     if text in ("", "None", "none", "null"):
         return None
-    candidates = [Path(text)] + ([root / text] if root is not None else [])
-    for path in candidates:
-        if len(text) < 4096 and path.is_file():
-            return path.read_bytes()
+    if len(text) < 4096:
+        candidates = [Path(text)] if Path(text).is_absolute() else \
+            [local_file(text, root, data_root)] if root is not None else []
+        for path in candidates:
+            if path.is_file():
+                return path.read_bytes()
     if text.lower().endswith((".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")):
         raise ValueError(f"image file {text!r} not found (relative paths are read from the JSON file's folder)")
     payload = text.split(",", 1)[1] if text.startswith("data:") else text
@@ -561,11 +677,11 @@ def _normal(text: str) -> str:
 
 
 def _answer_letters(answer: str, options: Sequence[str]) -> str:
-    """Letters an answer names: 'B', 'B.', 'A, C', or an option's exact text."""
+    """Letters an answer names: 'B', 'B.', 'A, C', 'A and C', or an option's exact text."""
     head = answer.strip()
-    match = re.match(r"^\(?([A-N](?:\s*[,;/ ]\s*[A-N])*)\)?(?:[.:：)]|\s|$)", head)
+    match = re.match(r"^\(?([A-N](?:\s*(?:[,;/& 、，]|(?i:and)|和)\s*[A-N])*)\)?(?:[.:：)]|\s|$)", head)
     if match:
-        return "".join(sorted(set(re.findall(r"[A-N]", match.group(1)))))
+        return "".join(sorted(set(re.findall(r"[A-N]", re.sub(r"(?i:and)", " ", match.group(1))))))
     for letter, option in zip(OPTION_LETTERS, options):
         if _normal(option) == _normal(head):
             return letter

@@ -20,10 +20,10 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, as_decoded
-from finbench.benchmarks.records import RawRecord, missing_columns, read_table
+from finbench.benchmarks.records import RawRecord, as_text, local_file, missing_columns, read_table, skipped_note
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
 from finbench.scoring import finmme as scoring
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, Question
@@ -66,10 +66,17 @@ ANSWER_PREFIX = "Answer:"
 
 # ---- loading ---------------------------------------------------------------------------------
 # Without these a FinMME file cannot be evaluated: one start-up line names the file and column.
-REQUIRED_COLUMNS = ("question_text", "question_type", "answer", "image", "knowledge_domain")
+REQUIRED_COLUMNS = ("question_text", "question_type", "answer", "image")
 # Without these it runs, with a warning in results.json: a breakdown or a prompt field is missing.
-OPTIONAL_COLUMNS = ("options", "unit", "tolerance", "verified_caption", "related_sentences", "asset_class",
-                    "chart_type", "cognitive_dimension")
+# Without `knowledge_domain` every row is in domain "" (eval.py's `item.get('knowledge_domain', '')`),
+# so F equals accuracy.
+OPTIONAL_COLUMNS = ("knowledge_domain", "options", "unit", "tolerance", "verified_caption", "related_sentences",
+                    "asset_class", "chart_type", "cognitive_dimension")
+MISSING_COLUMN_NOTES = {
+    "tolerance": " (numerical items judged with tolerance 0, as eval.py does)",
+    "knowledge_domain": " (every question in domain '', as eval.py's item.get('knowledge_domain', '') makes it: "
+                        "F equals accuracy)",
+}
 TEXT_FIELDS = ("question_text", "question_type", "unit", "verified_caption", "related_sentences")
 
 
@@ -91,17 +98,18 @@ def load_questions(
         raise ValueError(f"{', '.join(table.sources)}: not FinMME data — missing required column(s) "
                          f"{', '.join(missing)} (have: {', '.join(sorted(table.columns)) or 'none'})")
     if notes is not None:
-        notes.extend(f"column {name!r} is missing from the data: treated as empty"
-                     + (" (numerical items judged with tolerance 0, as eval.py does)" if name == "tolerance" else "")
+        notes.extend(f"column {name!r} is missing from the data: treated as empty" + MISSING_COLUMN_NOTES.get(name, "")
                      for name in missing_columns(table, OPTIONAL_COLUMNS))
+        notes.extend(skipped_note(table))
     questions: list[Question] = []
     for index, raw in enumerate(table.records):
         record = raw.values
-        if domains and str(record.get("knowledge_domain")) not in domains:
+        if domains and str(record.get("knowledge_domain", "")) not in domains:
             continue
         if question_types and str(record.get("question_type")) not in question_types:
             continue
-        questions.append(record_to_question(record, index, raw.folder) if raw.error is None else _unreadable(raw, index))
+        questions.append(record_to_question(record, index, raw.folder, raw.root) if raw.error is None
+                         else _unreadable(raw, index))
         if limit is not None and len(questions) >= limit:
             break
     return questions
@@ -112,12 +120,13 @@ def _unreadable(raw: RawRecord, index: int) -> Question:
                     error=f"bad record: {raw.error}")
 
 
-def record_to_question(record: Mapping[str, Any], index: int, folder: str = "") -> Question:
+def record_to_question(record: Mapping[str, Any], index: int, folder: str = "", root: str = "") -> Question:
     """One raw record → Question. Anything malformed becomes `Question.error`, never an exception.
-    A record whose knowledge_domain is None keeps None: eval.py's group-by leaves it out of F."""
+    A record whose knowledge_domain is None keeps None: eval.py's group-by leaves it out of F; a
+    record without the field is in domain "", as eval.py's `item.get('knowledge_domain', '')`."""
     raw_id = record.get("id") if record.get("id") is not None else record.get("idx", index)
     qid = _text(raw_id, "id") if isinstance(raw_id, (bytes, bytearray)) else str(raw_id)
-    domain = record.get("knowledge_domain")
+    domain = record.get("knowledge_domain", "")
     base = dict(id=qid, benchmark=NAME, text="", meta={"domain": None if domain is None else str(domain)})
     try:
         text = {name: _text(record.get(name), name) for name in TEXT_FIELDS}
@@ -139,7 +148,7 @@ def record_to_question(record: Mapping[str, Any], index: int, folder: str = "") 
             raise ValueError(f"unknown question_type {qtype!r} (expected {', '.join(QUESTION_TYPE_TO_KIND)})")
         if not text["question_text"].strip():
             raise ValueError("question_text is empty")
-        images = _image_bytes(record.get("image"), folder)
+        images = _image_bytes(record.get("image"), folder, root)
         options = parse_options(record.get("options")) if kind != NUMERICAL else ()
         if kind != NUMERICAL and not options:
             raise ValueError("empty option list")
@@ -152,16 +161,7 @@ def record_to_question(record: Mapping[str, Any], index: int, folder: str = "") 
         return Question(kind=kind, error=f"bad record: {err}", **base)
 
 
-def _text(value: Any, name: str) -> str:
-    """A text field as str ("" for None); bytes must be UTF-8."""
-    if value is None:
-        return ""
-    if isinstance(value, (bytes, bytearray)):
-        try:
-            return bytes(value).decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(f"field {name!r} is not valid UTF-8 (byte 0x{value[err.start]:02x} at offset {err.start})") from None
-    return str(value)
+_text = as_text  # a text field as str; bytes must be UTF-8
 
 
 def parse_tolerance(record: Mapping[str, Any]) -> float:
@@ -180,9 +180,10 @@ def parse_tolerance(record: Mapping[str, Any]) -> float:
     return value
 
 
-def _image_bytes(image: Any, folder: str = "") -> tuple[bytes, ...]:
+def _image_bytes(image: Any, folder: str = "", root: str = "") -> tuple[bytes, ...]:
     """The image as stored: bytes, a {bytes, path} struct, a file path (relative to the data
-    file's folder), or a decoded PIL image. Decoding is left to the runner (per sample)."""
+    file's folder, never climbing out of the data's folder `root`), or a decoded PIL image.
+    Decoding is left to the runner (per sample)."""
     if image is None:
         raise ValueError("missing image")
     if isinstance(image, str):
@@ -191,7 +192,7 @@ def _image_bytes(image: Any, folder: str = "") -> tuple[bytes, ...]:
         if image.get("bytes"):
             return (bytes(image["bytes"]),)
         if image.get("path"):
-            path = Path(folder, image["path"]) if folder else Path(image["path"])
+            path = local_file(str(image["path"]), folder, root) if folder else Path(image["path"])
             if path.is_file():
                 return (path.read_bytes(),)
             raise ValueError(f"image file {image['path']!r} does not exist")
@@ -212,7 +213,11 @@ _LETTER_PREFIX = re.compile(r"^\s*\(?([A-N])[\.\):：]\s*")
 
 def parse_options(raw: Any) -> tuple[str, ...]:
     """Options as published: a list, a JSON/python list literal in a string, or a letter→text
-    dict. A leading "A." / "(A)" / "A:" is stripped when the letters run A, B, C… in order."""
+    dict. A leading "A." / "(A)" / "A:" is stripped when the letters run A, B, C… in order. A
+    string that parses to anything but a list or a dict (the quoted string "'yes'", a number) is
+    an error, never its characters as options."""
+    if isinstance(raw, (bytes, bytearray)):
+        raw = as_text(raw, "options")
     if isinstance(raw, str):
         text = raw.strip()
         if not text:
@@ -221,6 +226,8 @@ def parse_options(raw: Any) -> tuple[str, ...]:
             raw = json.loads(text)
         except json.JSONDecodeError:
             raw = ast.literal_eval(text)  # raises ValueError/SyntaxError on garbage: a per-sample error
+        if not isinstance(raw, (list, tuple, Mapping)):
+            raise ValueError(f"options {text[:60]!r} hold a {type(raw).__name__}, not a list of options")
     if isinstance(raw, Mapping):
         keys = sorted(str(k).strip().upper() for k in raw)
         if keys != list(OPTION_LETTERS[: len(keys)]):
@@ -229,7 +236,9 @@ def parse_options(raw: Any) -> tuple[str, ...]:
         return tuple(str(lookup[k]).strip() for k in keys)
     if raw is None:
         return ()
-    options = [str(o).strip() for o in raw]
+    if isinstance(raw, (str, bytes, int, float)) or not isinstance(raw, Iterable):
+        raise ValueError(f"options of type {type(raw).__name__} are not a list of options")
+    options = [as_text(o, "options").strip() for o in raw]
     if len(options) > len(OPTION_LETTERS):
         raise ValueError(f"{len(options)} options; at most {len(OPTION_LETTERS)} are supported")
     prefixes = [_LETTER_PREFIX.match(o) for o in options]

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.benchmarks.records import read_table
+from finbench.benchmarks.records import local_file, read_table, skipped_note
 from finbench.requests import (Choose, Generate, Prompt, Request, Session, Turn, system_message,
                                user_message)
 from finbench.scoring import finmtm as scoring
-from finbench.scoring.finmtm import (CAPABILITIES, clamp, dialogue_score, f_beta_score, gold_options, tool_score,
+from finbench.scoring.finmtm import (CAPABILITIES, clamp, dialogue_score, f_beta_score, tool_score,
                                      turn_capability_score)
 from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
 
@@ -178,6 +178,9 @@ _OPTION_LINE = re.compile(r"^\s*\(?([A-Z])[\.\)、:：．]\s*\S", re.MULTILINE)
 
 
 # ---- loading ---------------------------------------------------------------------------------
+KIND_FIELDS = {"messages": OBJECTIVE, "turns": DIALOGUE, "ActionTrace": AGENT, "reference_tool_calls": AGENT}
+
+
 def load_questions(
     source: str | Path | None = None,
     limit: int | None = None,
@@ -187,23 +190,68 @@ def load_questions(
 ) -> list[Question]:
     """FinMTM items from JSONL files (a folder may hold all three kinds) or a hub id. `domains`
     filters the task (objective, dialogue, agent), `question_types` the item type (single,
-    multi, L1–L4, agent)."""
+    multi, L1–L4, agent). A record that cannot say its task (a malformed line, a record of no
+    known kind) takes the task of its file (`_file_tasks`), so that it is scored as wrong there."""
     table = read_table(_local(str(source or HUB_ID)), HUB_SPLIT)
+    if not table.records:
+        raise ValueError(f"{', '.join(table.sources)}: no records (the data is empty)")
+    if not set(KIND_FIELDS) & table.columns:
+        raise ValueError(f"{', '.join(table.sources)}: not FinMTM data — no record has messages (objective), turns "
+                         f"(session) or ActionTrace (agent) (have: {', '.join(sorted(table.columns)) or 'none'})")
+    if notes is not None:
+        notes.extend(skipped_note(table))
+    file_tasks = _file_tasks(table.records)
     questions = []
     for index, raw in enumerate(table.records):
         if raw.error is not None:
-            question = Question(id=raw.origin, benchmark=NAME, kind=OPEN, text="", error=f"bad record: {raw.error}",
-                                meta={"task": None})
+            question = _broken(raw.origin, index, file_tasks.get(_file_of(raw.origin)), f"bad record: {raw.error}",
+                               qid=raw.origin)
         else:
-            question = record_to_question(raw.values, index, raw.origin)
-            if domains and question.meta.get("task") not in domains:
-                continue
-            if question_types and question.meta.get("question_type") not in question_types:
-                continue
+            question = record_to_question(raw.values, index, raw.origin, raw.root)
+            if question.meta.get("task") is None:
+                question = _broken(raw.origin, index, file_tasks.get(_file_of(raw.origin)), question.error or "",
+                                   qid=question.id)
+        if domains and question.meta.get("task") not in domains:
+            continue
+        if question_types and question.meta.get("question_type") not in question_types:
+            continue
         questions.append(question)
         if limit is not None and len(questions) >= limit:
             break
     return questions
+
+
+def _file_of(origin: str) -> str:
+    return origin.rsplit(":", 1)[0] if ":" in origin else origin.split("[")[0]
+
+
+def _file_tasks(raws: Sequence[Any]) -> dict[str, str]:
+    """Each file's task: the one its readable records have (FinMTM files hold one kind each)."""
+    tasks: dict[str, str] = {}
+    for raw in raws:
+        if raw.error is None:
+            kind = next((task for name, task in KIND_FIELDS.items() if name in raw.values), None)
+            if kind is not None:
+                tasks.setdefault(_file_of(raw.origin), kind)
+    return tasks
+
+
+def _broken(origin: str, index: int, task: str | None, error: str, qid: str) -> Question:
+    """A record that is an error before its kind is known, given its file's task (or one guessed
+    from the file's path: MTQA/L1–L4 sessions, Agent, else objective) so that it is scored there."""
+    path = Path(_file_of(origin))
+    if task is None:
+        name = str(path).upper()
+        task = AGENT if "AGENT" in name else DIALOGUE if "MTQA" in name or _level({}, origin) else OBJECTIVE
+    if task == OBJECTIVE:
+        multi = path.stem.upper().startswith("MC")
+        return Question(id=qid, benchmark=NAME, kind=MULTI if multi else SINGLE, text="", error=error,
+                        meta={"task": OBJECTIVE, "level": None, "question_type": "multi" if multi else "single",
+                              "gold_status": "unreadable"})
+    level = _level({}, origin) if task == DIALOGUE else None
+    return Question(id=qid, benchmark=NAME, kind=OPEN, text="", error=error,
+                    meta={"task": task, "level": level, "question_type": level if task == DIALOGUE else AGENT,
+                          "gold_status": "unreadable"})
 
 
 def _local(source: str) -> str:
@@ -221,54 +269,95 @@ def _local(source: str) -> str:
                          f"{source}) or pass the folder") from None
 
 
-def record_to_question(record: Mapping[str, Any], index: int, origin: str = "") -> Question:
-    """One JSONL record of any kind → Question; malformed → `Question.error`, never an exception."""
-    root = Path(origin.split(":")[0].split("[")[0]).parent if origin else None
+def record_to_question(record: Mapping[str, Any], index: int, origin: str = "", data_root: str = "") -> Question:
+    """One JSONL record of any kind → Question; malformed → `Question.error`, never an exception.
+    Relative image paths are read beside the file (or in image/), never climbing out of the data's
+    folder `data_root`."""
+    root = Path(_file_of(origin)).parent if origin else None
     if "messages" in record:
-        return _objective(record, index, origin, root)
+        return _objective(record, index, origin, root, data_root)
     if "turns" in record:
-        return _dialogue(record, index, origin, root)
+        return _dialogue(record, index, origin, root, data_root)
     if "ActionTrace" in record or "reference_tool_calls" in record:
-        return _agent(record, index, root)
+        return _agent(record, index, root, data_root)
     qid = str(record.get("sample_id") or record.get("id") or index)
     return Question(id=qid, benchmark=NAME, kind=OPEN, text="", meta={"task": None},
                     error="bad record: neither an objective item (messages), a session (turns) nor an agent item "
                           "(ActionTrace)")
 
 
-def _objective(record: Mapping[str, Any], index: int, origin: str, root: Path | None) -> Question:
-    qid = str(record.get("id") or record.get("sample_id") or f"{Path(origin.split(':')[0]).stem}-{index}")
-    meta = {"task": OBJECTIVE, "level": None, "question_type": None, "gold_status": "unreadable"}
+def _objective(record: Mapping[str, Any], index: int, origin: str, root: Path | None, data_root: str) -> Question:
+    qid = str(record.get("id") or record.get("sample_id") or f"{Path(_file_of(origin)).stem}-{index}")
+    multi_file = Path(_file_of(origin)).stem.upper().startswith("MC")
+    meta = {"task": OBJECTIVE, "level": None, "question_type": "multi" if multi_file else "single",
+            "gold_status": "unreadable"}
+    unreadable = dict(id=qid, benchmark=NAME, kind=MULTI if multi_file else SINGLE, text="", meta=meta)
     try:
-        parts = record["messages"][0]["content"]
-        text = "".join(p["text"] for p in parts if p.get("type") == "text")
-        urls = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
-        gold_raw = _gold_text(record)
-        gold_list = gold_options(gold_raw)
-        options = _options_in(text)
-        multi = len(gold_list) > 1 or Path(origin.split(":")[0]).stem.upper().startswith("MC")
-        kind = MULTI if multi else SINGLE
-        meta.update(question_type="multi" if multi else "single",
-                    gold_status="answered" if any(str(g).strip() for g in gold_list) else "empty")
-        fields = {"gold_raw": gold_raw, "message_text": text}
-        base = dict(id=qid, benchmark=NAME, kind=kind, text=text, meta=meta, fields=fields,
-                    gold=canonical_gold(gold_list, gold_raw))
-    except Exception as err:  # noqa: BLE001
-        return Question(id=qid, benchmark=NAME, kind=SINGLE, text="", meta=meta, error=f"bad record: {err}")
+        text, urls = _message_parts(record["messages"])
+        gold_raw, gold_list = _gold(record)
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        return Question(error=f"bad record: {err}", **unreadable)
+    options = _options_in(text)
+    multi = len(gold_list) > 1 or multi_file
+    kind = MULTI if multi else SINGLE
+    meta.update(question_type="multi" if multi else "single",
+                gold_status="answered" if any(g.strip() for g in gold_list) else "empty")
+    fields = {"gold_raw": gold_raw, "message_text": text}
+    base = dict(id=qid, benchmark=NAME, kind=kind, text=text, meta=meta, fields=fields,
+                gold=canonical_gold(gold_list, gold_raw))
     if not options:
         return Question(error="bad record: no option lines (A. …) in the question text", **base)
+    beyond = [g for g in gold_list if g.strip() and g.strip().upper() not in OPTION_LETTERS[:len(options)]]
+    if beyond:
+        return Question(options=options, error=f"bad record: gold {beyond[0]!r} is not one of the {len(options)} "
+                                               f"options ({OPTION_LETTERS[0]}–{OPTION_LETTERS[len(options) - 1]}) "
+                                               "in the question text", **base)
     try:
-        images = tuple(_image(url, root) for url in urls)
+        images = tuple(_image(url, root, data_root) for url in urls)
     except Exception as err:  # noqa: BLE001 — a missing or undecodable image is this item's error
         return Question(options=options, error=f"bad record: {err}", **base)
     return Question(options=options, images=images, **base)
 
 
-def _gold_text(record: Mapping[str, Any]) -> str:
+def _message_parts(messages: Any) -> tuple[str, list[str]]:
+    """(text, image urls) of `messages[0].content`, as etest.py reads them; anything else is an error."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[0], Mapping):
+        raise ValueError("messages must be a non-empty list of chat messages")
+    parts = messages[0].get("content")
+    if not isinstance(parts, list) or not all(isinstance(p, Mapping) for p in parts):
+        raise ValueError("messages[0].content must be a list of {type, text | image_url} parts")
+    texts = [p.get("text") for p in parts if p.get("type") == "text"]
+    urls = [(p.get("image_url") or {}).get("url") if isinstance(p.get("image_url"), Mapping) else None
+            for p in parts if p.get("type") == "image_url"]
+    if not all(isinstance(t, str) for t in texts):
+        raise ValueError("a text part of messages[0].content is not text")
+    if not all(isinstance(u, str) and u.strip() for u in urls):
+        raise ValueError("an image_url part of messages[0].content has no url")
+    return "".join(texts), urls
+
+
+def _gold(record: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """(the gold JSON text, its option labels) from `choices[0].message.content[0].text`, read as
+    etest.py `get_ground_truth` does — but a gold that cannot be read is this item's error, not an
+    empty gold: no choices, not JSON, not an object with `answer`, labels that are not text. A
+    well-formed empty gold (`{"answer": []}`, `""`, null) is returned empty (etest.py skips it)."""
     try:
-        return str(record["choices"][0]["message"]["content"][0]["text"])
+        text = record["choices"][0]["message"]["content"][0]["text"]
     except (KeyError, IndexError, TypeError):
-        return ""
+        raise ValueError("no gold: choices[0].message.content[0].text is missing") from None
+    if not isinstance(text, str):
+        raise ValueError(f"gold {text!r} is not text")
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        raise ValueError(f"gold {text[:60]!r} is not JSON (expected {{\"answer\": …}})") from None
+    if not isinstance(value, dict) or "answer" not in value:
+        raise ValueError(f"gold {text[:60]!r} has no \"answer\" field")
+    answer = value["answer"]
+    labels = [] if answer is None else [answer] if isinstance(answer, str) else answer
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"gold answer {answer!r} is not an option label or a list of them")
+    return text, labels
 
 
 def canonical_gold(gold_list: Sequence[Any], gold_raw: str) -> str:
@@ -292,68 +381,84 @@ def _options_in(text: str) -> tuple[str, ...]:
     return tuple(lines[OPTION_LETTERS[i]] for i in range(count))
 
 
-def _image(url: Any, root: Path | None) -> bytes:
+def _image(url: Any, root: Path | None, data_root: str = "") -> bytes:
     text = str(url or "").strip()
     if text.startswith("data:"):
         return base64.b64decode(text.split(",", 1)[1])
     if text.startswith(("http://", "https://")):
         raise ValueError(f"image {text[:60]!r} is a URL; finbench reads no network: download it beside the data")
-    for path in [Path(text)] + ([root / text, root / "image" / text, root.parent / "image" / text] if root else []):
-        if text and path.is_file():
+    if text and Path(text).is_absolute():
+        candidates = [Path(text)]
+    else:  # beside the file, in its image/, or in the hub layout's image/ one level up
+        candidates = [local_file(text, base, data_root) for base in
+                      ([root, root / "image", root.parent / "image"] if root else [])] if text else []
+    for path in candidates:
+        if path.is_file():
             return path.read_bytes()
     raise ValueError(f"image {text!r} not found (relative paths are read beside the JSONL file or in image/)")
 
 
-def _images_of(record: Mapping[str, Any], root: Path | None) -> tuple[bytes, ...]:
+def _images_of(record: Mapping[str, Any], root: Path | None, data_root: str = "") -> tuple[bytes, ...]:
     paths = record.get("image_paths")
     if paths is None:
         paths = record.get("image_path")
     paths = [paths] if isinstance(paths, str) else list(paths or [])
-    return tuple(_image(p, root) for p in paths if p)
+    return tuple(_image(p, root, data_root) for p in paths if p)
 
 
 def _level(record: Mapping[str, Any], origin: str) -> str | None:
-    for value in (record.get("task_type"), record.get("level"), Path(origin.split(":")[0]).stem):
+    for value in (record.get("task_type"), record.get("level"), Path(_file_of(origin)).stem):
         match = re.search(r"L([1-4])", str(value or "").upper())
         if match:
             return f"L{match.group(1)}"
     return None
 
 
-def _dialogue(record: Mapping[str, Any], index: int, origin: str, root: Path | None) -> Question:
+def _question_text(value: Any, where: str) -> str:
+    """A turn's or an agent item's question: text that is not blank (a JSON object would be asked
+    as its Python repr, an empty turn run for nothing)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{where} is {'missing' if value is None else 'a ' + type(value).__name__}, not text")
+    if not value.strip():
+        raise ValueError(f"{where} is empty")
+    return value
+
+
+def _dialogue(record: Mapping[str, Any], index: int, origin: str, root: Path | None, data_root: str) -> Question:
     qid = str(record.get("session_id") or record.get("sample_id") or f"session-{index}")
     level = _level(record, origin)
     meta = {"task": DIALOGUE, "level": level, "question_type": level, "gold_status": "answered"}
     try:
-        turns = [{"turn_id": t.get("turn_id", n + 1), "question": str(t.get("question") or ""),
+        if not isinstance(record["turns"], list) or not all(isinstance(t, Mapping) for t in record["turns"]):
+            raise ValueError("turns must be a list of {turn_id, question, gold_answer} objects")
+        turns = [{"turn_id": t.get("turn_id", n + 1), "question": _question_text(t.get("question"), f"turn {n + 1}'s question"),
                   "gold_answer": str(t.get("gold_answer") or "")} for n, t in enumerate(record["turns"])]
         if not turns:
             raise ValueError("a session needs at least one turn")
         if level is None:
             raise ValueError("no level L1–L4 (task_type, level or the file name)")
         return Question(id=qid, benchmark=NAME, kind=OPEN, text=turns[0]["question"], meta=meta,
-                        images=_images_of(record, root), fields={"turns": turns})
+                        images=_images_of(record, root, data_root), fields={"turns": turns})
     except Exception as err:  # noqa: BLE001
         return Question(id=qid, benchmark=NAME, kind=OPEN, text="", meta=meta, error=f"bad record: {err}")
 
 
-def _agent(record: Mapping[str, Any], index: int, root: Path | None) -> Question:
+def _agent(record: Mapping[str, Any], index: int, root: Path | None, data_root: str) -> Question:
     qid = str(record.get("sample_id") or record.get("id") or f"agent-{index}")
     meta = {"task": AGENT, "level": None, "question_type": AGENT, "gold_status": "answered"}
     try:
         turn = record.get("turn") if isinstance(record.get("turn"), Mapping) else {}
-        question = str(record.get("question") or turn.get("question") or "")
+        question = record.get("question") if record.get("question") is not None else turn.get("question")
+        question = _question_text(question, "the agent question")
         calls = record.get("ActionTrace", record.get("reference_tool_calls"))
         if not isinstance(calls, list) or not all(isinstance(c, Mapping) for c in calls):
             raise ValueError("ActionTrace must be a list of {tool, query} objects")
-        if not question:
-            raise ValueError("agent item without a question")
         fields = {"reference_calls": [dict(c) for c in calls],
                   "tool_results": record.get("ToolResults", record.get("reference_tool_results", [])),
                   "gold_answer": str(record.get("answer") or record.get("gold_answer")
                                      or record.get("reference_gold_answer") or "")}
         return Question(id=qid, benchmark=NAME, kind=OPEN, text=question, meta=meta,
-                        images=_images_of(record, root), fields=fields)
+                        images=_images_of(record, root, data_root), fields=fields)
     except Exception as err:  # noqa: BLE001
         return Question(id=qid, benchmark=NAME, kind=OPEN, text="", meta=meta, error=f"bad record: {err}")
 

@@ -5,8 +5,16 @@ every record carries its origin (`file:line` or `file[row]`) so a bad one can be
 go wrong is split the way the error policy asks:
 - a file that cannot be read at all (truncated parquet, not JSON at all, a hub set that is not
   available offline) raises `ValueError` naming it: one start-up line, before any work;
-- a bad line or field (malformed JSON, non-UTF-8 bytes, a line that is not an object) becomes a
-  `RawRecord` with `error` set, which the benchmark turns into that sample's error.
+- a bad line or field (malformed JSON, non-UTF-8 bytes, a line that is not an object, a line
+  nested too deeply to parse) becomes a `RawRecord` with `error` set, which the benchmark turns
+  into that sample's error; in a JSON array, a non-UTF-8 byte inside one record's text fails
+  that record only.
+
+A folder's metadata files are not records: `datasets`' `save_to_disk` bookkeeping
+(`dataset_info.json`, `state.json`, `dataset_dict.json`), an image folder's `metadata.jsonl`
+and anything under a hidden folder (`.cache/`) are skipped, and the skip is named in `skipped`.
+Relative image paths are read inside the data's folder only (`local_file`): one that climbs out
+(`../../etc/passwd`) is that record's error; absolute paths are read as given.
 
 pyarrow reads parquet and arrow (the `datasets` package is needed for hub ids only); JSON lines
 are parsed line by line with the standard library, because pyarrow's and `datasets`' JSON readers
@@ -17,11 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 FORMATS = (".parquet", ".arrow", ".jsonl", ".json")
+# files inside a data folder that describe the data instead of holding records
+METADATA_FILES = {"dataset_info.json", "state.json", "dataset_dict.json"}  # datasets' save_to_disk
+IMAGE_METADATA_FILES = {"metadata.jsonl", "metadata.json"}  # an image folder's captions (hub ImageFolder)
 
 
 class DataError(ValueError):
@@ -36,6 +48,7 @@ class RawRecord:
     values: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
     folder: str = ""  # the data file's folder: relative image paths are read from there
+    root: str = ""  # the data's folder (--data, or a file's folder): relative paths stay inside it
 
 
 @dataclass
@@ -43,19 +56,28 @@ class RawTable:
     records: list[RawRecord]
     columns: set[str]  # every column seen in any file (a JSON line may omit some)
     sources: list[str]  # the files read, or the hub id
+    skipped: list[str] = field(default_factory=list)  # metadata files of the folder, not read as records
 
 
 def data_files(source: str | Path) -> list[Path]:
-    """The data files of a local file or folder (recursively, sorted)."""
+    """The data files of a local file or folder (recursively, sorted; metadata files left out)."""
     path = Path(source)
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix in FORMATS and p.is_file())
+        files = [p for p in sorted(path.rglob("*")) if p.suffix in FORMATS and p.is_file()]
+        files = [p for p in files if not is_metadata(p, path)]
         if not files:
             raise DataError(f"--data {path}: no {'/'.join(s[1:] for s in FORMATS)} files in this folder")
         return files
     if path.suffix not in FORMATS:
         raise DataError(f"--data {path}: unknown file type {path.suffix!r} (expected one of {', '.join(FORMATS)})")
     return [path]
+
+
+def is_metadata(file: Path, folder: Path) -> bool:
+    """A file of a data folder that describes the data (see the module docstring)."""
+    parts = file.relative_to(folder).parts
+    return (file.name in METADATA_FILES or file.name in IMAGE_METADATA_FILES
+            or any(part.startswith(".") for part in parts[:-1]))
 
 
 def read_table(source: str | Path, hub_split: str) -> RawTable:
@@ -66,11 +88,48 @@ def read_table(source: str | Path, hub_split: str) -> RawTable:
     records: list[RawRecord] = []
     columns: set[str] = set()
     files = data_files(path)
+    root = str(path if path.is_dir() else path.parent)
     for file in files:
         file_records, file_columns = _read_file(file)
-        records.extend(dataclasses.replace(r, folder=str(file.parent)) for r in file_records)
+        records.extend(dataclasses.replace(r, folder=str(file.parent), root=root) for r in file_records)
         columns |= file_columns
-    return RawTable(records, columns, [str(f) for f in files])
+    skipped = [str(p) for p in sorted(path.rglob("*")) if p.suffix in FORMATS and p.is_file()
+               and is_metadata(p, path)] if path.is_dir() else []
+    return RawTable(records, columns, [str(f) for f in files], skipped)
+
+
+def skipped_note(table: RawTable) -> list[str]:
+    """The note a loader adds when metadata files were left out."""
+    if not table.skipped:
+        return []
+    shown = ", ".join(table.skipped[:5]) + (f", … ({len(table.skipped)} in all)" if len(table.skipped) > 5 else "")
+    return [f"not read as records (metadata files of the data folder): {shown}"]
+
+
+def local_file(text: str, base: str | Path, root: str | Path = "") -> Path:
+    """The path a record names, `text`, read from `base` (the data file's folder, or a folder a
+    loader looks in). An absolute path is taken as given; a relative one must stay inside `base`
+    or the data's folder `root` once `..` are resolved (lexically: a hub snapshot's symlinks to
+    its blobs stay allowed), else ValueError naming it."""
+    path = Path(text)
+    if path.is_absolute():
+        return path
+    candidate = Path(os.path.normpath(Path(base) / path))
+    allowed = [Path(os.path.normpath(Path(b).absolute())) for b in (base, root) if str(b)]
+    if not any(Path(os.path.normpath(candidate.absolute())).is_relative_to(a) for a in allowed):
+        raise ValueError(f"image path {text!r} climbs out of the data's folder (relative paths must stay inside "
+                         "it; an absolute path is read as given)")
+    return candidate
+
+
+def as_text(value: Any, name: str) -> str:
+    """A text field as str ("" for None); bytes (a binary Arrow column) must be UTF-8 — never shown to
+    the model as `b'…'`."""
+    if value is None:
+        return ""
+    if isinstance(value, (bytes, bytearray)):
+        return _utf8(bytes(value), name)
+    return str(value)
 
 
 def _read_file(path: Path) -> tuple[list[RawRecord], set[str]]:
@@ -134,8 +193,10 @@ def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a BOM (Windows editors) is not part of record 1
     if path.suffix == ".json":
         try:
-            whole = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            whole = json.loads(data)  # (bytes: UTF-16 and UTF-32 files are detected too)
+        except UnicodeDecodeError:  # a byte that is not UTF-8 stays a lone surrogate: `_json_record` fails that record only
+            whole = _loads_or_none(data.decode("utf-8", errors="surrogateescape"))
+        except (json.JSONDecodeError, RecursionError):
             whole = None  # maybe JSON lines with a .json suffix
         if isinstance(whole, list):
             return _objects(whole, lambda n: f"{path}[{n}]")
@@ -155,6 +216,9 @@ def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
         except json.JSONDecodeError as err:
             records.append(RawRecord(origin, error=f"{origin}: malformed JSON ({err.msg} at column {err.colno})"))
             continue
+        except RecursionError:
+            records.append(RawRecord(origin, error=f"{origin}: JSON nested too deeply to read"))
+            continue
         except ValueError as err:
             records.append(RawRecord(origin, error=f"{origin}: {err}"))
             continue
@@ -164,6 +228,13 @@ def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
         raise DataError(f"cannot read {path}: neither a JSON array of records nor JSON lines "
                          f"({records[0].error.split(': ', 1)[-1]})")
     return records, columns
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
 
 
 def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set[str]]:
@@ -184,7 +255,10 @@ def _json_record(origin: str, values: Any) -> RawRecord:
         try:  # every string inside the field, nested ones included
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            return RawRecord(origin, error=f"{origin}: field {name!r} is not valid UTF-8 (a lone surrogate escape)")
+            return RawRecord(origin, error=f"{origin}: field {name!r} is not valid UTF-8 (a byte that is not "
+                                           "UTF-8, or a lone surrogate escape)")
+        except RecursionError:
+            return RawRecord(origin, error=f"{origin}: field {name!r} is nested too deeply to read")
     return RawRecord(origin, values)
 
 

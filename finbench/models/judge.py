@@ -11,12 +11,20 @@ from typing import Any, Sequence
 from finbench.types import ModelRequest
 
 
+def check_judge_source(source: str | None) -> None:
+    """A --judge that is neither a folder nor a hub id is one line, before any model loads: a path
+    (absolute, ./…, ~/…, or with more than one '/') that does not exist is not taken for a hub id."""
+    if not source or Path(source).expanduser().exists():
+        return
+    if source.startswith(("/", ".", "~")) or source.count("/") != 1:
+        raise ValueError(f"--judge {source}: no such model folder (a hub id is written owner/name)")
+
+
 def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: Any = None) -> Any:
     """The judge model, or a ValueError with one line. `model` is reused when it is the same checkpoint."""
     if model is not None and getattr(model, "source", None) == source:
         return model
-    if not Path(source).exists() and source.count("/") != 1:
-        raise ValueError(f"--judge {source}: no such model folder (or hub id owner/name)")
+    check_judge_source(source)
     try:
         from transformers import AutoConfig
 

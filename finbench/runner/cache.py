@@ -37,12 +37,28 @@ CREATE TABLE IF NOT EXISTS file_digests (
 """
 
 
+class CacheWriteError(OSError):
+    """The cache cannot take a batch (disk full, the file deleted or made read-only during the
+    run): the run stops with this one line. `kept`: whether what was committed before is still
+    there (not when the file itself is gone)."""
+
+    def __init__(self, message: str, kept: bool = True) -> None:
+        super().__init__(message)
+        self.kept = kept
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class PredictionCache:
     """get_many / put_many over one SQLite file; safe to reopen after a crash.
 
     A file that is not a readable finbench cache (truncated, garbage, failing SQLite's quick
     check) is moved aside to `<name>.corrupt-<time>` and a fresh cache is started; `notes` says
-    so. A row that cannot be decoded is a cache miss: that sample is computed again."""
+    so. A row that cannot be decoded is a cache miss: that sample is computed again. A cache file
+    that cannot be written (read-only, immutable: SQLite would open it read-only, and its shared
+    memory can end the process with SIGBUS) is refused at start; one that stops taking writes
+    during the run (disk full, deleted with its folder, replaced) raises `CacheWriteError`."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -51,6 +67,7 @@ class PredictionCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise ValueError(f"--cache {self.path}: cannot create its folder ({err.strerror or err})") from None
+        _refuse_unwritable_files(self.path)
         try:
             self.connection = self._open()
         except sqlite3.DatabaseError as err:
@@ -73,6 +90,7 @@ class PredictionCache:
             log.warning(message)
             self.notes.append(message)
             self.connection = self._open()
+        self.identity = _identity(self.path)
 
     def _open(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, timeout=30)
@@ -107,10 +125,25 @@ class PredictionCache:
         return found
 
     def put_many(self, rows: Iterable[tuple[str, Prediction]]) -> None:
-        with self.connection:  # one transaction: all rows of the batch or none
-            self.connection.executemany(
-                "INSERT OR REPLACE INTO samples (key, question_id, prediction) VALUES (?, ?, ?)",
-                [(key, p.id, json.dumps(dataclasses.asdict(p))) for key, p in rows])
+        """One transaction: all rows of the batch or none. A file that is gone or another file now
+        (its folder deleted during the run) is never written: SQLite would go on writing into the
+        deleted file and the answers would vanish with it."""
+        self.check_present()
+        payload = [(key, p.id, json.dumps(dataclasses.asdict(p))) for key, p in rows]
+        try:
+            with self.connection:
+                self.connection.executemany(
+                    "INSERT OR REPLACE INTO samples (key, question_id, prediction) VALUES (?, ?, ?)", payload)
+        except sqlite3.Error as err:  # disk full, made read-only, I/O error: what was committed is kept
+            raise CacheWriteError(f"cache {self.path}: cannot write ({err})") from None
+
+    def check_present(self) -> None:
+        """CacheWriteError when the cache file was deleted or replaced since it was opened."""
+        now = _identity(self.path)
+        if now != self.identity:
+            what = "deleted" if now is None else "replaced by another file"
+            raise CacheWriteError(f"cache {self.path} was {what} during the run (was the run folder removed?); "
+                                  "the answers committed to it are gone with it", kept=False)
 
     def file_digest(self, path: Path) -> str:
         """SHA-256 of a file's content, remembered by (path, size, mtime): a checkpoint is hashed
@@ -124,8 +157,11 @@ class PredictionCache:
         from finbench.models.base import file_sha256
 
         digest = file_sha256(path)
-        with self.connection:
-            self.connection.execute("INSERT OR REPLACE INTO file_digests VALUES (?, ?, ?, ?)", (*key, digest))
+        try:
+            with self.connection:
+                self.connection.execute("INSERT OR REPLACE INTO file_digests VALUES (?, ?, ?, ?)", (*key, digest))
+        except sqlite3.Error as err:  # remembering is an optimisation: the digest is right either way
+            log.warning("file digest of %s not remembered in the cache (%s)", path, err)
         return digest
 
     def __len__(self) -> int:
@@ -136,6 +172,28 @@ class PredictionCache:
 
 
 CACHE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, None when there is none."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _refuse_unwritable_files(path: Path) -> None:
+    """The cache and its WAL companions must open for writing (an immutable or append-only file
+    refuses even root, which `os.access` may not say)."""
+    for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        if not file.is_file():
+            continue
+        try:
+            os.close(os.open(file, os.O_RDWR))
+        except OSError as err:
+            raise ValueError(f"--cache {path}: cannot write {file.name} ({err.strerror or err}; read-only, or made "
+                             "immutable with chattr +i?)") from None
 
 
 def _named_like_a_cache(path: Path) -> bool:

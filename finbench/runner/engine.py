@@ -16,11 +16,12 @@ answers it. Order of work:
    piece per thread (runner/preprocess.py); on CUDA the next batch is copied to the device on a
    side stream while the model works on the current one (runner/loop.py);
 4. decode each batch by its request type (runner/loop.py: letters, sets, numbers, free text,
-   sessions turn by turn, a thinking step first where asked), halving and retrying on CUDA
-   out-of-memory, and commit it to the cache;
+   sessions turn by turn, each turn checked against the context, a thinking step first where
+   asked), halving and retrying on CUDA out-of-memory, and commit it to the cache (a cache that
+   stops taking writes — a full disk, its folder deleted — stops the run: `Stopped`, one line);
 5. judge open answers (the benchmark's rules; a `--judge` model, its replies cached too), score,
-   write samples.parquet, results.json and report.html (runner/outputs.py; a rerun served
-   entirely from the cache keeps the throughput of the run that computed the answers).
+   write samples.parquet, results.json, report.html and report.md together (runner/outputs.py; a
+   rerun served entirely from the cache keeps the throughput of the run that computed them).
 """
 
 from __future__ import annotations
@@ -38,13 +39,14 @@ import torch
 from finbench.benchmarks import get_benchmark, load_matching
 from finbench.runner import distributed, startup
 from finbench.runner.batching import Item, plan_batches
-from finbench.runner.cache import PredictionCache
+from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
-from finbench.models.judge import load_judge
+from finbench.models.judge import check_judge_source, load_judge
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
 from finbench.runner.loop import AUTO_BATCH_START, BatchLoop
-from finbench.runner.outputs import error_summary, previous_throughput, progress, samples_table, score, write_outputs
+from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
+                                    score, write_outputs)
 from finbench.runner.preprocess import prefetch
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, provenance
 from finbench.runner.requests import build_requests, decoding_summary
@@ -52,7 +54,7 @@ from finbench.runner.timing import ModelParts, StageTimer
 from finbench.types import Prediction, RunConfig
 
 log = logging.getLogger("finbench")
-__all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "run_benchmark"]
+__all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "Stopped", "run_benchmark"]
 
 
 @dataclass
@@ -68,12 +70,24 @@ class RunResult:
         return iter((self.results, self.samples))
 
 
-class Interrupted(Exception):
-    """Ctrl-C during a run: what was committed to the cache is kept; the message says how much."""
+class Stopped(Exception):
+    """A run that cannot go on (its cache stops taking writes, its outputs cannot be written): one
+    line saying why and what is kept."""
+
+
+class Interrupted(Stopped):
+    """Ctrl-C (or SIGTERM) during a run: what was committed to the cache is kept; the message says
+    how much."""
 
     def __init__(self, saved: int, total: int) -> None:
         super().__init__(f"interrupted: {saved} of {total} answers saved; rerun the same command to resume")
         self.saved, self.total = saved, total
+
+
+def _stopped(err: CacheWriteError, saved: int, total: int) -> Stopped:
+    if err.kept:
+        return Stopped(f"stopped: {err}; {saved} of {total} answers saved; rerun the same command to resume")
+    return Stopped(f"stopped: {err}; rerun the same command to start again")
 
 
 def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool = True,
@@ -81,6 +95,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     """Run (or resume) one evaluation and write its outputs into `config.out`. `command` is
     recorded in results.json (default: this process's finbench command line)."""
     startup.validate(config)
+    check_judge_source(config.judge)
     if config.data is not None and Path(config.data).expanduser().exists():
         # results.json records where the data is from anywhere: `finbench report` re-reads the
         # images for its thumbnails, possibly from another working folder
@@ -162,6 +177,10 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         cache.close()
         log.warning("interrupted after %d of %d answers were saved", saved, len(questions))
         raise Interrupted(saved, len(questions)) from None
+    except CacheWriteError as err:
+        cache.close()
+        log.error("%s", err)
+        raise _stopped(err, saved, len(questions)) from None
     compute_seconds = time.perf_counter() - compute_started
     if world.size > 1:  # rank 0 takes every rank's answers (errors too: the cache keeps none) and writes
         computed = {i: p for i, p in predictions.items() if i in mine or any(i in followers.get(j, ()) for j in mine)}
@@ -177,17 +196,22 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         notes.append(f"data parallel over {world.size} ranks: {[share['samples'] for share in shares]} samples each")
 
     # 5. judge, score, write
-    with timer.stage("judge"):
-        judged = judge_run(benchmark, questions, predictions, judge, cache, config.judge or "",
-                           config.judge_max_new_tokens)
-    cache.close()
+    try:
+        with timer.stage("judge"):
+            judged = judge_run(benchmark, questions, predictions, judge, cache, config.judge or "",
+                               config.judge_max_new_tokens)
+        cache.check_present()  # the run folder removed since the last batch: say so, write nothing
+    except CacheWriteError as err:
+        raise _stopped(err, saved, len(questions)) from None
+    finally:
+        cache.close()
     samples = samples_table(questions, predictions, keys)
     for column, values in judged.columns.items():
         samples[column] = values
     scores = score(samples, benchmark.name, config.bootstrap, config.seed)
     throughput = {**loop.throughput.summary(model, len(todo), compute_seconds, loop.max_batch),
                   "model_parts_s": dict(parts.seconds), "first_batch_wait_s": first_batch_wait}
-    if not todo:
+    if not todo and n_cached:  # (no todo and nothing cached: every question was an error)
         throughput = previous_throughput(out_dir, fingerprint) or {**throughput, "all_from_cache": True}
     results = {
         "schema_version": RESULTS_SCHEMA_VERSION,
@@ -212,7 +236,11 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         "started": started,
         "seconds": time.time() - started,
     }
-    write_outputs(out_dir, samples, results)
+    try:
+        write_outputs(out_dir, samples, results)
+    except OutputsError as err:
+        raise Stopped(f"stopped: {err}; every answer is in the cache {cache.path}: free space and rerun the same "
+                      "command (nothing is computed again)") from None
     log.info("done: %s", {k: scores.get(k) for k in ("finscore", "accuracy")})
     distributed.finish(world)
     return RunResult(out_dir, results, samples)
@@ -258,8 +286,11 @@ def _opener(model: Any) -> str:
 def _digest_or_empty(config: RunConfig) -> Any:
     """File digests for provenance, remembered in the run's cache (reopened: the run closed it)."""
     def digest(path: Path) -> str:
+        location = Path(config.cache or Path(config.out) / "cache.sqlite")
+        if not location.is_file():  # gone (the run folder removed?): never a fresh empty cache in its place
+            return ""
         try:
-            cache = PredictionCache(config.cache or Path(config.out) / "cache.sqlite")
+            cache = PredictionCache(location)
             try:
                 return cache.file_digest(path)
             finally:

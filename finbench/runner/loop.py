@@ -42,6 +42,8 @@ class BatchLoop:
         self.model, self.benchmark, self.questions, self.requests = model, benchmark, questions, requests
         self.config, self.vocab, self.timer = config, vocab, timer
         self.throughput = Throughput(timer)
+        if not model.capabilities.flop_count:  # "not counted" from the start, also when no batch runs
+            self.throughput.flops = None
         self.max_batch = config.batch_size or AUTO_BATCH_START
         self._copy_stream: Any = None  # CUDA: the side stream of copies made one batch ahead
         if dict(config.gen_kwargs).get("temperature"):
@@ -54,12 +56,15 @@ class BatchLoop:
         rule (no pixel decoding)."""
         if not indices:
             return []
-        prompts = [first_prompt(self.requests[i]) for i in indices]
+        counts = self.prompt_tokens(indices, [first_prompt(self.requests[i]) for i in indices])
+        return [Item(index, batch_kind(self.requests[index]), n) for index, n in zip(indices, counts)]
+
+    def prompt_tokens(self, indices: Sequence[int], prompts: Sequence[Prompt]) -> list[int]:
+        """Each prompt's tokens as the model will see them: its rendered text, plus each image's
+        tokens (a session's later turns are checked with it against the context too)."""
         texts = [self.model.prompt_text(text_of(p, thinking(self.requests[i]))) for i, p in zip(indices, prompts)]
-        items = []
-        for index, prompt, n_text in zip(indices, prompts, self.model.text_token_counts(texts)):
-            items.append(Item(index, batch_kind(self.requests[index]), n_text + self.image_tokens(index, prompt)))
-        return items
+        return [n_text + self.image_tokens(index, prompt)
+                for index, prompt, n_text in zip(indices, prompts, self.model.text_token_counts(texts))]
 
     def image_tokens(self, index: int, prompt: Prompt) -> int:
         total = 0
@@ -183,12 +188,14 @@ class BatchLoop:
         elif isinstance(first, Number):
             decoded = decode_numerical(self.model, inputs, first.budget, self.vocab, stage)
         else:
+            failed: dict[int, str] = {}
             with stage("generate"):
                 texts, counts = self._generate(first, inputs)
                 if isinstance(first, Session):
-                    texts, counts = continue_sessions(requests, texts, counts,
-                                                      lambda rows, prompts: self._ask(prepared, first, rows, prompts))
-            decoded = [Prediction(id="", answer="", generated_text=t, n_generated_tokens=n) for t, n in zip(texts, counts)]
+                    texts, counts, failed = continue_sessions(
+                        requests, texts, counts, lambda rows, prompts: self._ask(prepared, first, rows, prompts))
+            decoded = [Prediction(id="", answer="", generated_text=t, n_generated_tokens=n, error=failed.get(k))
+                       for k, (t, n) in enumerate(zip(texts, counts))]
         if reasoning is not None:
             decoded = [dataclasses.replace(p, reasoning_text=r.text, reasoning_tokens=r.tokens, budget_cut=r.cut)
                        for p, r in zip(decoded, reasoning)]
@@ -208,13 +215,29 @@ class BatchLoop:
         return self.model.generate(inputs, request.max_new_tokens)  # greedy: the plain contract
 
     def _ask(self, prepared: PreparedBatch, request: Session, rows: list[int],
-             prompts: list[Prompt]) -> tuple[list[str], list[int]]:
-        """One later session turn for `rows` (positions in the batch)."""
+             prompts: list[Prompt]) -> tuple[list[str | None], list[int], dict[int, str]]:
+        """One later session turn for `rows` (positions in the batch). Each row's whole prompt
+        (history, text and image tokens) is checked against the context before anything is
+        prepared: a row too long, or one its preprocessing refuses, fails alone (None, its error);
+        the others are generated together. (A 1 MB recorded tool result in an agent's round 2
+        would otherwise be padded into one batched allocation of hundreds of GB.)"""
         indices = [prepared.indices[k] for k in rows]
-        batch = self.prepare_prompts(indices, dict(zip(indices, prompts)))
-        if batch.errors:
-            raise ValueError(next(iter(batch.errors.values())))
-        return self._generate(request, self.model.to_device(batch.inputs))
+        context = self.model.max_context()
+        errors: dict[int, str] = {}
+        if context:
+            for k, n in zip(rows, self.prompt_tokens(indices, prompts)):
+                if n > context:
+                    errors[k] = f"prompt of {n} tokens exceeds the model's context of {context}"
+        go = {i: (k, p) for k, i, p in zip(rows, indices, prompts) if k not in errors}
+        replies: dict[int, tuple[str, int]] = {}
+        if go:
+            batch = self.prepare_prompts(list(go), {i: p for i, (_, p) in go.items()})
+            errors.update({go[i][0]: message for i, message in batch.errors.items()})
+            if batch.inputs is not None:
+                texts, counts = self._generate(request, self.model.to_device(batch.inputs))
+                replies = {go[i][0]: (t, n) for i, t, n in zip(batch.indices, texts, counts)}
+        return ([replies[k][0] if k in replies else None for k in rows],
+                [replies[k][1] if k in replies else 0 for k in rows], errors)
 
     def finish(self, question: Question, request: Request, prediction: Prediction) -> Prediction:
         """The prediction with its answer read by the benchmark's rule from generated text (a cached

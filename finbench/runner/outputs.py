@@ -1,14 +1,17 @@
 """A run's outputs: the samples table, its scores, results.json, report.html, and the progress bar.
-Every file is written to a temporary name, then renamed: a kill while writing never leaves a
-truncated output behind."""
+The four files of a run (samples.parquet, results.json, report.html, report.md) are written into
+a staging folder inside the run folder, then renamed into place together: a kill or a full disk
+while writing never leaves a truncated output, nor the previous run's report beside new results."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import math
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -98,20 +101,57 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
+OUTPUT_FILES = ("samples.parquet", "results.json", "report.html", "report.md")
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the disk, not the report's rendering
+STAGING_PREFIX = ".finbench-staging-"
+
+
+class OutputsError(OSError):
+    """The run's outputs could not be written (e.g. the disk is full): the previous ones are kept."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any]) -> None:
-    """samples.parquet, results.json, then report.html (a report that fails to render loses
-    nothing: the answers and scores are on disk already; the failure is a note)."""
+    """samples.parquet, results.json, report.html and report.md, replaced together or not at all:
+    written into a staging folder, then renamed into place. A report that fails to render loses
+    nothing (a note says so, and no older report stays beside the new results); a file that cannot
+    be written (a full disk) leaves the previous outputs as they were and raises `OutputsError`
+    naming it."""
     from finbench.report.html import write_report
 
-    write_samples(samples, out_dir / "samples.parquet")
-    write_json(out_dir / "results.json", results)
+    for stale in out_dir.glob(f"{STAGING_PREFIX}*"):  # left by a killed run
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = out_dir / f"{STAGING_PREFIX}{os.getpid()}"
+    writing = "the staging folder"
     try:
-        write_report(out_dir)
-    except Exception as err:  # noqa: BLE001
-        log.exception("report.html could not be written")
-        results["notes"].append(f"report.html could not be written ({type(err).__name__}: {err}); "
-                                f"rebuild it with `finbench report {out_dir}`")
-        write_json(out_dir / "results.json", results)
+        staging.mkdir()
+        writing = "samples.parquet"
+        write_samples(samples, staging / "samples.parquet")
+        writing = "results.json"
+        write_json(staging / "results.json", results)
+        writing = "report.html and report.md"
+        try:
+            write_report(staging)
+        except Exception as err:  # noqa: BLE001 — rendering, not the disk: the answers and scores still count
+            if isinstance(err, OSError) and err.errno in DISK_ERRORS:
+                raise
+            log.exception("report.html could not be written")
+            results["notes"].append(f"report.html could not be written ({type(err).__name__}: {err}); "
+                                    f"rebuild it with `finbench report {out_dir}`")
+            writing = "results.json"
+            write_json(staging / "results.json", results)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputsError(f"cannot write {out_dir / writing.split(' ')[0]} ({err.strerror or err}): the previous "
+                           "outputs in that folder are left as they were") from None
+    for name in OUTPUT_FILES:  # renames need no space: after the writes, these cannot fail for a full disk
+        if (staging / name).exists():
+            os.replace(staging / name, out_dir / name)
+        else:
+            (out_dir / name).unlink(missing_ok=True)  # never an older report beside the new results
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bitmask import letters_to_mask, popcount
+from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
 from finbench.kernels.segments import PARALLEL_MIN_ELEMENTS, factorize
 from finbench.scoring.finmme import KIND_TO_QUESTION_TYPE, MAX_CELL_DOMAINS, multi_answer_mask, official_cells
 from finbench.types import OPTION_LETTERS
@@ -35,17 +35,19 @@ def encode_official_cells(domains: Any, question_types: Any, gold: Any,
     - dictionary-encoded columns (categoricals, Parquet dictionary columns), or a domain first
       seen after the probed rows: domains dictionary-encoded per chunk, then one lookup per row
       (sorted domain id · 2); flags by `_multi_answer_flags`, once per distinct value.
-    Columns that are not strings take the general path."""
+    Columns that are not all strings (numbers, an all-null or all-NaN column, Arrow arrays of
+    another type) take the general path on their Python values, with None/NaN read as missing:
+    no letters, no domain, never the text 'None' or 'nan'."""
     import pyarrow as pa
 
     from finbench.kernels.segments import arrow_strings, dictionary_encode_chunks
 
     arrays = [arrow_strings(v) for v in (domains, question_types, gold)]
     if any(a is None for a in arrays):
+        domains, question_types, gold = (_python_values(v) for v in (domains, question_types, gold))
         domain_ids, labels = factorize(domains)
-        is_mc = pd.Series(question_types, dtype=object) == "multiple_choice"
-        is_mc = torch.from_numpy(is_mc.to_numpy(dtype=bool, copy=True))
-        multi = multi_answer_mask(is_mc, letters_to_mask(gold))
+        is_mc = torch.from_numpy((question_types == "multiple_choice").to_numpy(dtype=bool, copy=True))
+        multi = multi_answer_mask(is_mc, letters_to_mask(to_str_array(gold)))
         return official_cells(domain_ids, len(labels), multi), labels
     domain_arr, type_arr, gold_arr = (a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays)
     n = len(domain_arr)
@@ -70,6 +72,17 @@ def encode_official_cells(domains: Any, question_types: Any, gold: Any,
         np.add(table[chunk], multi[start:start + len(chunk)], out=cells[start:start + len(chunk)])
         start += len(chunk)
     return torch.from_numpy(cells), labels
+
+
+def _python_values(values: Any) -> pd.Series:
+    """A column of any form (Arrow array, pandas, numpy, list) as a pandas object Series of
+    Python values, None where a value is missing (an Arrow null or a float NaN)."""
+    import pyarrow as pa
+
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = values.to_pylist()
+    series = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values.astype(object)
+    return series.where(series.notna(), None).reset_index(drop=True)
 
 
 CELL_CHUNK_ROWS = 1 << 18  # rows per work item (fewer, larger calls; the flags stay in cache)

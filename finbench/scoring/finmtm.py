@@ -18,8 +18,11 @@ Official source: HiThink-Research/FinMTM @ 40557ba — `finmtm_eval/metrics.py`
 - Old protocol (etest.py before 0305353): `set(pred) == set(gold)` on the raw strings, so " a"
   and "A" differ there. (Its parser also fell back to bare letters; finbench keeps the current
   parser for both protocols, so only the comparison differs.)
-- Items whose gold is empty are skipped, as etest.py does: they are not in the denominator and are
-  counted as `n_empty_gold`. Rows with a per-sample error stay in the denominator with score 0.
+- Items whose (well-formed) gold is empty are skipped by the current protocol, as etest.py does:
+  they are not in its denominator and are counted as `n_empty_gold`; the old protocol keeps them
+  in its denominator, as the old snapshots did (accuracy = correct / total over every line:
+  `n_score_old`). Rows with a per-sample error (a broken record included: a gold that is not
+  JSON, no `choices`, a malformed line) stay in every denominator with score 0.
 - In a samples table an `answer` containing '{' is parsed as above; any other answer is taken as
   canonical letters (the constrained decoder's 'AC'). A gold containing '{' is the official gold
   JSON, read as etest.py `get_ground_truth`; any other gold is canonical letters.
@@ -138,10 +141,11 @@ def set_scores(pred: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def statistics(sums: torch.Tensor) -> dict[str, torch.Tensor]:
-    """From segment sums [..., S, 4] (channels 1, Eq. 1 score, Eq. 1 = 1, old exact): 0–1 means."""
+    """From segment sums [..., S, 5] (channels: in the current protocol, Eq. 1 score, Eq. 1 = 1,
+    old exact match, 1): 0–1 means, each over its own protocol's denominator."""
     total = sums.sum(-2)
     return {"score": total[..., 1] / total[..., 0], "accuracy": total[..., 2] / total[..., 0],
-            "score_old": total[..., 3] / total[..., 0]}
+            "score_old": total[..., 3] / total[..., 4]}
 
 
 def objective_rows(df: pd.DataFrame) -> np.ndarray:
@@ -150,15 +154,21 @@ def objective_rows(df: pd.DataFrame) -> np.ndarray:
 
 
 def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch.device = "cpu") -> ScoreTable:
-    """The FinMTM ScoreTable of the objective rows of `df` with a gold (other rows: `extra_scores`)."""
+    """The FinMTM ScoreTable of the objective rows of `df` (other rows: `extra_scores`).
+
+    - A row with a per-sample error (a broken record, a missing image, a model error) is scored
+      as wrong, whatever its gold: it is in every denominator and counted in `n_errors`.
+    - A well-formed row whose gold is empty is skipped by the current protocol, as etest.py does
+      (`n_empty_gold`), but stays in the old protocol's denominator, as the old official snapshots
+      (etest.py before 0305353: accuracy = correct / total, `set(pred) == set(gold)`) kept it.
+      It is a row of the table whose current-protocol channels are 0 (channel 0 is the current
+      protocol's denominator, channel 4 the old one's); its breakdown label is EMPTY_GOLD."""
     candidates = objective_rows(df)
     sub = df.iloc[candidates]
-    gold_lists = answer_lists(str_column(sub, "gold"), json_gold=True)
-    has_gold = np.array([any(str(g).strip() for g in golds) for golds in gold_lists], dtype=bool)
-    rows = candidates[has_gold]
-    sub = df.iloc[rows]
-    gold_lists = [g for g, keep in zip(gold_lists, has_gold) if keep]
     has_error = error_mask(sub)
+    gold_lists = [[] if bad else g for g, bad in zip(answer_lists(str_column(sub, "gold"), json_gold=True), has_error)]
+    has_gold = np.array([any(str(g).strip() for g in golds) for golds in gold_lists], dtype=bool)
+    scored = torch.from_numpy(has_gold | has_error)
     pred_lists = [[] if bad else p for p, bad in zip(answer_lists(str_column(sub, "answer")), has_error)]
     names: dict[Any, int] = {}
     pred, gold = membership(pred_lists, names, True), membership(gold_lists, names, True)
@@ -168,21 +178,43 @@ def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch
     raw: dict[Any, int] = {}
     raw_pred, raw_gold = membership(pred_lists, raw, False), membership(gold_lists, raw, False)
     width = max(len(raw), 1)
-    old = (_widen(raw_pred, width) == _widen(raw_gold, width)).all(1)
-    ones = torch.ones_like(score)
-    values = torch.stack([ones, score, (score == 1).to(torch.float64), old.to(torch.float64)], dim=1)
+    old = (_widen(raw_pred, width) == _widen(raw_gold, width)).all(1) & ~torch.from_numpy(has_error)
+    in_current = scored.to(torch.float64)
+    values = torch.stack([in_current, score, (score == 1).to(torch.float64), old.to(torch.float64),
+                          torch.ones_like(score)], dim=1)
     dev = torch.device(device)
-    n_empty = int(len(candidates) - len(rows))
+    n_empty = int((~scored).sum())
     notes = [f"{int(len(df) - len(candidates))} non-objective rows scored apart (dialogue, agent)"] \
         if len(candidates) < len(df) else []
     if n_empty:
-        notes.append(f"{n_empty} objective items have an empty gold: skipped, as etest.py does")
+        notes.append(f"{n_empty} objective items have an empty gold: skipped by the current protocol, as etest.py "
+                     "does; kept in score_old's denominator, as the old official snapshots did")
+    if has_error.any():
+        notes.append(f"{int(has_error.sum())} objective items are errors (broken records, missing images, model "
+                     "errors): scored as wrong")
     return ScoreTable(ids=str_column(sub, "id"), correct=(score == 1).to(torch.float64).to(dev), score=score.to(dev),
                       values=values.to(dev), segments=torch.zeros(len(sub), dtype=torch.int64, device=dev),
                       n_segments=1, statistic=statistics, headline=("score", "score_old", "accuracy"),
                       primary="score",
-                      info={"label": LABEL, "rows": rows, "n_excluded": int(len(df) - len(rows)),
-                            "n_errors": int(has_error.sum()), "n_empty_gold": n_empty, "notes": notes})
+                      info={"label": LABEL, "rows": candidates, "n_excluded": int(len(df) - len(candidates)),
+                            "n_errors": int(has_error.sum()), "n_empty_gold": n_empty,
+                            "n_scored": int(scored.sum()), "notes": notes})
+
+
+EMPTY_GOLD = "(empty gold: score_old only)"  # the breakdown label of the rows only the old protocol scores
+
+
+def group_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """The breakdown columns of the table's rows, with the rows only score_old counts (a
+    well-formed empty gold) under their own label, so that no breakdown counts them as wrong."""
+    sub = df[[c for c in ("question_type", "kind") if c in df.columns]].copy()
+    has_error = error_mask(df)
+    golds = answer_lists(str_column(df, "gold"), json_gold=True)
+    empty = np.array([not bad and not any(str(g).strip() for g in gold) for gold, bad in zip(golds, has_error)],
+                     dtype=bool)
+    for column in sub.columns:
+        sub[column] = sub[column].astype(object).where(~empty, EMPTY_GOLD)
+    return sub
 
 
 def _widen(matrix: torch.Tensor, width: int) -> torch.Tensor:
@@ -277,9 +309,31 @@ def agent_score(answer: Any, reasoning: Any, precision: Any, recall: Any) -> dic
 
 
 def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> dict[str, Any]:
+    """The objective counts (`n`: items the current protocol scores; `n_score_old`: those of the
+    old protocol, empty golds included), then the dialogue and agent scores, in which a broken
+    session or agent item is scored 0 and counted in that part's `n_errors`."""
     score = estimates.get("score")
+    extra = extra_scores(_errors_scored_zero(df))
+    for task in ("dialogue", "agent"):
+        if task in extra:
+            extra[task]["n_errors"] = int(error_mask(df[str_column(df, "task") == task]).sum())
     return {"score_percent": score * 100 if score is not None else None, "n_excluded": table.info["n_excluded"],
-            "n_empty_gold": table.info["n_empty_gold"], **extra_scores(df)}
+            "n": table.info["n_scored"], "n_score_old": table.n, "n_empty_gold": table.info["n_empty_gold"], **extra}
 
 
-SCORER = Scorer(build_table=build_table, summary=summary)
+def _errors_scored_zero(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with the dialogue and agent rows that are errors scored 0 (never left out of their
+    part's mean), where that part has a score at all (a run without --judge has no dialogue score)."""
+    task, has_error = str_column(df, "task"), error_mask(df)
+    out = df.copy()
+    for name, column in (("dialogue", "judge_score"), ("agent", "rule_score")):
+        errors = (task == name) & has_error
+        values = float_column(df, column)
+        scored_at_all = name == "agent" or (~np.isnan(values[(task == name) & ~has_error])).any()  # agent: offline rule
+        if errors.any() and scored_at_all:
+            values[errors] = 0.0
+            out[column] = values
+    return out
+
+
+SCORER = Scorer(build_table=build_table, summary=summary, group_frame=group_frame)
