@@ -213,14 +213,18 @@ def _figure(width: float, height: float, **options: Any) -> Any:
 
 
 def wrapped(text: str, width_inches: float, size: float = TITLE_SIZE) -> str:
-    """`text` broken into lines that fit `width_inches` at `size` points (≈ 0.55 em per character)."""
+    """`text` broken into lines that fit `width_inches` at `size` points (≤ 0.62 em per character
+    in DejaVu Sans, matplotlib's default font)."""
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, max(12, int(width_inches * 72 / (0.55 * size))))) or text
+    width = max(12, int(width_inches * 72 / (0.62 * size)))
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)) or text
 
 
 def _title(axis: Any, text: str, width_inches: float) -> None:
-    axis.set_title(wrapped(text, width_inches), fontsize=TITLE_SIZE)
+    """The figure's title, centred on the figure (an axes title centres on the axes and runs off
+    the edge when long tick labels push the axes aside), wrapped to the figure's width."""
+    axis.figure.suptitle(wrapped(text, width_inches - 0.2), fontsize=TITLE_SIZE)
 
 
 def _png(figure: Any) -> str:
@@ -273,8 +277,8 @@ def headline_figure(scores: dict[str, Any]) -> Any:
         axis.set_ylim(0, 100)
         axis.set_ylabel("penalty ×100 (lower is better)" if penalty else "score ×100", fontsize=LABEL_SIZE)
         if penalty:
-            _title(axis, "penalty", 1.2)
-    figure.suptitle(wrapped("headline scores ×100 (whiskers: bootstrap CI)", max(width, 4.2)), fontsize=TITLE_SIZE)
+            axis.set_title("penalty", fontsize=LABEL_SIZE)
+    figure.suptitle(wrapped("headline scores ×100 (whiskers: bootstrap CI)", max(width, 4.2) - 0.2), fontsize=TITLE_SIZE)
     return figure
 
 
@@ -440,22 +444,25 @@ def flip_figure(flips: dict[str, Any]) -> Any:
 
 
 def kl_figure(distributions: dict[str, Any]) -> Any:
+    """KL(reference ‖ variant) per group as horizontal bars, one colour per variant (group names
+    read across; a legend below)."""
     runs = {name: d for name, d in distributions.get("runs", {}).items() if d.get("by_group")}
     if not runs:
         return None
     groups = sorted({g for d in runs.values() for g in d["by_group"]})
-    width = min(3.2 + 0.55 * len(groups), 11)
-    figure = _figure(width, 4.2)
+    figure = _figure(6.4, 1.6 + 0.22 * len(groups) * max(len(runs), 2) + 0.2 * len(runs))
     axis = figure.subplots()
     bar = 0.8 / len(runs)
+    rows = list(range(len(groups)))[::-1]
     for r, (name, d) in enumerate(runs.items()):
         values = [(d["by_group"].get(g) or {}).get("kl") or 0.0 for g in groups]
-        axis.bar([i + r * bar for i in range(len(groups))], values, width=bar, label=name)
-    axis.set_xticks([i + 0.4 - bar / 2 for i in range(len(groups))])
-    axis.set_xticklabels([wrapped(g, 1.0, 7) for g in groups], rotation=35, ha="right", fontsize=7)
-    axis.set_ylabel("mean KL(reference ‖ variant), nats", fontsize=LABEL_SIZE)
-    _title(axis, f"option-distribution shift by {distributions.get('group')}", width)
-    figure.legend(loc="outside lower center", fontsize=7, ncols=min(len(runs), 3), frameon=False)
+        axis.barh([y + 0.4 - bar / 2 - r * bar for y in rows], values, height=bar, label=name)
+    axis.set_yticks(rows)
+    axis.set_yticklabels([wrapped(g, 2.4, TICK_SIZE) for g in groups], fontsize=TICK_SIZE)
+    axis.tick_params(axis="x", labelsize=TICK_SIZE)
+    axis.set_xlabel("mean KL(reference ‖ variant), nats", fontsize=LABEL_SIZE)
+    _title(axis, f"option-distribution shift by {distributions.get('group')}", 6.4)
+    figure.legend(loc="outside lower center", fontsize=7, ncols=1, frameon=False)
     return figure
 
 

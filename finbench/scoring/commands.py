@@ -241,7 +241,7 @@ def _print_parts(con: Any, scores: dict[str, Any]) -> None:
         if not found:
             continue
         if not found.get("n_scored"):
-            con.print(f"{part}: {found.get('unscored') or 'nothing scored'}", markup=False)
+            con.print(f"{part}: {found.get('unscored') or 'nothing scored'}", markup=False, soft_wrap=True)
             continue
         caption = f"{found['n_scored']} of {found['n']} scored"
         if found.get("n_errors"):
