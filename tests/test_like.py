@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from helpers import SHARPEN, finmme_request
-from test_decoding import _number_next
+from test_decoding import number_by_full_forwards
 from typer.testing import CliRunner
 
 from finbench.cli import app
@@ -179,31 +179,11 @@ def test_the_number_grammar_on_the_real_vocabulary_equals_a_full_vocabulary_loop
     numeric = [q for q in questions if q.kind == "numerical"][:2]
     budget = 5
     decoded = decode_numerical(like_model, like_model.prepare([finmme_request(q) for q in numeric]), budget, vocab)
-    symbols = {c: like_model.single_token_ids([c])[0] for c in "0123456789.-% "}
-    ends = torch.tensor(vocab.ends)
     for question, prediction in zip(numeric, decoded):
         inputs = dict(like_model.prepare([finmme_request(question)]))
-        text, chosen = "", []
-        for _ in range(budget):
-            with torch.no_grad():
-                logits = like_model.model(**inputs).logits[0, -1].double()
-            assert logits.shape[0] == 152064
-            allowed = _number_next(text)
-            scores = {c: logits[i] for c, i in symbols.items() if c in allowed}
-            if "END" in allowed:
-                scores["END"] = torch.logsumexp(logits[ends], 0)
-            names = list(scores)
-            logprobs = torch.log_softmax(torch.stack([scores[n] for n in names]), 0)
-            best = int(logprobs.argmax())
-            chosen.append(float(logprobs[best]))
-            if names[best] == "END":
-                break
-            text += names[best]
-            new = torch.tensor([[symbols[names[best]]]])
-            inputs["input_ids"] = torch.cat([inputs["input_ids"], new], 1)
-            inputs["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones_like(new)], 1)
-            if "mm_token_type_ids" in inputs:
-                inputs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(new)], 1)
+        with torch.no_grad():
+            assert like_model.model(**inputs).logits.shape[-1] == 152064  # the reference sees every logit
+        text, chosen = number_by_full_forwards(like_model, inputs, budget, vocab)
         assert prediction.answer == text.strip()
         assert re.fullmatch(r"-?\d*(\.\d*)?%?", prediction.answer)
         assert max(abs(a - b) for a, b in zip(prediction.step_logprobs[0], chosen)) <= 1e-4
