@@ -153,3 +153,22 @@ def test_a_demo_folder_copied_elsewhere_reports_the_same_last_line(finmme_output
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
     assert last_line(json.loads((copy / "results.json").read_text())) == compact.strip().splitlines()[-1]
+
+
+def test_a_breakdown_of_one_group_is_one_line_not_a_table():
+    from rich.console import Console
+    from test_scoring_other import famma_frame
+
+    from finbench.scoring import score_samples
+    from finbench.scoring.commands import print_scores
+
+    frame = famma_frame(40, 3)
+    frame["subfield"] = "equity"  # every question in one subfield
+    scores = score_samples(frame, benchmark="famma", n_bootstrap=0)
+    console = Console(file=io.StringIO(), width=100)
+    print_scores(scores, console)
+    text = console.file.getvalue()
+    g = scores["breakdowns"]["subfield"]["equity"]
+    assert "by subfield (×100)" not in text
+    assert f"by subfield: one group, equity (n 40, accuracy {100 * g['accuracy']:.2f} [" in text
+    assert "by language (×100)" in text  # the others keep their tables

@@ -160,9 +160,16 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
     _print_headline(con, scores, protocol)
     _print_parts(con, scores)
     breakdowns = {c: g for c, g in scores.get("breakdowns", {}).items() if g}
+    single = {c: g for c, g in breakdowns.items() if len(g) == 1}  # one group: a line, not a table
+    breakdowns = {c: g for c, g in breakdowns.items() if len(g) > 1} or breakdowns
     if verbose:
         for column, groups in breakdowns.items():
             _print_breakdown(con, column, groups, max_groups)
+        for column, groups in single.items():
+            if column not in breakdowns:
+                (label, g), = groups.items()
+                con.print(f"by {column}: one group, {label} (n {g['n']}, accuracy {_fmt('accuracy', g['accuracy'])} "
+                          f"{_fmt_ci('accuracy', g.get('ci'))})", markup=False, soft_wrap=True)
     elif breakdowns:
         column = widest_breakdown(breakdowns)
         rest = len(breakdowns) - 1
@@ -201,7 +208,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
     errors = int(scores.get("n_errors") or 0)
     caption = (f"{how}; {_plural(n, 'scored question')}"
                + (f", {errors} of them with an error (scored as wrong)" if errors else "") + "; values × 100")
-    head = Table(title=title, caption=caption)
+    head = Table(title=title)
     head.add_column("metric")
     head.add_column("value", justify="right")
     if ci:
@@ -213,6 +220,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
             row.append(_fmt_ci(name, ci.get(name)))
         head.add_row(*row)
     con.print(head)
+    con.print(caption, markup=False, highlight=False, soft_wrap=True)  # under the table, never squeezed into its width
 
 
 PART_METRICS = {  # the parts a rule scores apart: (key, label, ×100?) in display order
