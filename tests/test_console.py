@@ -172,3 +172,22 @@ def test_a_breakdown_of_one_group_is_one_line_not_a_table():
     assert "by subfield (×100)" not in text
     assert f"by subfield: one group, equity (n 40, accuracy {100 * g['accuracy']:.2f} [" in text
     assert "by language (×100)" in text  # the others keep their tables
+
+
+def test_a_run_of_agent_items_only_prints_no_table_of_dashes():
+    """`--domain agent`: no objective item, so no headline table of '—' with n = 0; the agent part
+    with its n, F2 and CIs instead."""
+    import pandas as pd
+    from rich.console import Console
+    from test_parts import agent_rows
+
+    from finbench.scoring import score_samples
+    from finbench.scoring.commands import print_scores
+
+    scores = score_samples(pd.DataFrame(agent_rows(6, 1)), benchmark="finmtm", n_bootstrap=100)
+    console = Console(file=io.StringIO(), width=100)
+    print_scores(scores, console, verbose=False)
+    text = console.file.getvalue()
+    assert "—" not in text and "n = 0" not in text
+    assert "no item of this run is scored by this rule" in text
+    assert "tool F2 ×100" in text and f"{100 * scores['agent']['f2']:.2f}" in text and "6 of 6 scored" in text

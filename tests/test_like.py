@@ -218,3 +218,32 @@ def test_the_command_line_end_to_end_on_the_real_files(like_dir, synthetic_parqu
     assert outputs[0] == outputs[1] and any(outputs[0])
     thinking = runner.invoke(app, [*base, "--think-budget", "8", "--out", str(tmp_path / "think")])
     assert thinking.exit_code == 2 and "think" in thinking.output and not (tmp_path / "think").exists()
+
+
+@pytest.mark.slow
+def test_like_a_qwen3_vl_thinking_checkpoint_keeps_its_template_and_reasons(tmp_path, synthetic_parquet):
+    """Qwen3-VL's layout (head_dim, interleaved M-RoPE, DeepStack) through --like, on a thinking
+    checkpoint's files (here a tiny one's: no released Qwen3-VL files are in this repository):
+    the template that opens <think> is kept byte for byte, and a --think-budget run reasons within
+    its budget, then answers within each item's options."""
+    from finbench.offline.tiny import make_tiny
+
+    real = make_tiny("qwen3-vl", tmp_path / "thinking-files", thinking=True)
+    for weights in real.glob("*.safetensors"):
+        weights.unlink()  # only the non-weight files are needed
+    runner = CliRunner()
+    built = runner.invoke(app, ["models", "make-tiny", "qwen3-vl", str(tmp_path / "like"), "--like", str(real)])
+    assert built.exit_code == 0, built.output
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json"):
+        if (real / name).exists():
+            assert (tmp_path / "like" / name).read_bytes() == (real / name).read_bytes(), name
+    done = runner.invoke(app, ["run", "--model", str(tmp_path / "like"), "--data", str(synthetic_parquet), "--limit", "6",
+                               "--think-budget", "4", "--dtype", "float32", "--device", "cpu", "--bootstrap", "0",
+                               "--no-progress", "--out", str(tmp_path / "run")])
+    assert done.exit_code == 0, done.output[-3000:]
+    samples = pd.read_parquet(tmp_path / "run" / "samples.parquet")
+    assert (samples["error"] == "").all() and (samples["reasoning_tokens"] <= 4).all()
+    assert samples["prompt"].str.contains("<think>").all()
+    for kind, answer, n in zip(samples["kind"], samples["answer"], samples["n_options"]):
+        if kind == "single":
+            assert answer in OPTION_LETTERS[:n]

@@ -201,7 +201,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
     how = (f"protocol {protocol}, " if protocol else "") + f"scored by {rule}"
     title = f"{scores.get('label', scores.get('benchmark'))}"
     if n == 0:
-        con.print(f"{title}: no item of this run is scored by this rule ({how})", markup=False)
+        con.print(f"{title}: no item of this run is scored by this rule ({how})", markup=False, soft_wrap=True)
         return
     ci = scores.get("ci", {})
     level = next(iter(ci.values()))["level"] if ci else None
