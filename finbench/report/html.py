@@ -1,9 +1,11 @@
-"""`report.html`: one self-contained page per run (and one per sweep) — inline CSS and JS, plots
+"""`report.html`: one self-contained page per run (and one per sweep or leaderboard) — inline CSS and JS, plots
 and thumbnails as data URIs, nothing fetched from the network.
 
-A run's page: headline scores with bootstrap CIs; a bar chart with CI whiskers for the headline
-and for every breakdown (breakdown whiskers are 95% Wilson intervals of the group's accuracy: the
-run's bootstrap covers the headline numbers only); the reliability diagram and the selective-
+A run's page: headline scores with bootstrap CIs; the parts a rule scores apart (FinMTM's dialogue
+and agent, with n and CIs, or why a part is unscored); a bar chart with CI whiskers for the
+headline (a penalty such as P_H in its own panel) and for every breakdown (breakdown whiskers are
+95% Wilson intervals of the group's accuracy: the run's bootstrap covers the headline numbers
+only); the reliability diagram and the selective-
 prediction curve, both from the `confidence` column; throughput by stage; a per-sample browser
 (thumbnail, question, options with probabilities, prediction, gold, reasoning, error) filterable by
 domain, kind, correctness and confidence; the run's configuration and model fingerprint.
@@ -100,19 +102,14 @@ def _uris(figures: dict[str, Any]) -> dict[str, str]:
 def part_rows(scores: dict[str, Any]) -> list[dict[str, Any]]:
     """FinMTM's dialogue and agent parts as the page shows them: a title, n, one row per metric
     (value and CI on the metric's own scale), or the line saying why the part is unscored."""
-    from finbench.scoring.commands import PART_METRICS, PART_TITLES, part_value
+    from finbench.scoring.commands import PART_METRICS, PART_TITLES, part_cells
 
     out = []
-    for part, metrics in PART_METRICS.items():
+    for part in PART_METRICS:
         found = scores.get(part)
         if not found:
             continue
-        rows = []
-        for key, label, percent in metrics:
-            ci = (found.get("ci") or {}).get(key) or {}
-            rows.append({"metric": label, "value": part_value(found.get(key), percent),
-                         "ci": (f"[{part_value(ci['low'], percent)}, {part_value(ci['high'], percent)}]"
-                                if ci.get("low") is not None else "–")})
+        rows = [{"metric": label, "value": value, "ci": ci} for label, value, ci in part_cells(part, found)]
         out.append({"part": part, "title": PART_TITLES[part], "n": found.get("n"), "n_scored": found.get("n_scored"),
                     "n_errors": found.get("n_errors", 0), "unscored": found.get("unscored"),
                     "scale": found.get("scale"), "rows": rows if found.get("n_scored") else [],

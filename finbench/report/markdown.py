@@ -22,7 +22,7 @@ def _ci(ci: dict[str, Any] | None) -> str:
 
 
 def run_markdown(results: dict[str, Any]) -> str:
-    from finbench.scoring.commands import PART_METRICS, PART_TITLES, part_value
+    from finbench.scoring.commands import PART_METRICS, PART_TITLES, part_cells
     from finbench.scoring.stats import LOWER_IS_BETTER
 
     scores = results["scores"]
@@ -39,7 +39,7 @@ def run_markdown(results: dict[str, Any]) -> str:
                   f"{scores['n']} scored questions, {scores.get('n_errors', 0)} of them with an error (scored as wrong)."]
     else:
         parts += [f"No item of this run is scored by this rule ({scores.get('label', '')})."]
-    for part, metrics in PART_METRICS.items():
+    for part in PART_METRICS:
         found = scores.get(part)
         if not found:
             continue
@@ -47,13 +47,7 @@ def run_markdown(results: dict[str, Any]) -> str:
         if not found.get("n_scored"):
             parts.append(f"{part}: {found.get('unscored') or 'nothing scored'}")
             continue
-        rows = []
-        for key, label, percent in metrics:
-            ci = (found.get("ci") or {}).get(key) or {}
-            rows.append([label, part_value(found.get(key), percent),
-                         f"[{part_value(ci['low'], percent)}, {part_value(ci['high'], percent)}]"
-                         if ci.get("low") is not None else "–"])
-        parts += [_table(["metric", "value", "95% bootstrap CI"], rows),
+        parts += [_table(["metric", "value", "95% bootstrap CI"], [list(cells) for cells in part_cells(part, found)]),
                   f"n = {found['n_scored']} of {found['n']} scored ({found.get('n_errors', 0)} with an error, scored 0)"
                   + (f"; {found['unscored']}" if found.get("unscored") else "") + f". {found.get('scale', '')}."]
         if found.get("by_level"):

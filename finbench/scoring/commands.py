@@ -239,12 +239,24 @@ def part_value(value: float | None, percent: bool) -> str:
     return f"{value * 100:.2f}" if percent else f"{value:.2f}"
 
 
+def part_cells(part: str, found: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, CI) of each metric of a part, on the metric's own scale (the console, the
+    HTML and the Markdown reports show the same cells)."""
+    cells = []
+    for key, label, percent in PART_METRICS[part]:
+        ci = (found.get("ci") or {}).get(key) or {}
+        interval = (f"[{part_value(ci['low'], percent)}, {part_value(ci['high'], percent)}]"
+                    if ci.get("low") is not None else "–")
+        cells.append((label, part_value(found.get(key), percent), interval))
+    return cells
+
+
 def _print_parts(con: Any, scores: dict[str, Any]) -> None:
     """FinMTM's dialogue and agent parts: a table each with n and CIs, or one line saying why the
     part is unscored."""
     from rich.table import Table
 
-    for part, metrics in PART_METRICS.items():
+    for part in PART_METRICS:
         found = scores.get(part)
         if not found:
             continue
@@ -260,11 +272,8 @@ def _print_parts(con: Any, scores: dict[str, Any]) -> None:
         table.add_column("metric")
         table.add_column("value", justify="right")
         table.add_column("95% CI (bootstrap)" if found.get("ci") else "CI", justify="right")
-        for key, label, percent in metrics:
-            ci = (found.get("ci") or {}).get(key)
-            interval = (f"[{part_value(ci['low'], percent)}, {part_value(ci['high'], percent)}]"
-                        if ci and ci.get("low") is not None else "")
-            table.add_row(label, part_value(found.get(key), percent), interval)
+        for cells in part_cells(part, found):
+            table.add_row(*cells)
         con.print(table)
         if found.get("by_level"):
             con.print("by level: " + " · ".join(f"{level} {g['score']:.2f} (n {g['n']})"
