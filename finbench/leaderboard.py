@@ -20,13 +20,14 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.report.console import model_name
 from finbench.report.format import headline_score
 
 RESULTS_FILE = "results.json"
 FORMATS = (".csv", ".md", ".html")
 STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 DOMAIN_BREAKDOWN = {"finmme": "domain", "famma": "subfield", "finmtm": "question_type"}
-COLUMNS = ("run", "model", "quant", "thinking", "protocol", "benchmark", "metric", "score", "ci_low", "ci_high",
+COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "benchmark", "metric", "score", "ci_low", "ci_high",
            "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "p_holm", "stars", "n_shared")
 
 
@@ -70,7 +71,7 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
     column = DOMAIN_BREAKDOWN.get(results["benchmark"])
     breakdowns = scores.get("breakdowns", {})
     domains = breakdowns.get(column) or next(iter(breakdowns.values()), {})
-    return {"run": name, "path": str(folder), "model": results["config"]["model"],
+    return {"run": name, "path": str(folder), "model": model_name(results), "model_source": results["config"]["model"],
             "quant": results.get("fingerprint", {}).get("quant") or results["config"].get("quant", "none"),
             "thinking": f"budget {thinking['budget']}" if thinking else "off", "protocol": results["protocol"],
             "benchmark": results["benchmark"], "metric": headline["label"], "score": headline["value"],
@@ -125,14 +126,17 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
 
 
 def to_csv(board: dict[str, Any], path: Path) -> Path:
-    """One line per run: the columns above, then `domain:<name>` accuracies (×100)."""
-    domains = sorted({d for r in board["rows"] for d in r["domains"]})
+    """One line per run: the columns above, then the accuracy (×100) of each group of each
+    benchmark's domain breakdown, as `<breakdown>:<group>` columns (`domain:Banking`,
+    `subfield:equity`)."""
+    groups = sorted({(r["domain_column"], d) for r in board["rows"] for d in r["domains"]})
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*COLUMNS, *(f"domain:{d}" for d in domains)])
+        writer.writerow([*COLUMNS, *(f"{column}:{d}" for column, d in groups)])
         for row in board["rows"]:
             writer.writerow([_csv_value(row[c]) for c in COLUMNS]
-                            + [_csv_value(row["domains"].get(d, {}).get("accuracy")) for d in domains])
+                            + [_csv_value(row["domains"].get(d, {}).get("accuracy")) if row["domain_column"] == column
+                               else "" for column, d in groups])
     return path
 
 
