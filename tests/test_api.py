@@ -239,20 +239,27 @@ def test_results_json_has_one_started_in_iso_8601(cli_run):
 
 def test_an_out_folder_holding_another_runs_results_is_refused_unless_overwrite(tiny_qwen_dir, synthetic_parquet,
                                                                                tmp_path):
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    def run(*extra):
+        return CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet),
+                                        "--dtype", "float32", "--device", "cpu", "--bootstrap", "0",
+                                        "--out", str(out), "--no-progress", *extra], env={"COLUMNS": "300"})
+
     out = tmp_path / "run"
-    base = ["run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--dtype", "float32",
-            "--device", "cpu", "--bootstrap", "0", "--out", str(out), "--no-progress"]
-    first = finbench_cli(*base, "--limit", "2")
-    assert first.returncode == 0, first.stderr[-2000:]
+    first = run("--limit", "2")
+    assert first.exit_code == 0, first.output[-2000:]
     before = (out / "results.json").read_bytes()
-    refused = finbench_cli(*base, "--limit", "2", "--protocol", "official", "--max-new-tokens", "2")
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-    assert "holds the results of another run (protocol 'constrained' → 'official')" in refused.stderr
-    assert "--overwrite" in refused.stderr and (out / "results.json").read_bytes() == before
+    refused = run("--limit", "2", "--protocol", "official", "--max-new-tokens", "2")
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert "holds the results of another run (protocol 'constrained' → 'official')" in refused.output
+    assert "--overwrite" in refused.output and (out / "results.json").read_bytes() == before
     # the same evaluation again (here: more questions) resumes in place
-    more = finbench_cli(*base, "--limit", "4")
-    assert more.returncode == 0 and json.loads((out / "results.json").read_text())["n_cached"] == 2
-    replaced = finbench_cli(*base, "--limit", "2", "--protocol", "official", "--max-new-tokens", "2", "--overwrite")
-    assert replaced.returncode == 0 and json.loads((out / "results.json").read_text())["protocol"] == "official"
+    more = run("--limit", "4")
+    assert more.exit_code == 0 and json.loads((out / "results.json").read_text())["n_cached"] == 2
+    replaced = run("--limit", "2", "--protocol", "official", "--max-new-tokens", "2", "--overwrite")
+    assert replaced.exit_code == 0 and json.loads((out / "results.json").read_text())["protocol"] == "official"
     with pytest.raises(ValueError, match="holds the results of another run"):
         finbench.evaluate(str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, out=out)
