@@ -9,6 +9,10 @@
 
 Every option of `finbench run` is a keyword argument here (the fields of `finbench.types.RunConfig`);
 an already loaded model adapter (`finbench.models.load_model(...)`) can be passed instead of a name.
+`gen_kwargs` may be a mapping or the command line's string (`"max_new_tokens=64,temperature=0.7"`),
+`data` one source, a mapping benchmark → source, or the command line's list (`["famma=f.json"]`).
+An `out` folder that holds the results of another run (another model, benchmark, data, protocol,
+…) is refused unless `overwrite=True`; rerunning the same evaluation there resumes it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from finbench.types import RunConfig
 
 SUMMARY_FILE = "summary.json"
+RESULTS_FILE = "results.json"
 
 
 @dataclass
@@ -55,25 +60,111 @@ def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
     for name in ("domains", "question_types"):
         if name in options and not isinstance(options[name], tuple):
             options[name] = tuple([options[name]] if isinstance(options[name], str) else options[name])
-    if isinstance(options.get("gen_kwargs"), Mapping):
-        options["gen_kwargs"] = tuple(sorted(options["gen_kwargs"].items()))
+    if "gen_kwargs" in options:
+        options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
     if options.get("batch_size") == "auto":
         options["batch_size"] = None
+    if isinstance(options.get("data"), Path):
+        options["data"] = str(options["data"])
     return RunConfig(model=model, benchmark=benchmark, **options)
 
 
+def generation_settings(value: Any) -> tuple[tuple[str, Any], ...]:
+    """`gen_kwargs` as RunConfig holds it, from a mapping, (key, value) pairs or the command line's
+    string `max_new_tokens=64,temperature=0.7`; anything else is one clear error."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        from finbench.runner.startup import parse_gen_kwargs
+
+        return parse_gen_kwargs(value)
+    if isinstance(value, Mapping):
+        return tuple(sorted(value.items()))
+    try:
+        pairs = [tuple(pair) for pair in value]
+        if all(len(pair) == 2 and isinstance(pair[0], str) for pair in pairs):
+            return tuple(sorted(pairs))
+    except TypeError:
+        pass
+    raise TypeError(f"gen_kwargs={value!r}: expected a mapping such as {{'max_new_tokens': 64}} or the string "
+                    "'max_new_tokens=64,temperature=0.7'")
+
+
+def data_sources(values: Sequence[str], names: Sequence[str]) -> str | dict[str, str] | None:
+    """The command line's --data values: one plain source, or BENCHMARK=SOURCE pairs."""
+    from finbench.benchmarks import BENCHMARKS
+
+    pairs = {}
+    for value in values:
+        if not isinstance(value, (str, Path)):
+            raise ValueError(f"data: {value!r} is not a path or hub id")
+        value = str(value)
+        name, sep, source = value.partition("=")
+        if sep and name.strip().lower() in BENCHMARKS:
+            pairs[name.strip().lower()] = source
+        elif len(values) == 1 and len(names) == 1:
+            return value
+        elif sep and name.strip().isidentifier():
+            raise ValueError(f"--data {value}: unknown benchmark {name.strip()!r} (known: {', '.join(BENCHMARKS)})")
+        else:
+            raise ValueError(f"--data {value}: with several --data values or benchmarks, write BENCHMARK=SOURCE")
+    unknown = set(pairs) - set(names)
+    if unknown:
+        raise ValueError(f"--data names {', '.join(sorted(unknown))}, which is not in --benchmark {','.join(names)}")
+    return pairs or None
+
+
+# What makes a run folder's results another run's: the answers would be of another model, data or
+# protocol. The rest (limit, filters, batching, budgets, bootstrap, devices) reruns the same evaluation.
+RUN_IDENTITY = ("model", "revision", "benchmark", "data", "protocol", "quant", "dtype", "think_budget", "judge",
+                "chat_template", "system_prompt")
+
+
+def other_run(config: RunConfig) -> str:
+    """'' when `config.out` holds no results or those of the same evaluation; else what differs."""
+    path = Path(config.out) / RESULTS_FILE
+    try:
+        previous = json.loads(path.read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):  # no results there (a damaged file is not a run's)
+        return ""
+
+    def same(field: str, value: Any) -> Any:
+        if field in ("model", "data", "judge", "chat_template") and value and Path(str(value)).expanduser().exists():
+            return str(Path(str(value)).expanduser().resolve())
+        return value
+
+    differences = [f"{field} {previous.get(field)!r} → {getattr(config, field)!r}" for field in RUN_IDENTITY
+                   if same(field, previous.get(field)) != same(field, getattr(config, field))]
+    return "; ".join(differences)
+
+
+def refuse_other_results(config: RunConfig, overwrite: bool) -> None:
+    differences = "" if overwrite else other_run(config)
+    if differences:
+        raise ValueError(f"--out {config.out} holds the results of another run ({differences}); pass --overwrite "
+                         "to replace them, or choose another --out")
+
+
 def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any = None,
-             out: str | Path = "runs/latest", show_progress: bool = False, console: Any = None,
-             command: str | None = None, **options: Any) -> Any:
+             out: str | Path = "runs/latest", overwrite: bool = False, show_progress: bool = False,
+             console: Any = None, command: str | None = None, **options: Any) -> Any:
     """Run (or resume) an evaluation and return its `RunResult` (`results, samples = ...`).
 
     `model` is a hub id, a local folder or a loaded adapter. With several benchmarks
     (`"finmme,famma"` or a list), the model is loaded once, each benchmark runs into
-    `out/<name>/`, `out/summary.json` holds their headline scores, and a `MultiRunResult` is
-    returned; `data` may then be a mapping benchmark → source."""
+    `out/<name>/`, `out/summary.json` holds their scores (headline, CIs, the parts scored apart),
+    and a `MultiRunResult` is returned; `data` may then be a mapping benchmark → source. An `out`
+    holding another run's results is refused unless `overwrite` (see `RUN_IDENTITY`)."""
     from finbench.runner.engine import run_benchmark
 
     names = benchmark_names(benchmark)
+    if isinstance(data, (list, tuple)):
+        data = data_sources(data, names)
+    elif isinstance(data, Path):
+        data = str(data)
+    elif data is not None and not isinstance(data, (str, Mapping)):
+        raise TypeError(f"data={data!r}: expected a path or hub id, a mapping benchmark → source, or a list of "
+                        "them as on the command line")
     source = model if isinstance(model, str) else str(getattr(model, "source", type(model).__name__))
     loaded = None if isinstance(model, str) else model
     if command is None:  # what results.json records as the command: this call
@@ -82,6 +173,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
         command = f"finbench.evaluate({arguments})"
     if len(names) == 1:
         config = make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out), **options)
+        refuse_other_results(config, overwrite)
         return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
     configs = {name: make_config(source, name, data=_data_for(data, name, single=False),
                                  out=str(Path(out) / name), **options) for name in names}
@@ -90,6 +182,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
 
     for config in configs.values():  # every bad option before the model is loaded
         validate(config)
+        refuse_other_results(config, overwrite)
     for name, config in configs.items():  # and every unusable data set before the first benchmark runs
         _check_data(name, config)
     if loaded is None:  # the one loader: device map, the rank's device and every loading option
@@ -98,14 +191,26 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
             for name, config in configs.items()}
     if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
         return MultiRunResult(Path(out), runs, {})
-    summary = {"model": source, "benchmarks": {
-        name: {"out": str(run.out_dir), "n_questions": run.results["n_questions"],
-               "errors": run.results["errors"]["count"],
-               "scores": {k: v for k, v in run.results["scores"].items() if isinstance(v, (int, float)) or v is None}}
-        for name, run in runs.items()}}
+    summary = {"model": source, "benchmarks": {name: run_summary(run.results, run.out_dir) for name, run in runs.items()}}
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
     return MultiRunResult(Path(out), runs, summary)
+
+
+SUMMARY_PARTS = ("ci", "dialogue", "agent", "breakdowns", "bootstrap")  # beside the numbers, in summary.json
+
+
+def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """One benchmark's entry of summary.json: where it is, its counts, its headline score with CI,
+    every number of its scores with their CIs, and the parts scored apart (FinMTM dialogue and
+    agent, with n and CIs) and breakdowns (n, accuracy, Wilson CI)."""
+    from finbench.report.format import headline_score
+
+    scores = results["scores"]
+    return {"out": str(out_dir), "protocol": results["protocol"], "n_questions": results["n_questions"],
+            "errors": results["errors"]["count"], "headline": headline_score(scores),
+            "scores": {k: v for k, v in scores.items() if isinstance(v, (int, float)) or v is None},
+            **{k: scores[k] for k in SUMMARY_PARTS if k in scores}}
 
 
 def _check_data(name: str, config: RunConfig) -> None:

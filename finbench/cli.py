@@ -1,4 +1,4 @@
-"""`finbench` command line: run, demo, score, compare, sweep, report, models, benchmarks.
+"""`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks.
 
 Configuration errors (unknown model, missing path, impossible quantization) end the command at
 start-up with one clear line and exit code 2; per-sample problems never stop a run.
@@ -19,6 +19,8 @@ from rich.markup import escape
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 models_app = typer.Typer(no_args_is_help=True, help="Model utilities (tiny offline models).")
 app.add_typer(models_app, name="models")
+data_app = typer.Typer(no_args_is_help=True, help="Data utilities: check a local copy of a benchmark's data.")
+app.add_typer(data_app, name="data")
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console()
 
@@ -113,12 +115,17 @@ def run(
                                   "included)."),
     verbose: bool = typer.Option(False, help="Show every library warning and log line (default: each warning "
                                  "once; all of them in run.log)."),
+    verbose_tables: bool = typer.Option(False, "--verbose-tables", help="Print every breakdown table, calibration "
+                                        "and the selective curve (default: the headline and the breakdown with "
+                                        "the largest spread)."),
+    overwrite: bool = typer.Option(False, help="Replace the results of another run (another model, benchmark, "
+                                   "data or protocol) that --out holds (default: refuse)."),
 ) -> None:
     """Evaluate a model on one or more benchmarks; resumes from the cache if interrupted."""
     import shlex
     import sys
 
-    from finbench.api import evaluate
+    from finbench.api import benchmark_names, data_sources, evaluate
     from finbench.runner.defaults import run_defaults
     from finbench.runner.startup import parse_gen_kwargs
 
@@ -127,7 +134,7 @@ def run(
         _fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
     sized = run_defaults(device)  # what is not given, sized to the device (runner/defaults.py)
     try:
-        sources = _data_sources(data, benchmark)
+        sources = data_sources(data, benchmark_names(benchmark)) if data else None
         options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),
                        batch_size=sized["batch_size"] if batch_size is None else
                        None if batch_size == "auto" else int(batch_size),
@@ -145,31 +152,9 @@ def run(
     except ValueError as err:
         _fail(str(err))
     command = shlex.join(["finbench", *sys.argv[1:]])
-    _run_and_report(lambda: evaluate(model, benchmark, data=sources, out=out, show_progress=progress,
-                                     console=console, command=command, **options))
-
-
-def _data_sources(data: List[str], benchmark: str):
-    """--data values: one plain source, or BENCHMARK=SOURCE pairs."""
-    from finbench.api import benchmark_names
-    from finbench.benchmarks import BENCHMARKS
-
-    names = benchmark_names(benchmark)
-    pairs = {}
-    for value in data:
-        name, sep, source = value.partition("=")
-        if sep and name.strip().lower() in BENCHMARKS:
-            pairs[name.strip().lower()] = source
-        elif len(data) == 1 and len(names) == 1:
-            return value
-        elif sep and name.strip().isidentifier():
-            raise ValueError(f"--data {value}: unknown benchmark {name.strip()!r} (known: {', '.join(BENCHMARKS)})")
-        else:
-            raise ValueError(f"--data {value}: with several --data values or benchmarks, write BENCHMARK=SOURCE")
-    unknown = set(pairs) - set(names)
-    if unknown:
-        raise ValueError(f"--data names {', '.join(sorted(unknown))}, which is not in --benchmark {benchmark}")
-    return pairs or None
+    _run_and_report(lambda: evaluate(model, benchmark, data=sources, out=out, overwrite=overwrite,
+                                     show_progress=progress, console=console, command=command, **options),
+                    verbose_tables)
 
 
 def _configure_output(progress: bool, verbose: bool) -> None:
@@ -271,8 +256,11 @@ def _stops_in_one_line() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _run_and_report(work) -> None:
+def _run_and_report(work, verbose_tables: bool = False, notice: str | None = None) -> None:
+    """Run, then print each run's compact summary (report/console.py); the last line of all
+    repeats model · benchmark · protocol · headline score [CI] · n · errors."""
     from finbench.api import MultiRunResult
+    from finbench.report.console import last_line, print_run
 
     with _stops_in_one_line():
         try:
@@ -282,74 +270,71 @@ def _run_and_report(work) -> None:
     runs = list(result.runs.values()) if isinstance(result, MultiRunResult) else [result]
     if any(one.samples is None for one in runs):  # a data-parallel rank other than 0: rank 0 reports
         return
-    failed = False
+    failed = []
     for one in runs:
-        failed |= _report_one(one, several=len(runs) > 1)
+        if len(runs) > 1:
+            out_console.rule(f"[bold]{one.results['benchmark']}")
+        print_run(one.results, one.out_dir, out_console, verbose_tables)
+        for note in one.results.get("notes", []):
+            console.print(f"[yellow]note:[/] {escape(note)}")
+        if one.results["errors"]["count"] == one.results["n_questions"]:
+            failed.append(one)
     if isinstance(result, MultiRunResult):
         out_console.print(f"wrote {result.out_dir / 'summary.json'}", markup=False)
+    for one in failed:
+        console.print(f"[bold red]error:[/] every one of the {one.results['n_questions']} samples failed; "
+                      f"see {escape(str(one.out_dir / 'results.json'))} (errors.by_message)")
+    if notice:
+        out_console.print(notice)
+    for one in runs:
+        out_console.print(last_line(one.results), markup=False, highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
 
 
-def _report_one(result, several: bool) -> bool:
-    """Print one run's scores and outputs; True when every sample failed."""
-    from finbench.scoring.commands import print_scores
-
-    if several:
-        out_console.rule(f"[bold]{result.results['benchmark']}")
-    print_scores(result.results["scores"], console=out_console)
-    t = result.results["throughput"]
-    rate = f"{t['samples_per_s']:.2f} samples/s" if t.get("samples_per_s") else "nothing computed (all cached)"
-    if not result.results["n_cached"] and not result.results["n_computed"]:
-        rate = "nothing computed: every question is an error"
-    if t.get("all_from_cache"):
-        computed = f" (computed at {t['samples_per_s']:.2f} samples/s)" if t.get("samples_per_s") else ""
-        rate = "all from cache" + computed
-    out_console.print(f"{result.results['n_questions']} questions ({result.results['n_cached']} from cache, "
-                      f"{result.results['n_computed']} computed) · {rate} · "
-                      f"{result.results['errors']['count']} sample errors", markup=False)
-    out_console.print(f"wrote {result.out_dir / 'results.json'}, {result.out_dir / 'samples.parquet'} and "
-                      f"{result.out_dir / 'report.html'}", markup=False)
-    for note in result.results.get("notes", []):
-        console.print(f"[yellow]note:[/] {escape(note)}")
-    if result.results["errors"]["count"] == result.results["n_questions"]:
-        console.print(f"[bold red]error:[/] every one of the {result.results['n_questions']} samples failed; "
-                      f"see {escape(str(result.out_dir / 'results.json'))} (errors.by_message)")
-        return True
-    return False
-
-
 @app.command()
 def demo(
-    out: str = typer.Option("runs/demo", help="Run folder."),
-    n_items: int = typer.Option(72, help="Synthetic FinMME items to generate."),
+    benchmark: str = typer.Option("finmme", help="finmme, famma or finmtm: synthetic data in that benchmark's "
+                                  "own on-disk format."),
+    out: Optional[str] = typer.Option(None, help="Run folder (default runs/demo for FinMME, runs/demo-BENCHMARK "
+                                      "otherwise; FAMMA's and FinMTM's data are written into OUT/data)."),
+    n_items: Optional[int] = typer.Option(None, help="How much synthetic data: FinMME items (72), FAMMA main "
+                                          "questions of two sub-questions (12), FinMTM objective items per file (12)."),
     batch_size: int = typer.Option(8, help="Rows per batch."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, help="Show every library warning and log line."),
+    verbose_tables: bool = typer.Option(False, "--verbose-tables", help="Print every table."),
+    overwrite: bool = typer.Option(False, help="Replace another run's results in --out."),
 ) -> None:
-    """Build (once) a tiny random Qwen2.5-VL and a synthetic FinMME set, then run the whole path."""
+    """Build (once) a tiny random Qwen2.5-VL and synthetic data of a benchmark, then run the whole
+    path offline: data loading, preprocessing, decoding, cache, judging, scoring, reports."""
     from finbench.api import evaluate
-    from finbench.offline.finmme_synthetic import write_parquet
+    from finbench.offline.demo import DEMOS, demo_data, demo_options
     from finbench.offline.tiny import make_tiny
 
     _configure_output(progress, verbose)
-    if n_items < 1:
+    benchmark = benchmark.strip().lower()
+    if benchmark not in DEMOS:
+        _fail(f"--benchmark {benchmark}: the demo knows {', '.join(DEMOS)}")
+    if n_items is not None and n_items < 1:
         _fail(f"--n-items {n_items}: expected a positive number of synthetic items")
+    out = out or ("runs/demo" if benchmark == "finmme" else f"runs/demo-{benchmark}")
 
     home = _home()
     model_dir = home / "tiny-qwen2.5-vl"
     if not (model_dir / "config.json").exists():
         console.print(f"building tiny Qwen2.5-VL into {model_dir}", markup=False)
         make_tiny("qwen2.5-vl", model_dir)
-    data_path = home / f"finmme-synthetic-{n_items}.parquet"
-    if not data_path.exists():
-        console.print(f"generating {n_items} synthetic FinMME items into {data_path}", markup=False)
-        write_parquet(data_path, n_items=n_items)
+    with _one_line_errors():
+        data_path, wrote = demo_data(benchmark, home, Path(out), n_items)
+    if wrote:
+        console.print(f"generated synthetic {benchmark} data into {data_path}", markup=False)
     out_console.print(DEMO_NOTICE)
-    _run_and_report(lambda: evaluate(str(model_dir), "finmme", data=str(data_path), batch_size=batch_size,
-                                     dtype="float32", device="cpu", out=out, show_progress=progress,
-                                     console=console))
-    out_console.print(DEMO_NOTICE)
+    options = demo_options(benchmark, model_dir)
+    _run_and_report(lambda: evaluate(str(model_dir), benchmark, data=str(data_path), batch_size=batch_size,
+                                     dtype="float32", device="cpu", out=out, overwrite=overwrite,
+                                     show_progress=progress, console=console, **options),
+                    verbose_tables, notice=DEMO_NOTICE)
 
 
 @app.command()
@@ -526,6 +511,48 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
     out_console.print(f"wrote {written}", markup=False)
 
 
+@app.command()
+def leaderboard(
+    run_dirs: List[Path] = typer.Argument(..., help="Run folders (a multi-benchmark or sweep folder stands for the "
+                                          "run folders inside it)."),
+    out: List[Path] = typer.Option([], help="Write the leaderboard to FILE.csv, FILE.md or FILE.html "
+                                   "(sortable, with the per-domain breakdown); repeatable."),
+    reference: Optional[Path] = typer.Option(None, help="The run the paired tests compare against (default: the "
+                                             "first run of each benchmark)."),
+) -> None:
+    """One row per run: model, quant, thinking, protocol, benchmark, headline score with CI,
+    accuracy, n, errors, samples/s, and paired-test stars against a reference run."""
+    from finbench.leaderboard import FORMATS, build, print_board, write
+
+    for path in out:
+        if path.suffix not in FORMATS:
+            _fail(f"--out {path}: the suffix says the format: {', '.join(FORMATS)}")
+    with _one_line_errors():
+        board = build(run_dirs, reference)
+        written = [write(board, path) for path in out]
+    print_board(board, out_console)
+    for path in written:
+        out_console.print(f"wrote {path}", markup=False)
+
+
+@data_app.command("check")
+def data_check(
+    path: str = typer.Argument(..., help="A local copy of the data (file or folder), or a hub id in the local "
+                               "Hugging Face cache."),
+    benchmark: str = typer.Option("finmme", help="Benchmark whose format the data is in."),
+) -> None:
+    """Validate a benchmark's data without a model: every record's fields, every image, and the
+    counts per split, task or domain and question type. Exit code 0: clean; 1: some records or
+    images would be per-sample errors; 2: the data cannot be read at all."""
+    from finbench.datacheck import check_data, print_check
+
+    with _one_line_errors():
+        report = check_data(benchmark, path)
+    print_check(report, out_console)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
 class _MakeTinyCommand(typer.core.TyperCommand):
     """`make-tiny --help` lists the families; the list is read only when help is asked for, so that
     every other command starts without importing the model package (torch: seconds)."""
@@ -548,6 +575,9 @@ def make_tiny_command(
     quant: Optional[str] = typer.Option(None, help="Kernel-friendly widths (multiples of 128) in a quantization "
                                         "format's own layout: bf16 (for on-the-fly --quant), fp8-block128, bnb-8bit, "
                                         "bnb-4bit, torchao-int8wo, compressed-tensors-w8a16, awq-4bit, gptq-4bit."),
+    like: Optional[Path] = typer.Option(None, help="A real checkpoint's folder (its weights are not needed): keep "
+                                        "its tokenizer, chat template, processor settings, token ids and vocabulary "
+                                        "size, shrink only widths and depths."),
 ) -> None:
     """Build a tiny random-weight model of a real architecture, offline, loadable like a checkpoint."""
     from finbench.offline.tiny import TINY_FAMILIES, make_tiny
@@ -562,6 +592,15 @@ def make_tiny_command(
               f"{'' if family != 'deepseek-vl2' else ' (deepseek-vl2 loads unquantized checkpoints only)'}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
         _fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
+    if like is not None:
+        from finbench.offline.like import make_tiny_like
+
+        if thinking:
+            _fail("--thinking: with --like the chat template is the checkpoint's own")
+        with _one_line_errors():
+            path = make_tiny_like(family, out_dir, like, seed=seed)
+        out_console.print(f"wrote tiny {family} (random weights, the files of {like}) to {path}", markup=False)
+        return
     with _one_line_errors():
         if quant is not None:
             from finbench.offline.tiny_quant import make_tiny_quantized
@@ -582,7 +621,7 @@ def list_models() -> None:
     from finbench.models import FAMILIES
 
     table = Table("family", "model_type", "thinking", "quantization", "max images", "device preprocess",
-                  "FLOP count", "checkpoints", show_lines=True)
+                  "FLOP count")
     for column in table.columns:  # a narrow terminal folds a name onto two lines, never cuts it
         column.overflow = "fold"
     yes_no = {True: "yes", False: "no"}
@@ -590,8 +629,12 @@ def list_models() -> None:
         caps = family.capabilities
         table.add_row(family.family, ", ".join(family.model_types), yes_no[caps.thinking], ", ".join(caps.quantization),
                       "any" if caps.max_images is None else str(caps.max_images),
-                      yes_no[caps.device_preprocessing], yes_no[caps.flop_count], "\n".join(family.checkpoints) or "-")
+                      yes_no[caps.device_preprocessing], yes_no[caps.flop_count])
     out_console.print(table)
+    out_console.print("released checkpoints (hub ids):", markup=False)
+    for family in FAMILIES:  # one id per line: a hub id is never broken at the terminal's width
+        for checkpoint in family.checkpoints:
+            out_console.print(f"  {family.family}: {checkpoint}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import ENV
 from helpers import run_cli as finbench_cli
 
 import finbench
@@ -186,3 +187,79 @@ def test_sampled_generation_repeats_for_the_same_seed(tiny_model, synthetic_parq
     assert list(first["raw_output"]) == list(again["raw_output"])
     others = [list(run(f"s{seed}", seed, temperature=1.5)["raw_output"]) for seed in (1, 2, 3)]
     assert any(o != list(first["raw_output"]) for o in others)  # the seed (and the sampling) is real
+
+
+def test_subpackages_are_attributes_without_importing_torch_up_front():
+    import subprocess
+    import sys
+
+    code = ("import sys, finbench\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'import finbench loads torch'\n"
+            "assert callable(finbench.models.load_model)\n"
+            "assert set(finbench.benchmarks.BENCHMARKS) == {'finmme', 'famma', 'finmtm'}\n"
+            "assert callable(finbench.scoring.score_samples)\n"
+            "try:\n    finbench.nothing_here\nexcept AttributeError as err:\n    print('refused:', err)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: module 'finbench' has no attribute 'nothing_here'" in done.stdout
+
+
+def test_gen_kwargs_and_data_in_their_command_line_forms(tiny_model, synthetic_parquet, tmp_path):
+    def keys(name, **options):
+        return list(finbench.evaluate(tiny_model, protocol="official", limit=2, bootstrap=0, out=tmp_path / name,
+                                      **options).samples["sample_key"])
+
+    mapping = keys("mapping", data=str(synthetic_parquet), gen_kwargs={"max_new_tokens": 3})
+    assert keys("string", data=str(synthetic_parquet), gen_kwargs="max_new_tokens=3") == mapping
+    assert keys("pairs", data=str(synthetic_parquet), gen_kwargs=[("max_new_tokens", 3)]) == mapping
+    assert keys("list", data=[str(synthetic_parquet)], gen_kwargs="max_new_tokens=3") == mapping
+    assert keys("named", data=[f"finmme={synthetic_parquet}"], gen_kwargs="max_new_tokens=3") == mapping
+    assert keys("path", data=synthetic_parquet, gen_kwargs="max_new_tokens=3") == mapping
+    # broken: each is one clear line naming what to write instead
+    with pytest.raises(ValueError, match="--gen-kwargs.*key=value"):
+        finbench.evaluate(tiny_model, data=str(synthetic_parquet), gen_kwargs="temperature", out=tmp_path / "b1")
+    with pytest.raises(TypeError, match=r"gen_kwargs=5: expected a mapping"):
+        finbench.evaluate(tiny_model, data=str(synthetic_parquet), gen_kwargs=5, out=tmp_path / "b2")
+    with pytest.raises(ValueError, match="BENCHMARK=SOURCE"):
+        finbench.evaluate(tiny_model, data=[str(synthetic_parquet), str(synthetic_parquet)], out=tmp_path / "b3")
+    with pytest.raises(TypeError, match=r"data=42: expected a path or hub id"):
+        finbench.evaluate(tiny_model, data=42, out=tmp_path / "b4")
+    assert not any((tmp_path / f"b{i}").exists() for i in range(1, 5))
+
+
+def test_results_json_has_one_started_in_iso_8601(cli_run):
+    import datetime
+
+    out, _ = cli_run
+    results = json.loads((out / "results.json").read_text())
+    assert "started" not in results and results["schema_version"] == "1.1"
+    started = datetime.datetime.fromisoformat(results["provenance"]["started"])
+    assert started.tzinfo is not None and json.dumps(results).count('"started"') == 1
+
+
+def test_an_out_folder_holding_another_runs_results_is_refused_unless_overwrite(tiny_qwen_dir, synthetic_parquet,
+                                                                               tmp_path):
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    def run(*extra):
+        return CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet),
+                                        "--dtype", "float32", "--device", "cpu", "--bootstrap", "0",
+                                        "--out", str(out), "--no-progress", *extra], env={"COLUMNS": "300"})
+
+    out = tmp_path / "run"
+    first = run("--limit", "2")
+    assert first.exit_code == 0, first.output[-2000:]
+    before = (out / "results.json").read_bytes()
+    refused = run("--limit", "2", "--protocol", "official", "--max-new-tokens", "2")
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert "holds the results of another run (protocol 'constrained' → 'official')" in refused.output
+    assert "--overwrite" in refused.output and (out / "results.json").read_bytes() == before
+    # the same evaluation again (here: more questions) resumes in place
+    more = run("--limit", "4")
+    assert more.exit_code == 0 and json.loads((out / "results.json").read_text())["n_cached"] == 2
+    replaced = run("--limit", "2", "--protocol", "official", "--max-new-tokens", "2", "--overwrite")
+    assert replaced.exit_code == 0 and json.loads((out / "results.json").read_text())["protocol"] == "official"
+    with pytest.raises(ValueError, match="holds the results of another run"):
+        finbench.evaluate(str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, out=out)

@@ -373,6 +373,35 @@ def _number_next(text: str) -> set[str]:
     return digits | {"%", "END"} | (set() if "." in body else {"."})
 
 
+def number_by_full_forwards(model, inputs, budget: int, vocab) -> tuple[str, list[float]]:
+    """The number grammar decoded greedily by full forwards over the whole vocabulary (no cache,
+    one question): (the text, each chosen step's log-probability renormalised over what the
+    grammar allows there)."""
+    symbols = {c: model.single_token_ids([c])[0] for c in "0123456789.-% "}
+    ends = torch.tensor(vocab.ends)
+    text, chosen = "", []
+    for _ in range(budget):
+        with torch.no_grad():
+            logits = model.model(**inputs).logits[0, -1].double()
+        allowed = _number_next(text)
+        scores = {c: logits[i] for c, i in symbols.items() if c in allowed}
+        if "END" in allowed:
+            scores["END"] = torch.logsumexp(logits[ends], 0)
+        names = list(scores)
+        logprobs = torch.log_softmax(torch.stack([scores[n] for n in names]), 0)
+        best = int(logprobs.argmax())
+        chosen.append(float(logprobs[best]))
+        if names[best] == "END":
+            break
+        text += names[best]
+        new = torch.tensor([[symbols[names[best]]]])
+        inputs["input_ids"] = torch.cat([inputs["input_ids"], new], 1)
+        inputs["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones_like(new)], 1)
+        if "mm_token_type_ids" in inputs:
+            inputs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(new)], 1)
+    return text, chosen
+
+
 def test_numerical_step_logprobs_and_confidence_match_a_full_vocabulary_loop(tiny_model, questions):
     """Each stored step log-prob is the chosen token's log-probability, renormalised over what
     the grammar allows, recomputed here by a greedy loop of full forwards over the whole
@@ -381,30 +410,8 @@ def test_numerical_step_logprobs_and_confidence_match_a_full_vocabulary_loop(tin
     numeric = [q for q in questions if q.kind == "numerical"][:2]
     budget = 5
     decoded = decode_numerical(tiny_model, _prepare(tiny_model, numeric), budget, vocab)
-    symbols = {c: tiny_model.single_token_ids([c])[0] for c in "0123456789.-% "}
-    ends = torch.tensor(vocab.ends)
     for question, prediction in zip(numeric, decoded):
-        inputs = dict(_prepare(tiny_model, [question]))
-        text, chosen = "", []
-        for _ in range(budget):
-            with torch.no_grad():
-                logits = tiny_model.model(**inputs).logits[0, -1].double()
-            allowed = _number_next(text)
-            scores = {c: logits[i] for c, i in symbols.items() if c in allowed}
-            if "END" in allowed:
-                scores["END"] = torch.logsumexp(logits[ends], 0)
-            names = list(scores)
-            logprobs = torch.log_softmax(torch.stack([scores[n] for n in names]), 0)
-            best = int(logprobs.argmax())
-            chosen.append(float(logprobs[best]))
-            if names[best] == "END":
-                break
-            text += names[best]
-            new = torch.tensor([[symbols[names[best]]]])
-            inputs["input_ids"] = torch.cat([inputs["input_ids"], new], 1)
-            inputs["attention_mask"] = torch.cat([inputs["attention_mask"], torch.ones_like(new)], 1)
-            if "mm_token_type_ids" in inputs:
-                inputs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(new)], 1)
+        text, chosen = number_by_full_forwards(tiny_model, dict(_prepare(tiny_model, [question])), budget, vocab)
         assert prediction.answer == text.strip()
         assert len(prediction.step_logprobs) == 1 and len(prediction.step_logprobs[0]) == len(chosen)
         assert max(abs(a - b) for a, b in zip(prediction.step_logprobs[0], chosen)) <= 1e-4

@@ -60,6 +60,59 @@ def open_page(page: Path, workdir: Path, screenshot: Path | None = None) -> tupl
     return dom, errors
 
 
+def drawn_texts(figure) -> list:
+    """The texts a figure draws: titles, axis labels, legends, annotations, and the tick labels
+    whose tick lies inside the axis' view (matplotlib keeps labels for ticks it does not draw)."""
+    found = []
+    for axes in figure.axes:
+        (x0, x1), (y0, y1) = sorted(axes.get_xlim()), sorted(axes.get_ylim())
+        found += [t for t in axes.get_xticklabels() if x0 - 1e-9 <= t.get_position()[0] <= x1 + 1e-9]
+        found += [t for t in axes.get_yticklabels() if y0 - 1e-9 <= t.get_position()[1] <= y1 + 1e-9]
+        found += [axes.title, axes.xaxis.label, axes.yaxis.label, *axes.texts]
+        if axes.get_legend() is not None:
+            found += axes.get_legend().get_texts()
+    found += [*figure.texts, *(t for legend in figure.legends for t in legend.get_texts())]
+    return list({id(t): t for t in found if t.get_visible() and t.get_text().strip()}.values())
+
+
+def layout_problems(figure) -> list[str]:
+    """What a reader would see cut or garbled: the figure's tight bounding box (everything it
+    draws) reaching outside the figure, or two texts overlapping by more than a pixel. The figure
+    is closed afterwards."""
+    import itertools
+
+    import matplotlib.pyplot as plt
+
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    tight, inches = figure.get_tightbbox(renderer), figure.bbox_inches
+    problems = [] if (tight.x0 >= -0.01 and tight.y0 >= -0.01 and tight.x1 <= inches.x1 + 0.01
+                      and tight.y1 <= inches.y1 + 0.01) else [f"drawn outside the figure: {tight} vs {inches}"]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in drawn_texts(figure)]
+    for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
+        if min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 1 and min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 1:
+            problems.append(f"overlap: {a!r} / {b!r}")
+    plt.close(figure)
+    return problems
+
+
+def plot_borders(dom: str) -> dict[str, bool]:
+    """name → whether the plot image's outer 3-pixel frame is plain background: a title, label or
+    legend cut at the image's edge would leave its pixels there."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    out = {}
+    for name, data in re.findall(r'<img class="plot" data-plot="([^"]+)"[^>]*src="data:image/png;base64,([^"]+)"', dom):
+        pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("L"))
+        frame = np.concatenate([pixels[:3].ravel(), pixels[-3:].ravel(), pixels[:, :3].ravel(), pixels[:, -3:].ravel()])
+        out[name] = bool((frame >= 250).all())
+    return out
+
+
 @pytest.fixture(scope="module")
 def demo_run(tiny_model, synthetic_parquet, tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "run"
@@ -111,6 +164,8 @@ def test_report_opens_in_chromium_with_every_plot_and_the_sample_browser(demo_ru
                     'id="fingerprint"', 'id="stages"'):
         assert element in dom, element
     assert (tmp_path / "report.png").exists()
+    borders = plot_borders(dom)
+    assert set(borders) == expected and all(borders.values()), borders  # nothing cut at an image's edge
 
     # broken: a page that throws is caught by the same check
     broken = tmp_path / "broken.html"
@@ -165,6 +220,78 @@ def test_sweep_report_opens_in_chromium(demo_run, tmp_path):
     assert errors == []
     plots = set(re.findall(r'<img class="plot" data-plot="([^"]+)"', dom))
     assert {"accuracy vs memory", "accuracy vs speed", "flip matrix", "KL per domain"} <= plots
+    borders = plot_borders(dom)
+    assert set(borders) == plots and all(borders.values()), borders
+    from finbench.report.html import sweep_figures
+
+    # long variant names next to each other: legends and labels must not collide
+    long_names = {**summary, "variants": [dict(v, name=f"think_budget-{1024 * k}-instruct-checkpoint")
+                                          for k, v in enumerate(summary["variants"])]}
+    for name, figure in sweep_figures(long_names).items():
+        assert layout_problems(figure) == [], name
     assert 'id="flips"' in dom and 'id="deltas"' in dom
     assert summary["distributions"]["runs"]["b"]["kl_mean"] > 0
     assert (tmp_path / "report.md").read_text().count("|") > 10
+
+
+def test_every_plot_of_a_run_fits_its_figure_and_no_texts_overlap(demo_run):
+    from finbench.report.html import run_figures
+
+    result, _ = demo_run
+    figures = run_figures(result.results)
+    assert {"headline", "reliability", "selective", "throughput by stage"} <= set(figures)
+    for name, figure in figures.items():
+        assert layout_problems(figure) == [], name
+    # broken: the old layout (a rotated, crowded axis and an axes title wider than its figure) is caught
+    import matplotlib.pyplot as plt
+
+    old, axis = plt.subplots(figsize=(3.8, 3.6))
+    axis.bar(range(4), [10, 30, 70, 31])
+    axis.set_xticks(range(4))
+    axis.set_xticklabels(["FinScore", "domain-normalised accuracy (F)", "multi-answer error rate (P_H)", "accuracy"],
+                         rotation=30, ha="right", fontsize=8)
+    axis.set(title="accuracy by cognitive_dimension (whiskers: 95% Wilson interval)", ylim=(0, 100))
+    old.tight_layout()
+    assert layout_problems(old)
+
+
+def test_the_headline_chart_draws_scores_and_puts_the_penalty_beside_them(demo_run):
+    from finbench.report.format import HEADLINE_LABELS
+    from finbench.report.html import headline_figure
+
+    scores = demo_run[0].results["scores"]
+    assert "p_h" in scores["headline"]
+    figure = headline_figure(scores)
+    panels = figure.axes
+    labels = [[t.get_text().replace("\n", " ") for t in axes.get_xticklabels()] for axes in panels]
+    assert labels[0] == [HEADLINE_LABELS[k] for k in scores["headline"] if k != "p_h"]
+    assert labels[1] == [HEADLINE_LABELS["p_h"]] and "penalty" in panels[1].get_ylabel()
+    bars = [[patch.get_height() for patch in axes.patches] for axes in panels]
+    assert bars[1] == [pytest.approx(100 * scores["p_h"])]
+    assert panels[0].patches[0].get_facecolor() != panels[1].patches[0].get_facecolor()
+    # a benchmark without a penalty: one panel of scores
+    famma_like = {"headline": ["accuracy"], "accuracy": 0.4, "ci": {}}
+    assert len(headline_figure(famma_like).axes) == 1
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_finmtm_pages_show_the_dialogue_and_agent_parts_and_f2(tiny_model, tiny_qwen_dir, tmp_path):
+    from test_finmtm import write_fixtures
+
+    data = write_fixtures(tmp_path / "finmtm")
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
+                       dtype="float32", device="cpu", max_new_tokens=4, bootstrap=50)
+    result = run_benchmark(config, tiny_model, show_progress=False)
+    agent = result.results["scores"]["agent"]
+    page = (tmp_path / "run" / "report.html").read_text()
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    for text in (page, markdown):
+        assert "FinMTM agent items" in text and "tool F2 ×100" in text and "Qt = 25·F2" in text
+        assert f"{100 * agent['f2']:.2f}" in text
+        assert "2 dialogue sessions generated and stored, not scored" in text
+    assert 'class="part" data-part="agent"' in page and 'class="unscored" data-part="dialogue"' in page
+    dom, errors = open_page(tmp_path / "run" / "report.html", tmp_path / "chromium", screenshot=tmp_path / "finmtm.png")
+    assert errors == [] and 'data-plot="FinMTM agent"' in dom
+    assert all(plot_borders(dom).values())

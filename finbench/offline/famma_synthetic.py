@@ -74,6 +74,53 @@ def records(mock: str | Path | None = None) -> list[dict[str, Any]]:
     return out + generated
 
 
+LANGUAGES = ("english", "chinese", "french")
+DIFFICULTIES = ("easy", "medium", "hard")
+SUBFIELDS = ("alternative investments", "corporate finance", "derivatives", "economics", "equity",
+             "financial statement analysis", "fixed income", "portfolio management")
+
+
+def chart_records(n_main: int = 12, seed: int = 0, start: int = 0) -> list[dict[str, Any]]:
+    """FAMMA records drawn from synthetic charts (finmme_synthetic): per main question a context
+    with `<image_1>`, a multiple-choice sub-question and an open numerical one sharing it (the
+    second without context or images of its own, as on the hub), cycling through languages,
+    difficulties and subfields. Gold answers are read off each chart."""
+    from finbench.offline.finmme_synthetic import NUMERICAL, SINGLE, charts_context, synthetic_chart
+
+    out = []
+    with charts_context():
+        for k in range(n_main):
+            chart = synthetic_chart(k, seed, "famma-synthetic")
+            main = 100 + k
+            language = LANGUAGES[k % len(LANGUAGES)]
+            base = {c: None for c in COLUMNS}
+            shared = dict(base, topic_difficulty=DIFFICULTIES[(k // 3) % 3], subfield=SUBFIELDS[k % len(SUBFIELDS)],
+                          language=language, main_question_id=main, image_type="chart", release="release_basic",
+                          explanation="")
+            choice = chart.questions[SINGLE]  # FAMMA multiple choice has one gold letter
+            numerical = chart.questions[NUMERICAL]
+            out.append(dict(shared, question_id=f"{language}_{main}_1_synthetic", sub_question_id=1,
+                            context=f"{chart.caption} {chart.context} <image_1>", question=choice.text,
+                            options=list(choice.options), image_1=_as_jpeg(chart.image), answers=choice.answer,
+                            question_type="multiple-choice", is_arithmetic=0))
+            out.append(dict(shared, question_id=f"{language}_{main}_2_synthetic", sub_question_id=2, context="",
+                            question=numerical.text, options=None, answers=numerical.answer,
+                            question_type="open question", is_arithmetic=1))
+    for n, record in enumerate(out, start=start):
+        record["idx"] = n
+    return out
+
+
+def _as_jpeg(data: bytes) -> bytes:
+    """FAMMA ships JPEG images."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as image:
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
 def _literal_list(text: str) -> list[str]:
     import ast
 

@@ -25,6 +25,7 @@ the question asked) so tests can recompute answers; `write_parquet` leaves it ou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
@@ -34,7 +35,7 @@ from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -950,6 +951,25 @@ def make_item(i: int, seed: int) -> dict[str, Any]:
         "cognitive_dimension": q.cognitive_dimension,
         "_data": {"figure": dict(chart.data), "asked": dict(q.asked)},
     }
+
+
+def synthetic_chart(i: int, seed: int, tag: str) -> Chart:
+    """Chart i of another synthetic set (`tag` names it: FAMMA's and FinMTM's demo data), drawn
+    as `make_item` draws FinMME's, with a question of every type; call it inside `charts_context`."""
+    rng = random.Random(f"{tag}/{seed}/{i}")
+    plan = plan_item(i, rng)
+    draw, themes = CHART_KINDS[i % len(CHART_KINDS)]
+    return draw(themes[(i // len(CHART_KINDS)) % len(themes)], plan, rng)
+
+
+@contextlib.contextmanager
+def charts_context() -> Iterator[None]:
+    """matplotlib's defaults, whatever the user's matplotlibrc says, while charts are drawn."""
+    import matplotlib
+
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        yield
 
 
 def generate_items(n_items: int = 72, seed: int = 0) -> list[dict[str, Any]]:

@@ -25,3 +25,35 @@ def num(value: Any) -> str:
     if isinstance(value, float):
         return "–" if math.isnan(value) else f"{value:.4g}"
     return str(value)
+
+
+def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
+    """The one number a run is known by, on the 0–100 scale with its CI: the rule's primary metric
+    (FinScore, accuracy, FinMTM's Eq. 1 score); for a run whose primary part scored nothing (a
+    FinMTM run of sessions or agent items only) the dialogue score, else the agent F2."""
+    def interval(ci: Any, factor: float) -> tuple[float | None, float | None]:
+        if not ci or ci.get("low") is None:
+            return None, None
+        return ci["low"] * factor, ci["high"] * factor
+
+    primary = scores.get("primary", "accuracy")
+    if scores.get(primary) is not None:
+        low, high = interval((scores.get("ci") or {}).get(primary), 100.0)
+        return {"metric": primary, "label": HEADLINE_LABELS.get(primary, primary), "value": 100.0 * scores[primary],
+                "low": low, "high": high, "n": scores.get("n")}
+    for part, key, factor, label in (("dialogue", "score", 1.0, "dialogue score"), ("agent", "f2", 100.0, "agent tool F2")):
+        found = scores.get(part) or {}
+        if found.get(key) is not None:
+            low, high = interval((found.get("ci") or {}).get(key), factor)
+            return {"metric": f"{part}.{key}", "label": label, "value": factor * found[key], "low": low, "high": high,
+                    "n": found.get("n_scored")}
+    return {"metric": primary, "label": HEADLINE_LABELS.get(primary, primary), "value": None, "low": None,
+            "high": None, "n": scores.get("n")}
+
+
+def score_text(headline: dict[str, Any]) -> str:
+    """'FinScore 12.34 [8.10, 15.20]' (×100), '–' for a missing value."""
+    if headline["value"] is None:
+        return f"{headline['label']} –"
+    ci = f" [{headline['low']:.2f}, {headline['high']:.2f}]" if headline["low"] is not None else ""
+    return f"{headline['label']} {headline['value']:.2f}{ci}"

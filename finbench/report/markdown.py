@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import HEADLINE_LABELS, num, pct
+from finbench.report.format import HEADLINE_LABELS, headline_score, num, pct, score_text
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -22,18 +22,43 @@ def _ci(ci: dict[str, Any] | None) -> str:
 
 
 def run_markdown(results: dict[str, Any]) -> str:
+    from finbench.scoring.commands import PART_METRICS, PART_TITLES, part_cells
+    from finbench.scoring.stats import LOWER_IS_BETTER
+
     scores = results["scores"]
+    headline = headline_score(scores)
     parts = [f"# finbench · {results['benchmark']} · {results['config']['model']}",
              f"{scores.get('label', '')}; protocol {results['protocol']}; {results['n_questions']} questions; "
              f"{results['errors']['count']} sample errors.",
-             "## Scores (×100)",
-             _table(["metric", "value ×100", "95% CI ×100"],
-                    [[HEADLINE_LABELS.get(k, k), pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))]
-                     for k in scores.get("headline", [])])]
+             f"**{score_text(headline)}** (×100) · n {headline['n']}"]
+    if scores.get("n"):
+        parts += ["## Scores (×100)",
+                  _table(["metric", "value ×100", "95% CI ×100"],
+                         [[HEADLINE_LABELS.get(k, k) + (" (penalty: lower is better)" if k in LOWER_IS_BETTER else ""),
+                           pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))] for k in scores.get("headline", [])]),
+                  f"{scores['n']} scored questions, {scores.get('n_errors', 0)} of them with an error (scored as wrong)."]
+    else:
+        parts += [f"No item of this run is scored by this rule ({scores.get('label', '')})."]
+    for part in PART_METRICS:
+        found = scores.get(part)
+        if not found:
+            continue
+        parts.append(f"## {PART_TITLES[part]}")
+        if not found.get("n_scored"):
+            parts.append(f"{part}: {found.get('unscored') or 'nothing scored'}")
+            continue
+        parts += [_table(["metric", "value", "95% bootstrap CI"], [list(cells) for cells in part_cells(part, found)]),
+                  f"n = {found['n_scored']} of {found['n']} scored ({found.get('n_errors', 0)} with an error, scored 0)"
+                  + (f"; {found['unscored']}" if found.get("unscored") else "") + f". {found.get('scale', '')}."]
+        if found.get("by_level"):
+            parts.append(_table(["level", "n", "score"], [[level, str(g["n"]), f"{g['score']:.2f}"]
+                                                          for level, g in found["by_level"].items()]))
     for column, groups in scores.get("breakdowns", {}).items():
+        has_score = any("score" in g for g in groups.values())
         parts += [f"## By {column}",
-                  _table([column, "n", "accuracy ×100"], [[name, str(g["n"]), pct(g["accuracy"])]
-                                                           for name, g in groups.items()])]
+                  _table([column, "n", "accuracy ×100", "95% CI (Wilson) ×100"] + (["score ×100"] if has_score else []),
+                         [[name, str(g["n"]), pct(g["accuracy"]), _ci(g.get("ci"))]
+                          + ([pct(g.get("score"))] if has_score else []) for name, g in groups.items()])]
     calib = scores.get("calibration")
     if calib:
         parts += ["## Calibration", f"{calib['items']}: ECE ×100 {pct(calib['ece'])}, Brier {num(calib['brier'])}, "
@@ -110,3 +135,36 @@ def write_sweep_markdown(out: str | Path, summary: dict[str, Any]) -> Path:
     path = Path(out) / "report.md"
     path.write_text(sweep_markdown(summary), encoding="utf-8")
     return path
+
+
+def leaderboard_markdown(board: dict[str, Any]) -> str:
+    """The leaderboard's tables: one row per run, then per benchmark the accuracy by domain."""
+    rows = [[r["run"], r["model"], r["quant"], r["thinking"], r["protocol"], r["benchmark"], r["metric"],
+             _board_score(r), _number(r["accuracy"]), str(r["n"]), str(r["errors"]), num(r["samples_per_s"]),
+             "reference" if r["reference"] == "(reference)" else f"{_number(r['delta'], signed=True)} {r['stars']}".strip()]
+            for r in board["rows"]]
+    parts = ["# finbench leaderboard",
+             _table(["run", "model", "quant", "thinking", "protocol", "benchmark", "metric", "score ×100 [95% CI]",
+                     "accuracy ×100", "n", "errors", "samples/s", "Δ vs reference"], rows),
+             board["stars"] + "."]
+    for benchmark in dict.fromkeys(r["benchmark"] for r in board["rows"]):
+        members = [r for r in board["rows"] if r["benchmark"] == benchmark]
+        domains = sorted({d for r in members for d in r["domains"]})
+        if domains:
+            parts += [f"## {benchmark}: accuracy ×100 by {members[0]['domain_column']}",
+                      _table(["run", *domains], [[r["run"], *(_number(r["domains"].get(d, {}).get("accuracy"))
+                                                           for d in domains)] for r in members])]
+    parts += [f"note: {note}" for note in board["notes"]]
+    return "\n\n".join(parts) + "\n"
+
+
+def _number(value: Any, signed: bool = False) -> str:
+    if value is None:
+        return "–"
+    return f"{value:+.2f}" if signed else f"{value:.2f}"
+
+
+def _board_score(row: dict[str, Any]) -> str:
+    if row["score"] is None:
+        return "–"
+    return f"{row['score']:.2f}" + (f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]" if row["ci_low"] is not None else "")

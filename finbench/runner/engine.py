@@ -212,7 +212,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     throughput = {**loop.throughput.summary(model, len(todo), compute_seconds, loop.max_batch),
                   "model_parts_s": dict(parts.seconds), "first_batch_wait_s": first_batch_wait}
     if not todo and n_cached:  # (no todo and nothing cached: every question was an error)
-        throughput = previous_throughput(out_dir, fingerprint) or {**throughput, "all_from_cache": True}
+        throughput = previous_throughput(out_dir, fingerprint, config) or {**throughput, "all_from_cache": True}
     results = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "benchmark": benchmark.name,
@@ -232,8 +232,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         "errors": error_summary(samples),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "platform": platform.platform()},
-        "provenance": provenance(config, started, model.device, _digest_or_empty(config), command),
-        "started": started,
+        "provenance": provenance(config, started, model.device, _digest_or_empty(config), command),  # .started: ISO 8601
         "seconds": time.time() - started,
     }
     try:

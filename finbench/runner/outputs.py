@@ -69,14 +69,20 @@ def error_summary(samples: Any) -> dict[str, Any]:
             "samples": errors.head(50).to_dict("records")}
 
 
-def previous_throughput(out_dir: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+def previous_throughput(out_dir: Path, fingerprint: dict[str, Any], config: Any) -> dict[str, Any] | None:
     """The throughput of the run that computed this folder's answers, for a rerun that computed
-    nothing (same model fingerprint only)."""
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+    nothing: only when this folder's last results are of the same model, benchmark, data and
+    protocol (answers served from a shared cache were computed by a run this folder never saw, and
+    another run's rate is not theirs). `computed_by` is when that run started."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         previous = json.loads((out_dir / "results.json").read_text())
         current = json.loads(json.dumps(fingerprint, default=str))
-        if model_identity(previous["fingerprint"]) == model_identity(current) and previous["throughput"].get("samples"):
-            return {**previous["throughput"], "all_from_cache": True}
+        same_run = (previous["benchmark"] == config.benchmark and previous["protocol"] == config.protocol
+                    and previous["config"].get("data") == config.data)
+        if same_run and model_identity(previous["fingerprint"]) == model_identity(current) \
+                and previous["throughput"].get("samples"):
+            started = previous["throughput"].get("computed_by") or previous.get("provenance", {}).get("started")
+            return {**previous["throughput"], "all_from_cache": True, "computed_by": started}
     return None
 
 

@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 import torch
 
-RESULTS_SCHEMA_VERSION = "1.0"  # bump on any incompatible change of results.json (see report/results.schema.json)
+RESULTS_SCHEMA_VERSION = "1.1"  # bump on any incompatible change of results.json (see report/results.schema.json;
+# 1.1: one `started`, provenance.started in ISO 8601 — the top-level float is gone)
 LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "bitsandbytes", "datasets", "pyarrow", "numpy",
              "pandas", "pillow", "tokenizers")
 

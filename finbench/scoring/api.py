@@ -16,7 +16,7 @@ from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
-                                    point_estimates, selective_curve, str_column)
+                                    point_estimates, selective_curve, str_column, wilson_interval)
 from finbench.types import OPTION_LETTERS, SINGLE
 
 CI_LEVEL = 0.95
@@ -66,8 +66,10 @@ def per_question_correct(df: pd.DataFrame, benchmark: str = "finmme") -> np.ndar
 
 # ---- breakdowns ------------------------------------------------------------------------------------
 def breakdowns(df: pd.DataFrame, table: ScoreTable, columns: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """{column: {value: {"n", "accuracy"[, "score"]}}} for every column, in one segment pass.
-    `score` (mean per-question score) appears when the rule is not plain 0/1 (paper S, FinMTM Eq. 1)."""
+    """{column: {value: {"n", "accuracy", "ci"[, "score"]}}} for every column, in one segment pass.
+    `ci` is the 95% Wilson interval of the group's accuracy (a proportion of 0/1 answers; the run's
+    bootstrap covers the headline numbers); `score` (mean per-question score) appears when the
+    rule is not plain 0/1 (paper S, FinMTM Eq. 1)."""
     columns = [c for c in columns if c in df.columns]
     if not columns or table.n == 0:
         return {}
@@ -84,10 +86,13 @@ def breakdowns(df: pd.DataFrame, table: ScoreTable, columns: Sequence[str]) -> d
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for column, lab, n, s in zip(columns, labels, counts, sums):
         groups = {}
+        low, high = wilson_interval(s[:, 0], n, CI_LEVEL)
         for j, label in enumerate(lab):
             if n[j] == 0:
                 continue
-            entry: dict[str, Any] = {"n": int(n[j]), "accuracy": float(s[j, 0] / n[j])}
+            entry: dict[str, Any] = {"n": int(n[j]), "accuracy": float(s[j, 0] / n[j]),
+                                     "ci": {"low": float(low[j]), "high": float(high[j]), "level": CI_LEVEL,
+                                            "method": "wilson"}}
             if show_score:
                 entry["score"] = float(s[j, 1] / n[j])
             groups[label] = entry
@@ -157,11 +162,12 @@ def score_samples(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "o
     out.update(point_estimates(table))
     out["headline"] = list(table.headline)
     out["primary"] = table.primary
-    out.update(spec.scorer.summary(df, table, out))
-    if n_bootstrap > 0 and table.n > 0:
-        out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level)
+    if n_bootstrap > 0:
         out["bootstrap"] = {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
                             "unit": "question", "method": "percentile"}
+        if table.n > 0:
+            out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level)
+    out.update(spec.scorer.summary(df, table, out))  # after the CIs: a rule's side scores take the same settings
     if "correct" in rows.columns:
         stored = pd.to_numeric(rows["correct"], errors="coerce").to_numpy(np.float64)
         known = ~np.isnan(stored)

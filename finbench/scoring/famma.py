@@ -155,7 +155,7 @@ def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch
                       segments=torch.zeros(len(df), dtype=torch.int64, device=dev), n_segments=1,
                       statistic=statistics, headline=("accuracy",), primary="accuracy",
                       info={"label": LABEL, "correct_sources": sources, "rows": rows, "n_unscored": n_unscored,
-                            "notes": notes + ([f"{n_unscored} questions have no gold answer (live set): generated, "
+                            "notes": notes + ([f"{n_unscored} question{'s have' if n_unscored != 1 else ' has'} no gold answer (live set): generated, "
                                                "stored, not scored"] if n_unscored else []),
                             "n_errors": int(error_mask(df).sum())})
 

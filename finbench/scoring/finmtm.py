@@ -28,13 +28,15 @@ Official source: HiThink-Research/FinMTM @ 40557ba — `finmtm_eval/metrics.py`
   JSON, read as etest.py `get_ground_truth`; any other gold is canonical letters.
 
 Dialogue sessions and agent items are scored apart (`extra_scores`): the dialogue score is the
-mean over judged sessions of (0.5·turn + 0.5·session)×10 (the judge's `judge_score`), the agent
-tool score the mean of Qt = 25·F2 over replayed items (`rule_score`), with precision and recall.
+mean over judged sessions of (0.5·turn + 0.5·session)×10 (the judge's `judge_score`), beside the
+turn and session means; the agent part the means of precision, recall, F2 and Qt = 25·F2 over
+replayed items (`rule_score`, `judge_details`). Both carry n and bootstrap CIs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Sequence
 
@@ -43,7 +45,8 @@ import pandas as pd
 import torch
 
 from finbench.kernels.bitmask import popcount
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
+from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
+from finbench.scoring.stats import Scorer, ScoreTable, ci_dict, error_mask, float_column, str_column
 from finbench.types import MULTI, SINGLE
 
 LABEL = "FinMTM objective (HiThink-Research/FinMTM Eq. 1; old protocol = exact set match)"
@@ -224,35 +227,109 @@ def _widen(matrix: torch.Tensor, width: int) -> torch.Tensor:
     return torch.cat([matrix, torch.zeros(matrix.shape[0], width - matrix.shape[1], dtype=torch.bool)], dim=1)
 
 
-def extra_scores(df: pd.DataFrame) -> dict[str, Any]:
-    """Dialogue and agent scores of the non-objective rows (0–100 and 0–25 scales)."""
+DIALOGUE_SCALE = "turn and session 0-10 (judge rubric means), score 0-100 = (0.5·turn + 0.5·session)×10"
+AGENT_SCALE = ("precision, recall, F2 0-1 over matched tool calls; Qt = 25·F2 (0-25), offline replay; answer "
+               "(0-50) and reasoning (0-25) are not scored offline")
+
+
+def extra_scores(df: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """Dialogue and agent scores of the non-objective rows, each a mean over its items with n and,
+    when `n_bootstrap` > 0, percentile bootstrap CIs (items resampled).
+
+    - dialogue: per session the judge's turn mean and session checklist (0–10, `judge_details`)
+      and the final (0.5·turn + 0.5·session)×10 (`judge_score`, 0–100). Without any verdict (no
+      --judge) the part is unscored and says so; with verdicts, a session with a per-sample error
+      scores 0 (wrong, never dropped) and one the judge failed on is counted as unscored.
+    - agent: per item the replayed tool plan's precision, recall, F2 and Qt = 25·F2 (the rule
+      verdict in `judge_details` "rules"); an item with a per-sample error scores 0."""
     task = str_column(df, "task")
+    errors = error_mask(df)
+    details = _details(df)
     out: dict[str, Any] = {}
-    dialogue = df[task == "dialogue"]
+    dialogue = np.flatnonzero(task == "dialogue")
     if len(dialogue):
-        judged = float_column(dialogue, "judge_score")
-        known = ~np.isnan(judged)
-        levels = str_column(dialogue, "level")
-        out["dialogue"] = {
-            "n": int(len(dialogue)), "n_judged": int(known.sum()),
-            "score": float(judged[known].mean()) if known.any() else None,
-            "by_level": {lv: float(judged[known & (levels == lv)].mean())
-                         for lv in sorted(set(levels[known]))},
-            "scale": "0-100: (0.5·turn + 0.5·session)×10",
-            "note": None if known.all() else f"{int((~known).sum())} sessions unscored (no --judge, or a judge error)"}
-    agent = df[task == "agent"]
+        out["dialogue"] = _dialogue(df.iloc[dialogue], errors[dialogue], [details[i] for i in dialogue],
+                                    n_bootstrap, seed, level)
+    agent = np.flatnonzero(task == "agent")
     if len(agent):
-        tool = float_column(agent, "rule_score")
-        known = ~np.isnan(tool)
-        details = [json.loads(d).get("rules", {}) if d else {} for d in str_column(agent, "judge_details")]
-        precision = np.array([d.get("precision", np.nan) for d in details], dtype=np.float64)
-        recall = np.array([d.get("recall", np.nan) for d in details], dtype=np.float64)
-        out["agent"] = {
-            "n": int(len(agent)), "n_scored": int(known.sum()),
-            "tool_score": float(tool[known].mean()) if known.any() else None,
-            "precision": float(np.nanmean(precision)) if known.any() else None,
-            "recall": float(np.nanmean(recall)) if known.any() else None,
-            "scale": "Qt = 25·F2 (0-25), offline replay; answer (0-50) and reasoning (0-25) not scored offline"}
+        out["agent"] = _agent(df.iloc[agent], errors[agent], [details[i] for i in agent], n_bootstrap, seed, level)
+    return out
+
+
+def _details(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Each row's `judge_details` JSON ({} when empty or unreadable)."""
+    out = []
+    for text in str_column(df, "judge_details"):
+        try:
+            value = json.loads(text) if text else {}
+        except ValueError:
+            value = {}
+        out.append(value if isinstance(value, dict) else {})
+    return out
+
+
+def _dialogue(rows: pd.DataFrame, errors: np.ndarray, details: list[dict[str, Any]], n_bootstrap: int, seed: int,
+              level: float) -> dict[str, Any]:
+    final = float_column(rows, "judge_score")
+    judged = ~np.isnan(final) & ~errors
+    verdicts = [d.get("judge", {}) if isinstance(d.get("judge"), dict) else {} for d in details]
+    turn = np.array([_number(v.get("turn_score")) for v in verdicts])
+    session = np.array([_number(v.get("session_score")) for v in verdicts])
+    scored = judged | (errors if judged.any() else np.zeros_like(errors))
+    values = np.stack([np.ones(len(rows)), np.where(judged, turn, 0.0), np.where(judged, session, 0.0),
+                       np.where(judged, final, 0.0)], axis=1)[scored]
+    part: dict[str, Any] = {"n": int(len(rows)), "n_scored": int(scored.sum()), "n_judged": int(judged.sum()),
+                            "n_errors": int(errors.sum()), "n_unscored": int((~scored).sum()), "scale": DIALOGUE_SCALE}
+    part.update(_means(values, ("turn", "session", "score"), n_bootstrap, seed, level))
+    levels = str_column(rows, "level")[scored]
+    part["by_level"] = {lv: {"n": int((levels == lv).sum()), "score": float(values[levels == lv, 3].mean())}
+                        for lv in sorted(set(levels))}
+    if not judged.any():
+        part["unscored"] = (f"{len(rows)} dialogue sessions generated and stored, not scored: no judge verdicts "
+                            "(run with --judge MODEL)")
+    elif (~scored).any():
+        part["unscored"] = f"{int((~scored).sum())} of {len(rows)} sessions have no judge verdict (a judge error)"
+    return part
+
+
+def _agent(rows: pd.DataFrame, errors: np.ndarray, details: list[dict[str, Any]], n_bootstrap: int, seed: int,
+           level: float) -> dict[str, Any]:
+    tool = float_column(rows, "rule_score")
+    replayed = ~np.isnan(tool) & ~errors
+    rules = [d.get("rules", {}) if isinstance(d.get("rules"), dict) else {} for d in details]
+    precision, recall, f2 = (np.array([_number(r.get(k)) for r in rules]) for k in ("precision", "recall", "f2"))
+    scored = replayed | errors
+    channels = [np.ones(len(rows))] + [np.where(replayed, np.nan_to_num(v), 0.0) for v in (precision, recall, f2, tool)]
+    values = np.stack(channels, axis=1)[scored]
+    part: dict[str, Any] = {"n": int(len(rows)), "n_scored": int(scored.sum()), "n_errors": int(errors.sum()),
+                            "n_unscored": int((~scored).sum()), "scale": AGENT_SCALE}
+    part.update(_means(values, ("precision", "recall", "f2", "tool_score"), n_bootstrap, seed, level))
+    if (~scored).any():
+        part["unscored"] = f"{int((~scored).sum())} of {len(rows)} agent items have no tool-plan verdict"
+    return part
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def _means(values: np.ndarray, names: Sequence[str], n_bootstrap: int, seed: int, level: float) -> dict[str, Any]:
+    """Means of the channels after the first (a column of ones) over the rows of `values` [N, 1+C],
+    and their percentile bootstrap CIs (rows resampled, every mean recomputed per resample)."""
+    if len(values) == 0:
+        return {**{name: None for name in names}, "ci": {}}
+    data = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
+    means = data[:, 1:].sum(0) / data[:, 0].sum()
+    out: dict[str, Any] = {name: float(m) for name, m in zip(names, means)}
+    out["ci"] = {}
+    if n_bootstrap > 0:
+        sums = bootstrap_segment_sums(data, torch.zeros(len(data), dtype=torch.int64), 1, n_bootstrap, seed=seed)
+        resampled = sums[:, 0, 1:] / sums[:, 0, :1]  # [R, C]
+        out["ci"] = {name: ci_dict(*percentile_ci(resampled[:, k], level), level) for k, name in enumerate(names)}
     return out
 
 
@@ -310,12 +387,15 @@ def agent_score(answer: Any, reasoning: Any, precision: Any, recall: Any) -> dic
 
 def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> dict[str, Any]:
     """The objective counts (`n`: items the current protocol scores; `n_score_old`: those of the
-    old protocol, empty golds included), then the dialogue and agent scores, in which a broken
-    session or agent item is scored 0 and counted in that part's `n_errors`."""
+    old protocol, empty golds included), then the dialogue and agent parts (`extra_scores`, in which
+    a broken session or agent item is scored 0 and counted in that part's `n_errors`) with the
+    run's bootstrap settings (`estimates["bootstrap"]`, when CIs were asked for)."""
     score = estimates.get("score")
-    extra = extra_scores(_errors_scored_zero(df))
+    bootstrap = estimates.get("bootstrap") or {}
+    extra = extra_scores(_errors_scored_zero(df), bootstrap.get("n_resamples", 0), bootstrap.get("seed", 0),
+                         bootstrap.get("level", 0.95))
     for task in ("dialogue", "agent"):
-        if task in extra:
+        if isinstance(extra.get(task), dict):
             extra[task]["n_errors"] = int(error_mask(df[str_column(df, "task") == task]).sum())
     return {"score_percent": score * 100 if score is not None else None, "n_excluded": table.info["n_excluded"],
             "n": table.info["n_scored"], "n_score_old": table.n, "n_empty_gold": table.info["n_empty_gold"], **extra}

@@ -21,6 +21,7 @@ from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
 from finbench.kernels.segments import segment_sum, weighted_segment_sums
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+LOWER_IS_BETTER = frozenset({"p_h"})  # headline metrics that are penalties (FinMME's multi-answer error rate)
 
 
 # ---- the common currency of the benchmark rules -----------------------------------------------
@@ -107,6 +108,19 @@ def paired_bootstrap(a: ScoreTable, b: ScoreTable, n_bootstrap: int, seed: int =
     sums = bootstrap_segment_sums(joint, a.segments, a.n_segments, n_bootstrap, seed=seed, method=method)
     stat_a, stat_b = a.statistic(sums[..., :c]), b.statistic(sums[..., c:])
     return {k: ci_dict(*percentile_ci(stat_b[k] - stat_a[k], level), level) for k in stat_a if k in stat_b}
+
+
+def wilson_interval(successes: torch.Tensor, n: torch.Tensor, level: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wilson score interval (Wilson, 1927) of proportions successes/n, elementwise; NaN where n = 0.
+    Used for breakdown groups, whose accuracy is a plain proportion of 0/1 answers."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    n = n.to(torch.float64)
+    p = successes.to(torch.float64) / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * torch.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (centre - half).clamp(0, 1), (centre + half).clamp(0, 1)
 
 
 # ---- paired tests -------------------------------------------------------------------------------

@@ -1,0 +1,189 @@
+"""`finbench leaderboard RUN_DIR...`: finished runs side by side, one row each.
+
+A row: the run, model, quantization, thinking budget, protocol, benchmark, the headline score
+with its CI (report/format.py `headline_score`), accuracy, n, sample errors, samples/s, and the
+paired test against a reference run on the same benchmark: `scoring.compare_runs` over the
+questions both answered (exact McNemar on per-question correctness, Holm over the runs of that
+benchmark), shown as stars (* p < 0.05, ** p < 0.01, *** p < 0.001 after Holm). The reference is
+the run given as `reference`, or the first run of each benchmark. Per-domain accuracy is the
+benchmark's own breakdown (FinMME `domain`, FAMMA `subfield`, FinMTM `question_type`).
+
+A folder holding a multi-benchmark run (summary.json) or a sweep (sweep.json) stands for the run
+folders inside it. Nothing is recomputed but the paired tests, from the run folders alone.
+Written as CSV, Markdown or a sortable HTML page (report/html.py), by the file's suffix.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from finbench.report.console import model_name
+from finbench.report.format import headline_score
+
+RESULTS_FILE = "results.json"
+FORMATS = (".csv", ".md", ".html")
+STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
+DOMAIN_BREAKDOWN = {"finmme": "domain", "famma": "subfield", "finmtm": "question_type"}
+COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "benchmark", "metric", "score", "ci_low", "ci_high",
+           "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "p_holm", "stars", "n_shared")
+
+
+def run_folders(paths: Sequence[str | Path]) -> list[Path]:
+    """The run folders the paths stand for: a run folder itself, or the run folders directly inside
+    a multi-benchmark or sweep folder; anything else is one clear error."""
+    out: list[Path] = []
+    for path in map(Path, paths):
+        if (path / RESULTS_FILE).is_file():
+            out.append(path)
+            continue
+        inside = sorted(p for p in path.iterdir() if (p / RESULTS_FILE).is_file()) if path.is_dir() else []
+        if not inside:
+            raise ValueError(f"{path}: not a finbench run folder (no results.json), nor a folder of run folders")
+        out.extend(inside)
+    if len({p.resolve() for p in out}) != len(out):
+        raise ValueError("a run folder is named twice")
+    return out
+
+
+def stars(p: float | None) -> str:
+    if p is None:
+        return ""
+    return next((mark for bound, mark in STARS if p < bound), "")
+
+
+def _names(folders: Sequence[Path]) -> list[str]:
+    """Short distinct names: the folder's name, with its parent's where two names collide."""
+    names = [f.name for f in folders]
+    if len(set(names)) == len(names):
+        return names
+    names = [f"{f.parent.name}/{f.name}" for f in folders]
+    return names if len(set(names)) == len(names) else [str(f) for f in folders]
+
+
+def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
+    scores = results["scores"]
+    headline = headline_score(scores)
+    thinking = results.get("thinking")
+    throughput = results.get("throughput", {})
+    column = DOMAIN_BREAKDOWN.get(results["benchmark"])
+    breakdowns = scores.get("breakdowns", {})
+    domains = breakdowns.get(column) or next(iter(breakdowns.values()), {})
+    return {"run": name, "path": str(folder), "model": model_name(results), "model_source": results["config"]["model"],
+            "quant": results.get("fingerprint", {}).get("quant") or results["config"].get("quant", "none"),
+            "thinking": f"budget {thinking['budget']}" if thinking else "off", "protocol": results["protocol"],
+            "benchmark": results["benchmark"], "metric": headline["label"], "score": headline["value"],
+            "ci_low": headline["low"], "ci_high": headline["high"],
+            "accuracy": 100 * scores["accuracy"] if scores.get("accuracy") is not None else None,
+            "n": headline["n"], "errors": results["errors"]["count"], "samples_per_s": throughput.get("samples_per_s"),
+            "all_from_cache": bool(throughput.get("all_from_cache")),
+            "domain_column": column if column in breakdowns else next(iter(breakdowns), None),
+            "domains": {label: {"n": g["n"], "accuracy": 100 * g["accuracy"]} for label, g in domains.items()},
+            "reference": None, "delta": None, "p_holm": None, "stars": "", "n_shared": None}
+
+
+def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> dict[str, Any]:
+    """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
+    from finbench.scoring import compare_runs
+    from finbench.scoring.commands import load_samples
+
+    folders = run_folders(paths)
+    names = _names(folders)
+    results = [json.loads((f / RESULTS_FILE).read_text()) for f in folders]
+    rows = [_row(name, folder, result) for name, folder, result in zip(names, folders, results)]
+    chosen = None
+    if reference is not None:
+        matches = [i for i, f in enumerate(folders) if f.resolve() == Path(reference).resolve()]
+        if not matches:
+            raise ValueError(f"--reference {reference}: not one of the run folders given")
+        chosen = matches[0]
+    notes = []
+    for benchmark in dict.fromkeys(r["benchmark"] for r in rows):
+        members = [i for i, r in enumerate(rows) if r["benchmark"] == benchmark]
+        base = chosen if chosen in members else members[0]
+        others = [i for i in members if i != base]
+        if not others:
+            continue
+        order = [base, *others]
+        comparison = compare_runs([load_samples(folders[i]) for i in order], [names[i] for i in order],
+                                  benchmark=benchmark, n_bootstrap=0)
+        primary = comparison["primary"]
+        for i, c in zip(others, comparison["comparisons"]):
+            delta = c["delta"][primary]["value"]
+            rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta, p_holm=c["p_holm"],
+                           stars=stars(c["p_holm"]), n_shared=c["n"])
+        rows[base].update(reference="(reference)", n_shared=comparison["n_shared"])
+        notes += comparison.get("notes", [])
+        protocols = {rows[i]["protocol"] for i in members}
+        if len(protocols) > 1:
+            notes.append(f"{benchmark}: runs of different protocols ({', '.join(sorted(protocols))}) are compared "
+                         "question by question on their correctness")
+    return {"rows": rows, "notes": notes, "columns": list(COLUMNS),
+            "stars": "paired exact McNemar vs the reference run of the same benchmark, Holm-adjusted: "
+                     "* p < 0.05, ** p < 0.01, *** p < 0.001"}
+
+
+def to_csv(board: dict[str, Any], path: Path) -> Path:
+    """One line per run: the columns above, then the accuracy (×100) of each group of each
+    benchmark's domain breakdown, as `<breakdown>:<group>` columns (`domain:Banking`,
+    `subfield:equity`)."""
+    groups = sorted({(r["domain_column"], d) for r in board["rows"] for d in r["domains"]})
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow([*COLUMNS, *(f"{column}:{d}" for column, d in groups)])
+        for row in board["rows"]:
+            writer.writerow([_csv_value(row[c]) for c in COLUMNS]
+                            + [_csv_value(row["domains"].get(d, {}).get("accuracy")) if row["domain_column"] == column
+                               else "" for column, d in groups])
+    return path
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    return "" if value is None else value
+
+
+def write(board: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise ValueError(f"--out {path}: the suffix says the format: {', '.join(FORMATS)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".csv":
+        return to_csv(board, path)
+    if path.suffix == ".md":
+        from finbench.report.markdown import leaderboard_markdown
+
+        path.write_text(leaderboard_markdown(board), encoding="utf-8")
+        return path
+    from finbench.report.html import write_leaderboard_report
+
+    return write_leaderboard_report(board, path)
+
+
+def score_cell(row: dict[str, Any]) -> str:
+    if row["score"] is None:
+        return "–"
+    ci = f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]" if row["ci_low"] is not None else ""
+    return f"{row['score']:.2f}{ci}"
+
+
+def print_board(board: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="leaderboard (scores ×100)", caption=board["stars"])
+    for name in ("run", "model", "quant", "thinking", "protocol", "benchmark", "metric"):
+        table.add_column(name, overflow="fold")
+    for name in ("score [CI]", "accuracy", "n", "errors", "samples/s", "Δ vs ref", ""):
+        table.add_column(name, justify="right")
+    for r in board["rows"]:
+        table.add_row(r["run"], r["model"], r["quant"], r["thinking"], r["protocol"], r["benchmark"], r["metric"],
+                      score_cell(r), "–" if r["accuracy"] is None else f"{r['accuracy']:.2f}", str(r["n"]),
+                      str(r["errors"]), "–" if not r["samples_per_s"] else f"{r['samples_per_s']:.2f}",
+                      r["reference"] if r["reference"] == "(reference)" else
+                      ("" if r["delta"] is None else f"{r['delta']:+.2f}"), r["stars"])
+    console.print(table)
+    for note in board["notes"]:
+        console.print(f"note: {note}", markup=False)

@@ -1,0 +1,193 @@
+"""What a run prints: a compact summary (headline, the breakdown with the largest spread, the parts
+scored apart or one line saying why not, errors, throughput, where the files went), every table
+with --verbose-tables, and a last line repeating model · benchmark · protocol · headline [CI] · n
+· errors — with the numbers of results.json, and error counts that agree."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+
+import pytest
+from test_finmtm import write_fixtures
+from typer.testing import CliRunner
+
+from finbench.cli import app
+from finbench.report.console import throughput_line
+
+LAST_LINE = re.compile(r"^(?P<model>\S+) · (?P<benchmark>\w+) · (?P<protocol>\w+) · (?P<label>.+?) "
+                       r"(?P<value>\d+\.\d\d)(?: \[(?P<low>\d+\.\d\d), (?P<high>\d+\.\d\d)\])? · n (?P<n>\d+) · "
+                       r"(?P<errors>\d+) errors?$")
+
+
+def _run(*args: str, width: int = 100):
+    done = CliRunner().invoke(app, ["run", *args, "--no-progress"], env={"COLUMNS": str(width)})
+    assert done.exit_code == 0, done.output[-3000:]
+    return done.output
+
+
+@pytest.fixture(scope="module")
+def finmme_outputs(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
+    out = tmp_path_factory.mktemp("console") / "run"
+    args = ["--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--limit", "24", "--dtype", "float32",
+            "--device", "cpu", "--bootstrap", "200", "--out", str(out)]
+    compact = _run(*args)
+    verbose = _run(*args, "--verbose-tables")  # the same run again: served from the cache
+    return out, compact, verbose
+
+
+def test_the_last_line_repeats_what_was_run_and_its_headline(finmme_outputs, tiny_qwen_dir):
+    out, compact, verbose = finmme_outputs
+    results = json.loads((out / "results.json").read_text())
+    scores = results["scores"]
+    for output in (compact, verbose):
+        match = LAST_LINE.match(output.strip().splitlines()[-1])
+        assert match, output.strip().splitlines()[-1]
+        assert (match["model"], match["benchmark"], match["protocol"]) == (tiny_qwen_dir.name, "finmme", "constrained")
+        assert match["label"] == "FinScore" and match["value"] == f"{100 * scores['finscore']:.2f}"
+        assert (match["low"], match["high"]) == (f"{100 * scores['ci']['finscore']['low']:.2f}",
+                                                 f"{100 * scores['ci']['finscore']['high']:.2f}")
+        assert int(match["n"]) == scores["n"] == 24 and int(match["errors"]) == results["errors"]["count"]
+
+
+def test_the_compact_summary_shows_the_widest_breakdown_and_verbose_every_table(finmme_outputs):
+    out, compact, verbose = finmme_outputs
+    breakdowns = json.loads((out / "results.json").read_text())["scores"]["breakdowns"]
+
+    def spread(groups):  # max − min accuracy over groups of two or more questions, restated
+        values = [g["accuracy"] for g in groups.values() if g["n"] >= 2]
+        return max(values) - min(values) if len(values) > 1 else -1.0
+
+    widest = max(breakdowns, key=lambda column: spread(breakdowns[column]))
+    shown = re.findall(r"by (\S+) \(×100\)", compact)
+    assert shown == [widest] and "the largest spread" in compact
+    assert set(re.findall(r"by (\S+) \(×100\)", verbose)) == set(breakdowns)
+    assert "calibration (" in verbose and "calibration (" not in compact
+    assert len(compact.splitlines()) < 0.7 * len(verbose.splitlines())
+    assert "variant:" not in compact  # the scoring rule is never shown as if it were the protocol
+    assert "protocol constrained, scored by the benchmark's official rule" in " ".join(compact.split())
+    assert f"wrote {out / 'results.json'}" in compact  # where the files went
+    assert "all from cache; computed earlier in this folder at" in verbose  # the rerun says whose rate it shows
+
+
+def test_error_counts_agree_and_an_unscored_part_is_one_line(tiny_qwen_dir, tmp_path):
+    """FinMTM's fixture: one objective item without its image (scored, as wrong), one unreadable
+    line (an error outside every scored part), two sessions and no --judge."""
+    data = write_fixtures(tmp_path / "finmtm")
+    output = _run("--model", str(tiny_qwen_dir), "--benchmark", "finmtm", "--data", str(data), "--dtype", "float32",
+                  "--device", "cpu", "--max-new-tokens", "3", "--bootstrap", "50", "--out", str(tmp_path / "run"))
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    scores, errors = results["scores"], results["errors"]["count"]
+    flat = " ".join(output.split())
+    assert f"{scores['n']} scored questions, {scores['n_errors']} of them with an error (scored as wrong)" in flat
+    assert f"errors: {errors} of {results['n_questions']} samples" in flat
+    assert LAST_LINE.match(output.strip().splitlines()[-1])["errors"] == str(errors) == "2"
+    unscored = [line for line in output.splitlines() if line.startswith("dialogue:")]
+    assert unscored == ["dialogue: 2 dialogue sessions generated and stored, not scored: no judge verdicts "
+                        "(run with --judge MODEL)"]
+    assert "FinMTM agent items" in output and "tool F2 ×100" in output  # the agent part: replayed, scored
+
+
+def test_counts_are_spelled_for_one_and_a_cached_rate_is_only_this_folders():
+    results = {"n_questions": 1, "n_cached": 0, "n_computed": 1, "throughput": {"samples_per_s": 2.5}}
+    assert throughput_line(results).startswith("1 question (0 from cache, 1 computed)")
+    cached = {**results, "n_cached": 1, "n_computed": 0,
+              "throughput": {"samples_per_s": 2.5, "all_from_cache": True, "computed_by": "2026-12-01T10:00:00+00:00"}}
+    assert throughput_line(cached).endswith("computed earlier in this folder at 2.50 samples/s, run started "
+                                            "2026-12-01T10:00:00+00:00")
+
+
+def test_a_rerun_takes_the_rate_of_this_folders_own_run_only(finmme_outputs, tmp_path):
+    """previous_throughput: the folder's last results must be of the same model, benchmark, data
+    and protocol; answers that came from a shared cache were not computed at another run's rate."""
+    from dataclasses import replace
+
+    from finbench.runner.outputs import previous_throughput
+    from finbench.types import RunConfig
+
+    out, _, _ = finmme_outputs
+    results = json.loads((out / "results.json").read_text())
+    config = RunConfig(**{**results["config"], "domains": (), "question_types": (), "gen_kwargs": ()})
+    kept = previous_throughput(out, results["fingerprint"], config)
+    assert kept["samples_per_s"] == results["throughput"]["samples_per_s"] and kept["all_from_cache"]
+    assert kept["computed_by"] == results["throughput"].get("computed_by") or results["provenance"]["started"]
+    for changed in (replace(config, benchmark="famma"), replace(config, protocol="official"),
+                    replace(config, data=str(tmp_path / "other.parquet"))):
+        assert previous_throughput(out, results["fingerprint"], changed) is None
+    other = dict(results["fingerprint"], weights="another digest")
+    assert previous_throughput(out, other, config) is None
+
+
+def test_comparison_rows_keep_whole_run_names_at_80_columns():
+    from rich.console import Console
+
+    from finbench.scoring.commands import print_comparison
+
+    runs = ["think_budget-0", "think_budget-256", "think_budget-1024"]
+    result = {"label": "FinMME official FinScore", "n_shared": 72, "headline": ["finscore", "domain_accuracy", "p_h",
+                                                                                  "accuracy"],
+              "runs": runs, "baseline": runs[0], "primary": "finscore", "bootstrap": {"n_resamples": 1000},
+              "scores": {r: {"finscore": 0.1, "domain_accuracy": 0.3, "p_h": 0.7, "accuracy": 0.3} for r in runs},
+              "comparisons": [{"run": r, "delta": {m: {"value": -0.0139, "ci": {"low": -0.0417, "high": 0.0139}}
+                                                   for m in ("finscore", "accuracy")},
+                               "mcnemar": {"baseline_only": 3, "run_only": 2, "p": 0.5}, "p_holm": 1.0}
+                              for r in runs[1:]],
+              "distributions": {"reference": runs[0], "items": "single-choice items",
+                                "runs": {r: {"n": 30, "kl_mean": 0.01, "agreement": 0.9, "gold_shift_mean": 0.01}
+                                         for r in runs[1:]}}}
+    console = Console(file=io.StringIO(), width=80)
+    print_comparison(result, console)
+    lines = console.file.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for run in runs[1:]:  # each table names each variant whole, on one line
+        assert sum(1 for line in lines if re.search(rf"│ {re.escape(run)}\s+│", line)) == 3, run
+
+
+def test_a_demo_folder_copied_elsewhere_reports_the_same_last_line(finmme_outputs, tmp_path):
+    """The last line is built from results.json alone (`finbench report` and a copied folder agree)."""
+    from finbench.report.console import last_line
+
+    out, compact, _ = finmme_outputs
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    assert last_line(json.loads((copy / "results.json").read_text())) == compact.strip().splitlines()[-1]
+
+
+def test_a_breakdown_of_one_group_is_one_line_not_a_table():
+    from rich.console import Console
+    from test_scoring_other import famma_frame
+
+    from finbench.scoring import score_samples
+    from finbench.scoring.commands import print_scores
+
+    frame = famma_frame(40, 3)
+    frame["subfield"] = "equity"  # every question in one subfield
+    scores = score_samples(frame, benchmark="famma", n_bootstrap=0)
+    console = Console(file=io.StringIO(), width=100)
+    print_scores(scores, console)
+    text = console.file.getvalue()
+    g = scores["breakdowns"]["subfield"]["equity"]
+    assert "by subfield (×100)" not in text
+    assert f"by subfield: one group, equity (n 40, accuracy {100 * g['accuracy']:.2f} [" in text
+    assert "by language (×100)" in text  # the others keep their tables
+
+
+def test_a_run_of_agent_items_only_prints_no_table_of_dashes():
+    """`--domain agent`: no objective item, so no headline table of '—' with n = 0; the agent part
+    with its n, F2 and CIs instead."""
+    import pandas as pd
+    from rich.console import Console
+    from test_parts import agent_rows
+
+    from finbench.scoring import score_samples
+    from finbench.scoring.commands import print_scores
+
+    scores = score_samples(pd.DataFrame(agent_rows(6, 1)), benchmark="finmtm", n_bootstrap=100)
+    console = Console(file=io.StringIO(), width=100)
+    print_scores(scores, console, verbose=False)
+    text = console.file.getvalue()
+    assert "—" not in text and "n = 0" not in text
+    assert "no item of this run is scored by this rule" in text
+    assert "tool F2 ×100" in text and f"{100 * scores['agent']['f2']:.2f}" in text and "6 of 6 scored" in text

@@ -1,0 +1,74 @@
+"""`finbench demo --benchmark famma|finmtm`: one command, offline, a tiny random model and synthetic
+data written into the run folder in the benchmark's real layout; every part of the score shows up
+in the console, report.html and report.md (FinMTM: objective, dialogue judged by the same tiny
+model, agent with F2)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+from helpers import ENV
+from helpers import run_cli as finbench
+
+LAST = re.compile(r"^tiny-qwen2\.5-vl · (\w+) · constrained · .+ · n \d+ · \d+ errors?$")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("home")
+
+
+@pytest.mark.slow
+def test_the_finmtm_demo_shows_objective_dialogue_agent_and_f2(home, tmp_path):
+    out = tmp_path / "demo-finmtm"
+    started = time.perf_counter()
+    done = finbench("demo", "--benchmark", "finmtm", "--out", str(out), "--no-progress",
+                    env={**ENV, "FINBENCH_HOME": str(home), "COLUMNS": "120"})
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = next((out / "data").iterdir())
+    assert {p.name for p in data.iterdir()} >= {"OQ", "MTQA", "Agent"} and (data / "OQ" / "SC.jsonl").is_file()
+    results = json.loads((out / "results.json").read_text())
+    scores = results["scores"]
+    assert results["config"]["judge"] == str(home / "tiny-qwen2.5-vl")  # the demo's own tiny model judges
+    assert scores["dialogue"]["n_judged"] == scores["dialogue"]["n"] == 8
+    assert scores["agent"]["n_scored"] == 6 and scores["agent"]["f2"] is not None and "f2" in scores["agent"]["ci"]
+    for part in ("FinMTM dialogue sessions", "FinMTM agent items", "tool F2 ×100", "final = (0.5·turn + 0.5·session)×10"):
+        assert part in done.stdout, part
+        assert part in (out / "report.md").read_text() and part in (out / "report.html").read_text()
+    assert "RANDOM-WEIGHT" in done.stdout
+    last = done.stdout.strip().splitlines()[-1]
+    assert LAST.match(last) and " · finmtm · " in last, last
+    assert elapsed < 180, f"the FinMTM demo took {elapsed:.0f} s"
+    checked = finbench("data", "check", "--benchmark", "finmtm", str(data))
+    assert checked.returncode == 0, checked.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_the_famma_demo_runs_offline_with_every_breakdown(home, tmp_path):
+    out = tmp_path / "demo-famma"
+    done = finbench("demo", "--benchmark", "famma", "--out", str(out), "--no-progress", "--verbose-tables",
+                    env={**ENV, "FINBENCH_HOME": str(home), "COLUMNS": "120"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (data,) = (out / "data").rglob("release_basic.parquet")
+    results = json.loads((out / "results.json").read_text())
+    scores = results["scores"]
+    # the live question without an answer is generated and stored, not scored (the masked one is decoded)
+    assert scores["n_unscored"] == 1 and scores["n"] == results["n_questions"] - 1
+    markdown = (out / "report.md").read_text()
+    for column, groups in scores["breakdowns"].items():  # every FAMMA breakdown, with n and a Wilson CI
+        assert f"by {column} (×100)" in done.stdout and f"## By {column}" in markdown
+        for g in groups.values():
+            assert g["ci"]["method"] == "wilson"
+    assert "95% CI (Wilson) ×100" in markdown and "language×difficulty" in markdown
+    assert LAST.match(done.stdout.strip().splitlines()[-1]) and " · famma · " in done.stdout.strip().splitlines()[-1]
+    assert finbench("data", "check", "--benchmark", "famma", str(data)).returncode == 0
+
+
+def test_an_unknown_demo_is_one_line(tmp_path):
+    done = finbench("demo", "--benchmark", "finqa", "--out", str(tmp_path / "x"), env={**ENV, "FINBENCH_HOME": str(tmp_path)})
+    assert done.returncode == 2 and "the demo knows finmme, famma, finmtm" in done.stderr
+    assert not (tmp_path / "x").exists()

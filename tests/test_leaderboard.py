@@ -1,0 +1,149 @@
+"""`finbench leaderboard`: three runs → one row each (the numbers of their results.json), paired
+stars against the reference equal to an exact McNemar + Holm restated with scipy, a CSV, a
+Markdown table and a sortable HTML page checked in headless Chromium (no JS error, nothing cut at
+a plot's edge, a click on a header sorts the rows)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import shutil
+
+import pandas as pd
+import pytest
+from test_report import layout_problems, open_page, plot_borders
+from typer.testing import CliRunner
+
+from finbench.cli import app
+from finbench.runner.engine import run_benchmark
+from finbench.scoring import score_samples
+from finbench.types import RunConfig
+
+
+@pytest.fixture(scope="module")
+def three_runs(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
+    """constrained, official (other answers) and a copy whose answers were all set to the gold."""
+    root = tmp_path_factory.mktemp("board")
+    for name, protocol in (("constrained", "constrained"), ("official", "official")):
+        run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, protocol=protocol,
+                                max_new_tokens=4, dtype="float32", device="cpu", bootstrap=200,
+                                out=str(root / name)), tiny_model, show_progress=False)
+    shutil.copytree(root / "constrained", root / "gold-copy")
+    samples = pd.read_parquet(root / "gold-copy" / "samples.parquet")
+    samples["answer"], samples["correct"] = samples["gold"], 1.0
+    samples.to_parquet(root / "gold-copy" / "samples.parquet")
+    results = json.loads((root / "gold-copy" / "results.json").read_text())
+    results["scores"] = score_samples(samples, benchmark="finmme", n_bootstrap=200)
+    (root / "gold-copy" / "results.json").write_text(json.dumps(results))
+    return root, [root / "constrained", root / "official", root / "gold-copy"]
+
+
+def restated_holm_mcnemar(folders) -> list[float]:
+    """Exact McNemar (scipy binomtest on the discordant questions of the stored correctness) of
+    each run against the first, Holm's step-down over them."""
+    from scipy.stats import binomtest
+
+    correct = [pd.read_parquet(f / "samples.parquet").set_index("id")["correct"] > 0.5 for f in folders]
+    raw = []
+    for other in correct[1:]:
+        b, c = int((correct[0] & ~other).sum()), int((~correct[0] & other).sum())
+        raw.append(1.0 if b + c == 0 else binomtest(b, b + c, 0.5).pvalue)
+    order = sorted(range(len(raw)), key=lambda i: raw[i])
+    adjusted, running = [0.0] * len(raw), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(raw) - rank) * raw[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def test_one_row_per_run_with_its_numbers_and_paired_stars(three_runs):
+    from finbench.leaderboard import build
+
+    _, folders = three_runs
+    board = build(folders)
+    rows = {r["run"]: r for r in board["rows"]}
+    assert list(rows) == ["constrained", "official", "gold-copy"]
+    for folder in folders:
+        results = json.loads((folder / "results.json").read_text())
+        row, scores = rows[folder.name], results["scores"]
+        assert row["score"] == pytest.approx(100 * scores["finscore"]) and row["metric"] == "FinScore"
+        assert (row["ci_low"], row["ci_high"]) == (pytest.approx(100 * scores["ci"]["finscore"]["low"]),
+                                                   pytest.approx(100 * scores["ci"]["finscore"]["high"]))
+        assert row["accuracy"] == pytest.approx(100 * scores["accuracy"]) and row["n"] == 24
+        assert row["protocol"] == results["protocol"] and row["quant"] == "none" and row["thinking"] == "off"
+        assert row["errors"] == results["errors"]["count"]
+        assert set(row["domains"]) == set(scores["breakdowns"]["domain"])
+    holm = restated_holm_mcnemar(folders)
+    assert rows["constrained"]["reference"] == "(reference)"
+    for name, p in zip(("official", "gold-copy"), holm):
+        assert rows[name]["p_holm"] == pytest.approx(p)
+        expected = "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
+        assert rows[name]["stars"] == expected
+    assert rows["gold-copy"]["stars"] == "***"  # every answer right against a chance-level run
+    assert rows["gold-copy"]["delta"] == pytest.approx(rows["gold-copy"]["score"] - rows["constrained"]["score"])
+    assert any("different protocols" in note for note in board["notes"])
+    # another reference: the deltas are taken against it
+    again = {r["run"]: r for r in build(folders, reference=folders[2])["rows"]}
+    assert again["gold-copy"]["reference"] == "(reference)" and again["constrained"]["reference"] == "gold-copy"
+
+
+def test_the_command_writes_csv_markdown_and_a_sortable_page(three_runs, tmp_path):
+    root, folders = three_runs
+    out = [tmp_path / "board.csv", tmp_path / "board.md", tmp_path / "board.html"]
+    done = CliRunner().invoke(app, ["leaderboard", *map(str, folders), *(a for p in out for a in ("--out", str(p)))],
+                              env={"COLUMNS": "200"})
+    assert done.exit_code == 0, done.output
+    assert all(p.exists() for p in out) and "gold-copy" in done.output and "***" in done.output
+    with open(out[0], newline="") as handle:
+        lines = list(csv.DictReader(handle))
+    assert [line["run"] for line in lines] == ["constrained", "official", "gold-copy"]
+    finscore = json.loads((folders[2] / "results.json").read_text())["scores"]["finscore"]
+    assert float(lines[2]["score"]) == pytest.approx(100 * finscore, abs=1e-3) and lines[2]["stars"] == "***"
+    assert any(key.startswith("domain:") for key in lines[0])
+    assert "| gold-copy |" in out[1].read_text() and "accuracy ×100 by domain" in out[1].read_text()
+
+    page = out[2]
+    html = page.read_text()
+    assert "http://" not in html and "https://" not in html
+    dom, errors = open_page(page, tmp_path / "chromium", screenshot=tmp_path / "board.png")
+    assert errors == [] and 'data-ready="1"' in dom and dom.count('class="run-row"') == 3
+    borders = plot_borders(dom)
+    assert borders == {"finmme headline": True}
+    # a click on "score ×100" sorts the rows by score, highest first
+    clicking = tmp_path / "clicked.html"
+    clicking.write_text(html.replace("</body>", "<script>document.querySelectorAll('#leaderboard th')[7].click();"
+                                                "</script></body>"))
+    dom, errors = open_page(clicking, tmp_path / "chromium")
+    assert errors == []
+    table = re.search(r'<table id="leaderboard".*?</table>', dom, re.S).group(0)
+    order = re.findall(r'<tr class="run-row"><td class="text"><a href="[^"]*">([^<]+)</a>', table)
+    scores = {r: json.loads((root / r / "results.json").read_text())["scores"]["finscore"] for r in order}
+    assert order == sorted(order, key=lambda r: -scores[r]) and 'data-sorted="7:desc"' in table
+
+
+def test_the_leaderboard_plot_fits_with_long_run_names(three_runs):
+    from finbench.leaderboard import build
+    from finbench.report.html import leaderboard_figure
+
+    _, folders = three_runs
+    rows = build(folders)["rows"]
+    for row in rows:
+        row["run"] = f"{row['run']}-Qwen2.5-VL-7B-Instruct-8bit-think_budget-1024"
+    assert layout_problems(leaderboard_figure(rows)) == []
+
+
+def test_bad_leaderboard_input_is_one_line(three_runs, tmp_path):
+    _, folders = three_runs
+    runner = CliRunner()
+    cases = [([str(tmp_path)], "not a finbench run folder"),
+             ([str(folders[0]), "--out", str(tmp_path / "board.txt")], "the suffix says the format"),
+             ([str(folders[0]), str(folders[1]), "--reference", str(tmp_path)], "not one of the run folders"),
+             ([str(folders[0]), str(folders[0])], "named twice")]
+    for args, message in cases:
+        done = runner.invoke(app, ["leaderboard", *args])
+        assert done.exit_code == 2 and message in done.output, (args, done.output)
+    # a folder of run folders (a multi-benchmark or sweep folder) stands for the runs inside
+    from finbench.leaderboard import run_folders
+
+    assert run_folders([folders[0].parent]) == sorted(folders)
