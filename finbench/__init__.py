@@ -10,17 +10,14 @@ __version__ = "0.1.0"
 __all__ = ["benchmarks", "compare", "evaluate", "models", "scoring", "score"]
 
 
+SUBPACKAGES = ("benchmarks", "models", "scoring")
+
+
 def __getattr__(name: str):  # PEP 562: a subpackage is imported when first asked for
-    if name == "models":
-        import finbench.models as models
+    if name in SUBPACKAGES:
+        # importlib, not `import finbench.x as x`: that form looks the attribute up on this package,
+        # which re-enters here while finbench.x is still being imported (a recursion)
+        import importlib
 
-        return models
-    if name == "benchmarks":
-        import finbench.benchmarks as benchmarks
-
-        return benchmarks
-    if name == "scoring":
-        import finbench.scoring as scoring
-
-        return scoring
+        return importlib.import_module(f"finbench.{name}")
     raise AttributeError(f"module 'finbench' has no attribute {name!r}")
