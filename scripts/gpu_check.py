@@ -426,11 +426,15 @@ def quant_section(check: Check, quant: str) -> dict[str, Any]:
     `load_model(..., quant=quant)` (the path a user's checkpoint takes); its disk load time is the
     load in its projection."""
     from finbench.models import load_model
-    from finbench.models.quant import QUANT_CHOICES
+    from finbench.models.base import resolve_device
+    from finbench.models.quant import QUANT_CHOICES, quant_unavailable
 
     if quant not in QUANT_CHOICES:
         return {"skipped": f"--quant {quant} is not available in this build (models/quant.py offers "
                            f"{', '.join(QUANT_CHOICES)})"}
+    unavailable = quant_unavailable(quant, resolve_device(check.args.device))  # fp8 off an FP8 GPU, a package
+    if unavailable:
+        return {"skipped": unavailable}
     folder = check.work / "checkpoint"
     if not (folder / "config.json").exists():
         check.unpadded_model().save_pretrained(folder)

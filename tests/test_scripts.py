@@ -76,7 +76,8 @@ def test_gpu_check_sh_in_cpu_mode_writes_every_section(tmp_path):
         assert row["compared"] == 6 and row["samples_per_s"] > 0, name
         if name != "quant-8bit":  # exact levers: the reference's answers (fp32)
             assert row["answers_equal"] == 6 and row["max_option_prob_diff"] <= 1e-4, (name, row)
-    assert "not available in this build" in ab["quant-fp8"]["skipped"]
+    # fp8 is built (models/fp8.py) but needs an FP8 GPU: the CPU row says why, it never fakes a figure
+    assert "--quant fp8" in ab["quant-fp8"]["skipped"] and "samples_per_s" not in ab["quant-fp8"]
     if compile_unavailable(torch.device("cpu")) is None:
         assert ab["compile-vision"]["compiled"] == ["Qwen2_5_VLVisionBlock"] and ab["compile-vision"]["compile_s"] > 0
         assert "Qwen2MLP" in ab["compile-lm"]["compiled"] and "Qwen2_5_VLVisionBlock" not in ab["compile-lm"]["compiled"]
