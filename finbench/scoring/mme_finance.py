@@ -1,0 +1,104 @@
+"""MME-Finance scoring, restated from HiThink-Research/MME-Finance @ 70f146b (the authors'
+VLMEvalKit fork): `MMfin_acc` and `MMfin_Binary.evaluate`.
+
+- Open items (`kind` open): the judge's 0–5 score (`judge_score`); the headline `score` is the
+  mean over the judged items / 5 (the fork reports mean × 20, the same number ×100), and the
+  breakdowns by task category, image type and image style are the fork's three tables. An item
+  with a per-sample error scores 0. Items without a judge score (no `--judge`) are not scored and
+  are counted (`n_unjudged`).
+- Binary items (`kind` single, options 是/否 or Yes/No): the prediction and the answer compared
+  exactly after stripping "。" only (quirk kept: whitespace is not stripped); a constrained answer
+  (a letter) is read as its option's text first. `binary_accuracy` = correct / total; `binary_f1`
+  = 2·TP / (2·TP + FP + FN) with the positive class 是/Yes, where (quirk kept) FN counts only
+  predictions that are exactly the negative answer, so an unreadable prediction of a positive item
+  is neither TP nor FN.
+`correct` (for McNemar and flips) is binary correctness, and full marks (5) for open items.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
+from finbench.types import OPEN, OPTION_LETTERS
+
+LABEL = "MME-Finance (judge score ×20 for open items; binary accuracy and F1), HiThink-Research/MME-Finance"
+FULL_MARKS = 5.0
+STRIP = "。"
+POSITIVE = ("是", "Yes")
+CHANNELS = ("open", "grade", "binary", "binary_correct", "tp", "fp", "fn")
+
+
+def _binary_texts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(prediction, truth) texts of every row as the fork compares them: letters read as their
+    option's text, then "。" stripped from both ends."""
+    answers, golds = str_column(df, "answer"), str_column(df, "gold")
+    options = df["options"].tolist() if "options" in df.columns else [[]] * len(df)
+
+    def as_text(value: str, row_options: Any) -> str:
+        opts = list(row_options) if isinstance(row_options, (list, tuple, np.ndarray)) else []
+        if len(value) == 1 and value in OPTION_LETTERS[:len(opts)]:
+            return str(opts[OPTION_LETTERS.index(value)])
+        return value
+
+    predicted = np.array([as_text(a, o).strip(STRIP) for a, o in zip(answers, options)], dtype=object)
+    truth = np.array([as_text(g, o).strip(STRIP) for g, o in zip(golds, options)], dtype=object)
+    return predicted, truth
+
+
+def statistics(sums: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Segment sums [..., S, 7] (one segment) → the three headline numbers."""
+    total = sums.sum(-2)
+    open_n, grade, binary_n, right, tp, fp, fn = total.unbind(-1)
+    f1_denominator = 2 * tp + fp + fn
+    return {"score": grade / open_n, "binary_accuracy": right / binary_n,
+            "binary_f1": torch.where(f1_denominator > 0, 2 * tp / f1_denominator.clamp(min=1), torch.zeros_like(tp))
+            .where(binary_n > 0, torch.full_like(tp, float("nan")))}
+
+
+def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch.device = "cpu") -> ScoreTable:
+    kind = str_column(df, "kind")
+    has_error = error_mask(df)
+    grade = np.where(has_error, 0.0, float_column(df, "judge_score"))
+    is_open = kind == OPEN
+    judged = is_open & ~np.isnan(grade)
+    binary = ~is_open
+    rows = np.flatnonzero(judged | binary)
+    sub = df.iloc[rows]
+    predicted, truth = _binary_texts(sub)
+    sub_binary, sub_error = binary[rows], has_error[rows]
+    right = sub_binary & ~sub_error & (predicted == truth)
+    positive = np.isin(truth, POSITIVE)
+    says_positive = ~sub_error & np.isin(predicted, POSITIVE)
+    says_negative = ~sub_error & np.isin(predicted, ("否", "No"))
+    sub_grade = np.nan_to_num(grade[rows], nan=0.0) / FULL_MARKS
+    values = np.stack([judged[rows], np.where(judged[rows], sub_grade, 0.0), sub_binary, right,
+                       sub_binary & says_positive & positive, sub_binary & says_positive & ~positive,
+                       sub_binary & says_negative & positive], axis=1).astype(np.float64)
+    dev = torch.device(device)
+    score = torch.from_numpy(np.where(sub_binary, right.astype(np.float64), sub_grade)).to(dev)
+    correct = torch.from_numpy(np.where(sub_binary, right, sub_grade >= 1.0).astype(np.float64)).to(dev)
+    n_unjudged = int((is_open & np.isnan(grade)).sum())
+    notes = [f"{n_unjudged} open items have no judge score (run with --judge, a vision-language model, "
+             "to score them): generated, stored, not scored"] if n_unjudged else []
+    headline = tuple(name for name, present in (("score", judged.any()), ("binary_accuracy", binary.any()),
+                                                ("binary_f1", binary.any())) if present) or ("score",)
+    return ScoreTable(ids=str_column(sub, "id"), correct=correct, score=score, values=torch.from_numpy(values).to(dev),
+                      segments=torch.zeros(len(sub), dtype=torch.int64, device=dev), n_segments=1,
+                      statistic=statistics, headline=headline, primary=headline[0],
+                      info={"label": LABEL, "rows": rows, "n_unjudged": n_unjudged, "notes": notes,
+                            "n_errors": int(has_error[rows].sum()), "n_open": int(judged.sum()),
+                            "n_binary": int(binary.sum())})
+
+
+def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> dict[str, Any]:
+    score = estimates.get("score")
+    return {"score_x20": score * 100 if score is not None else None, "n_open": table.info["n_open"],
+            "n_binary": table.info["n_binary"], "n_unjudged": table.info["n_unjudged"]}
+
+
+SCORER = Scorer(build_table=build_table, summary=summary)

@@ -1,0 +1,152 @@
+"""MME-Finance: the loader on the official layout (and broken inputs), the official prompts and
+judge rules restated by hand, the scorer on hand-computed cases, and a run through the CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from finbench.benchmarks import mme_finance
+from finbench.cli import app
+from finbench.offline import mme_finance_synthetic as synthetic
+from finbench.scoring import score_samples
+from finbench.types import OPEN, SINGLE, Prediction
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return synthetic.write_folder(tmp_path_factory.mktemp("mmfin"))
+
+
+def test_the_official_layout_loads_all_three_sets(folder):
+    questions = mme_finance.load_questions(folder)
+    sets = pd.Series([q.meta["set"] for q in questions]).value_counts().to_dict()
+    assert sets == {"MMfin": 8, "MMfin_CN": 8, "MMfin_Binary": 6}
+    assert all(q.error is None for q in questions)
+    binary = [q for q in questions if q.meta["set"] == "MMfin_Binary"]
+    assert all(q.kind == SINGLE and q.options == ("是", "否") and q.gold in ("A", "B") for q in binary)
+    assert {q.meta["language"] for q in questions if q.meta["set"] == "MMfin_CN"} == {"zh"}
+    opened = [q for q in questions if q.kind == OPEN]
+    assert all(q.images and q.images[0].startswith(b"\x89PNG") for q in opened)
+    assert len({q.id for q in questions}) == len(questions)  # ids carry the set: no clash between sets
+
+
+def _write_tsv(path, rows):
+    pd.DataFrame(rows).to_csv(path, sep="\t", index=False)
+    return path
+
+
+def test_base64_images_and_broken_records_each_become_that_row_s_error(folder, tmp_path):
+    png = (folder / "images" / "MMfin" / "mmfin_000.png").read_bytes()
+    good = {"index": 1, "image": base64.b64encode(png).decode(), "question": "Q?", "answer": "42",
+            "task_category": "OCR", "image_type": "Table", "image_style": "Computer Screenshot", "background": ""}
+    rows = [good,
+            {**good, "index": 2, "question": ""},
+            {**good, "index": 3, "image": "", "image_path": "missing.png"},
+            {**good, "index": 4, "image": "", "image_path": "../../etc/passwd"},
+            {**good, "index": 5, "image": "!" * 80},
+            {**good, "index": 6, "answer": ""},
+            {**good, "index": 7, "image": "", "image_path": "['a.png'"}]
+    questions = {q.id: q for q in mme_finance.load_questions(_write_tsv(tmp_path / "MMfin.tsv", rows))}
+    assert questions["MMfin-1"].error is None and questions["MMfin-1"].images == (png,)
+    expected = {"MMfin-2": "question is empty", "MMfin-3": "not found", "MMfin-4": "climbs out",
+                "MMfin-5": "not base64", "MMfin-6": "answer is empty", "MMfin-7": "neither a path nor a list"}
+    for qid, needle in expected.items():
+        assert needle in (questions[qid].error or ""), (qid, questions[qid].error)
+    binary = _write_tsv(tmp_path / "MMfin_Binary.tsv", [{**good, "answer": "也许"}])
+    assert "not one of" in mme_finance.load_questions(binary)[0].error
+
+
+def test_the_official_answer_prompt_restated(folder):
+    """MMfin.build_prompt for an OCR item with a background, written out by hand ("/n" is the
+    fork's own, a slash and an n)."""
+    question = next(q for q in mme_finance.load_questions(folder)
+                    if q.meta["set"] == "MMfin" and q.meta["task_category"] == "OCR" and q.fields["background"])
+    expected = ("You are a financial expert who is well-versed in various financial charts and has extensive "
+                "financial knowledge. Now you are given a image and corresponding question. Please answer this "
+                f"question./nThis is question: {question.text}/nHere are the answer requirements: The answer should "
+                "conduct an Optical Character Recognition (OCR) analysis on the content asked about. Just answer the "
+                "question with a single word or phrase if possible. No irrelevant information should be included.\n"
+                f"This is background: {question.fields['background']}")
+    assert mme_finance.official_text(question) == expected
+    request = mme_finance.request(question, "official")
+    content = request.prompt.messages[0]["content"]
+    assert [p["type"] for p in content] == ["image", "text"] and content[1]["text"] == expected
+    assert request.max_new_tokens == 2048 and request == mme_finance.request(question, "constrained")
+    zh = next(q for q in mme_finance.load_questions(folder) if q.meta["set"] == "MMfin_CN")
+    assert mme_finance.official_text(zh).startswith("你是一位精通各种金融图表且拥有广泛金融知识的金融专家。现在给你一张图像和相应的问题。"
+                                                     "请回答这个问题。/n这是问题：" + zh.text + "/n这是答案的一些要求：")
+
+
+def test_binary_items_are_the_bare_question_officially_and_letters_constrained(folder):
+    question = next(q for q in mme_finance.load_questions(folder) if q.meta["set"] == "MMfin_Binary")
+    official = mme_finance.request(question, "official")
+    assert official.prompt.messages[0]["content"] == [{"type": "image"}, {"type": "text", "text": question.text}]
+    constrained = mme_finance.request(question, "constrained")
+    assert constrained.n_options == 2 and constrained.prompt.answer_prefix == "Answer:"
+    assert "A. 是\nB. 否\n" in constrained.prompt.messages[0]["content"][-1]["text"]
+
+
+def test_the_judge_prompt_and_reply_rules_restated(folder):
+    question = next(q for q in mme_finance.load_questions(folder)
+                    if q.meta["set"] == "MMfin" and q.meta["task_category"] == "Entity Recognition")
+    text = mme_finance.judge_prompt_text(question, "Q1, Q2")
+    assert text.startswith("\nYou are a financial expert who is well-versed in various financial charts")
+    assert "\nThis is an objective question. Please give a score:" in text
+    assert "Here are the prediction requirements: The answer should  contain recognition results" in text
+    assert "What sections are included in this document?" in text  # the category's first worked example
+    assert text.endswith(f"\n{question.text} | Q1 <AND> Q2 <AND> Q3 <AND> Q4 | Q1, Q2 | ")
+    [request] = mme_finance.judge_requests(question, Prediction(id=question.id, answer="Q1, Q2"))
+    assert [p["type"] for p in request.prompt.messages[0]["content"]] == ["text", "image"]  # the judge sees it
+    assert request.prompt.images == (0,) and request.max_new_tokens == 3
+    binary = next(q for q in mme_finance.load_questions(folder) if q.kind == SINGLE)
+    assert mme_finance.judge_requests(binary, Prediction(id=binary.id, answer="A")) == []
+    for reply, score in [("5", 5), (" 3\n", 3), ("Score: 4", 4), ("7", None), ("10 then 2", 2), ("", None),
+                         ("-1", None), ("correctness 6 or 0", 0)]:
+        assert mme_finance.judge_score(reply) == score, reply
+    assert mme_finance.read_judgement(question, None, ["7"]) == (0.0, {"score": None, "parsed": False})
+
+
+def test_scores_restated_on_hand_computed_cases():
+    rows = [  # open: judged 5 and 3, an error (scores 0), one unjudged (left out)
+        {"id": "o1", "kind": OPEN, "gold": "x", "answer": "x", "judge_score": 5.0, "error": "", "task_category": "OCR"},
+        {"id": "o2", "kind": OPEN, "gold": "x", "answer": "y", "judge_score": 3.0, "error": "", "task_category": "OCR"},
+        {"id": "o3", "kind": OPEN, "gold": "x", "answer": "", "judge_score": math.nan, "error": "model error: boom",
+         "task_category": "Image Caption"},
+        {"id": "o4", "kind": OPEN, "gold": "x", "answer": "z", "judge_score": math.nan, "error": "",
+         "task_category": "Image Caption"},
+    ]
+    binary = [("A", "A"), ("B", "A"), ("A", "B"), ("B", "是\n"), ("A", "是。")]  # (gold letter, answer)
+    rows += [{"id": f"b{k}", "kind": SINGLE, "gold": g, "answer": a, "options": ["是", "否"], "judge_score": math.nan,
+              "error": "", "task_category": "Binary"} for k, (g, a) in enumerate(binary)]
+    out = score_samples(pd.DataFrame(rows), benchmark="mme-finance")
+    assert out["score"] == pytest.approx((5 + 3 + 0) / 3 / 5) and out["score_x20"] == pytest.approx(53.3333, abs=1e-3)
+    assert out["n_unjudged"] == 1 and any("no judge score" in n for n in out["notes"])
+    # truths 是 否 是 否 是; predictions 是 是 否 "是\n" (not stripped: neither) 是 ("。" stripped)
+    assert out["binary_accuracy"] == pytest.approx(2 / 5)
+    tp, fp, fn = 2, 1, 1  # b0, b4 | b1 | b2 (b3's "是\n" counts nowhere)
+    assert out["binary_f1"] == pytest.approx(2 * tp / (2 * tp + fp + fn))
+    assert out["breakdowns"]["task_category"]["OCR"]["score"] == pytest.approx(0.8)
+
+
+def test_benchmarks_lists_mme_finance_and_a_run_through_the_cli(tiny_qwen_dir, folder, tmp_path):
+    listed = CliRunner().invoke(app, ["benchmarks"])
+    assert listed.exit_code == 0 and "mme-finance" in listed.output and "MME-Finance" in listed.output
+    out = tmp_path / "run"
+    done = CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--benchmark", "mme-finance", "--data",
+                                    str(folder), "--out", str(out), "--dtype", "float32", "--device", "cpu",
+                                    "--max-new-tokens", "4", "--bootstrap", "20", "--no-progress"])
+    assert done.exit_code == 0, done.output
+    results = json.loads((out / "results.json").read_text())
+    samples = pd.read_parquet(out / "samples.parquet")
+    assert results["errors"]["count"] == 0 and len(samples) == 22
+    binary = samples[samples["kind"] == SINGLE]
+    assert binary["answer"].isin(["A", "B"]).all() and (binary["option_probs"].map(len) == 2).all()
+    assert (samples.loc[samples["kind"] == OPEN, "n_generated_tokens"] <= 4).all()
+    assert results["scores"]["n_binary"] == 6 and results["scores"]["n_unjudged"] == 16
+    assert results["scores"]["binary_accuracy"] == pytest.approx((binary["answer"] == binary["gold"]).mean())
