@@ -97,8 +97,11 @@ def run(
     seed: int = typer.Option(0, help="Seed of the bootstrap and of sampled generation."),
     think_budget: int = typer.Option(0, help="Thinking models: reasoning tokens before the constrained answer "
                                      "(0 = none; a thinking checkpoint then closes its block at once)."),
-    judge: Optional[str] = typer.Option(None, help="Local chat model (folder or hub id) that judges open answers "
-                                        "(FAMMA open questions, FinMTM sessions); its verdicts are cached."),
+    judge: Optional[str] = typer.Option(None, help="Local model (folder or hub id) that judges open answers (FAMMA "
+                                        "open questions, FinMTM sessions, MME-Finance): a vision-language model is "
+                                        "shown the images the official judge sees; its verdicts are cached."),
+    judge_max_new_tokens: Optional[int] = typer.Option(None, help="The judge's reply budget (default: each "
+                                                       "benchmark's official one: FAMMA 64, FinMTM 4096, MME-Finance 3)."),
     revision: Optional[str] = typer.Option(None, help="Hub branch, tag or commit of --model (in the cache key)."),
     trust_remote_code: bool = typer.Option(False, help="Allow the checkpoint's own Python code to run (off: "
                                            "nothing remote runs)."),
@@ -146,7 +149,8 @@ def run(
                        cache=cache, device_preprocess=device_preprocess, device_map=device_map,
                        compile_vision=compile_vision, compile_lm=compile_lm, profile=profile, fast_paths=fast_paths,
                        bootstrap=bootstrap, seed=seed,
-                       think_budget=think_budget, judge=judge, revision=revision, trust_remote_code=trust_remote_code,
+                       think_budget=think_budget, judge=judge, judge_max_new_tokens=judge_max_new_tokens, revision=revision,
+                       trust_remote_code=trust_remote_code,
                        attn_implementation=attn_implementation, chat_template=chat_template,
                        system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(gen_kwargs), log_prompts=log_prompts)
     except ValueError as err:
@@ -294,12 +298,13 @@ def _run_and_report(work, verbose_tables: bool = False, notice: str | None = Non
 
 @app.command()
 def demo(
-    benchmark: str = typer.Option("finmme", help="finmme, famma or finmtm: synthetic data in that benchmark's "
-                                  "own on-disk format."),
+    benchmark: str = typer.Option("finmme", help="finmme, famma, finmtm or mme-finance: synthetic data in that "
+                                  "benchmark's own on-disk format."),
     out: Optional[str] = typer.Option(None, help="Run folder (default runs/demo for FinMME, runs/demo-BENCHMARK "
                                       "otherwise; FAMMA's and FinMTM's data are written into OUT/data)."),
     n_items: Optional[int] = typer.Option(None, help="How much synthetic data: FinMME items (72), FAMMA main "
-                                          "questions of two sub-questions (12), FinMTM objective items per file (12)."),
+                                          "questions of two sub-questions (12), FinMTM objective items per file (12), "
+                                          "MME-Finance open questions per language (8)."),
     batch_size: int = typer.Option(8, help="Rows per batch."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, help="Show every library warning and log line."),
@@ -309,13 +314,13 @@ def demo(
     """Build (once) a tiny random Qwen2.5-VL and synthetic data of a benchmark, then run the whole
     path offline: data loading, preprocessing, decoding, cache, judging, scoring, reports."""
     from finbench.api import evaluate
-    from finbench.offline.demo import DEMOS, demo_data, demo_options
+    from finbench.offline.demo import demo_data, demo_options, demos
     from finbench.offline.tiny import make_tiny
 
     _configure_output(progress, verbose)
     benchmark = benchmark.strip().lower()
-    if benchmark not in DEMOS:
-        _fail(f"--benchmark {benchmark}: the demo knows {', '.join(DEMOS)}")
+    if benchmark not in demos():
+        _fail(f"--benchmark {benchmark}: the demo knows {', '.join(demos())}")
     if n_items is not None and n_items < 1:
         _fail(f"--n-items {n_items}: expected a positive number of synthetic items")
     out = out or ("runs/demo" if benchmark == "finmme" else f"runs/demo-{benchmark}")

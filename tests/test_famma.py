@@ -248,12 +248,15 @@ def test_judge_prompt_is_the_official_one_without_options():
                        meta={"question_type": "multiple-choice"},
                        fields={"gold_text": "A", "context": "ctx", "raw_options": "['x', 'y']"})
     official_reply = '{"q1": {"answer": "x", "explanation": "because"}}'
-    prompts = famma.judge_prompts(q, Prediction(id="q1", answer="x", generated_text=official_reply))
+    requests = famma.judge_requests(q, Prediction(id="q1", answer="x", generated_text=official_reply))
+    prompts = [r.prompt.messages[0]["content"][-1]["text"] for r in requests]
+    assert [r.prompt.images for r in requests] == [()]  # the official judge is called without images
+    assert requests[0].max_new_tokens == famma.JUDGE_MAX_NEW_TOKENS
     assert len(prompts) == 1 and "'student_answer': 'x'" in prompts[0] and "'ground_truth': 'A'" in prompts[0]
     assert "'student_explanation': 'because'" in prompts[0] and "['x', 'y']" not in prompts[0]  # the quirk
-    assert famma.judge_prompts(q, Prediction(id="q1", answer="A")) == []  # constrained letters: exact match
+    assert famma.judge_requests(q, Prediction(id="q1", answer="A")) == []  # constrained letters: exact match
     unanswered = famma.Question(id="q2", benchmark="famma", kind=OPEN, text="?", fields={"gold_text": ""})
-    assert famma.judge_prompts(unanswered, Prediction(id="q2", answer="x", generated_text="x")) == []
+    assert famma.judge_requests(unanswered, Prediction(id="q2", answer="x", generated_text="x")) == []
 
 
 @pytest.mark.slow

@@ -237,7 +237,11 @@ def restated_dialogue(turn_dims: list[list[float]], checklist: list[float]) -> f
 def test_judge_replies_score_as_the_official_metrics(fixture_dir):
     session = by_id(finmtm.load_questions(fixture_dir))["s1"]
     prediction = Prediction(id="s1", answer="", generated_text=json.dumps(["120", "20%", "15%"]))
-    prompts = finmtm.judge_prompts(session, prediction)
+    requests = finmtm.judge_requests(session, prediction)
+    prompts = [r.prompt.messages[0]["content"][-1]["text"] for r in requests]
+    # the official client sends the session's images first, then the text (judge/MTQA)
+    assert all(r.prompt.images == (0, 1) and [c["type"] for c in r.prompt.messages[0]["content"]] ==
+               ["image", "image", "text"] and r.max_new_tokens == 4096 for r in requests)
     assert len(prompts) == 4 and "Ground Truth: 20%" in prompts[1] and "T1答：120" in prompts[1]
     assert "Multi_Step_Numerical_Calculation" in prompts[-1]
     dims = [[8, 7, 9, 6, 5], [12, -1, 5, 5, 5], [10, 10, 10, 10, 10]]

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from finbench.benchmarks import famma
+from finbench.models.contract import Capabilities
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
 from finbench.runner.judge import judge_run
@@ -19,6 +20,8 @@ from finbench.types import OPEN, Prediction, Question
 class FakeJudge:
     """Replies 'correct' to prompts whose student answer is 'right'; counts its calls."""
 
+    capabilities = Capabilities(sees_images=False)
+
     def __init__(self, fail_on: str | None = None) -> None:
         self.prompts: list[str] = []
         self.fail_on = fail_on
@@ -27,7 +30,7 @@ class FakeJudge:
         return {"fake": 1}
 
     def prepare(self, requests):
-        return [r.messages[0]["content"][0]["text"] for r in requests]
+        return [r.messages[0]["content"][-1]["text"] for r in requests]
 
     def to_device(self, inputs):
         return inputs
@@ -55,14 +58,14 @@ def test_verdicts_are_cached_and_a_changed_answer_is_judged_again(tmp_path):
                    2: Prediction(id="c", answer="x", generated_text="x")}
     cache = PredictionCache(tmp_path / "cache.sqlite")
     judge = FakeJudge()
-    first = judge_run(famma, questions, predictions, judge, cache, "fake")
+    first = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
     assert first.columns["judge_score"][:2] == [1.0, 0.0] and first.columns["judge_output"][2] == ""
     assert first.summary["n_computed"] == 2 and len(judge.prompts) == 2  # no gold: not judged
-    again = judge_run(famma, questions, predictions, judge, cache, "fake")
+    again = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
     assert again.summary["n_cached"] == 2 and again.summary["n_computed"] == 0 and len(judge.prompts) == 2
     assert again.columns["judge_output"] == first.columns["judge_output"]
     predictions[1] = Prediction(id="b", answer="right", generated_text="right")
-    changed = judge_run(famma, questions, predictions, judge, cache, "fake")
+    changed = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
     assert changed.summary["n_computed"] == 1 and changed.columns["judge_score"][1] == 1.0
     cache.close()
 
@@ -71,7 +74,7 @@ def test_a_failing_judge_is_a_per_sample_error(tmp_path):
     questions = [open_question("a"), open_question("b")]
     predictions = {0: Prediction(id="a", answer="right", generated_text="right"),
                    1: Prediction(id="b", answer="boom", generated_text="boom")}
-    judged = judge_run(famma, questions, predictions, FakeJudge(fail_on="boom"), None, "fake")
+    judged = judge_run(famma.BENCHMARK, questions, predictions, FakeJudge(fail_on="boom"), None, "fake")
     details = [json.loads(d) if d else {} for d in judged.columns["judge_details"]]
     # one batch holds both: both fail, both keep the error, neither gets a score
     assert all("judge exploded" in d.get("error", "") for d in details)
@@ -137,10 +140,88 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     judge = load_judge(str(tmp_path / "judge"), dtype="float32", device="cpu")
     assert isinstance(judge, TextChatModel)
     question = open_question("a", gold="5")
-    judged = judge_run(famma, [question], {0: Prediction(id="a", answer="5", generated_text="5")}, judge, None,
-                       "text", max_new_tokens=4)
+    judged = judge_run(famma.BENCHMARK, [question], {0: Prediction(id="a", answer="5", generated_text="5")}, judge,
+                       None, "text", max_new_tokens=4)
     reply = json.loads(judged.columns["judge_output"][0])[0]
     parsed = famma._lenient_json(reply)
     value = parsed.get("a") if isinstance(parsed, dict) else None
     assert judged.columns["judge_score"][0] == float(value == "correct" or value is True)
     assert judged.columns["rule_score"][0] == 1.0 and judged.summary["n_computed"] == 1
+
+
+def _recording(model, monkeypatch):
+    """The ModelRequests `model.prepare` is given (the judge shares the tiny model's adapter)."""
+    seen = []
+    original = model.prepare
+
+    def prepare(requests):
+        seen.extend(requests)
+        return original(requests)
+
+    monkeypatch.setattr(model, "prepare", prepare)
+    return seen
+
+
+@pytest.mark.slow
+def test_a_vision_language_judge_is_shown_the_session_images_and_its_verdicts_are_cached(
+        tiny_model, tiny_qwen_dir, tmp_path, monkeypatch):
+    """FinMTM's official judge sees the session's images: a --judge VLM gets each turn-judge and
+    session-judge prompt with them (images first, as the official client sends them), keyed by the
+    judge's fingerprint and the request with its images; a rerun computes nothing."""
+    from test_finmtm import write_fixtures
+
+    from finbench.runner.engine import run_benchmark
+    from finbench.runner.preprocess import decode_images
+    from finbench.types import RunConfig
+
+    write_fixtures(tmp_path / "data")
+    seen = _recording(tiny_model, monkeypatch)
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(tmp_path / "data"),
+                       out=str(tmp_path / "run"), device="cpu", dtype="float32", max_new_tokens=3,
+                       judge=str(tiny_qwen_dir), judge_max_new_tokens=4, bootstrap=0)
+    first = run_benchmark(config, tiny_model, show_progress=False)
+    judged = [r for r in seen if "Senior Financial Auditor" in r.messages[0]["content"][-1]["text"]
+              or "SESSION level" in r.messages[0]["content"][-1]["text"]]
+    sessions = {q.id: q for q in __import__("finbench.benchmarks.finmtm", fromlist=["x"]).load_questions(
+        tmp_path / "data") if q.meta.get("task") == "dialogue" and not q.error}
+    assert len(judged) == sum(len(q.fields["turns"]) + 1 for q in sessions.values())  # every turn, then the session
+    two_images = [tuple(im.size for im in decode_images(sessions["s1"]))]
+    for request in judged:
+        parts = [p["type"] for p in request.messages[0]["content"]]
+        assert parts == ["image"] * len(request.images) + ["text"] and request.images  # shown, images first
+    assert two_images[0] in {tuple(im.size for im in r.images) for r in judged}
+    summary = first.results["judge"]
+    assert summary["sees_images"] and summary["n_shown_images"] == len(sessions) and "text_only" not in summary
+    assert summary["n_computed"] == summary["n_calls"] == len(judged)
+    seen.clear()
+    again = run_benchmark(config, tiny_model, show_progress=False)
+    assert again.results["judge"]["n_cached"] == len(judged) and again.results["judge"]["n_computed"] == 0
+    assert seen == []  # nothing prepared at all: answers and verdicts from the cache
+
+
+def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
+    """A judge that declares no images gets the same requests without their image parts; the
+    rows and the summary say so (the verdict is not the official, image-seeing one)."""
+    from test_finmtm import write_fixtures
+
+    from finbench.benchmarks import finmtm
+
+    write_fixtures(tmp_path / "data")
+    session = next(q for q in finmtm.load_questions(tmp_path / "data") if q.id == "s1")
+    replies = json.dumps(["120", "20%", "15%"])
+
+    class TextJudge(FakeJudge):
+        def prepare(self, requests):
+            self.requests = list(requests)
+            return [r.messages[0]["content"][-1]["text"] for r in requests]
+
+        def generate(self, prompts, max_new_tokens):
+            return ["{}"] * len(prompts), [1] * len(prompts)
+
+    judge = TextJudge()
+    judged = judge_run(finmtm.BENCHMARK, [session], {0: Prediction(id="s1", answer=replies, generated_text=replies)},
+                       judge, None, "text", max_new_tokens=4)
+    assert judge.requests and all(r.images == () for r in judge.requests)
+    assert all(p["type"] == "text" for r in judge.requests for p in r.messages[0]["content"])
+    assert "text_only" in judged.summary and not judged.summary["sees_images"]
+    assert "not shown" in json.loads(judged.columns["judge_details"][0])["text_only"]

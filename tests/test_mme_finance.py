@@ -150,3 +150,43 @@ def test_benchmarks_lists_mme_finance_and_a_run_through_the_cli(tiny_qwen_dir, f
     assert (samples.loc[samples["kind"] == OPEN, "n_generated_tokens"] <= 4).all()
     assert results["scores"]["n_binary"] == 6 and results["scores"]["n_unjudged"] == 16
     assert results["scores"]["binary_accuracy"] == pytest.approx((binary["answer"] == binary["gold"]).mean())
+
+
+@pytest.mark.slow
+def test_the_judge_is_a_vision_language_model_shown_the_chart(tiny_model, tiny_qwen_dir, folder, tmp_path, monkeypatch):
+    """Open items are judged by the --judge VLM with the official judge prompt and the item's image
+    (text first, then the image, as the fork's judge call); scores 0–5, cached like answers."""
+    from finbench.runner.engine import run_benchmark
+    from finbench.types import RunConfig
+
+    seen = []
+    original = tiny_model.prepare
+    monkeypatch.setattr(tiny_model, "prepare", lambda requests: (seen.extend(requests), original(requests))[1])
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
+                       device="cpu", dtype="float32", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=0)
+    result = run_benchmark(config, tiny_model, show_progress=False)
+    judged = [r for r in seen if "Compare the ground truth and prediction" in r.messages[0]["content"][0].get("text", "")
+              or "比较真实答案和人工智能模型的预测结果" in r.messages[0]["content"][0].get("text", "")]
+    assert len(judged) == 16
+    assert all([p["type"] for p in r.messages[0]["content"]] == ["text", "image"] and len(r.images) == 1 for r in judged)
+    samples = result.samples
+    opened = samples[samples["kind"] == OPEN]
+    assert opened["judge_score"].isin([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]).all()
+    assert result.results["scores"]["score"] == pytest.approx(opened["judge_score"].mean() / 5)
+    assert result.results["judge"]["sees_images"] and result.results["judge"]["n_shown_images"] == 16
+    again = run_benchmark(config, tiny_model, show_progress=False)
+    assert again.results["judge"]["n_cached"] == 16 and again.results["judge"]["n_computed"] == 0
+
+
+@pytest.mark.slow
+def test_the_demo_runs_offline_with_no_errors(tmp_path):
+    from helpers import ENV, run_cli
+
+    out = tmp_path / "demo"
+    done = run_cli("demo", "--benchmark", "mme-finance", "--out", str(out), "--no-progress",
+                   env={**ENV, "FINBENCH_HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["errors"]["count"] == 0 and results["n_questions"] == 22
+    assert results["judge"]["sees_images"] and results["scores"]["n_unjudged"] == 0  # the demo judges itself
+    assert (out / "data").is_dir() and done.stdout.strip().splitlines()[-1].startswith("tiny-qwen2.5-vl · mme-finance")

@@ -10,6 +10,7 @@ judges or image transforms; nothing is ever probed with `hasattr`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from finbench.requests import Request
@@ -35,12 +36,29 @@ def no_rules(question: Question, prediction: Prediction) -> Judgement:
     return None, {}
 
 
-def no_judge_prompts(question: Question, prediction: Prediction) -> list[str]:
+def no_judge_requests(question: Question, prediction: Prediction) -> list[Request]:
     return []
 
 
 def no_judgement(question: Question, prediction: Prediction, replies: Sequence[str]) -> Judgement:
     return None, {}
+
+
+@dataclass(frozen=True)
+class Demo:
+    """`finbench demo --benchmark NAME`: `write(folder, size)` writes synthetic data in the
+    benchmark's own on-disk format under `folder` once per size (None: the default) and returns
+    the path to give `--data`. `in_home`: the data is kept in FINBENCH_HOME, shared by demo runs
+    (else OUT/data). `short_generation`: free text is generated a few tokens long (a random model's
+    text is noise); `self_judge`: the demo's tiny model is also its `--judge`, so judged parts of the
+    score are computed too, with `judge_max_new_tokens` (None: the benchmark's own)."""
+
+    write: Callable[[Path, int | None], Path]
+    sizes: str  # what --n-items counts, and its default
+    in_home: bool = False
+    short_generation: bool = True
+    self_judge: bool = False
+    judge_max_new_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,8 +71,10 @@ class Benchmark:
     - `answer(question, text, protocol)` → the answer judged, from generated text (requests of
       type Generate or Session; choice and number answers come from the constrained decoders);
     - `prepare_images(rule, images)` → the decoded images transformed by a prompt's `image_rule`;
-    - `rule_judgement`, `judge_prompts`, `read_judgement` → open answers judged by rules and by a
-      `--judge` model (its replies are read back by `read_judgement`);
+    - `rule_judgement`, `judge_requests`, `read_judgement` → open answers judged by rules and by a
+      `--judge` model: the requests (`Generate`, with the question's images where the official
+      judge sees them) it must answer, and its replies read back;
+    - `demo` → how `finbench demo --benchmark NAME` gets synthetic data in the real format;
     - `scorer` → the scoring rule (scoring/<name>.py), `group_columns` → its breakdowns."""
 
     name: str
@@ -70,11 +90,12 @@ class Benchmark:
     answer: Callable[[Question, str, str], str] = stripped_text
     prepare_images: Callable[[str, Sequence[Any]], list[Any]] = as_decoded
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
-    judge_prompts: Callable[[Question, Prediction], list[str]] = no_judge_prompts
+    judge_requests: Callable[[Question, Prediction], list[Request]] = no_judge_requests
     read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
     forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
     protocols: tuple[str, ...] = PROTOCOLS
     metrics: str = ""
+    demo: "Demo | None" = None
 
     def prompt_version_for(self, protocol: str) -> str:
         """The prompt version in the cache key: ours under `constrained`, the official one else."""

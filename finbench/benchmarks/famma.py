@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark
+from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.finmme import parse_options
 from finbench.benchmarks.records import RawRecord, as_text, local_file, missing_columns, read_table, skipped_note
 from finbench.requests import Choose, Generate, Prompt, Request, image_part, text_part, user_message
@@ -688,10 +688,11 @@ def _answer_letters(answer: str, options: Sequence[str]) -> str:
     return ""
 
 
-def judge_prompts(question: Question, prediction: Any) -> list[str]:
+def judge_requests(question: Question, prediction: Any) -> list[Request]:
     """eval_runner's judge call for one sub-question: JudgePrompt filled with the python str() of
-    the question dict (keys as eval_runner builds them). None without a gold answer, and none for
-    a constrained choice answer (canonical letters: exact match decides, see scoring/famma.py)."""
+    the question dict (keys as eval_runner builds them), text only (generate_response_from_llm is
+    called without images). None without a gold answer, and none for a constrained choice answer
+    (canonical letters: exact match decides, see scoring/famma.py)."""
     gold = question.fields.get("gold_text", "")
     answer = prediction.answer
     if not gold or question.error or (question.kind != OPEN and not prediction.generated_text):
@@ -705,7 +706,8 @@ def judge_prompts(question: Question, prediction: Any) -> list[str]:
     text = question.text + str(options) if qtype == OFFICIAL_JUDGE_OPTIONS_TYPE else question.text
     entry = {"question_id": question.id, "context": question.fields.get("context", ""), "question_type": qtype,
              "question": text, "student_answer": answer, "student_explanation": explanation, "ground_truth": gold}
-    return [fill_template(OFFICIAL_JUDGE_TEMPLATE, question=entry)]
+    return [Generate(Prompt((user_message(fill_template(OFFICIAL_JUDGE_TEMPLATE, question=entry)),)),
+                     max_new_tokens=JUDGE_MAX_NEW_TOKENS)]
 
 
 def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) -> tuple[float | None, dict[str, Any]]:
@@ -718,8 +720,16 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
     return float(value == "correct" or value is True), {"verdict": value}
 
 
+def _demo_data(folder: Path, size: int | None) -> tuple[Path, bool]:
+    """`finbench demo`'s data in this benchmark's own format (finbench/offline/famma_synthetic.py)."""
+    from finbench.offline.famma_synthetic import demo_data
+
+    return demo_data(folder, size)
+
+
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
-    judge_prompts=judge_prompts, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS)
+    judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    demo=Demo(write=_demo_data, sizes="FAMMA main questions of two sub-questions (12)"))

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark, as_decoded
+from finbench.benchmarks.base import Benchmark, Demo, as_decoded
 from finbench.benchmarks.records import RawRecord, as_text, local_file, missing_columns, read_table, skipped_note
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
 from finbench.scoring import finmme as scoring
@@ -342,9 +342,17 @@ def answer(question: Question, text: str, protocol: str) -> str:
     return extract_official(text)
 
 
+def _demo_data(folder: Path, size: int | None) -> tuple[Path, bool]:
+    """`finbench demo`'s data in this benchmark's own format (finbench/offline/finmme_synthetic.py)."""
+    from finbench.offline.finmme_synthetic import demo_data
+
+    return demo_data(folder, size)
+
+
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, prepare_images=prepare_images,
     metrics="FinScore = F × (1 − P_H) (official eval.py); F, P_H, accuracy; by domain, question type, asset class, "
-            "chart type, cognitive dimension; paper variant via `finbench score --variant paper`")
+            "chart type, cognitive dimension; paper variant via `finbench score --variant paper`",
+    demo=Demo(write=_demo_data, sizes="FinMME items (72)", in_home=True, short_generation=False))

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark
+from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.records import local_file, read_table, skipped_note
 from finbench.requests import (Choose, Generate, Prompt, Request, Session, Turn, system_message,
                                user_message)
@@ -53,6 +53,7 @@ OPEN_ENDED_SYSTEM_PROMPT = (
     "explanations unless the question explicitly requires them."
 )
 OFFICIAL_MAX_NEW_TOKENS = 4096  # the official client's max_tokens
+JUDGE_MAX_NEW_TOKENS = 4096  # judge/Agent/qwen3vl.py chat(max_tokens=4096), the MTQA judge's client
 THINK_CLOSE = "</think>"  # the official client keeps a reply's text after the first one
 BOX_MARKERS = re.compile(r"<\|begin_of_box\|>|<\|end_of_box\|>")
 JUDGE_FIELDS = ("Visual_Precision", "Financial_Logic", "Data_Accuracy", "Cross_Modal_Verification",
@@ -525,9 +526,10 @@ def replies(prediction: Any) -> list[str]:
     return [after_think(str(v)) for v in values]
 
 
-def judge_prompts(question: Question, prediction: Any) -> list[str]:
-    """Sessions: one turn-judge prompt per turn, then the session checklist prompt (text only:
-    finbench's judge does not see the images the official judge is shown)."""
+def judge_requests(question: Question, prediction: Any) -> list[Request]:
+    """Sessions: one turn-judge call per turn, then the session checklist call, each with the
+    session's images first and then the prompt, as the official client sends them
+    (judge/MTQA: `client.chat(image=image_paths, text=prompt)`, max_tokens 4096)."""
     if question.meta.get("task") != DIALOGUE:
         return []
     turns = question.fields["turns"]
@@ -543,7 +545,9 @@ def judge_prompts(question: Question, prediction: Any) -> list[str]:
                             "model_answer": a} for t, a in zip(turns, answers)], ensure_ascii=False, indent=2)
     prompts.append(SESSION_JUDGE_TEMPLATE.format(level=level, name=name, dialogue=dialogue,
                                                  checklist=",\n    ".join(f'"{i}": 0-10' for i in items)))
-    return prompts
+    images = tuple(range(len(question.images)))
+    return [Generate(Prompt((user_message(text, len(images)),), images), max_new_tokens=JUDGE_MAX_NEW_TOKENS)
+            for text in prompts]
 
 
 def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) -> tuple[float | None, dict]:
@@ -657,8 +661,17 @@ def match_calls(predicted: Sequence[Mapping], reference: Sequence[Mapping]) -> l
     return pairs
 
 
+def _demo_data(folder: Path, size: int | None) -> tuple[Path, bool]:
+    """`finbench demo`'s data in this benchmark's own format (finbench/offline/finmtm_synthetic.py)."""
+    from finbench.offline.finmtm_synthetic import demo_data
+
+    return demo_data(folder, size)
+
+
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
-    judge_prompts=judge_prompts, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS)
+    judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    demo=Demo(write=_demo_data, sizes="FinMTM objective items per file (12)", self_judge=True,
+                judge_max_new_tokens=48))

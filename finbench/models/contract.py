@@ -39,6 +39,7 @@ class Capabilities:
     pixel_budget: bool = False  # --max-pixels caps the processor's pixels per image
     chat_template: bool = True  # --chat-template replaces the checkpoint's template
     hub_options: bool = True  # --revision, --attn-implementation and --device-map apply
+    sees_images: bool = True  # takes images (a text-only --judge model does not: it is shown the text)
 
 
 def refusal(capabilities: Capabilities, family: str, *, think_budget: int = 0, quant: str = "none",

@@ -1,13 +1,15 @@
 """The `--judge` model: any local chat model that judges open answers. A vision-language checkpoint
-is loaded through its family adapter (`load_model`); a text-only causal LM through
-`TextChatModel`, which offers the part of the model contract the judge uses (`prepare`,
-`to_device`, `generate`, `fingerprint`)."""
+of any supported family (DeepSeek-VL2 included) is loaded through its family adapter
+(`load_model`) and is shown the images the benchmark's judge requests name; a text-only causal LM
+through `TextChatModel`, which offers the part of the model contract the judge uses (`prepare`,
+`to_device`, `generate`, `fingerprint`) and declares that it sees no images."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.models.contract import Capabilities
 from finbench.types import ModelRequest
 
 
@@ -25,23 +27,30 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
     if model is not None and getattr(model, "source", None) == source:
         return model
     check_judge_source(source)
+    from finbench.models import family_of, load_model
+
+    try:  # a vision-language family finbench knows (from config.json's model_type)
+        family_of(source)
+        is_vision_language = True
+    except ValueError:
+        is_vision_language = False
+    if is_vision_language:
+        return load_model(source, dtype=dtype, device=device)
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(source)
+        AutoConfig.from_pretrained(source)
     except Exception as err:  # noqa: BLE001 — offline, missing, not a model: one start-up line
         raise ValueError(f"--judge {source}: cannot load its config ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
-    if getattr(config, "vision_config", None) is not None:
-        from finbench.models import load_model
-
-        return load_model(source, dtype=dtype, device=device)
     return TextChatModel.load(source, dtype=dtype, device=device)
 
 
 class TextChatModel:
     """A text-only causal LM with the same three methods the judge uses from a model adapter:
     `prepare(requests)`, `to_device(inputs)`, `generate(inputs, max_new_tokens)`, `fingerprint()`."""
+
+    capabilities = Capabilities(sees_images=False, quantization=("none",))
 
     def __init__(self, model: Any, tokenizer: Any, source: str) -> None:
         self.model, self.tokenizer, self.source = model.eval(), tokenizer, source

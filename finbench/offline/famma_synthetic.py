@@ -207,3 +207,14 @@ def write_early_json(path: str | Path, data: Sequence[dict[str, Any]]) -> Path:
         out.append(row)
     path.write_text(json.dumps(out, ensure_ascii=False))
     return path
+
+
+def demo_data(folder: str | Path, n_main: int | None = None) -> tuple[Path, bool]:
+    """`finbench demo --benchmark famma`'s data: the edge-case records (no broken one) and N chart
+    main questions of two sub-questions (12), as FOLDER/famma-synthetic-N/release_basic.parquet."""
+    n = n_main or 12
+    path = Path(folder) / f"famma-synthetic-{n}" / "release_basic.parquet"
+    if path.exists():
+        return path, False
+    edge_cases = [r for r in records() if r["question_type"] != "true-false"]
+    return write_parquet(path, edge_cases + chart_records(n, start=len(edge_cases))), True

@@ -1029,3 +1029,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def demo_data(folder: str | Path, n_items: int | None = None) -> tuple[Path, bool]:
+    """`finbench demo`'s FinMME data: FOLDER/finmme-synthetic-N.parquet (72 items), written once."""
+    n = n_items or 72
+    path = Path(folder) / f"finmme-synthetic-{n}.parquet"
+    if path.exists():
+        return path, False
+    return write_parquet(path, n_items=n), True

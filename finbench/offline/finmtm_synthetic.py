@@ -111,3 +111,13 @@ def write_folder(folder: str | Path, n_objective: int = 12, n_sessions_per_level
 
 def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+
+
+def demo_data(folder: str | Path, n_objective: int | None = None) -> tuple[Path, bool]:
+    """`finbench demo --benchmark finmtm`'s data: FOLDER/finmtm-synthetic-N (N objective items per
+    file, 12), the hub's layout."""
+    n = n_objective or 12
+    path = Path(folder) / f"finmtm-synthetic-{n}"
+    if (path / "OQ" / "SC.jsonl").exists():
+        return path, False
+    return write_folder(path, n_objective=n), True

@@ -107,3 +107,13 @@ def write_folder(folder: str | Path, n_open: int = 8, n_binary: int = 6, seed: i
     write_tsv_set(folder, "MMfin_CN", _open_items("zh", n_open, rng))
     write_tsv_set(folder, "MMfin_Binary", _binary_items(n_binary, rng))
     return Path(folder)
+
+
+def demo_data(folder: str | Path, n_open: int | None = None) -> tuple[Path, bool]:
+    """`finbench demo --benchmark mme-finance`'s data: FOLDER/mme-finance-synthetic-N with the three
+    sets (N open questions per language, 8; 6 binary items), the official layout."""
+    n = n_open or 8
+    path = Path(folder) / f"mme-finance-synthetic-{n}"
+    if (path / "MMfin_Binary.tsv").exists():
+        return path, False
+    return write_folder(path, n_open=n), True

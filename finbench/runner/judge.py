@@ -1,16 +1,20 @@
-"""Judging open answers: by the benchmark's rules, and by a local `--judge` chat model.
+"""Judging open answers: by the benchmark's rules, and by a local `--judge` model.
 
 The runner hands over every prediction once decoding is done. For each question the benchmark
 says (its `Benchmark`: benchmarks/base.py) what its rules conclude (`rule_judgement`) and which
-prompts the judge model must answer (`judge_prompts`); the judge's raw replies are read back by
-the benchmark (`read_judgement`). The judge is any local transformers chat model: a vision-language checkpoint
-through the model adapter (used text-only), or a text-only causal LM. Its replies are greedy and
-cached in the run's SQLite cache like any answer, keyed by the judge's fingerprint and the full
-prompt, so a rerun computes nothing and a changed answer is judged again.
+requests the judge model must answer (`judge_requests`: `Generate` requests whose prompts name
+the question's images where the official judge sees them — FinMTM's and MME-Finance's); the
+judge's replies are read back by the benchmark (`read_judgement`). The judge is any local model
+(models/judge.py): a vision-language model of any supported family, shown the images, or a
+text-only causal LM, shown the text alone and labelled so (`text_only` in the summary and each
+row's details). Replies are greedy and cached in the run's SQLite cache like any answer, keyed by
+the judge's fingerprint and the whole request as shown (images by their digests, the budget), so
+a rerun computes nothing and a changed answer is judged again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -18,18 +22,28 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.types import ModelRequest, Prediction, Question
+from finbench.requests import Generate
+from finbench.runner.keys import request_payload
+from finbench.runner.preprocess import decode_images
+from finbench.runner.requests import render
+from finbench.types import Prediction, Question
 
-JUDGE_PROMPT_VERSION = "judge-v1"  # bump when the way prompts reach the judge changes
-JUDGE_MAX_NEW_TOKENS = 256
+JUDGE_PROMPT_VERSION = "judge-v2"  # bump when the way requests reach the judge changes
 JUDGE_BATCH = 8
 log = logging.getLogger("finbench")
 
 
-def judge_key(fingerprint: Any, prompt: str, max_new_tokens: int) -> str:
-    payload = json.dumps({"judge": fingerprint, "version": JUDGE_PROMPT_VERSION, "prompt": prompt,
-                          "max_new_tokens": max_new_tokens}, sort_keys=True, default=str)
-    return "judge:" + hashlib.sha256(payload.encode()).hexdigest()
+def judge_key(fingerprint: Any, payload: Any) -> str:
+    data = json.dumps({"judge": fingerprint, "version": JUDGE_PROMPT_VERSION, "request": payload},
+                      sort_keys=True, default=str)
+    return "judge:" + hashlib.sha256(data.encode()).hexdigest()
+
+
+def text_only(request: Generate) -> Generate:
+    """The request without its image parts (for a judge that cannot see them)."""
+    messages = tuple({**m, "content": [p for p in m["content"] if p.get("type") != "image"]}
+                     if isinstance(m.get("content"), list) else m for m in request.prompt.messages)
+    return dataclasses.replace(request, prompt=dataclasses.replace(request.prompt, messages=messages, images=()))
 
 
 @dataclass
@@ -40,16 +54,24 @@ class Judged:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Call:
+    index: int  # the question
+    request: Generate  # as shown to the judge
+    key: str
+
+
 def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
               judge: Any = None, cache: Any = None, judge_name: str = "",
-              max_new_tokens: int = JUDGE_MAX_NEW_TOKENS) -> Judged:
-    """Rule and judge-model verdicts for every prediction. A judge failure is that question's
-    judge error (stored in `judge_output`), never the run's."""
+              max_new_tokens: int | None = None) -> Judged:
+    """Rule and judge-model verdicts for every prediction. `max_new_tokens` replaces each
+    request's budget (None: the benchmark's official judge budget). A judge failure is that
+    question's judge error (stored in `judge_output`), never the run's."""
     n = len(questions)
     rule_score, judge_score = [float("nan")] * n, [float("nan")] * n
     outputs: list[str] = [""] * n
     details: list[dict[str, Any]] = [{} for _ in range(n)]
-    prompts: dict[int, list[str]] = {}
+    asked: dict[int, list[Generate]] = {}
     for i, question in enumerate(questions):
         prediction = predictions[i]
         if question.error or prediction.error:
@@ -60,43 +82,54 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
                 rule_score[i] = float(score)
                 details[i]["rules"] = info
             if judge is not None:
-                found = benchmark.judge_prompts(question, prediction)
+                found = benchmark.judge_requests(question, prediction)
                 if found:
-                    prompts[i] = found
+                    asked[i] = found
         except Exception as err:  # noqa: BLE001 — a malformed prediction is that question's problem
             details[i]["error"] = f"judging: {type(err).__name__}: {err}"
     summary: dict[str, Any] = {"model": judge_name or None, "n_rule_verdicts": sum(s == s for s in rule_score)}
     if judge is None:
         return Judged(_columns(rule_score, judge_score, outputs, details), summary)
 
+    sees_images = judge.capabilities.sees_images
     fingerprint = judge.fingerprint()
-    flat = [(i, k, p) for i, ps in prompts.items() for k, p in enumerate(ps)]
-    keys = [judge_key(fingerprint, p, max_new_tokens) for _, _, p in flat]
+    calls = []
+    for i, requests in asked.items():
+        for request in requests:
+            if max_new_tokens is not None:
+                request = dataclasses.replace(request, max_new_tokens=max_new_tokens)
+            if not sees_images:
+                request = text_only(request)
+            calls.append(_Call(i, request, judge_key(fingerprint, request_payload(request, questions[i]))))
     replies: dict[str, str] = {}
     if cache is not None:
-        replies.update({k: v.generated_text for k, v in cache.get_many(keys).items()})
-    n_cached = sum(1 for k in keys if k in replies)
-    todo = [(key, prompt) for key, (_, _, prompt) in zip(keys, flat) if key not in replies]
-    todo = list(dict(todo).items())  # one call per distinct prompt
+        replies.update({k: v.generated_text for k, v in cache.get_many([c.key for c in calls]).items()})
+    n_cached = sum(1 for c in calls if c.key in replies)
+    todo = list({c.key: c for c in calls if c.key not in replies}.values())  # one call per distinct request
     failed: dict[str, str] = {}
-    for start in range(0, len(todo), JUDGE_BATCH):
-        chunk = todo[start:start + JUDGE_BATCH]
-        try:
-            texts = _ask(judge, [p for _, p in chunk], max_new_tokens)
-        except Exception as err:  # noqa: BLE001
-            log.error("judge batch failed: %r", err)
-            failed.update({k: f"judge error: {type(err).__name__}: {err}" for k, _ in chunk})
-            continue
-        new = {k: t for (k, _), t in zip(chunk, texts)}
-        replies.update(new)
-        if cache is not None:
-            cache.put_many((k, Prediction(id=k, answer="", generated_text=t)) for k, t in new.items())
-    by_question: dict[int, list[str]] = {}
-    for (i, _, _), key in zip(flat, keys):
-        by_question.setdefault(i, []).append(replies.get(key, failed.get(key, "")))
-    for i, texts in by_question.items():
-        errors = [failed[k] for (j, _, _), k in zip(flat, keys) if j == i and k in failed]
+    for budget in sorted({c.request.max_new_tokens for c in todo}):
+        same = [c for c in todo if c.request.max_new_tokens == budget]
+        for start in range(0, len(same), JUDGE_BATCH):
+            chunk = same[start:start + JUDGE_BATCH]
+            try:
+                texts = _ask(judge, benchmark, questions, chunk, budget)
+            except Exception as err:  # noqa: BLE001
+                log.error("judge batch failed: %r", err)
+                failed.update({c.key: f"judge error: {type(err).__name__}: {err}" for c in chunk})
+                continue
+            new = {c.key: t for c, t in zip(chunk, texts)}
+            replies.update(new)
+            if cache is not None:
+                cache.put_many((k, Prediction(id=k, answer="", generated_text=t)) for k, t in new.items())
+    by_question: dict[int, list[_Call]] = {}
+    for call in calls:
+        by_question.setdefault(call.index, []).append(call)
+    for i, mine in by_question.items():
+        texts = [replies.get(c.key, failed.get(c.key, "")) for c in mine]
         outputs[i] = json.dumps(texts, ensure_ascii=False)
+        if not sees_images and any(r.prompt.images for r in asked[i]):
+            details[i]["text_only"] = "the judge is a text model: the images its prompt names were not shown"
+        errors = [failed[c.key] for c in mine if c.key in failed]
         if errors:
             details[i]["error"] = errors[0]
             continue
@@ -108,15 +141,22 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
         if score is not None:
             judge_score[i] = float(score)
         details[i]["judge"] = info
-    summary.update({"n_judged": len(by_question), "n_calls": len(keys), "n_cached": n_cached,
-                    "n_computed": len(todo), "n_failed": len(failed), "fingerprint": fingerprint})
+    names_images = sum(1 for requests in asked.values() if any(r.prompt.images for r in requests))
+    summary.update({"n_judged": len(by_question), "n_calls": len(calls), "n_cached": n_cached,
+                    "n_computed": len(todo), "n_failed": len(failed), "fingerprint": fingerprint,
+                    "sees_images": sees_images, "n_shown_images": names_images if sees_images else 0,
+                    **({"text_only": f"a text-only judge: the images of {names_images} judged questions were "
+                                     "not shown (the official judge sees them)"} if names_images and not sees_images
+                       else {})})
     return Judged(_columns(rule_score, judge_score, outputs, details), summary)
 
 
-def _ask(judge: Any, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-    requests = [ModelRequest(messages=({"role": "user", "content": [{"type": "text", "text": p}]},), images=())
-                for p in prompts]
-    inputs = judge.to_device(judge.prepare(requests))
+def _ask(judge: Any, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call],
+         max_new_tokens: int) -> list[str]:
+    """One batch of judge calls: each request rendered with its question's decoded images."""
+    rendered = [render(benchmark, c.request.prompt, decode_images(questions[c.index]) if c.request.prompt.images else [])
+                for c in calls]
+    inputs = judge.to_device(judge.prepare(rendered))
     texts, _ = judge.generate(inputs, max_new_tokens)
     return list(texts)
 

@@ -60,7 +60,8 @@ def validate(config: RunConfig) -> None:
     at_least = {"--limit": (config.limit, 1), "--token-budget": (config.token_budget, 1),
                 "--workers": (config.workers, 1), "--max-new-tokens": (config.max_new_tokens, 1),
                 "--numeric-budget": (config.numeric_budget, 1), "--max-pixels": (config.max_pixels, 1),
-                "--bootstrap": (config.bootstrap, 0), "--think-budget": (config.think_budget, 0)}
+                "--bootstrap": (config.bootstrap, 0), "--think-budget": (config.think_budget, 0),
+                "--judge-max-new-tokens": (config.judge_max_new_tokens, 1)}
     for option, (value, low) in at_least.items():
         if value is not None and value < low:
             raise ValueError(f"{option} {value}: must be at least {low}")
