@@ -518,3 +518,21 @@ def test_the_cells_kernel_still_equals_the_general_path_on_strings():
     cells, labels = finmme_cells.encode_official_cells(pd.Series(domains), pd.Series(types), pd.Series(golds))
     assert (cells.tolist(), labels) == _cells_restated(domains, types, golds)
     assert cells.dtype == torch.uint8
+
+
+def test_the_hub_data_error_names_offline_mode_only_when_it_is_set(monkeypatch):
+    import datasets
+
+    from finbench.benchmarks import records
+
+    def missing(*args, **kwargs):
+        raise FileNotFoundError("Dataset 'nobody/none' doesn't exist on the Hub or cannot be accessed.")
+
+    monkeypatch.setattr(datasets, "load_dataset", missing)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(records.DataError, match="HF_HUB_OFFLINE is set: only sets already in the local"):
+        records._read_hub("nobody/none", "train")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with pytest.raises(records.DataError) as raised:
+        records._read_hub("nobody/none", "train")
+    assert "HF_HUB_OFFLINE is set" not in str(raised.value) and "HF_HUB_OFFLINE=1 skips the network" in str(raised.value)

@@ -274,9 +274,11 @@ def _read_hub(hub_id: str, split: str) -> RawTable:
         table = datasets.load_dataset(hub_id, split=split)
     except Exception as err:  # noqa: BLE001 — offline, unknown id, no such split: one start-up line
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+        where = ("HF_HUB_OFFLINE is set: only sets already in the local Hugging Face cache load" if offline else
+                 "is it in the local Hugging Face cache, or reachable? (HF_HUB_OFFLINE=1 skips the network)")
         raise DataError(f"--data {hub_id}: cannot load this hub data set (split {split!r}) — {first[:300]}. "
-                         "Offline (HF_HUB_OFFLINE=1), only sets already in the local Hugging Face cache "
-                         "load; otherwise pass a local file or folder") from None
+                        f"{where}; otherwise pass a local file or folder") from None
     for name, feature in table.features.items():
         if isinstance(feature, datasets.Image):
             table = table.cast_column(name, datasets.Image(decode=False))
