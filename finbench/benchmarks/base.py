@@ -9,6 +9,7 @@ judges or image transforms; nothing is ever probed with `hasattr`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -43,6 +44,26 @@ def no_judgement(question: Question, prediction: Prediction, replies: Sequence[s
     return None, {}
 
 
+def rotated_options(question: Question, shift: int) -> Question | None:
+    """Default rotation (circular evaluation): the options cyclically rotated by `shift`
+    positions — the option at letter j is the published option (j + shift) mod n — and the gold
+    letters moved with their options. Right for a benchmark whose prompt renders
+    `Question.options` in order; one whose prompt does not cannot be rotated honestly and says so
+    with `options_not_rendered`."""
+    n = len(question.options)
+    if n < 2:
+        return None
+    shift %= n
+    letters = question.letters
+    gold = "".join(sorted(letters[(letters.index(g) - shift) % n] for g in question.gold if g in letters))
+    return dataclasses.replace(question, options=question.options[shift:] + question.options[:shift], gold=gold)
+
+
+def options_not_rendered(question: Question, shift: int) -> Question | None:
+    """A benchmark whose prompt carries the options inside its own text: no rotation."""
+    return None
+
+
 @dataclass(frozen=True)
 class Benchmark:
     """One benchmark as the rest of finbench sees it.
@@ -55,6 +76,9 @@ class Benchmark:
     - `prepare_images(rule, images)` → the decoded images transformed by a prompt's `image_rule`;
     - `rule_judgement`, `judge_prompts`, `read_judgement` → open answers judged by rules and by a
       `--judge` model (its replies are read back by `read_judgement`);
+    - `rotate(question, shift)` → the question with its options rotated and its gold moved, whose
+      `request` renders them so (circular evaluation), or None when its prompt does not render
+      `Question.options` (FinMTM's objective items carry them inside the question text);
     - `scorer` → the scoring rule (scoring/<name>.py), `group_columns` → its breakdowns."""
 
     name: str
@@ -72,6 +96,7 @@ class Benchmark:
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
     judge_prompts: Callable[[Question, Prediction], list[str]] = no_judge_prompts
     read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
+    rotate: Callable[[Question, int], Question | None] = rotated_options
     forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
     protocols: tuple[str, ...] = PROTOCOLS
     metrics: str = ""

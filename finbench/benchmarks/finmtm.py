@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark
+from finbench.benchmarks.base import Benchmark, options_not_rendered
 from finbench.benchmarks.records import local_file, read_table, skipped_note
 from finbench.requests import (Choose, Generate, Prompt, Request, Session, Turn, system_message,
                                user_message)
@@ -661,4 +661,5 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
-    judge_prompts=judge_prompts, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS)
+    judge_prompts=judge_prompts, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    rotate=options_not_rendered)  # objective items carry their options inside the question text
