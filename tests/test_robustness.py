@@ -9,14 +9,18 @@ import dataclasses
 import json
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from helpers import run_cli
 
+import finbench
+
 from finbench.benchmarks import famma, finmme, finmtm
 from finbench.offline import famma_synthetic
+from finbench.report.schema import SAMPLE_COLUMNS, VARIANT_COLUMNS
 from finbench.requests import Choose
 from finbench.runner.engine import run_benchmark
 from finbench.runner.keys import request_payload, sample_key
@@ -72,7 +76,9 @@ def test_the_cli_run_writes_the_three_studies_the_reports_and_a_rerun_computes_n
         assert title in md
     assert "best prior baseline" in first.stdout and "circular evaluation (K 4" in first.stdout
     variants = pd.read_parquet(out / "variants.parquet")
+    assert set(VARIANT_COLUMNS) | set(SAMPLE_COLUMNS) <= set(variants.columns)
     assert results["variants"]["n"] == len(variants) and results["variants"]["n_computed"] == len(variants)
+    jsonschema.validate(results, json.loads((Path(finbench.__file__).parent / "report" / "results.schema.json").read_text()))
     assert rerun["n_computed"] == 0 and rerun["variants"]["n_computed"] == 0 and rerun["variants"]["n_cached"] == len(variants)
     assert rerun["circular"] == results["circular"] and rerun["image_ablation"] == results["image_ablation"]
 
@@ -428,8 +434,6 @@ def _read_by_hand(answer, kind):
 
 def test_compare_constrained_with_official_lists_the_disagreements(studied, tiny_model, tiny_qwen_dir,
                                                                   synthetic_parquet, tmp_path):
-    import finbench
-
     out, _, _, _ = studied
     run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "official", protocol="official",
                           max_new_tokens=6), tiny_model, show_progress=False)
