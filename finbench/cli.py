@@ -496,7 +496,8 @@ def sweep(
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
     from finbench.scoring.commands import print_comparison
 
-    print_comparison({**summary["comparison"], "distributions": summary["distributions"]}, console=out_console)
+    print_comparison({**summary["comparison"], "distributions": summary["distributions"],
+                      "studies": {v["name"]: v.get("studies") or {} for v in summary["variants"]}}, console=out_console)
     out_console.print(f"wrote {Path(out) / 'sweep.json'}, {Path(out) / 'report.html'} and {Path(out) / 'report.md'}", markup=False)
 
 

@@ -104,8 +104,10 @@ class Studies:
         if self.config.image_ablation:
             studied["image_ablation"] = ablation_summary(samples, table, benchmark.name, benchmark.domain_field)
         studied["variants"] = {"n": len(self.variants), "n_cached": sum(1 for key in keys[n:] if key in cached),
-                               "n_computed": sum(1 for i in todo if i >= n), "file": "variants.parquet"}
-        return studied, table
+                               "n_computed": sum(1 for i in todo if i >= n),
+                               "n_errors": int((table["error"] != "").sum()) if len(table) else 0,
+                               "file": "variants.parquet" if len(table) else None}
+        return studied, table if len(table) else None
 
 
 def expand(benchmark: Benchmark, questions: Sequence[Question], requests: Sequence[Request | None],

@@ -434,8 +434,9 @@ def _print_robustness(con: Any, result: dict[str, Any]) -> None:
     if result.get("studies"):
         header, rows = compare_rows(result["studies"])
         table = Table(title="robustness studies")
-        for column in header:
-            table.add_column(column, justify="left" if column == "run" else "right", overflow="fold")
+        table.add_column("run", no_wrap=True, min_width=max(len(row[0]) for row in rows))  # names are never cut
+        for column in header[1:]:
+            table.add_column(column, justify="right", overflow="fold")
         for row in rows:
             table.add_row(*row)
         con.print(table)
