@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import run_cli
 
 import finbench
 
@@ -39,8 +38,15 @@ def _config(tiny_qwen_dir, data, out, **overrides):
 
 
 def _cli(tiny_qwen_dir, data, out, *extra):
-    return run_cli("run", "--model", str(tiny_qwen_dir), "--data", str(data), "--out", str(out), "--limit",
-                   str(LIMIT), "--device", "cpu", "--dtype", "float32", "--bootstrap", "0", "--no-progress", *extra)
+    """`finbench run …` in this process (typer's runner: the command line as parsed, without a
+    second start of torch)."""
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    return CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--data", str(data), "--out", str(out),
+                                    "--limit", str(LIMIT), "--device", "cpu", "--dtype", "float32", "--bootstrap", "0",
+                                    "--no-progress", *extra], env={"COLUMNS": "300"})
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +54,10 @@ def studied(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     """`finbench run … --permutations 4 --image-ablation blank` through the CLI, run twice."""
     out = tmp_path_factory.mktemp("studied") / "run"
     first = _cli(tiny_qwen_dir, synthetic_parquet, out, "--permutations", "4", "--image-ablation", "blank")
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.exit_code == 0, first.output[-3000:]
     results = json.loads((out / "results.json").read_text())
     again = _cli(tiny_qwen_dir, synthetic_parquet, out, "--permutations", "4", "--image-ablation", "blank")
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.exit_code == 0, again.output[-3000:]
     return out, first, results, json.loads((out / "results.json").read_text())
 
 
@@ -74,7 +80,7 @@ def test_the_cli_run_writes_the_three_studies_the_reports_and_a_rerun_computes_n
         assert f'id="{section}"' in html
     for title in ("## Majority and prior baselines", "## Circular evaluation (K = 4)", "## Image ablation"):
         assert title in md
-    assert "best prior baseline" in first.stdout and "circular evaluation (K 4" in first.stdout
+    assert "best prior baseline" in first.output and "circular evaluation (K 4" in first.output
     variants = pd.read_parquet(out / "variants.parquet")
     assert set(VARIANT_COLUMNS) | set(SAMPLE_COLUMNS) <= set(variants.columns)
     assert results["variants"]["n"] == len(variants) and results["variants"]["n_computed"] == len(variants)
@@ -376,13 +382,7 @@ def test_famma_choice_items_rotate_in_their_own_prompt(tmp_path):
     (("--image-ablation", "blank,blur"), "--image-ablation blank,blur: unknown mode 'blur'"),
 ])
 def test_bad_study_options_fail_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parquet, tmp_path, extra, message):
-    from typer.testing import CliRunner
-
-    from finbench.cli import app
-
-    done = CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--limit",
-                                    str(LIMIT), "--dtype", "float32", "--device", "cpu", "--out", str(tmp_path / "run"),
-                                    "--no-progress", *extra], env={"COLUMNS": "300"})
+    done = _cli(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", *extra)
     assert done.exit_code == 2, done.output[-2000:]
     errors = [line for line in done.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], done.output
@@ -437,16 +437,20 @@ def test_compare_constrained_with_official_lists_the_disagreements(studied, tiny
     out, _, _, _ = studied
     run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "official", protocol="official",
                           max_new_tokens=6), tiny_model, show_progress=False)
-    done = run_cli("compare", str(out), str(tmp_path / "official"), "--allow-mixed-protocols", "--bootstrap", "0",
-                   "--out", str(tmp_path / "compare.json"))
-    assert done.returncode == 0, done.stderr[-2000:]
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    done = CliRunner().invoke(app, ["compare", str(out), str(tmp_path / "official"), "--allow-mixed-protocols",
+                                    "--bootstrap", "0", "--out", str(tmp_path / "compare.json")], env={"COLUMNS": "300"})
+    assert done.exit_code == 0, done.output[-2000:]
     result = json.loads((tmp_path / "compare.json").read_text())
     found = result["disagreements"]["official"]
     a, b = pd.read_parquet(out / "samples.parquet"), pd.read_parquet(tmp_path / "official" / "samples.parquet")
     by_hand = [i for i, x, y, k in zip(a["id"], a["answer"], b["answer"], a["kind"])
                if _read_by_hand(x, k) != _read_by_hand(y, k)]
     assert [i["id"] for i in found["items"]] == by_hand and found["official"] == "official"
-    assert "answers differ" in done.stdout and "robustness studies" in done.stdout
+    assert "answers differ" in done.output and "robustness studies" in done.output
     assert result["studies"]["run"]["circular"]["k"] == 4 and "circular" not in result["studies"]["official"]
     assert finbench.compare([out, tmp_path / "official"], out=tmp_path / "c2.json", bootstrap=0,
                             allow_mixed_protocols=True)["disagreements"] == result["disagreements"]
