@@ -60,6 +60,10 @@ def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
     for name in ("domains", "question_types"):
         if name in options and not isinstance(options[name], tuple):
             options[name] = tuple([options[name]] if isinstance(options[name], str) else options[name])
+    if isinstance(options.get("image_ablation"), str):  # the command line's "blank,noise"
+        options["image_ablation"] = tuple(m.strip() for m in options["image_ablation"].split(",") if m.strip())
+    elif options.get("image_ablation") is not None and not isinstance(options["image_ablation"], tuple):
+        options["image_ablation"] = tuple(options["image_ablation"])
     if "gen_kwargs" in options:
         options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
     if options.get("batch_size") == "auto":

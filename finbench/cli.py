@@ -102,6 +102,11 @@ def run(
                                         "shown the images the official judge sees; its verdicts are cached."),
     judge_max_new_tokens: Optional[int] = typer.Option(None, help="The judge's reply budget (default: each "
                                                        "benchmark's official one: FAMMA 64, FinMTM 4096, MME-Finance 3)."),
+    permutations: int = typer.Option(0, help="Circular evaluation: ask every constrained choice item again with its "
+                                     "options rotated, K orders in all (capped at its option count; 0 = off); "
+                                     "results.json['circular'], variants.parquet."),
+    image_ablation: str = typer.Option("", help="Image ablation: the same items again with every image blank, "
+                                       "noise or none (removed); comma-separated; results.json['image_ablation']."),
     revision: Optional[str] = typer.Option(None, help="Hub branch, tag or commit of --model (in the cache key)."),
     trust_remote_code: bool = typer.Option(False, help="Allow the checkpoint's own Python code to run (off: "
                                            "nothing remote runs)."),
@@ -150,7 +155,7 @@ def run(
                        compile_vision=compile_vision, compile_lm=compile_lm, profile=profile, fast_paths=fast_paths,
                        bootstrap=bootstrap, seed=seed,
                        think_budget=think_budget, judge=judge, judge_max_new_tokens=judge_max_new_tokens, revision=revision,
-                       trust_remote_code=trust_remote_code,
+                       trust_remote_code=trust_remote_code, permutations=permutations, image_ablation=image_ablation,
                        attn_implementation=attn_implementation, chat_template=chat_template,
                        system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(gen_kwargs), log_prompts=log_prompts)
     except ValueError as err:
@@ -463,6 +468,8 @@ def sweep(
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
     out: str = typer.Option("runs/sweep", help="Sweep folder: one run folder per variant, a shared cache, "
                             "sweep.json, report.html, report.md."),
+    permutations: int = typer.Option(0, help="Circular evaluation in every variant (see `finbench run`)."),
+    image_ablation: str = typer.Option("", help="Image ablation in every variant: blank,noise,none (see `finbench run`)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples (CIs and paired deltas)."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
     progress: bool = typer.Option(True, help="Show progress bars (--no-progress: none at all, model loading "
@@ -488,11 +495,13 @@ def sweep(
         base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit,
                          batch_size=None if batch_size == "auto" else int(batch_size), device=device,
                          max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
-                         quant_vision=quant_vision, allow_dequantized=allow_dequantized)
+                         quant_vision=quant_vision, allow_dequantized=allow_dequantized, permutations=permutations,
+                         image_ablation=tuple(parse_axis(image_ablation)))
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
     from finbench.scoring.commands import print_comparison
 
-    print_comparison({**summary["comparison"], "distributions": summary["distributions"]}, console=out_console)
+    print_comparison({**summary["comparison"], "distributions": summary["distributions"],
+                      "studies": {v["name"]: v.get("studies") or {} for v in summary["variants"]}}, console=out_console)
     out_console.print(f"wrote {Path(out) / 'sweep.json'}, {Path(out) / 'report.html'} and {Path(out) / 'report.md'}", markup=False)
 
 

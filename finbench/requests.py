@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence, Union
 
 DEFAULT_NUMERIC_BUDGET = 12  # tokens of a constrained numerical answer (`--numeric-budget`)
+IMAGE_ABLATIONS = ("blank", "noise", "none")  # `--image-ablation` modes (Prompt.ablated)
 
 
 @dataclass(frozen=True)
@@ -29,26 +30,43 @@ class Prompt:
     `{"type": "image"}` placeholders, filled in order by the question's images named in `images`
     (indices into `Question.images`); the assistant turn starts with `answer_prefix`.
     `image_rule` names a benchmark's transform of the decoded images ("" = as decoded), e.g.
-    FinMME's official JPEG re-encoding."""
+    FinMME's official JPEG re-encoding. `ablation` replaces every image shown (the image
+    ablation study, runner/studies.py): "blank" (white, same size) or "noise" (seeded by the
+    image), applied when rendering; "none" has no image parts left at all (`ablated`)."""
 
     messages: tuple[Mapping[str, Any], ...]
     images: tuple[int, ...] = ()
     answer_prefix: str = ""
     image_rule: str = ""
+    ablation: str = ""
 
     def with_system(self, text: str) -> "Prompt":
         return replace(self, messages=(system_message(text), *self.messages))
+
+    def ablated(self, mode: str) -> "Prompt":
+        """The same prompt with its images ablated by `mode` (IMAGE_ABLATIONS); "none" removes
+        the image parts from the messages and shows no image."""
+        if mode not in IMAGE_ABLATIONS:
+            raise ValueError(f"unknown image ablation {mode!r}; expected {', '.join(IMAGE_ABLATIONS)}")
+        if mode != "none":
+            return replace(self, ablation=mode)
+        messages = tuple({**m, "content": [p for p in m["content"] if p.get("type") != "image"]}
+                         if isinstance(m.get("content"), list) else m for m in self.messages)
+        return replace(self, messages=messages, images=(), ablation=mode)
 
 
 @dataclass(frozen=True)
 class Choose:
     """Pick one option (or, with `multi`, an ascending set) of `n_options` by their letters.
-    `think_budget`: None = no thinking block; N = reason up to N tokens first (0: close at once)."""
+    `think_budget`: None = no thinking block; N = reason up to N tokens first (0: close at once).
+    `rotation`: the options are shown cyclically rotated by this many positions (circular
+    evaluation, runner/studies.py; the benchmark rendered them so); 0 = as published."""
 
     prompt: Prompt
     n_options: int
     multi: bool = False
     think_budget: int | None = None
+    rotation: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,10 @@ option-distribution shift (KL(reference ‖ variant), top-1 agreement, gold-prob
 domain), memory and speed, and accuracy against reasoning tokens for budget sweeps. `study`
 gathers a quantization study in one row per variant (what it really ran as, flips right→wrong and
 wrong→right with McNemar and Holm, KL, agreement, gold shift, ECE, the domains that lose most,
-memory and speed ratios); `domain_sensitivity` holds every domain's accuracy per variant.
+memory and speed ratios); `domain_sensitivity` holds every domain's accuracy per variant. With
+`--permutations` / `--image-ablation` every variant runs the robustness studies too, and each
+variant of sweep.json carries their numbers (`studies`: circular, image_ablation,
+majority_baseline), shown side by side in the sweep's reports.
 
 Served from the cache without the model: the comparison reads only the run folders
 (`samples.parquet`, `results.json`), so `finbench compare OUT/a OUT/b` needs no model. A rerun of
@@ -217,6 +220,7 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
     from finbench.scoring import compare_runs
     from finbench.scoring.api import _jsonable
     from finbench.scoring.commands import detect_benchmark, load_samples
+    from finbench.scoring.robustness import study_summary
     from finbench.scoring.stats import distribution_comparison
 
     run_dirs = [Path(d) for d in run_dirs]
@@ -244,6 +248,7 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
             "samples_per_s": throughput.get("samples_per_s"),
             "all_from_cache": bool(throughput.get("all_from_cache")),
             **_reasoning_summary(df),
+            "studies": study_summary(result),  # circular, image_ablation, majority_baseline (scoring/robustness.py)
         })
     distributions = distribution_comparison(dfs, list(names))
     domains = _domain_sensitivity(dfs, names, benchmark)

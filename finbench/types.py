@@ -136,3 +136,6 @@ class RunConfig:
     judge: str | None = None  # local chat model that judges open answers (FAMMA, FinMTM sessions)
     judge_max_new_tokens: int | None = None  # the judge's reply budget (None: the benchmark's official one)
     think_budget: int = 0  # reasoning tokens before a constrained answer (thinking models; 0 = none)
+    # robustness studies (runner/studies.py; scored in scoring/robustness.py): more requests, same run
+    permutations: int = 0  # circular evaluation: each choice item asked in K rotations of its options (0: off)
+    image_ablation: tuple[str, ...] = ()  # the same items with every image blank, noise or none (removed)

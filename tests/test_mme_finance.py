@@ -190,3 +190,30 @@ def test_the_demo_runs_offline_with_no_errors(tmp_path):
     assert results["errors"]["count"] == 0 and results["n_questions"] == 22
     assert results["judge"]["sees_images"] and results["scores"]["n_unjudged"] == 0  # the demo judges itself
     assert (out / "data").is_dir() and done.stdout.strip().splitlines()[-1].startswith("tiny-qwen2.5-vl · mme-finance")
+
+
+@pytest.mark.slow
+def test_an_answer_given_without_the_chart_is_still_judged_with_it(tiny_model, tiny_qwen_dir, folder, tmp_path,
+                                                                   monkeypatch):
+    """Image ablation `none` asks open items with no image; their answers are judged as the
+    official judge would: shown the item's chart."""
+    from finbench.runner.engine import run_benchmark
+    from finbench.types import RunConfig
+
+    seen = []
+    original = tiny_model.prepare
+    monkeypatch.setattr(tiny_model, "prepare", lambda requests: (seen.extend(requests), original(requests))[1])
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
+                       device="cpu", dtype="float32", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=0,
+                       image_ablation=("none",))
+    result = run_benchmark(config, tiny_model, show_progress=False)
+    asked = [r for r in seen if "Please answer this question." in r.messages[0]["content"][-1].get("text", "")
+             or "请回答这个问题。" in r.messages[0]["content"][-1].get("text", "")]
+    assert sum(1 for r in asked if not r.images) == 16  # the ablated askings: no image at all
+    judged = [r for r in seen if "Compare the ground truth and prediction" in r.messages[0]["content"][0].get("text", "")
+              or "比较真实答案和人工智能模型的预测结果" in r.messages[0]["content"][0].get("text", "")]
+    assert judged and all(len(r.images) == 1 for r in judged)  # base and ablated answers, each with its chart
+    # 32 calls (16 base, 16 ablated); one asked per distinct request (an ablated answer that repeats
+    # the base one, with the same chart, is the same request)
+    assert result.results["judge"]["n_calls"] == 32 and len(judged) == result.results["judge"]["n_computed"]
+    assert result.results["image_ablation"]["none"]["n"] >= 16

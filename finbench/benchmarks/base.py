@@ -9,6 +9,7 @@ judges or image transforms; nothing is ever probed with `hasattr`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -44,6 +45,26 @@ def no_judgement(question: Question, prediction: Prediction, replies: Sequence[s
     return None, {}
 
 
+def rotated_options(question: Question, shift: int) -> Question | None:
+    """Default rotation (circular evaluation): the options cyclically rotated by `shift`
+    positions — the option at letter j is the published option (j + shift) mod n — and the gold
+    letters moved with their options. Right for a benchmark whose prompt renders
+    `Question.options` in order; one whose prompt does not cannot be rotated honestly and says so
+    with `options_not_rendered`."""
+    n = len(question.options)
+    if n < 2:
+        return None
+    shift %= n
+    letters = question.letters
+    gold = "".join(sorted(letters[(letters.index(g) - shift) % n] for g in question.gold if g in letters))
+    return dataclasses.replace(question, options=question.options[shift:] + question.options[:shift], gold=gold)
+
+
+def options_not_rendered(question: Question, shift: int) -> Question | None:
+    """A benchmark whose prompt carries the options inside its own text: no rotation."""
+    return None
+
+
 @dataclass(frozen=True)
 class Demo:
     """`finbench demo --benchmark NAME`: `write(folder, size)` writes synthetic data in the
@@ -75,6 +96,9 @@ class Benchmark:
       `--judge` model: the requests (`Generate`, with the question's images where the official
       judge sees them) it must answer, and its replies read back;
     - `demo` → how `finbench demo --benchmark NAME` gets synthetic data in the real format;
+    - `rotate(question, shift)` → the question with its options rotated and its gold moved, whose
+      `request` renders them so (circular evaluation), or None when its prompt does not render
+      `Question.options` (FinMTM's objective items carry them inside the question text);
     - `scorer` → the scoring rule (scoring/<name>.py), `group_columns` → its breakdowns."""
 
     name: str
@@ -92,6 +116,7 @@ class Benchmark:
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
     judge_requests: Callable[[Question, Prediction], list[Request]] = no_judge_requests
     read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
+    rotate: Callable[[Question, int], Question | None] = rotated_options
     forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
     protocols: tuple[str, ...] = PROTOCOLS
     metrics: str = ""

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark, Demo
+from finbench.benchmarks.base import Benchmark, Demo, options_not_rendered
 from finbench.benchmarks.records import local_file, read_table, skipped_note
 from finbench.requests import (Choose, Generate, Prompt, Request, Session, Turn, system_message,
                                user_message)
@@ -673,5 +673,6 @@ BENCHMARK = Benchmark(
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    rotate=options_not_rendered,  # objective items carry their options inside the question text
     demo=Demo(write=_demo_data, sizes="FinMTM objective items per file (12)", self_judge=True,
-                judge_max_new_tokens=48))
+              judge_max_new_tokens=48))

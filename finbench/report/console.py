@@ -2,7 +2,8 @@
 
 In order: the headline table (with CIs), the parts a rule scores apart (FinMTM's dialogue and
 agent, or one line saying why a part is unscored), the breakdown whose groups differ most (every
-breakdown with `--verbose-tables`), the errors, the throughput, where the files went, and a last
+breakdown with `--verbose-tables`), the best prior baseline beside the model's accuracy and a line
+per robustness study (report/studies.py), the errors, the throughput, where the files went, and a last
 line that repeats model · benchmark · protocol · headline score [CI] · n · errors, so the end of
 the scroll-back says what was run and what came out.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.format import headline_score, score_text
+from finbench.report.studies import baseline_line, study_lines
 
 MAX_ERROR_KINDS = 3  # error messages named on the errors line; results.json has them all
 
@@ -75,5 +77,8 @@ def print_run(results: dict[str, Any], out_dir: Path, console: Any, verbose_tabl
     from finbench.scoring.commands import print_scores
 
     print_scores(results["scores"], console=console, verbose=verbose_tables, protocol=results["protocol"])
+    for line in [baseline_line(results), *study_lines(results)]:  # beside the headline: what a prior gets
+        if line:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in (errors_line(results), throughput_line(results), files_line(out_dir)):
         console.print(line, markup=False, highlight=False, soft_wrap=True)  # the terminal wraps, never mid-path

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.format import HEADLINE_LABELS, headline_score, num, pct
+from finbench.report.studies import baseline_line, compare_rows, study_sections
 from finbench.scoring.stats import LOWER_IS_BETTER
 
 MAX_THUMBNAILS = 200
@@ -65,6 +66,7 @@ def write_report(run_dir: str | Path) -> Path:
     page = _environment().get_template("run.html.j2").render(
         results=results, scores=scores, labels=HEADLINE_LABELS, plots=_uris(run_figures(results)),
         parts=part_rows(scores), headline=headline_score(scores), penalties=LOWER_IS_BETTER,
+        studies=study_sections(results), baseline=baseline_line(results),
         browser_json=_script_json(rows), n_browser=len(rows), n_samples=len(samples),
         domains=sorted({r["domain"] for r in rows}), kinds=sorted({r["kind"] for r in rows}),
         errors=samples.loc[samples["error"].astype(str) != "", ["id", "error"]].head(200).to_dict("records"),
@@ -384,6 +386,8 @@ def write_sweep_report(out: str | Path, summary: dict[str, Any]) -> Path:
         summary=summary, variants=variants, comparisons=comparisons, labels=HEADLINE_LABELS,
         headline=summary["comparison"]["headline"], plots=_uris(sweep_figures(summary)),
         distributions=summary["distributions"], flips=summary["flip_matrix"],
+        robustness=compare_rows({v["name"]: v.get("studies") or {} for v in variants})
+        if any(v.get("studies") for v in variants) else None,
         browser_json=_script_json([]), out=out)
     path = out / "report.html"
     _write(path, page)

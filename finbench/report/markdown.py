@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.format import HEADLINE_LABELS, headline_score, num, pct, score_text
+from finbench.report.studies import baseline_line, compare_rows, study_sections
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -31,6 +32,8 @@ def run_markdown(results: dict[str, Any]) -> str:
              f"{scores.get('label', '')}; protocol {results['protocol']}; {results['n_questions']} questions; "
              f"{results['errors']['count']} sample errors.",
              f"**{score_text(headline)}** (×100) · n {headline['n']}"]
+    if baseline_line(results):
+        parts.append(f"{baseline_line(results)}.")
     if scores.get("n"):
         parts += ["## Scores (×100)",
                   _table(["metric", "value ×100", "95% CI ×100"],
@@ -53,6 +56,10 @@ def run_markdown(results: dict[str, Any]) -> str:
         if found.get("by_level"):
             parts.append(_table(["level", "n", "score"], [[level, str(g["n"]), f"{g['score']:.2f}"]
                                                           for level, g in found["by_level"].items()]))
+    for section in study_sections(results):
+        parts.append(f"## {section['title']}")
+        parts += [_table(table["header"], table["rows"]) for table in section["tables"]]
+        parts.append(section["note"])
     for column, groups in scores.get("breakdowns", {}).items():
         has_score = any("score" in g for g in groups.values())
         parts += [f"## By {column}",
@@ -104,7 +111,17 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}" for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
         *_study_markdown(summary),
+        *_robustness_markdown(summary),
     ]) + "\n"
+
+
+def _robustness_markdown(summary: dict[str, Any]) -> list[str]:
+    """The robustness studies of every variant side by side (sweeps whose variants carry them)."""
+    studies = {v["name"]: v.get("studies") or {} for v in summary["variants"]}
+    if not any(studies.values()):
+        return []
+    header, rows = compare_rows(studies)
+    return ["## Robustness studies", _table(header, rows)]
 
 
 def _study_markdown(summary: dict[str, Any]) -> list[str]:

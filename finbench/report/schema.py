@@ -34,3 +34,16 @@ SAMPLE_COLUMNS = {
     "reasoning_tokens": "int — tokens generated in the thinking block (≤ --think-budget)",
     "budget_cut": "bool — the thinking budget ran out before the model closed its block",
 }
+
+
+# variants.parquet (runs with --permutations / --image-ablation): the columns of samples.parquet for
+# each variant of a question (runner/studies.py), plus these, right after `id`.
+VARIANT_COLUMNS = {
+    "variant": "str — rotation-R (circular evaluation) or ablation-MODE (image ablation)",
+    "study": "str — circular | image_ablation",
+    "rotation": "int — positions the options are rotated by (0 for ablation rows): letter j shows the published "
+    "option (j + rotation) mod n",
+    "ablation": "str — blank | noise | none ('' for rotation rows)",
+    "gold": "str — the gold as asked: the letters of the gold options in this variant's order",
+    "correct": "float — this variant's official correctness (0/1)",
+}

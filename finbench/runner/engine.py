@@ -7,7 +7,8 @@ answers it. Order of work:
    sample's error, unusable data one line), refuse what the model's family does not declare,
    load the model, then make the run folder, run.log and the cache — a run refused at start-up
    writes nothing; build each question's request once, with the run's settings, and its cache
-   key from the request (runner/keys.py);
+   key from the request (runner/keys.py); the robustness studies add their variants after the
+   run's questions (runner/studies.py: options rotated, images ablated), each a request of its own;
 2. take what the cache has; identical requests (FAMMA's grouped official call) are computed
    once; plan batches of one request kind, longest first, within the token budget; prompts
    longer than the context become errors; with several ranks (torchrun, accelerate) each takes
@@ -20,8 +21,9 @@ answers it. Order of work:
    asked), halving and retrying on CUDA out-of-memory, and commit it to the cache (a cache that
    stops taking writes — a full disk, its folder deleted — stops the run: `Stopped`, one line);
 5. judge open answers (the benchmark's rules; a `--judge` model, its replies cached too), score,
-   write samples.parquet, results.json, report.html and report.md together (runner/outputs.py; a
-   rerun served entirely from the cache keeps the throughput of the run that computed them).
+   write samples.parquet (the run's questions only), variants.parquet (the studies' variants),
+   results.json, report.html and report.md together (runner/outputs.py; a rerun served entirely
+   from the cache keeps the throughput of the run that computed them).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from finbench.benchmarks import get_benchmark, load_matching
-from finbench.runner import distributed, startup
+from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import Item, plan_batches
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
@@ -48,7 +50,7 @@ from finbench.runner.loop import AUTO_BATCH_START, BatchLoop
 from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
-from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, provenance
+from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
 from finbench.runner.requests import build_requests, decoding_summary
 from finbench.runner.timing import ModelParts, StageTimer
 from finbench.types import Prediction, RunConfig
@@ -116,6 +118,9 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     vocab = AnswerVocabulary.for_model(model) if config.protocol == "constrained" else None
     startup.compile_parts(model, config, notes)
     judge = load_judge(config.judge, dtype=config.dtype, device=config.device, model=model) if config.judge else None
+    requests, request_errors = build_requests(benchmark, questions, config, think_budget, model.capabilities.max_images)
+    study = studies.expand(benchmark, questions, requests, request_errors, config, think_budget, notes)  # the variants
+    questions, requests, request_errors = study.questions, study.requests, study.errors  # the run's, then its variants'
     out_dir = Path(config.out)
     startup.make_run_folder(out_dir)
     run_log.open(out_dir / ("run.log" if world.main else f"run.rank{world.rank}.log"))
@@ -123,7 +128,6 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     notes.extend(cache.notes)
     fingerprint = {**model.fingerprint(file_digest=cache.file_digest), "arguments": model_arguments(config)}
     prompt_version = benchmark.prompt_version_for(config.protocol)
-    requests, request_errors = build_requests(benchmark, questions, config, think_budget, model.capabilities.max_images)
     predictions = {i: Prediction(id=questions[i].id, answer="", error=e) for i, e in request_errors.items()}
     keys = [sample_key(fingerprint, prompt_version, r, q) if r is not None else "" for q, r in zip(questions, requests)]
 
@@ -198,17 +202,18 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     # 5. judge, score, write
     try:
         with timer.stage("judge"):
-            judged = judge_run(benchmark, questions, predictions, judge, cache, config.judge or "",
+            judged = judge_run(benchmark, study.judged_questions(), predictions, judge, cache, config.judge or "",
                                config.judge_max_new_tokens)
         cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
         raise _stopped(err, saved, len(questions)) from None
     finally:
         cache.close()
-    samples = samples_table(questions, predictions, keys)
+    samples = samples_table(questions[:study.n_base], predictions, keys)
     for column, values in judged.columns.items():
-        samples[column] = values
+        samples[column] = values[:study.n_base]
     scores = score(samples, benchmark.name, config.bootstrap, config.seed)
+    studied, variants = study.finish(benchmark, predictions, keys, judged.columns, samples, cached, todo)
     throughput = {**loop.throughput.summary(model, len(todo), compute_seconds, loop.max_batch),
                   "model_parts_s": dict(parts.seconds), "first_batch_wait_s": first_batch_wait}
     if not todo and n_cached:  # (no todo and nothing cached: every question was an error)
@@ -222,9 +227,8 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         "prompt_version": prompt_version,
         "decoding": decoding_summary(config, requests, think_budget),
         "thinking": None if think_budget is None else {"budget": think_budget, "opener": _opener(model)},
-        "n_questions": len(questions),
-        "n_cached": n_cached,
-        "n_computed": len(todo),
+        "n_questions": study.n_base,
+        **study.counts(keys, cached, todo),
         "scores": scores,
         "judge": judged.summary,
         "throughput": throughput,
@@ -232,11 +236,12 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         "errors": error_summary(samples),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "platform": platform.platform()},
-        "provenance": provenance(config, started, model.device, _digest_or_empty(config), command),  # .started: ISO 8601
+        "provenance": provenance(config, started, model.device, cache_file_digest(config), command),  # .started: ISO 8601
         "seconds": time.time() - started,
+        **studied,  # majority_baseline; with studies: circular, image_ablation, variants
     }
     try:
-        write_outputs(out_dir, samples, results)
+        write_outputs(out_dir, samples, results, variants)
     except OutputsError as err:
         raise Stopped(f"stopped: {err}; every answer is in the cache {cache.path}: free space and rerun the same "
                       "command (nothing is computed again)") from None
@@ -280,20 +285,3 @@ def too_long(items: Sequence[Item], model: Any) -> list[tuple[Item, str]]:
 def _opener(model: Any) -> str:
     """What opens a thinking run's block after the generation prompt: '' when the template does."""
     return "" if model.template_opens_thinking() else model.capabilities.thinking_tags[0] + "\n"
-
-
-def _digest_or_empty(config: RunConfig) -> Any:
-    """File digests for provenance, remembered in the run's cache (reopened: the run closed it)."""
-    def digest(path: Path) -> str:
-        location = Path(config.cache or Path(config.out) / "cache.sqlite")
-        if not location.is_file():  # gone (the run folder removed?): never a fresh empty cache in its place
-            return ""
-        try:
-            cache = PredictionCache(location)
-            try:
-                return cache.file_digest(path)
-            finally:
-                cache.close()
-        except Exception:  # noqa: BLE001 — provenance never fails a run
-            return ""
-    return digest

@@ -1,5 +1,5 @@
 """A run's outputs: the samples table, its scores, results.json, report.html, and the progress bar.
-The four files of a run (samples.parquet, results.json, report.html, report.md) are written into
+The files of a run (samples.parquet, results.json, report.html, report.md, variants.parquet) are written into
 a staging folder inside the run folder, then renamed into place together: a kill or a full disk
 while writing never leaves a truncated output, nor the previous run's report beside new results."""
 
@@ -107,7 +107,7 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-OUTPUT_FILES = ("samples.parquet", "results.json", "report.html", "report.md")
+OUTPUT_FILES = ("samples.parquet", "results.json", "report.html", "report.md", "variants.parquet")
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the disk, not the report's rendering
 STAGING_PREFIX = ".finbench-staging-"
 
@@ -119,8 +119,9 @@ class OutputsError(OSError):
         return str(self.args[0])
 
 
-def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any]) -> None:
-    """samples.parquet, results.json, report.html and report.md, replaced together or not at all:
+def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants: Any = None) -> None:
+    """samples.parquet, results.json, report.html and report.md (and variants.parquet, the robustness
+    studies' variants, when the run has some), replaced together or not at all:
     written into a staging folder, then renamed into place. A report that fails to render loses
     nothing (a note says so, and no older report stays beside the new results); a file that cannot
     be written (a full disk) leaves the previous outputs as they were and raises `OutputsError`
@@ -135,6 +136,9 @@ def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any]) -> None:
         staging.mkdir()
         writing = "samples.parquet"
         write_samples(samples, staging / "samples.parquet")
+        if variants is not None:
+            writing = "variants.parquet"
+            write_samples(variants, staging / "variants.parquet")
         writing = "results.json"
         write_json(staging / "results.json", results)
         writing = "report.html and report.md"

@@ -100,3 +100,22 @@ def device_name(device: torch.device) -> str:
     except OSError:
         pass
     return f"cpu: {platform.processor() or platform.machine()}"
+
+
+def cache_file_digest(config: Any) -> Callable[[Path], str]:
+    """File digests for provenance, remembered in the run's cache (reopened: the run closed it)."""
+    from finbench.runner.cache import PredictionCache
+
+    def digest(path: Path) -> str:
+        location = Path(config.cache or Path(config.out) / "cache.sqlite")
+        if not location.is_file():  # gone (the run folder removed?): never a fresh empty cache in its place
+            return ""
+        try:
+            cache = PredictionCache(location)
+            try:
+                return cache.file_digest(path)
+            finally:
+                cache.close()
+        except Exception:  # noqa: BLE001 — provenance never fails a run
+            return ""
+    return digest

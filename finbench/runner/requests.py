@@ -53,11 +53,33 @@ def first_prompt(request: Request) -> Prompt:
 
 
 def render(benchmark: Benchmark, prompt: Prompt, images: Sequence[Any], think: bool = False) -> ModelRequest:
-    """The adapter's request: `prompt` with the decoded question `images` it names, transformed by
-    the benchmark's image rule. With `think` it ends inside an open thinking block."""
-    shown = benchmark.prepare_images(prompt.image_rule, [images[i] for i in prompt.images])
+    """The adapter's request: `prompt` with the decoded question `images` it names, replaced as its
+    ablation asks, then transformed by the benchmark's image rule (a replacement goes through the
+    same transform the chart would). With `think` it ends inside an open thinking block."""
+    named = [images[i] for i in prompt.images]
+    shown = benchmark.prepare_images(prompt.image_rule, [ablated_image(image, prompt.ablation) for image in named])
     return ModelRequest(messages=prompt.messages, images=tuple(shown), answer_prefix=prompt.answer_prefix,
                         thinking=think)
+
+
+def ablated_image(image: Any, ablation: str) -> Any:
+    """A decoded image as an ablation shows it: itself (""), a white image of its size ("blank"),
+    or uniform RGB noise of its size seeded by the digest of its pixels ("noise": a rerun shows
+    the same noise). ("none" prompts name no image.)"""
+    if not ablation:
+        return image
+    import hashlib
+
+    import numpy as np
+    from PIL import Image
+
+    if ablation == "blank":
+        return Image.new("RGB", image.size, (255, 255, 255))
+    if ablation == "noise":
+        seed = int.from_bytes(hashlib.sha256(image.tobytes()).digest()[:8], "little")
+        pixels = np.random.default_rng(seed).integers(0, 256, size=(image.size[1], image.size[0], 3), dtype=np.uint8)
+        return Image.fromarray(pixels)  # uint8 [H, W, 3]: RGB
+    raise ValueError(f"image ablation {ablation!r} replaces no image")
 
 
 def text_of(prompt: Prompt, think: bool = False) -> ModelRequest:

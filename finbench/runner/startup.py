@@ -48,6 +48,7 @@ def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line."""
     from finbench.models.base import resolve_device, resolve_dtype
     from finbench.models.quant import QUANT_CHOICES, quant_unavailable
+    from finbench.runner.studies import check_options
 
     if config.protocol not in PROTOCOLS:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(PROTOCOLS)}")
@@ -88,6 +89,7 @@ def validate(config: RunConfig) -> None:
             or config.data.startswith((".", "/", "~")) or config.data.count("/") != 1
         if looks_like_path:  # anything else is taken as a hub id ("owner/name")
             raise ValueError(f"--data {config.data}: no such file or folder")
+    check_options(config)  # --permutations, --image-ablation (runner/studies.py)
     check_writable(Path(config.out))
 
 

@@ -115,10 +115,37 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
         ["runs use different protocols: " + ", ".join(f"{d}: {p}" for d, p in protocols.items())] if mixed else [])
     result["run_dirs"] = [str(d) for d in run_dirs]
     result["distributions"] = _jsonable(distribution_comparison(dfs, names))
+    result.update(robustness_comparison(run_dirs, dfs, names, protocols, result["benchmark"]))
     path = write_json(Path(out) if out is not None else run_dirs[0] / "compare.json", result)
     print_comparison(result, console)
     _console(console).print(f"wrote {path}")
     return result
+
+
+def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame], names: Sequence[str],
+                          protocols: dict[str, str], benchmark: str) -> dict[str, Any]:
+    """`studies`: each run's robustness studies side by side (from its results.json); and, for each
+    run made with another protocol than the baseline (constrained vs official), `disagreements`:
+    the shared items whose answers differ, with the official raw output and which run is right."""
+    from finbench.scoring.robustness import answer_disagreements, study_summary
+
+    out: dict[str, Any] = {}
+    summaries = {}
+    for name, run_dir in zip(names, run_dirs):
+        try:
+            summaries[name] = study_summary(json.loads((Path(run_dir) / RESULTS_FILE).read_text()))
+        except (OSError, ValueError):
+            continue
+    if any(summaries.values()):
+        out["studies"] = summaries
+    protocol = [protocols.get(str(d), "") for d in run_dirs]
+    pairs = {name: answer_disagreements([dfs[0], df], [names[0], name], benchmark,
+                                        official=next((n for n, p in ((names[0], protocol[0]), (name, protocol[k]))
+                                                       if p == "official"), None))
+             for k, (name, df) in enumerate(zip(names, dfs)) if k and protocol[k] != protocol[0]}
+    if pairs:
+        out["disagreements"] = pairs
+    return out
 
 
 # ---- tables -------------------------------------------------------------------------------------------
@@ -390,5 +417,39 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
             shift.add_row(run, str(d["n"]), _fmt("kl", d["kl_mean"]), _fmt("accuracy", d["agreement"]),
                           _fmt("accuracy", d["gold_shift_mean"]))
         con.print(shift)
+    _print_robustness(con, result)
     for note in result.get("notes", []):
         con.print(f"note: {note}")
+
+
+DISAGREEMENTS_SHOWN = 10  # rows of the console table (the JSON lists them all, up to MAX_DISAGREEMENTS)
+
+
+def _print_robustness(con: Any, result: dict[str, Any]) -> None:
+    """The studies side by side, and the items where two protocols' answers differ."""
+    from rich.table import Table
+
+    from finbench.report.studies import compare_rows
+
+    if result.get("studies"):
+        header, rows = compare_rows(result["studies"])
+        table = Table(title="robustness studies")
+        table.add_column("run", no_wrap=True, min_width=max(len(row[0]) for row in rows))  # names are never cut
+        for column in header[1:]:
+            table.add_column(column, justify="right", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        con.print(table)
+    for run, found in (result.get("disagreements") or {}).items():
+        base = found["runs"][0]
+        right = ", ".join(f"{who}: {n}" for who, n in found["right"].items())
+        table = Table(title=f"{base} vs {run}: {found['n_disagree']} of {found['n_shared']} answers differ "
+                            f"(right — {right})")
+        for column in ("id", base, run, "gold", "right", f"{found['official'] or run} output"):
+            table.add_column(column, overflow="fold")
+        for item in found["items"][:DISAGREEMENTS_SHOWN]:
+            table.add_row(item["id"], item["answers"][base], item["answers"][run], item["gold"], item["right"],
+                          item["raw_output"][:60])
+        if found["n_disagree"] > DISAGREEMENTS_SHOWN:
+            table.caption = f"first {DISAGREEMENTS_SHOWN}; all of them are in the comparison JSON"
+        con.print(table)

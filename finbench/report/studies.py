@@ -1,0 +1,133 @@
+"""The robustness studies as the reports show them: one section each (majority and prior baselines,
+circular evaluation, image ablation), built once from results.json and rendered by report.html,
+report.md and the console alike. Values ×100 where a header says so (accuracies, rates, shares);
+`retained` is a ratio (ablated / base)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finbench.report.format import HEADLINE_LABELS, pct
+
+BASELINE_NAMES = {"majority_answer": "majority answer", "always_a": "always A",
+                  "most_frequent_position": "most frequent position"}
+MAX_SHOWN = 30  # characters of a majority answer's text in a table cell
+
+
+def _cut(text: Any) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN - 1] + "…"
+
+
+def _with(value: Any, label: Any) -> str:
+    return pct(value) + (f" ({_cut(label)})" if label not in (None, "") and value is not None else "")
+
+
+def _signed(value: Any) -> str:
+    return "–" if value is None else f"{100 * value:+.2f}"
+
+
+def _ratio(value: Any) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def baseline_line(results: dict[str, Any]) -> str | None:
+    """The line beside the headline: the best prior baseline, the model, the margin (×100)."""
+    found = (results.get("majority_baseline") or {}).get("all")
+    if not found or found.get("best_baseline") is None:
+        return None
+    return (f"best prior baseline: {BASELINE_NAMES[found['best_baseline']]} {pct(found['best_accuracy'])} · model "
+            f"accuracy {pct(found['model_accuracy'])} · above it {_signed(found['above_best'])} (×100, "
+            f"{found['n']} choice and numerical items, per question type)")
+
+
+def study_lines(results: dict[str, Any]) -> list[str]:
+    """One console line per study the run made (circular evaluation, image ablation)."""
+    lines = []
+    circular = results.get("circular")
+    if circular:
+        lines.append(f"circular evaluation (K {circular['k']}): no item rotated (see the notes)" if not circular["n"]
+                     else f"circular evaluation (K {circular['k']}, {circular['n']} items, ×100): accuracy "
+                          f"{pct(circular['base_accuracy'])} → {pct(circular['circular_accuracy'])} when right in "
+                          f"every order · position bias {pct(circular['position_bias'])} · option consistency "
+                          f"{pct(circular['option_consistency'])}")
+    for mode, found in (results.get("image_ablation") or {}).items():
+        label = HEADLINE_LABELS.get(found["metric"], found["metric"])
+        lines.append(f"image ablation {mode} ({found['n']} items, ×100): {label} {pct(found['base_score'])} → "
+                     f"{pct(found['score'])} (retained {_ratio(found['retained'])}) · accuracy "
+                     f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} (retained "
+                     f"{_ratio(found['retained_accuracy'])})")
+    return lines
+
+
+def study_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Sections {id, title, tables: [{header, rows}], note} in report order."""
+    sections = []
+    majority = results.get("majority_baseline")
+    if majority and majority.get("by_type"):
+        rows = [[name, str(g["n"]), _with(g["majority_answer_accuracy"], g.get("majority_answer")),
+                 pct(g["always_a_accuracy"]),
+                 _with(g["most_frequent_position_accuracy"], g.get("most_frequent_position")),
+                 pct(g["model_accuracy"]), BASELINE_NAMES.get(g["best_baseline"], "–"), _signed(g["above_best"])]
+                for name, g in [*majority["by_type"].items(), ("all", majority["all"])]]
+        sections.append({
+            "id": "majority-baseline", "title": "Majority and prior baselines (accuracy ×100)",
+            "tables": [{"header": [majority["column"], "n", "majority answer", "always A", "most frequent position",
+                                   "model", "best baseline", "model − best"], "rows": rows}],
+            "note": "Per question type: always the type's most frequent gold answer (option text or number), always "
+                    "A, always the type's most frequent gold letter(s). These priors know this run's gold "
+                    "distribution and nothing of the items; 'all' gives each item its type's prior."})
+    circular = results.get("circular")
+    if circular:
+        tables = [{"header": ["metric", "value ×100"], "rows": [
+            ["accuracy in the published order", pct(circular["base_accuracy"])],
+            ["circular accuracy (right in every order)", pct(circular["circular_accuracy"])],
+            ["position bias (same letter in every order)", pct(circular["position_bias"])],
+            ["option consistency (same option in every order)", pct(circular["option_consistency"])]]}]
+        if circular.get("pick_rate"):
+            tables.append({"header": ["position", "pick rate ×100", "a position-blind pick ×100"],
+                           "rows": [[letter, pct(rate), pct(circular["chance_pick_rate"].get(letter))]
+                                    for letter, rate in circular["pick_rate"].items()]})
+        if circular.get("by_domain"):
+            tables.append({"header": ["domain", "n", "accuracy ×100", "circular accuracy ×100"],
+                           "rows": [[d, str(g["n"]), pct(g["base_accuracy"]), pct(g["circular_accuracy"])]
+                                    for d, g in circular["by_domain"].items()]})
+        sections.append({
+            "id": "circular", "title": f"Circular evaluation (K = {circular['k']})", "tables": tables,
+            "note": f"{circular['n']} choice items, each asked in its published order and rotated by 1…k−1 positions "
+                    "(k = min(K, its options); the gold moves with its option). Position bias and option "
+                    f"consistency are over the {circular.get('n_consistency', 0)} items answered without an error in "
+                    "every order: a model that always picks A has position bias 100 and option consistency 0."})
+    ablation = results.get("image_ablation")
+    if ablation:
+        summary = [[mode, str(f["n"]), HEADLINE_LABELS.get(f["metric"], f["metric"]), pct(f["base_score"]),
+                    pct(f["score"]), _ratio(f["retained"]), pct(f["base_accuracy"]), pct(f["accuracy"]),
+                    _ratio(f["retained_accuracy"])] for mode, f in ablation.items()]
+        domains = [[d, mode, str(g["n"]), pct(g["base"]), pct(g["ablated"]), _ratio(g["retained"])]
+                   for mode, f in ablation.items() for d, g in f.get("by_domain", {}).items()]
+        tables = [{"header": ["mode", "n", "headline", "base ×100", "ablated ×100", "retained", "base accuracy ×100",
+                              "ablated accuracy ×100", "accuracy retained"], "rows": summary}]
+        if domains:
+            tables.append({"header": ["domain", "mode", "n", "base accuracy ×100", "ablated accuracy ×100",
+                                      "retained"], "rows": domains})
+        sections.append({
+            "id": "image-ablation", "title": "Image ablation", "tables": tables,
+            "note": "The items that show an image, asked again with every image white (blank), uniform noise seeded "
+                    "by the image (noise) or removed from the prompt (none); retained = ablated / base on the same "
+                    "items: what survives without the chart is answered from the text alone."})
+    return sections
+
+
+def compare_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """(header, one row per run) of the studies side by side, for `finbench compare` and sweeps."""
+    modes = sorted({mode for s in summaries.values() for mode in (s.get("image_ablation") or {})})
+    header = ["run", "best baseline ×100", "model − best ×100", "circular accuracy ×100", "position bias ×100",
+              "option consistency ×100", *[f"{mode}: retained" for mode in modes]]
+    rows = []
+    for name, s in summaries.items():
+        m, c, a = s.get("majority_baseline") or {}, s.get("circular") or {}, s.get("image_ablation") or {}
+        rows.append([name, pct(m.get("best_accuracy")), _signed(m.get("above_best")), pct(c.get("circular_accuracy")),
+                     pct(c.get("position_bias")), pct(c.get("option_consistency")),
+                     *[_ratio((a.get(mode) or {}).get("retained")) for mode in modes]])
+    return header, rows
+
