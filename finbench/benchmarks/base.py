@@ -67,19 +67,25 @@ def options_not_rendered(question: Question, shift: int) -> Question | None:
 
 @dataclass(frozen=True)
 class Demo:
-    """`finbench demo --benchmark NAME`: `write(folder, size)` writes synthetic data in the
-    benchmark's own on-disk format under `folder` once per size (None: the default) and returns
-    the path to give `--data`. `in_home`: the data is kept in FINBENCH_HOME, shared by demo runs
-    (else OUT/data). `short_generation`: free text is generated a few tokens long (a random model's
-    text is noise); `self_judge`: the demo's tiny model is also its `--judge`, so judged parts of the
+    """`finbench demo --benchmark NAME`: `module` names the finbench/offline module whose
+    `demo_data(folder, size)` writes synthetic data in the benchmark's own on-disk format under
+    `folder` once per size (None: the default) and returns (the path to give `--data`, whether it
+    was written now). `in_home`: the data is kept in FINBENCH_HOME, shared by demo runs (else
+    OUT/data). `short_generation`: free text is generated a few tokens long (a random model's text
+    is noise); `self_judge`: the demo's tiny model is also its `--judge`, so judged parts of the
     score are computed too, with `judge_max_new_tokens` (None: the benchmark's own)."""
 
-    write: Callable[[Path, int | None], Path]
+    module: str
     sizes: str  # what --n-items counts, and its default
     in_home: bool = False
     short_generation: bool = True
     self_judge: bool = False
     judge_max_new_tokens: int | None = None
+
+    def write(self, folder: Path, size: int | None) -> tuple[Path, bool]:
+        import importlib  # the writer is imported only when a demo runs
+
+        return importlib.import_module(self.module).demo_data(folder, size)
 
 
 @dataclass(frozen=True)

@@ -720,16 +720,9 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
     return float(value == "correct" or value is True), {"verdict": value}
 
 
-def _demo_data(folder: Path, size: int | None) -> tuple[Path, bool]:
-    """`finbench demo`'s data in this benchmark's own format (finbench/offline/famma_synthetic.py)."""
-    from finbench.offline.famma_synthetic import demo_data
-
-    return demo_data(folder, size)
-
-
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
-    demo=Demo(write=_demo_data, sizes="FAMMA main questions of two sub-questions (12)"))
+    demo=Demo(module="finbench.offline.famma_synthetic", sizes="FAMMA main questions of two sub-questions (12)"))

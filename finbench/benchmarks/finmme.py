@@ -342,17 +342,11 @@ def answer(question: Question, text: str, protocol: str) -> str:
     return extract_official(text)
 
 
-def _demo_data(folder: Path, size: int | None) -> tuple[Path, bool]:
-    """`finbench demo`'s data in this benchmark's own format (finbench/offline/finmme_synthetic.py)."""
-    from finbench.offline.finmme_synthetic import demo_data
-
-    return demo_data(folder, size)
-
-
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, prepare_images=prepare_images,
     metrics="FinScore = F × (1 − P_H) (official eval.py); F, P_H, accuracy; by domain, question type, asset class, "
             "chart type, cognitive dimension; paper variant via `finbench score --variant paper`",
-    demo=Demo(write=_demo_data, sizes="FinMME items (72)", in_home=True, short_generation=False))
+    demo=Demo(module="finbench.offline.finmme_synthetic", sizes="FinMME items (72)", in_home=True,
+              short_generation=False))

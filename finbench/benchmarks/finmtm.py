@@ -661,18 +661,11 @@ def match_calls(predicted: Sequence[Mapping], reference: Sequence[Mapping]) -> l
     return pairs
 
 
-def _demo_data(folder: Path, size: int | None) -> tuple[Path, bool]:
-    """`finbench demo`'s data in this benchmark's own format (finbench/offline/finmtm_synthetic.py)."""
-    from finbench.offline.finmtm_synthetic import demo_data
-
-    return demo_data(folder, size)
-
-
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     rotate=options_not_rendered,  # objective items carry their options inside the question text
-    demo=Demo(write=_demo_data, sizes="FinMTM objective items per file (12)", self_judge=True,
+    demo=Demo(module="finbench.offline.finmtm_synthetic", sizes="FinMTM objective items per file (12)", self_judge=True,
               judge_max_new_tokens=48))

@@ -291,17 +291,10 @@ def read_judgement(question: Question, prediction: Prediction, replies: Sequence
     return float(score if score is not None else 0), {"score": score, "parsed": score is not None}
 
 
-def _demo_data(folder: Path, size: int | None) -> tuple[Path, bool]:
-    """`finbench demo`'s data in this benchmark's own format (finbench/offline/mme_finance_synthetic.py)."""
-    from finbench.offline.mme_finance_synthetic import demo_data
-
-    return demo_data(folder, size)
-
-
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, judge_requests=judge_requests,
     read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
-    demo=Demo(write=_demo_data, sizes="MME-Finance open questions per language (8)",
-                self_judge=True))
+    demo=Demo(module="finbench.offline.mme_finance_synthetic", sizes="MME-Finance open questions per language (8)",
+              self_judge=True))
