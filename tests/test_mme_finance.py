@@ -62,6 +62,43 @@ def test_base64_images_and_broken_records_each_become_that_row_s_error(folder, t
     assert "not one of" in mme_finance.load_questions(binary)[0].error
 
 
+def test_the_official_set_decides_binary_and_tsv_image_references_resolve(folder, tmp_path):
+    """MMfin/MMfin_CN items are judged whatever their answer (a bare "Yes" included); a short
+    `image` field is the index of the row holding the image (VLMEvalKit), a list literal holds
+    several; the data check and the run's data fingerprint read the TSVs."""
+    from finbench.datacheck import check_data
+    from finbench.runner.provenance import data_fingerprint
+
+    png = (folder / "images" / "MMfin" / "mmfin_000.png").read_bytes()
+    other = (folder / "images" / "MMfin" / "mmfin_001.png").read_bytes()
+    encoded, encoded_other = base64.b64encode(png).decode(), base64.b64encode(other).decode()
+    good = {"index": 1, "image": encoded, "question": "Is revenue rising?", "answer": "Yes", "task_category": "OCR",
+            "image_type": "Table", "image_style": "Computer Screenshot", "background": ""}
+    rows = [good, {**good, "index": 2, "image": "1"}, {**good, "index": 3, "image": "9"},
+            {**good, "index": 4, "image": str([encoded, encoded_other])}]
+    data = tmp_path / "data"
+    data.mkdir()
+    _write_tsv(data / "MMfin.tsv", rows)
+    questions = {q.id: q for q in mme_finance.load_questions(data)}
+    assert questions["MMfin-1"].kind == OPEN and questions["MMfin-1"].meta["question_type"] == "open"
+    assert questions["MMfin-1"].gold == "Yes" and questions["MMfin-1"].error is None
+    assert questions["MMfin-2"].images == (png,) and questions["MMfin-2"].error is None
+    assert "names no row" in questions["MMfin-3"].error
+    assert questions["MMfin-4"].images == (png, other)
+    # without an official set's file name, a yes/no answer is binary
+    _write_tsv(tmp_path / "mine.tsv", [good])
+    [loose] = mme_finance.load_questions(tmp_path / "mine.tsv")
+    assert loose.kind == SINGLE and loose.options == ("Yes", "No") and loose.gold == "A"
+    # filters apply before images are read: a filtered-out row with a missing file is no error
+    _write_tsv(data / "MMfin.tsv", rows + [{**good, "index": 5, "image": "", "image_path": "gone.png",
+                                            "task_category": "Image Caption"}])
+    assert {q.id for q in mme_finance.load_questions(data, domains=["OCR"])} == {f"MMfin-{i}" for i in (1, 2, 3, 4)}
+    report = check_data("mme-finance", data)
+    assert report["files"] == [str(data / "MMfin.tsv")] and report["n_records"] == 5 and report["n_errors"] == 2
+    fingerprint = data_fingerprint(str(data), lambda path: str(path.stat().st_size))
+    assert list(fingerprint["files"]) == [str(data / "MMfin.tsv")] and fingerprint["digest"]
+
+
 def test_the_official_answer_prompt_restated(folder):
     """MMfin.build_prompt for an OCR item with a background, written out by hand ("/n" is the
     fork's own, a slash and an n)."""

@@ -427,14 +427,14 @@ FAMMA_START_UP = {  # name → (files to write {name: bytes}, the line's substri
                                 "not FAMMA data"),
     "famma-not-json": ({"d.json": b"this is { not json\nat all"}, "cannot read"),
     "famma-truncated-parquet": ({"d.parquet": b"PAR1" + b"\0" * 100}, "cannot read"),
-    "famma-folder-without-data": ({"notes.txt": b"hello"}, "no parquet/arrow/jsonl/json files"),
+    "famma-folder-without-data": ({"notes.txt": b"hello"}, "no parquet/arrow/jsonl/json/tsv files"),
 }
 FINMTM_START_UP = {
     "finmtm-empty-file": ({"d.jsonl": b"\n"}, "no records (the data is empty)"),
     "finmtm-given-finmme-data": ({"d.jsonl": _finmme_line().encode()}, "not FinMTM data — no record has messages"),
     "finmtm-given-famma-data": ({"d.jsonl": json.dumps(famma_record("x", 1)).encode()}, "not FinMTM data"),
     "finmtm-not-json": ({"d.json": b"[1, 2"}, "cannot read"),
-    "finmtm-only-metadata": ({"image/metadata.jsonl": b'{"file_name": "a.png"}'}, "no parquet/arrow/jsonl/json files"),
+    "finmtm-only-metadata": ({"image/metadata.jsonl": b'{"file_name": "a.png"}'}, "no parquet/arrow/jsonl/json/tsv files"),
 }
 
 

@@ -24,13 +24,12 @@ import ast
 import base64
 import binascii
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo
-from finbench.benchmarks.records import RawRecord, read_table
+from finbench.benchmarks.records import RawRecord, as_text, local_file, read_table, skipped_note
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.scoring import mme_finance as scoring
 from finbench.types import OPEN, SINGLE, Prediction, Question
@@ -56,6 +55,7 @@ JUDGE_SCALE = 20  # MMfin_acc: mean score (0–5) × 20
 BINARY_ANSWERS = {"是": "zh", "否": "zh", "yes": "en", "no": "en"}
 BINARY_OPTIONS = {"zh": ("是", "否"), "en": ("Yes", "No")}  # the first is the positive class (F1)
 BINARY_STRIP = "。"  # MMfin_Binary.evaluate strips only this from prediction and answer
+IMAGE_REFERENCE_MAX = 64  # a shorter `image` field is another row's index (VLMEvalKit)
 
 # ---- constrained protocol (finbench) -------------------------------------------------------------
 PROMPT_VERSION = "mme-finance-constrained-v1"  # bump whenever the binary template below changes
@@ -67,46 +67,35 @@ ANSWER_PREFIX = "Answer:"
 def load_questions(source: str | Path | None = None, limit: int | None = None, domains: Sequence[str] = (),
                    question_types: Sequence[str] = (), notes: list[str] | None = None) -> list[Question]:
     """MME-Finance records from local TSV/jsonl/parquet files (a folder may hold the three sets)
-    or the hub → Questions. `domains` filters task categories, `question_types` open / binary."""
-    records = _records(Path(source) if source is not None and Path(source).exists() else source)
-    if not records:
-        raise ValueError(f"{source or HUB_ID}: no MME-Finance records (the data is empty)")
+    or the hub → Questions. `domains` filters task categories, `question_types` open / binary;
+    both are applied before any image is read."""
+    table = read_table(source or HUB_ID, HUB_SPLIT)
+    if not table.records:
+        raise ValueError(f"{', '.join(table.sources)}: no MME-Finance records (the data is empty)")
+    if notes is not None:
+        notes.extend(skipped_note(table))
+    shared = _images_by_index(table.records)
     questions = []
-    for index, raw in enumerate(records):
-        question = _unreadable(raw) if raw.error is not None else record_to_question(raw.values, index, raw)
+    for index, raw in enumerate(table.records):
         if raw.error is None:
-            if domains and question.meta.get("task_category") not in domains:
+            category, question_type = _labels(raw.values, _set_of(raw.origin))
+            if (domains and category not in domains) or (question_types and question_type not in question_types):
                 continue
-            if question_types and question.meta.get("question_type") not in question_types:
-                continue
-        questions.append(question)
+        questions.append(_unreadable(raw) if raw.error is not None else record_to_question(raw.values, index, raw, shared))
         if limit is not None and len(questions) >= limit:
             break
     return questions
 
 
-def _records(source: Any) -> list[RawRecord]:
-    """Raw records: TSV files read here (VLMEvalKit's format, all fields text), anything else by
-    records.read_table; each record knows its file, for its split and its images."""
-    if source is None or not isinstance(source, Path):
-        return read_table(str(source or HUB_ID), HUB_SPLIT).records
-    files = sorted(source.rglob("*.tsv")) if source.is_dir() else ([source] if source.suffix == ".tsv" else [])
-    records = [r for f in files for r in _read_tsv(f)]
-    others = source.is_dir() and any(p.suffix in (".jsonl", ".json", ".parquet", ".arrow") for p in source.rglob("*"))
-    if others or (not source.is_dir() and source.suffix != ".tsv"):
-        table = read_table(source, HUB_SPLIT)
-        records += [r for r in table.records if not r.origin.endswith(".json")]
-    return records
+def _file_of(origin: str) -> str:
+    return origin.rsplit("[", 1)[0].rsplit(":", 1)[0]
 
 
-def _read_tsv(path: Path) -> list[RawRecord]:
-    import pandas as pd
-
-    try:
-        frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=3, encoding="utf-8")
-    except (UnicodeDecodeError, ValueError, pd.errors.ParserError) as err:
-        raise ValueError(f"--data {path}: not a readable TSV ({type(err).__name__}: {str(err).splitlines()[0]})") from None
-    return [RawRecord(f"{path}[{n}]", dict(row), folder=str(path.parent)) for n, row in enumerate(frame.to_dict("records"))]
+def _images_by_index(records: Sequence[RawRecord]) -> dict[tuple[str, str], str]:
+    """VLMEvalKit's TSVs store an image once: a row whose `image` field is short (≤ 64 characters)
+    names the `index` of the row that holds it (ImageBaseDataset). {(file, index): image}."""
+    return {(_file_of(r.origin), _readable(r.values.get("index"))): image for r in records if r.error is None
+            and len(image := _readable(r.values.get("image")).strip()) > IMAGE_REFERENCE_MAX}
 
 
 def _unreadable(raw: RawRecord) -> Question:
@@ -116,29 +105,49 @@ def _unreadable(raw: RawRecord) -> Question:
 
 def _set_of(origin: str) -> str:
     """The official set a record comes from, by its file name (MMfin, MMfin_CN, MMfin_Binary)."""
-    stem = Path(origin.split("[")[0].split(":")[0]).stem
+    stem = Path(_file_of(origin)).stem
     return stem if stem.lower().startswith("mmfin") else ""
 
 
-def record_to_question(record: Mapping[str, Any], index: int, raw: RawRecord | None = None) -> Question:
+def _labels(record: Mapping[str, Any], official_set: str) -> tuple[str | None, str]:
+    """(task category, "binary" or "open"). An official set decides by itself (MMfin and MMfin_CN
+    are judged whatever the answer, even a bare Yes); without one, a yes/no answer is binary."""
+    if official_set:
+        binary = official_set.lower().endswith("binary")
+    else:
+        binary = _readable(record.get("answer")).strip(BINARY_STRIP).strip().lower() in BINARY_ANSWERS
+    return _label(record.get("task_category")), "binary" if binary else "open"
+
+
+def _readable(value: Any) -> str:
+    """A field as text, "" when it is not (record_to_question names the bad field)."""
+    try:
+        return as_text(value, "")
+    except ValueError:
+        return ""
+
+
+def record_to_question(record: Mapping[str, Any], index: int, raw: RawRecord | None = None,
+                       shared: Mapping[tuple[str, str], str] | None = None) -> Question:
     """One record → Question; anything malformed becomes `Question.error`, never an exception."""
     origin = raw.origin if raw is not None else ""
     official_set = _set_of(origin)
-    qid = f"{official_set or 'mmfin'}-{_text(record.get('index', index))}"
-    answer = _text(record.get("answer"))
-    binary = official_set.lower().endswith("binary") or answer.strip(BINARY_STRIP).strip().lower() in BINARY_ANSWERS
-    language = _language(record, official_set, answer)
-    meta = {"task_category": _label(record.get("task_category")), "image_type": _label(record.get("image_type")),
-            "image_style": _label(record.get("image_style")), "language": language,
-            "question_type": "binary" if binary else "open", "set": official_set or None}
-    base = dict(id=qid, benchmark=NAME, text=_text(record.get("question")), meta=meta)
+    category, question_type = _labels(record, official_set)
+    binary = question_type == "binary"
+    meta = {"task_category": category, "image_type": _label(record.get("image_type")),
+            "image_style": _label(record.get("image_style")), "language": None,
+            "question_type": question_type, "set": official_set or None}
+    base = dict(id=f"{official_set or 'mmfin'}-{_label(record.get('index')) or index}", benchmark=NAME,
+                text=_readable(record.get("question")), meta=meta)
     try:
-        if not base["text"].strip():
+        text, answer = as_text(record.get("question"), "question"), as_text(record.get("answer"), "answer")
+        language = meta["language"] = _language(record, official_set, text + answer)
+        if not text.strip():
             raise ValueError("question is empty")
-        images = _images(record, raw.folder if raw is not None else "", official_set)
+        images = _images(record, raw, official_set, shared or {})
         if not images:
             raise ValueError("no image (neither an image nor an image_path field)")
-        fields = {"answer": answer, "background": _text(record.get("background")), "language": language}
+        fields = {"answer": answer, "background": as_text(record.get("background"), "background"), "language": language}
         if binary:
             gold = answer.strip(BINARY_STRIP).strip()
             if gold.lower() not in BINARY_ANSWERS:
@@ -153,63 +162,57 @@ def record_to_question(record: Mapping[str, Any], index: int, raw: RawRecord | N
         return Question(kind=SINGLE if binary else OPEN, error=f"bad record: {err}", **base)
 
 
-def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8")
-    return str(value)
-
-
 def _label(value: Any) -> str | None:
-    text = _text(value).strip()
-    return text or None
+    return _readable(value).strip() or None
 
 
-def _language(record: Mapping[str, Any], official_set: str, answer: str) -> str:
-    declared = _text(record.get("language")).strip().lower()
-    if declared in ("zh", "cn", "chinese"):
+def _language(record: Mapping[str, Any], official_set: str, texts: str) -> str:
+    declared = _label(record.get("language")) or ""
+    if declared.lower() in ("zh", "cn", "chinese"):
         return "zh"
-    if declared in ("en", "english"):
+    if declared.lower() in ("en", "english"):
         return "en"
     if official_set.upper().endswith(("_CN", "BINARY")):
         return "zh"
-    return "zh" if re.search(r"[\u4e00-\u9fff]", _text(record.get("question")) + answer) else "en"
+    return "zh" if re.search(r"[\u4e00-\u9fff]", texts) else "en"
 
 
-def _images(record: Mapping[str, Any], folder: str, official_set: str) -> tuple[bytes, ...]:
-    """The item's images: VLMEvalKit's base64 `image` field, or `image_path` (one path or a list
-    literal) read beside the data file or under images/<set>/ as the fork's LMUData layout has it."""
-    encoded = _text(record.get("image")).strip()
-    if encoded and len(encoded) > 64:
+def _images(record: Mapping[str, Any], raw: RawRecord | None, official_set: str,
+            shared: Mapping[tuple[str, str], str]) -> tuple[bytes, ...]:
+    """The item's images: VLMEvalKit's base64 `image` field (one image, a list literal of them, or
+    the index of the row that holds it), or `image_path` (one path or a list literal) read beside
+    the data file or under images/<set>/ as the fork's LMUData layout has it."""
+    encoded = as_text(record.get("image"), "image").strip()
+    if 0 < len(encoded) <= IMAGE_REFERENCE_MAX:
+        key = (_file_of(raw.origin) if raw is not None else "", encoded)
+        if key not in shared:
+            raise ValueError(f"image field {encoded!r} names no row of this file that holds an image")
+        encoded = shared[key]
+    if encoded:
         try:
-            return (base64.b64decode(encoded, validate=True),)
+            return tuple(base64.b64decode(item, validate=True) for item in _listed(encoded, "image", "base64 image"))
         except (binascii.Error, ValueError):
-            raise ValueError("image field is not base64") from None
-    paths = _path_list(record.get("image_path"))
+            raise ValueError("image field is not base64 (nor a list of base64 images)") from None
+    folder, root = (raw.folder, raw.root) if raw is not None else ("", "")
+    bases = [Path(folder or "."), Path(folder or ".") / "images" / (official_set or "MMfin"), Path(folder or ".") / "images"]
     out = []
-    root = Path(folder) if folder else Path(".")
-    for path in paths:
-        if ".." in Path(path).parts:
-            raise ValueError(f"image path {path!r} climbs out of the data folder")
-        candidates = [root / path, root / "images" / (official_set or "MMfin") / path, root / "images" / path]
-        found = next((c for c in candidates if c.is_file()), None)
+    for path in _listed(as_text(record.get("image_path"), "image_path").strip(), "image_path", "path"):
+        found = next((c for c in (local_file(path, base, root or folder) for base in bases) if c.is_file()), None)
         if found is None:
             raise ValueError(f"image file {path!r} not found (read beside the data file or under images/)")
         out.append(found.read_bytes())
     return tuple(out)
 
 
-def _path_list(value: Any) -> list[str]:
-    text = _text(value).strip()
+def _listed(text: str, name: str, noun: str) -> list[str]:
+    """One value, or a Python list literal of them (VLMEvalKit's toliststr)."""
     if not text:
         return []
     if text.startswith("["):
         try:
-            items = ast.literal_eval(text)
-            return [str(p) for p in items]
-        except (ValueError, SyntaxError):
-            raise ValueError(f"image_path {text[:40]!r} is neither a path nor a list of paths") from None
+            return [str(item) for item in ast.literal_eval(text)]
+        except (ValueError, SyntaxError, TypeError):
+            raise ValueError(f"{name} {text[:40]!r} is neither a {noun} nor a list of {noun}s") from None
     return [text]
 
 

@@ -1,6 +1,7 @@
 """Raw records from local files or the hub, for every benchmark loader.
 
-Each local file is read by its own format (a folder may mix parquet, arrow, jsonl and json), and
+Each local file is read by its own format (a folder may mix parquet, arrow, jsonl, json and
+VLMEvalKit's tsv, every field of which is text), and
 every record carries its origin (`file:line` or `file[row]`) so a bad one can be named. What can
 go wrong is split the way the error policy asks:
 - a file that cannot be read at all (truncated parquet, not JSON at all, a hub set that is not
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-FORMATS = (".parquet", ".arrow", ".jsonl", ".json")
+FORMATS = (".parquet", ".arrow", ".jsonl", ".json", ".tsv")
 # files inside a data folder that describe the data instead of holding records
 METADATA_FILES = {"dataset_info.json", "state.json", "dataset_dict.json"}  # datasets' save_to_disk
 IMAGE_METADATA_FILES = {"metadata.jsonl", "metadata.json"}  # an image folder's captions (hub ImageFolder)
@@ -123,9 +124,9 @@ def local_file(text: str, base: str | Path, root: str | Path = "") -> Path:
 
 
 def as_text(value: Any, name: str) -> str:
-    """A text field as str ("" for None); bytes (a binary Arrow column) must be UTF-8 — never shown to
-    the model as `b'…'`."""
-    if value is None:
+    """A text field as str ("" for None and NaN, a missing cell of a table); bytes (a binary Arrow
+    column) must be UTF-8 — never shown to the model as `b'…'`."""
+    if value is None or (isinstance(value, float) and value != value):
         return ""
     if isinstance(value, (bytes, bytearray)):
         return _utf8(bytes(value), name)
@@ -140,6 +141,8 @@ def _read_file(path: Path) -> tuple[list[RawRecord], set[str]]:
             return _from_arrow(pq.read_table(path), path)
         if path.suffix == ".arrow":
             return _from_arrow(_read_arrow(path), path)
+        if path.suffix == ".tsv":
+            return _read_tsv(path)
         return _read_json(path)
     except DataError:
         raise
@@ -179,6 +182,14 @@ def _from_arrow(table: Any, path: Path) -> tuple[list[RawRecord], set[str]]:
         except ValueError as err:
             records.append(RawRecord(origin, error=f"{origin}: {err}"))
     return records, set(table.column_names)
+
+
+def _read_tsv(path: Path) -> tuple[list[RawRecord], set[str]]:
+    """VLMEvalKit's TSV: a header row, every field text (no quoting, empty stays empty)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=3, encoding="utf-8")
+    return [RawRecord(f"{path}[{row}]", values) for row, values in enumerate(frame.to_dict("records"))], set(frame.columns)
 
 
 def _utf8(data: bytes, name: str) -> str:

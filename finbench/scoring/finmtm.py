@@ -392,28 +392,9 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> d
     run's bootstrap settings (`estimates["bootstrap"]`, when CIs were asked for)."""
     score = estimates.get("score")
     bootstrap = estimates.get("bootstrap") or {}
-    extra = extra_scores(_errors_scored_zero(df), bootstrap.get("n_resamples", 0), bootstrap.get("seed", 0),
-                         bootstrap.get("level", 0.95))
-    for task in ("dialogue", "agent"):
-        if isinstance(extra.get(task), dict):
-            extra[task]["n_errors"] = int(error_mask(df[str_column(df, "task") == task]).sum())
+    extra = extra_scores(df, bootstrap.get("n_resamples", 0), bootstrap.get("seed", 0), bootstrap.get("level", 0.95))
     return {"score_percent": score * 100 if score is not None else None, "n_excluded": table.info["n_excluded"],
             "n": table.info["n_scored"], "n_score_old": table.n, "n_empty_gold": table.info["n_empty_gold"], **extra}
-
-
-def _errors_scored_zero(df: pd.DataFrame) -> pd.DataFrame:
-    """`df` with the dialogue and agent rows that are errors scored 0 (never left out of their
-    part's mean), where that part has a score at all (a run without --judge has no dialogue score)."""
-    task, has_error = str_column(df, "task"), error_mask(df)
-    out = df.copy()
-    for name, column in (("dialogue", "judge_score"), ("agent", "rule_score")):
-        errors = (task == name) & has_error
-        values = float_column(df, column)
-        scored_at_all = name == "agent" or (~np.isnan(values[(task == name) & ~has_error])).any()  # agent: offline rule
-        if errors.any() and scored_at_all:
-            values[errors] = 0.0
-            out[column] = values
-    return out
 
 
 SCORER = Scorer(build_table=build_table, summary=summary, group_frame=group_frame)
