@@ -611,6 +611,8 @@ def make_tiny_command(
 
         if thinking:
             _fail("--thinking: with --like the chat template is the checkpoint's own")
+        if quant is not None:
+            _fail(f"--quant {quant}: not with --like (a --like build keeps the checkpoint's files, in bf16)")
         with _one_line_errors():
             path = make_tiny_like(family, out_dir, like, seed=seed)
         out_console.print(f"wrote tiny {family} (random weights, the files of {like}) to {path}", markup=False)

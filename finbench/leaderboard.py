@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from finbench.report.console import model_name
-from finbench.report.format import headline_score
+from finbench.report.format import headline_score, interval_text
 
 RESULTS_FILE = "results.json"
 FORMATS = (".csv", ".md", ".html")
 STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
-DOMAIN_BREAKDOWN = {"finmme": "domain", "famma": "subfield", "finmtm": "question_type"}
+DOMAIN_BREAKDOWN = {"finmme": "domain", "famma": "subfield", "finmtm": "question_type", "mme-finance": "task_category"}
 COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "benchmark", "metric", "score", "ci_low", "ci_high",
            "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "p_holm", "stars", "n_shared")
 
@@ -164,10 +164,7 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
 
 
 def score_cell(row: dict[str, Any]) -> str:
-    if row["score"] is None:
-        return "–"
-    ci = f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]" if row["ci_low"] is not None else ""
-    return f"{row['score']:.2f}{ci}"
+    return interval_text(row["score"], row["ci_low"], row["ci_high"])
 
 
 def print_board(board: dict[str, Any], console: Any) -> None:

@@ -189,6 +189,23 @@ def test_sampled_generation_repeats_for_the_same_seed(tiny_model, synthetic_parq
     assert any(o != list(first["raw_output"]) for o in others)  # the seed (and the sampling) is real
 
 
+def test_the_seed_keys_sampled_answers_and_greedy_ignores_sampling_settings(tiny_model, synthetic_parquet, tmp_path):
+    """In one run folder: a sampled rerun with another --seed is recomputed, not read back from
+    the cache; top_p without a temperature is greedy decoding, so it keys as greedy does."""
+    def run(seed: int, **gen):
+        return finbench.evaluate(tiny_model, data=str(synthetic_parquet), protocol="official", limit=3, bootstrap=0,
+                                 show_progress=False,
+                                 gen_kwargs={"max_new_tokens": 4, **gen}, seed=seed, out=tmp_path / "one",
+                                 overwrite=True)
+
+    first = run(0, temperature=1.5)
+    again, other = run(0, temperature=1.5), run(1, temperature=1.5)
+    assert again.results["n_cached"] == 3 and other.results["n_cached"] == 0
+    assert set(other.samples["sample_key"]).isdisjoint(first.samples["sample_key"])
+    greedy, top_p = run(0), run(7, top_p=0.9)
+    assert top_p.results["n_cached"] == 3 and list(top_p.samples["sample_key"]) == list(greedy.samples["sample_key"])
+
+
 def test_subpackages_are_attributes_without_importing_torch_up_front():
     import subprocess
     import sys

@@ -106,6 +106,27 @@ def test_every_loading_path_goes_through_one_loader_with_device_map_and_the_rank
     assert options["dtype"] == "float32" and not (tmp_path / "multi").exists()
 
 
+def test_a_multi_benchmark_run_with_a_loading_option_runs_every_benchmark(
+        tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    """The model is loaded once with --chat-template; each benchmark's run is then given that
+    model with the same option, which is not refused. A model loaded elsewhere still is."""
+    import finbench
+    from finbench.runner.startup import given_model
+
+    template = tmp_path / "template.jinja"
+    source = tiny_qwen_dir / "chat_template.jinja"
+    template.write_text(source.read_text() if source.exists()
+                        else json.loads((tiny_qwen_dir / "chat_template.json").read_text())["chat_template"])
+    famma = famma_synthetic.write_parquet(tmp_path / "famma.parquet", famma_synthetic.records(None))
+    result = finbench.evaluate(str(tiny_qwen_dir), "finmme,famma", data={"finmme": str(synthetic_parquet),
+                               "famma": str(famma)}, out=tmp_path / "multi", chat_template=str(template), limit=2,
+                               bootstrap=0, max_new_tokens=2, show_progress=False)
+    assert set(result.runs) == {"finmme", "famma"}
+    assert all(len(run.samples) == 2 and (run.samples["error"] == "").all() for run in result.runs.values())
+    with pytest.raises(ValueError, match="chat_template: these apply when finbench loads the model"):
+        given_model(RunConfig(model=str(tiny_qwen_dir), chat_template=str(template)), tiny_model)
+
+
 def test_an_option_the_family_does_not_declare_is_refused_before_the_weights_load(
         tiny_qwen_dir, synthetic_parquet, tmp_path, monkeypatch):
     from finbench.models.qwen2_5_vl import Qwen25VL

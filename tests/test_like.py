@@ -99,7 +99,8 @@ def test_make_tiny_like_refuses_what_it_cannot_build(tmp_path):
     cases = [(["qwen2.5-vl", str(tmp_path / "a"), "--like", str(empty)], "no config.json"),
              (["qwen3-vl", str(tmp_path / "b"), "--like", str(FIXTURE)], "model_type is 'qwen2_5_vl'"),
              (["internvl", str(tmp_path / "c"), "--like", str(FIXTURE)], "--like builds"),
-             (["qwen2.5-vl", str(tmp_path / "d"), "--like", str(FIXTURE), "--thinking"], "--thinking")]
+             (["qwen2.5-vl", str(tmp_path / "d"), "--like", str(FIXTURE), "--thinking"], "--thinking"),
+             (["qwen2.5-vl", str(tmp_path / "e"), "--like", str(FIXTURE), "--quant", "fp8-block128"], "not with --like")]
     for args, message in cases:
         done = runner.invoke(app, ["models", "make-tiny", *args])
         assert done.exit_code == 2 and message in done.output, (args, done.output)

@@ -93,8 +93,13 @@ def test_the_official_set_decides_binary_and_tsv_image_references_resolve(folder
     _write_tsv(data / "MMfin.tsv", rows + [{**good, "index": 5, "image": "", "image_path": "gone.png",
                                             "task_category": "Image Caption"}])
     assert {q.id for q in mme_finance.load_questions(data, domains=["OCR"])} == {f"MMfin-{i}" for i in (1, 2, 3, 4)}
+    with (data / "MMfin.tsv").open("ab") as tsv:  # a line that is not UTF-8 and one with too few fields
+        tsv.write(b"6\t\xff\xfeQ?\tYes\tOCR\tTable\tComputer Screenshot\t\t\nonly\ttwo\n")
+    loaded = mme_finance.load_questions(data)
+    assert [q.error for q in loaded[:5]] == [None, None, questions["MMfin-3"].error, None, loaded[4].error]
+    assert "is not valid UTF-8 (byte 0xff" in loaded[5].error and "2 tab-separated fields, the header has" in loaded[6].error
     report = check_data("mme-finance", data)
-    assert report["files"] == [str(data / "MMfin.tsv")] and report["n_records"] == 5 and report["n_errors"] == 2
+    assert report["files"] == [str(data / "MMfin.tsv")] and report["n_records"] == 7 and report["n_errors"] == 4
     fingerprint = data_fingerprint(str(data), lambda path: str(path.stat().st_size))
     assert list(fingerprint["files"]) == [str(data / "MMfin.tsv")] and fingerprint["digest"]
 

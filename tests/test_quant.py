@@ -205,6 +205,26 @@ def test_fp8_block_folder_is_in_the_released_layout(tiny_quant):
     assert q.dtype == FP8 and q.shape == (256, 512) and scale_inv.shape == (2, 4) and scale_inv.dtype == torch.float32
 
 
+def test_a_cached_hub_id_reads_its_unquantized_layers_from_its_snapshot(tiny_quant, tmp_path, monkeypatch):
+    """A released FP8 checkpoint named by hub id: the layers stored without a scale are read from
+    the local cache's snapshot, as from a folder (an empty list would convert them too)."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    from finbench.models.quant_checkpoint import unquantized_layers
+
+    folder = tiny_quant("fp8-block128")
+    repo = tmp_path / "hub" / "models--someone--tiny-fp8"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    shutil.copytree(folder, repo / "snapshots" / ("0" * 40))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    from_folder = unquantized_layers(str(folder))
+    assert from_folder and "lm_head" in from_folder
+    assert unquantized_layers("someone/tiny-fp8") == from_folder
+
+
 def test_fp8_checkpoint_on_cpu_is_refused_unless_allowed_and_then_labelled(tiny_quant):
     from safetensors import safe_open
 

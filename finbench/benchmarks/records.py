@@ -185,11 +185,28 @@ def _from_arrow(table: Any, path: Path) -> tuple[list[RawRecord], set[str]]:
 
 
 def _read_tsv(path: Path) -> tuple[list[RawRecord], set[str]]:
-    """VLMEvalKit's TSV: a header row, every field text (no quoting, empty stays empty)."""
-    import pandas as pd
-
-    frame = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=3, encoding="utf-8")
-    return [RawRecord(f"{path}[{row}]", values) for row, values in enumerate(frame.to_dict("records"))], set(frame.columns)
+    """VLMEvalKit's TSV: a header row, then one record per line, every field text (no quoting, so
+    a tab or newline never occurs inside a field). A line that is not UTF-8, or that has another
+    number of fields than the header, fails that record only."""
+    lines = path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")
+    try:
+        header = lines[0].rstrip(b"\r").decode("utf-8").split("\t")
+    except UnicodeDecodeError:
+        raise DataError(f"cannot read {path}: its header row is not UTF-8") from None
+    records = []
+    for row, line in enumerate(line for line in lines[1:] if line.strip()):
+        origin = f"{path}[{row}]"
+        try:
+            fields = _utf8(line.rstrip(b"\r"), f"line {row + 2}").split("\t")
+        except ValueError as err:
+            records.append(RawRecord(origin, error=f"{origin}: {err}"))
+            continue
+        if len(fields) != len(header):
+            records.append(RawRecord(origin, error=f"{origin}: {len(fields)} tab-separated fields, the header has "
+                                                   f"{len(header)}"))
+            continue
+        records.append(RawRecord(origin, dict(zip(header, fields))))
+    return records, set(header)
 
 
 def _utf8(data: bytes, name: str) -> str:

@@ -153,12 +153,25 @@ def load_kwargs(quant: CheckpointQuant, source: str, device: torch.device) -> di
     return {"quantization_config": FineGrainedFP8Config(**{**settings, "modules_to_not_convert": skip}), **placement}
 
 
+def checkpoint_folder(source: str) -> Path:
+    """A local folder as given; a hub id's snapshot in the local Hugging Face cache (offline: no
+    download); the path as given when neither exists."""
+    if Path(source).is_dir():
+        return Path(source)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(source, local_files_only=True))
+    except Exception:  # noqa: BLE001 — not cached, or not an id: the loader reports it
+        return Path(source)
+
+
 def unquantized_layers(source: str) -> list[str]:
     """Module names (the checkpoint's spelling) of 2-D weights stored without `weight_scale_inv`."""
     from safetensors import safe_open
 
     keys: set[str] = set()
-    for path in sorted(Path(source).glob("*.safetensors")):
+    for path in sorted(checkpoint_folder(source).glob("*.safetensors")):
         with safe_open(str(path), "pt") as handle:
             keys.update(handle.keys())
     return sorted(k.removesuffix(".weight") for k in keys

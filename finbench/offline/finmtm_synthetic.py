@@ -118,6 +118,6 @@ def demo_data(folder: str | Path, n_objective: int | None = None) -> tuple[Path,
     file, 12), the hub's layout."""
     n = n_objective or 12
     path = Path(folder) / f"finmtm-synthetic-{n}"
-    if (path / "OQ" / "SC.jsonl").exists():
+    if (path / "Agent" / "agent.jsonl").exists():  # the last file write_folder writes: a cut-off write is redone
         return path, False
     return write_folder(path, n_objective=n), True

@@ -13,14 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import headline_score, score_text
+from finbench.report.format import headline_score, plural, score_text
 from finbench.report.studies import baseline_line, study_lines
 
 MAX_ERROR_KINDS = 3  # error messages named on the errors line; results.json has them all
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def model_name(results: dict[str, Any]) -> str:

@@ -11,6 +11,10 @@ HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised
                    "score": "score", "strict_accuracy": "strict accuracy"}
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def pct(value: Any, digits: int = 2) -> str:
     """A 0–1 value as a percentage with `digits` decimals; "–" when missing."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -51,9 +55,14 @@ def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
             "high": None, "n": scores.get("n")}
 
 
+def interval_text(value: float | None, low: float | None, high: float | None) -> str:
+    """'12.34 [8.10, 15.20]' (values already ×100), without the interval when it is missing, '–'
+    for a missing value."""
+    if value is None:
+        return "–"
+    return f"{value:.2f}" + (f" [{low:.2f}, {high:.2f}]" if low is not None else "")
+
+
 def score_text(headline: dict[str, Any]) -> str:
     """'FinScore 12.34 [8.10, 15.20]' (×100), '–' for a missing value."""
-    if headline["value"] is None:
-        return f"{headline['label']} –"
-    ci = f" [{headline['low']:.2f}, {headline['high']:.2f}]" if headline["low"] is not None else ""
-    return f"{headline['label']} {headline['value']:.2f}{ci}"
+    return f"{headline['label']} {interval_text(headline['value'], headline['low'], headline['high'])}"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import HEADLINE_LABELS, headline_score, num, pct, score_text
+from finbench.report.format import HEADLINE_LABELS, headline_score, interval_text, num, pct, score_text
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
 
@@ -182,6 +182,4 @@ def _number(value: Any, signed: bool = False) -> str:
 
 
 def _board_score(row: dict[str, Any]) -> str:
-    if row["score"] is None:
-        return "–"
-    return f"{row['score']:.2f}" + (f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]" if row["ci_low"] is not None else "")
+    return interval_text(row["score"], row["ci_low"], row["ci_high"])

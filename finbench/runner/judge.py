@@ -153,9 +153,13 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
 
 def _ask(judge: Any, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call],
          max_new_tokens: int) -> list[str]:
-    """One batch of judge calls: each request rendered with its question's decoded images."""
-    rendered = [render(benchmark, c.request.prompt, decode_images(questions[c.index]) if c.request.prompt.images else [])
-                for c in calls]
+    """One batch of judge calls: each request rendered with its question's decoded images (decoded
+    once per question: a FinMTM session's turns all show the same ones)."""
+    decoded: dict[int, Any] = {}
+    for c in calls:
+        if c.request.prompt.images and c.index not in decoded:
+            decoded[c.index] = decode_images(questions[c.index])
+    rendered = [render(benchmark, c.request.prompt, decoded.get(c.index, [])) for c in calls]
     inputs = judge.to_device(judge.prepare(rendered))
     texts, _ = judge.generate(inputs, max_new_tokens)
     return list(texts)

@@ -140,6 +140,7 @@ class BatchLoop:
         if prepared.inputs is None:
             return out
         if len(prepared.indices) > self.max_batch:  # learned from an earlier out-of-memory
+            prepared.on_device = None  # a copy made ahead would hold device memory while its parts run
             for start in range(0, len(prepared.indices), self.max_batch):
                 out.update(self.run(self.prepare(prepared.indices[start:start + self.max_batch])))
             return out
@@ -209,7 +210,7 @@ class BatchLoop:
         return out
 
     def _generate(self, request: Generate | Session, inputs: Any) -> tuple[list[str], list[int]]:
-        sampling = dict(request.sampling)
+        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed is set once, in __init__
         if sampling:
             return self.model.generate(inputs, request.max_new_tokens, sampling)
         return self.model.generate(inputs, request.max_new_tokens)  # greedy: the plain contract

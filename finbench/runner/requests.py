@@ -14,11 +14,14 @@ from finbench.types import ModelRequest, Question, RunConfig
 def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Request:
     """`request` with the run's settings, each a field of the request (so of its cache key): the
     system prompt first; the numeric budget; the generation budget (`--gen-kwargs
-    max_new_tokens`, else `--max-new-tokens`, else the benchmark's official one) and sampling;
+    max_new_tokens`, else `--max-new-tokens`, else the benchmark's official one) and sampling
+    (with its seed; none for greedy decoding);
     the thinking budget of constrained answers (None: no thinking block)."""
     generation = dict(config.gen_kwargs)
     budget = generation.pop("max_new_tokens", None) or config.max_new_tokens
-    sampling = tuple(sorted(generation.items()))
+    # greedy ignores top_p/top_k; a sampled answer depends on the seed, so the seed is part of it
+    sampled = float(generation.get("temperature") or 0) > 0
+    sampling = tuple(sorted({**generation, "seed": config.seed}.items())) if sampled else ()
     if isinstance(request, Session):
         prefix = (system_message(config.system_prompt), *request.prefix) if config.system_prompt else request.prefix
         return replace(request, prefix=prefix, max_new_tokens=budget or request.max_new_tokens, sampling=sampling)

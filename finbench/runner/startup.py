@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import logging.handlers
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -155,18 +156,30 @@ def load_for_run(config: RunConfig, world: World | None = None) -> Any:
     check_family(config)
     device = rank_device(config.device, world or World())
     template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
-    return load_model(config.model, dtype=config.dtype, device=device, quant=config.quant,
-                      max_pixels=config.max_pixels, device_map=config.device_map,
-                      device_preprocess=config.device_preprocess, revision=config.revision,
-                      trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
-                      chat_template=template, quant_vision=config.quant_vision,
-                      allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths)
+    model = load_model(config.model, dtype=config.dtype, device=device, quant=config.quant,
+                       max_pixels=config.max_pixels, device_map=config.device_map,
+                       device_preprocess=config.device_preprocess, revision=config.revision,
+                       trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
+                       chat_template=template, quant_vision=config.quant_vision,
+                       allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths)
+    _LOADED_WITH[model] = _loading_options(config)
+    return model
+
+
+# what load_for_run loaded each model with: a run given that model (the benchmarks of one
+# multi-benchmark run, the variants of a sweep) may name the same loading options again
+_LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _loading_options(config: RunConfig) -> tuple:
+    return tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)
 
 
 def given_model(config: RunConfig, model: Any) -> Any:
-    """An already loaded model: loading options cannot apply to it any more."""
+    """An already loaded model: loading options cannot apply to it any more, unless finbench's
+    loader loaded it with these very options."""
     loading = [name for name in LOADING_OPTIONS if getattr(config, name)]
-    if loading:
+    if loading and _LOADED_WITH.get(model) != _loading_options(config):
         raise ValueError(f"{', '.join(loading)}: these apply when finbench loads the model; pass the model "
                          "name instead of a loaded model, or load it with them")
     check_family(config, model)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
+from finbench.report.format import plural
 from finbench.scoring.stats import LOWER_IS_BETTER, distribution_comparison
 
 SAMPLES_FILE = "samples.parquet"
@@ -173,10 +174,6 @@ RULE_NAMES = {"official": "the benchmark's official rule", "paper": "the paper's
 SMALL_N = 30  # below this many items a headline CI is shown with a word of caution
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 30, verbose: bool = True,
                  protocol: str | None = None) -> None:
     """Rich tables of a `score_samples` result: the headline (×100, with CIs), the parts a rule
@@ -202,7 +199,7 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
         rest = len(breakdowns) - 1
         _print_breakdown(con, column, groups=breakdowns[column], max_groups=max_groups,
                          title=f"by {column} (×100) — the largest spread"
-                               + (f"; {_plural(rest, 'other breakdown')}: --verbose-tables or report.html" if rest else ""))
+                               + (f"; {plural(rest, 'other breakdown')}: --verbose-tables or report.html" if rest else ""))
     if verbose:
         _print_calibration(con, scores)
     for note in scores.get("notes", []) + _small_sample_notes(scores):
@@ -233,7 +230,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
     ci = scores.get("ci", {})
     level = next(iter(ci.values()))["level"] if ci else None
     errors = int(scores.get("n_errors") or 0)
-    caption = (f"{how}; {_plural(n, 'scored question')}"
+    caption = (f"{how}; {plural(n, 'scored question')}"
                + (f", {errors} of them with an error (scored as wrong)" if errors else "") + "; values × 100")
     head = Table(title=title)
     head.add_column("metric")
@@ -367,7 +364,7 @@ def _small_sample_notes(scores: dict[str, Any]) -> list[str]:
         if items is None or not (whole_scale or (name == "p_h" and items < SMALL_N)):
             continue
         what = "multi-answer item" if name == "p_h" else "scored question"
-        notes.append(f"the CI of {name} {_fmt_ci(name, interval)} rests on {_plural(int(items), what)}: at this "
+        notes.append(f"the CI of {name} {_fmt_ci(name, interval)} rests on {plural(int(items), what)}: at this "
                      "size it says little")
     return notes
 
