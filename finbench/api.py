@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from finbench.types import RunConfig
+from finbench.types import RESULTS_FILE, RunConfig
 
 SUMMARY_FILE = "summary.json"
-RESULTS_FILE = "results.json"
 
 
 @dataclass

@@ -22,8 +22,8 @@ from typing import Any, Sequence
 
 from finbench.report.console import model_name
 from finbench.report.format import headline_score, interval_text
+from finbench.types import RESULTS_FILE
 
-RESULTS_FILE = "results.json"
 FORMATS = (".csv", ".md", ".html")
 STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
 DOMAIN_BREAKDOWN = {"finmme": "domain", "famma": "subfield", "finmtm": "question_type", "mme-finance": "task_category"}

@@ -50,9 +50,13 @@ class Prompt:
             raise ValueError(f"unknown image ablation {mode!r}; expected {', '.join(IMAGE_ABLATIONS)}")
         if mode != "none":
             return replace(self, ablation=mode)
+        return replace(self.without_images(), ablation=mode)
+
+    def without_images(self) -> "Prompt":
+        """The same prompt with the image parts removed from its messages, showing no image."""
         messages = tuple({**m, "content": [p for p in m["content"] if p.get("type") != "image"]}
                          if isinstance(m.get("content"), list) else m for m in self.messages)
-        return replace(self, messages=messages, images=(), ablation=mode)
+        return replace(self, messages=messages, images=())
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,6 @@ class Session:
 
 
 Request = Union[Choose, Number, Generate, Session]
-REQUEST_TYPES = (Choose, Number, Generate, Session)
 
 
 def text_part(text: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ OPEN = "open"  # free text, judged by rules or a judge model
 KINDS = (SINGLE, MULTI, NUMERICAL, OPEN)
 
 PROTOCOLS = ("constrained", "official")
+RESULTS_FILE = "results.json"  # a run folder's results, beside samples.parquet
 
 
 def option_letters(n_options: int) -> str:

@@ -41,9 +41,7 @@ def judge_key(fingerprint: Any, payload: Any) -> str:
 
 def text_only(request: Generate) -> Generate:
     """The request without its image parts (for a judge that cannot see them)."""
-    messages = tuple({**m, "content": [p for p in m["content"] if p.get("type") != "image"]}
-                     if isinstance(m.get("content"), list) else m for m in request.prompt.messages)
-    return dataclasses.replace(request, prompt=dataclasses.replace(request.prompt, messages=messages, images=()))
+    return dataclasses.replace(request, prompt=request.prompt.without_images())
 
 
 @dataclass

@@ -90,14 +90,11 @@ def text_of(prompt: Prompt, think: bool = False) -> ModelRequest:
     return ModelRequest(messages=prompt.messages, images=(), answer_prefix=prompt.answer_prefix, thinking=think)
 
 
-def model_request(benchmark: Benchmark, question: Question, protocol: str, config: RunConfig | None = None) -> ModelRequest:
+def model_request(benchmark: Benchmark, question: Question, protocol: str) -> ModelRequest:
     """What the model is shown first for `question` (images decoded here): for scripts and tests."""
     from finbench.runner.preprocess import decode_images
 
-    request = benchmark.request(question, protocol)
-    if config is not None:
-        request = for_run(request, config, None)
-    return render(benchmark, first_prompt(request), decode_images(question))
+    return render(benchmark, first_prompt(benchmark.request(question, protocol)), decode_images(question))
 
 
 def decoding_summary(config: RunConfig, requests: Sequence[Request | None], think_budget: int | None) -> dict[str, Any]:

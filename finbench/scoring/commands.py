@@ -12,13 +12,13 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from finbench.report.format import plural
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
-from finbench.report.format import plural
 from finbench.scoring.stats import LOWER_IS_BETTER, distribution_comparison
+from finbench.types import RESULTS_FILE
 
 SAMPLES_FILE = "samples.parquet"
-RESULTS_FILE = "results.json"
 PERCENT_METRICS = {"finscore", "domain_accuracy", "domain_score", "p_h", "accuracy", "score", "score_old"}
 
 
