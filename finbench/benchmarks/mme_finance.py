@@ -135,13 +135,14 @@ def record_to_question(record: Mapping[str, Any], index: int, raw: RawRecord | N
     category, question_type = _labels(record, official_set)
     binary = question_type == "binary"
     meta = {"task_category": category, "image_type": _label(record.get("image_type")),
-            "image_style": _label(record.get("image_style")), "language": None,
+            "image_style": _label(record.get("image_style")),
+            "language": _language(record, official_set, _readable(record.get("question")) + _readable(record.get("answer"))),
             "question_type": question_type, "set": official_set or None}
     base = dict(id=f"{official_set or 'mmfin'}-{_label(record.get('index')) or index}", benchmark=NAME,
                 text=_readable(record.get("question")), meta=meta)
+    language = meta["language"]
     try:
         text, answer = as_text(record.get("question"), "question"), as_text(record.get("answer"), "answer")
-        language = meta["language"] = _language(record, official_set, text + answer)
         if not text.strip():
             raise ValueError("question is empty")
         images = _images(record, raw, official_set, shared or {})
