@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo, options_not_rendered
-from finbench.benchmarks.records import local_file, read_table, skipped_note
+from finbench.benchmarks.records import local_file, open_table, select
 from finbench.requests import (Choose, Generate, Prompt, Request, Session, Turn, system_message,
                                user_message)
 from finbench.scoring import finmtm as scoring
@@ -192,18 +192,15 @@ def load_questions(
     """FinMTM items from JSONL files (a folder may hold all three kinds) or a hub id. `domains`
     filters the task (objective, dialogue, agent), `question_types` the item type (single,
     multi, L1–L4, agent). A record that cannot say its task (a malformed line, a record of no
-    known kind) takes the task of its file (`_file_tasks`), so that it is scored as wrong there."""
-    table = read_table(_local(str(source or HUB_ID)), HUB_SPLIT)
-    if not table.records:
-        raise ValueError(f"{', '.join(table.sources)}: no records (the data is empty)")
+    known kind) takes the task of its file (`_file_tasks`), so that it is scored as wrong there; a
+    filter cannot read its labels, so `--domain` and `--question-type` leave it out (records.py)."""
+    table = open_table(_local(str(source or HUB_ID)), HUB_SPLIT, "FinMTM", notes=notes)
     if not set(KIND_FIELDS) & table.columns:
         raise ValueError(f"{', '.join(table.sources)}: not FinMTM data — no record has messages (objective), turns "
                          f"(session) or ActionTrace (agent) (have: {', '.join(sorted(table.columns)) or 'none'})")
-    if notes is not None:
-        notes.extend(skipped_note(table))
     file_tasks = _file_tasks(table.records)
     questions = []
-    for index, raw in enumerate(table.records):
+    for index, raw in select(table.records, _filter_labels, domains, question_types, limit, notes):
         if raw.error is not None:
             question = _broken(raw.origin, index, file_tasks.get(_file_of(raw.origin)), f"bad record: {raw.error}",
                                qid=raw.origin)
@@ -212,14 +209,30 @@ def load_questions(
             if question.meta.get("task") is None:
                 question = _broken(raw.origin, index, file_tasks.get(_file_of(raw.origin)), question.error or "",
                                    qid=question.id)
-        if domains and question.meta.get("task") not in domains:
-            continue
-        if question_types and question.meta.get("question_type") not in question_types:
-            continue
         questions.append(question)
-        if limit is not None and len(questions) >= limit:
-            break
     return questions
+
+
+def _filter_labels(raw: Any) -> tuple[str | None, str | None]:
+    """(task, question type) as the filters read them (records.select), without reading images:
+    what `record_to_question` puts in the meta. A record that cannot say its kind has neither —
+    the task of its file, under which it is scored (`_broken`), is a guess, not a label."""
+    record = raw.values
+    if raw.error is not None:
+        return None, None
+    if "messages" in record:
+        multi = Path(_file_of(raw.origin)).stem.upper().startswith("MC")
+        try:
+            _message_parts(record["messages"])
+            multi = multi or len(_gold(record)[1]) > 1
+        except (ValueError, KeyError, IndexError, TypeError):
+            pass
+        return OBJECTIVE, "multi" if multi else "single"
+    if "turns" in record:
+        return DIALOGUE, _level(record, raw.origin)
+    if "ActionTrace" in record or "reference_tool_calls" in record:
+        return AGENT, AGENT
+    return None, None
 
 
 def _file_of(origin: str) -> str:
