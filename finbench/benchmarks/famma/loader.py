@@ -3,6 +3,7 @@ runner asks them."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.famma.record import Shared, _images, _label, _no_image, _text, record_to_question
 from finbench.benchmarks.famma.texts import HUB_ID, HUB_SPLIT, MULTIPLE_CHOICE, N_IMAGES, NAME
-from finbench.benchmarks.records import RawRecord, missing_columns, read_table, skipped_note
+from finbench.benchmarks.records import RawRecord, open_table, readable_label, select
 from finbench.types import OPEN, Question
 
 # Without these a file is not FAMMA data: one start-up line names the file and the columns.
@@ -26,59 +27,64 @@ def load_questions(
     notes: list[str] | None = None,
 ) -> list[Question]:
     """FAMMA records from a local file/folder (any published form) or a hub id (`owner/name` or
-    `owner/name@split`) → Questions. `domains` filters subfields. Sub-questions of one main question
-    share the first sub-question's context and images, as the official runner does; a first
-    sub-question whose shared part is broken fails its group with an error naming it, and later
-    sub-questions whose own context or images differ from the first's are named in a note."""
+    `owner/name@split`) → Questions. `domains` filters subfields. Filters and `limit` choose the
+    records first (records.select): only their main questions are built and only those groups'
+    images read. Sub-questions of one main question share the first sub-question's context and
+    images, as the official runner does; when that first one's images cannot be read, it is its own
+    error and the readable sub-questions are asked as their own group, with the images of the first
+    of them that reads (a note names it). Later sub-questions whose own context or images differ
+    from the first's are named in a note."""
     source = str(source or HUB_ID)
     split = HUB_SPLIT
     if not Path(source).exists() and "@" in source:
         source, split = source.rsplit("@", 1)
-    table = read_table(source, split)
-    if not table.records:
-        raise ValueError(f"{', '.join(table.sources)}: no records (the data is empty)")
-    missing = missing_columns(table, REQUIRED_COLUMNS)
-    if missing:
-        raise ValueError(f"{', '.join(table.sources)}: not FAMMA data — missing required column(s) "
-                         f"{', '.join(missing)} (have: {', '.join(sorted(table.columns)) or 'none'})")
+    table = open_table(source, split, "FAMMA", REQUIRED_COLUMNS, notes)
+    chosen = [index for index, _ in select(table.records, _filter_labels, domains, question_types, limit, notes)]
     # context, images and the official group come from the whole main question, whatever the
-    # filters and the limit keep of it
-    shared = _shared_parts(table.records)
-    questions, differing = [], []
-    for index, raw in enumerate(table.records):
+    # filters and the limit keep of it: every sub-question of a chosen one's main question is built
+    groups = {_group_of(table.records[i].values) for i in chosen if table.records[i].error is None} - {None}
+    members = [i for i, raw in enumerate(table.records) if raw.error is None and _group_of(raw.values) in groups]
+    shared = _shared_parts([table.records[i] for i in members])
+    built, differing = {}, []
+    for index in sorted(set(chosen) | set(members)):
+        raw = table.records[index]
         if raw.error is not None:
-            questions.append(Question(id=raw.origin, benchmark=NAME, kind=OPEN, text="", error=f"bad record: {raw.error}",
-                                      meta={"gold_status": "unreadable"}))
+            built[index] = Question(id=raw.origin, benchmark=NAME, kind=OPEN, text="", error=f"bad record: {raw.error}",
+                                    meta={"gold_status": "unreadable"})
             continue
         group = shared.get(_group_of(raw.values))
-        questions.append(record_to_question(raw.values, index, raw.folder, group, raw.root))
-        if group is not None and group.raw is not raw and group.error is None and not _agrees(raw, group):
-            differing.append(questions[-1].id)
+        own = next((part for part in group.broken if part.raw is raw), None) if group is not None else None
+        built[index] = record_to_question(raw.values, index, raw.folder, own or group, raw.root)
+        if own is None and group is not None and group.raw is not raw and not _agrees(raw, group):
+            differing.append(built[index].id)
     if notes is not None:
-        notes.extend(skipped_note(table))
+        regrouped = [(part.broken[0].qid, part.qid) for part in shared.values() if part.broken and part.error is None]
+        if regrouped:
+            notes.append(f"{len(regrouped)} main question(s) whose first sub-question's images cannot be read: that one "
+                         "is its error, the others are asked as their own group with the images of the first of them "
+                         "that reads (" + ", ".join(f"{a} → {b}" for a, b in regrouped[:MAX_IDS_NAMED])
+                         + (", …" if len(regrouped) > MAX_IDS_NAMED else "") + ")")
         if differing:
             notes.append(f"{len(differing)} sub-question(s) carry a context or images of their own that differ from "
                          f"their main question's first sub-question ({', '.join(differing[:MAX_IDS_NAMED])}"
                          f"{', …' if len(differing) > MAX_IDS_NAMED else ''}): the first one's are used, as the "
                          "official runner does")
-    kept = []
-    for question in _with_groups(questions):
-        if question.meta.get("gold_status") != "unreadable" or question.text:
-            if domains and str(question.meta.get("subfield")) not in domains:
-                continue
-            if question_types and str(question.meta.get("question_type")) not in question_types:
-                continue
-        kept.append(question)
-        if limit is not None and len(kept) >= limit:
-            break
-    return kept
+    grouped = dict(zip(built, _with_groups(list(built.values()))))
+    return [grouped[index] for index in chosen]
+
+
+def _filter_labels(raw: RawRecord) -> tuple[str | None, str | None]:
+    """(subfield, question_type) as the filters read them (records.select): the labels as the
+    analyzer groups them (a missing one is "None"); a binary label that is not UTF-8 cannot be read."""
+    if raw.error is not None:
+        return None, None
+    return tuple(None if readable_label(value) is None else str(_label(value))  # type: ignore[return-value]
+                 for value in (raw.values.get("subfield"), raw.values.get("question_type")))
 
 
 def _with_groups(questions: list[Question]) -> list[Question]:
     """Give every sub-question the list of its main question's sub-questions (id, type, question,
     options), in sub_question_id order: the official call asks them together."""
-    import dataclasses
-
     def key(q: Question) -> tuple:
         return q.meta.get("language"), q.meta.get("main_question_id"), q.fields.get("release", "")
 
@@ -119,24 +125,42 @@ def _sub_number(record: Mapping[str, Any]) -> float:
 
 
 def _shared_parts(raws: Sequence[RawRecord]) -> dict[tuple[str, str, str], Shared]:
-    """Per group: the context and images of the record with the lowest sub_question_id."""
-    first: dict[tuple[str, str, str], RawRecord] = {}
+    """Per group: the context and images of the record with the lowest sub_question_id (ties: the
+    first in the data). When its images cannot be read, the next sub-question's are tried, and so
+    on; those that failed are kept in `broken`, each to be its own error (the group's context
+    stays the first one's where that reads). A group none of whose parts reads is its first part,
+    with every part in `broken`."""
+    members: dict[tuple[str, str, str], list[RawRecord]] = defaultdict(list)
     for raw in raws:
-        if raw.error is not None or (group := _group_of(raw.values)) is None:
-            continue
-        if group not in first or _sub_number(raw.values) < _sub_number(first[group].values):
-            first[group] = raw
-    return {group: _shared(raw) for group, raw in first.items()}
+        if raw.error is None and (group := _group_of(raw.values)) is not None:
+            members[group].append(raw)
+    out = {}
+    for group, raws_of_group in members.items():
+        broken: list[Shared] = []
+        for raw in sorted(raws_of_group, key=lambda r: _sub_number(r.values)):
+            part = _shared(raw)
+            if part.error is None:
+                context = part.context or next((b.context for b in broken if b.context), "")
+                out[group] = dataclasses.replace(part, context=context, broken=tuple(broken))
+                break
+            broken.append(part)
+        else:
+            out[group] = dataclasses.replace(broken[0], broken=tuple(broken))
+    return out
 
 
 def _shared(raw: RawRecord) -> Shared:
     record = raw.values
     qid = _label(record.get("question_id")) or raw.origin
     try:
-        slots, images = _images(record, raw.folder, raw.root)
-        return Shared(raw, qid, _text(record.get("context"), "context"), slots, images)
-    except Exception as err:  # noqa: BLE001 — the group's members say which record broke it
+        context = _text(record.get("context"), "context")
+    except ValueError as err:
         return Shared(raw, qid, error=str(err))
+    try:
+        slots, images = _images(record, raw.folder, raw.root)
+        return Shared(raw, qid, context, slots, images)
+    except Exception as err:  # noqa: BLE001 — the record itself says what broke (record_to_question)
+        return Shared(raw, qid, context, error=str(err))
 
 
 def _agrees(raw: RawRecord, group: Shared) -> bool:

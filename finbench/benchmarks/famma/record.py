@@ -23,7 +23,9 @@ TEXT_FIELDS = ("question_id", "context", "question", "question_type", "explanati
 @dataclass(frozen=True)
 class Shared:
     """What every sub-question of one main question takes from its first sub-question (the
-    official call's context and images), read once; `error` when that record's part is broken."""
+    official call's context and images), read once; `error` when that record's part is broken.
+    `broken`: the parts of earlier sub-questions whose images could not be read (each its own error;
+    the group is asked without them, with this part's images)."""
 
     raw: RawRecord
     qid: str
@@ -31,6 +33,7 @@ class Shared:
     slots: tuple[int, ...] = ()
     images: tuple[bytes, ...] = ()
     error: str | None = None
+    broken: tuple["Shared", ...] = ()
 
 
 
