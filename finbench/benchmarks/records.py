@@ -345,11 +345,18 @@ def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set
 
 
 def _json_record(origin: str, values: Any) -> RawRecord:
-    """One parsed JSON record, or its error: not an object, or a text field holding a lone
+    """One parsed JSON record, or its error: not an object, or a field (its name or its text) holding a lone
     surrogate (valid JSON, e.g. "\\udcff", but not text: the tokenizer and Parquet refuse it later,
     for the whole run)."""
     if not isinstance(values, dict):
         return RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}")
+    for name in values:  # a bad byte in a field's name would hide the field ("question is empty")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = name.encode("utf-8", errors="replace").decode("utf-8")
+            return RawRecord(origin, error=f"{origin}: field name {shown!r} is not valid UTF-8 (a byte that is not "
+                                           "UTF-8, or a lone surrogate escape)")
     for name, value in values.items():
         try:  # every string inside the field, nested ones included
             json.dumps(value, ensure_ascii=False).encode("utf-8")
