@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> float:
     from finbench.offline.finmme_synthetic import write_parquet
     from finbench.models import load_model
     from finbench.offline.tiny import make_tiny
-    from finbench.runner.baseline import run_baseline
+    from finbench.offline.baseline import run_baseline
     from finbench.runner.engine import run_benchmark
     from finbench.types import RunConfig
 

@@ -353,7 +353,7 @@ def profile_section(check: Check, path: Path) -> dict[str, Any]:
 
 def baseline_section(check: Check) -> dict[str, Any]:
     from finbench.benchmarks import finmme
-    from finbench.runner.baseline import run_baseline
+    from finbench.offline.baseline import run_baseline
 
     adapter = getattr(check, "headline", None) or check.adapter(check.paths)
     questions = finmme.load_questions(str(check.data), limit=check.args.baseline_items + 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -13,10 +14,6 @@ import torch
 from finbench.kernels import bootstrap, segments
 from finbench.kernels.bitmask import (
     UNKNOWN_BIT,
-    difference_size,
-    intersection_size,
-    is_equal,
-    is_subset,
     letters_to_mask,
     masks_to_letters,
     popcount,
@@ -83,14 +80,11 @@ def test_popcount_and_set_ops():
     assert popcount(a).tolist() == [bin(x).count("1") for x in a.tolist()]
     small = torch.randint(0, 2**16, (70_000,), generator=gen, dtype=torch.int64)  # table path
     assert popcount(small).tolist() == [bin(x).count("1") for x in small.tolist()]
-    small_a, small_b = a & 0x3FFF, b & 0x3FFF
+    small_a, small_b = a & 0x3FFF, b & 0x3FFF  # set logic is plain integer ops on masks (scoring)
     sa = [{i for i in range(14) if x >> i & 1} for x in small_a.tolist()]
     sb = [{i for i in range(14) if x >> i & 1} for x in small_b.tolist()]
-    assert intersection_size(small_a, small_b).tolist() == [len(x & y) for x, y in zip(sa, sb)]
-    assert difference_size(small_a, small_b).tolist() == [len(x - y) for x, y in zip(sa, sb)]
-    assert is_subset(small_a, small_b).tolist() == [x <= y for x, y in zip(sa, sb)]
-    assert is_subset(small_a & small_b, small_b).all()
-    assert is_equal(small_a, small_a).all()
+    assert popcount(small_a & small_b).tolist() == [len(x & y) for x, y in zip(sa, sb)]
+    assert popcount(small_a & ~small_b).tolist() == [len(x - y) for x, y in zip(sa, sb)]
     masks = torch.tensor([0, 1, 2, 4, 1 << 13, 6])
     assert single_bit_index(masks).tolist() == [-1, 0, 1, 2, 13, 1]
 
@@ -111,14 +105,8 @@ def test_segment_reductions_match_pandas():
     frame = pd.DataFrame(vals, columns=list("xyz")).assign(g=ids)
     frame = frame[(frame.g >= 0) & (frame.g < s)]
     ref_sum = frame.groupby("g")[list("xyz")].sum().reindex(range(s), fill_value=0).to_numpy()
-    ref_cnt = frame.groupby("g").size().reindex(range(s), fill_value=0).to_numpy()
     t_ids, t_vals = torch.from_numpy(ids), torch.from_numpy(vals)
     assert np.allclose(segments.segment_sum(t_vals, t_ids, s).numpy(), ref_sum, atol=1e-12, rtol=0)
-    assert segments.segment_count(t_ids, s).numpy().tolist() == ref_cnt.tolist()
-    mean, cnt = segments.segment_mean(t_vals[:, 0], t_ids, s)
-    assert np.allclose(mean.numpy(), frame.groupby("g")["x"].mean().reindex(range(s)).to_numpy(), atol=1e-12)
-    empty_mean, _ = segments.segment_mean(torch.ones(2), torch.tensor([0, 0]), 2)
-    assert math.isnan(float(empty_mean[1]))
 
 
 def test_joint_counts_matches_crosstab():
@@ -129,12 +117,12 @@ def test_joint_counts_matches_crosstab():
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 10_001, (1 << 20) + 3])
-def test_byte_histogram_matches_bincount(n):
+def test_parallel_chunk_sum_of_bincount_matches_bincount(n):
     codes = torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(n), dtype=torch.int64)
-    expected = torch.bincount(codes, minlength=256)
-    assert torch.equal(segments.byte_histogram(codes.to(torch.uint8)), expected)
-    assert torch.equal(segments.byte_histogram(codes.to(torch.uint8), n_threads=3), expected)
-    assert torch.equal(segments.byte_histogram(codes.to(torch.uint8)[1:]), torch.bincount(codes[1:], minlength=256))
+    count = partial(torch.bincount, minlength=256)
+    assert torch.equal(segments.parallel_chunk_sum(count, codes), torch.bincount(codes, minlength=256))
+    assert torch.equal(segments.parallel_chunk_sum(count, codes, n_threads=3), torch.bincount(codes, minlength=256))
+    assert torch.equal(segments.parallel_chunk_sum(count, codes[1:]), torch.bincount(codes[1:], minlength=256))
 
 
 def test_weighted_segment_sums_matches_loop():

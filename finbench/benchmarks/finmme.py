@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo, as_decoded
-from finbench.benchmarks.records import RawRecord, as_text, local_file, missing_columns, read_table, skipped_note
+from finbench.benchmarks.records import (RawRecord, as_text, local_file, missing_columns, open_table, readable_label, select,
+                                        skipped_note)
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
 from finbench.scoring import finmme as scoring
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, Question
@@ -90,29 +91,21 @@ def load_questions(
     """Read FinMME records from a hub id (default `luojunyu/FinMME`) or local files (a folder may
     mix formats) and normalise them. Filters are applied before images are touched; `limit` keeps
     the first N that pass. Warnings (missing optional columns) are appended to `notes`."""
-    table = read_table(source or HUB_ID, HUB_SPLIT)
-    if not table.records:
-        raise ValueError(f"{', '.join(table.sources)}: no records (the data is empty)")
-    missing = missing_columns(table, REQUIRED_COLUMNS)
-    if missing:
-        raise ValueError(f"{', '.join(table.sources)}: not FinMME data — missing required column(s) "
-                         f"{', '.join(missing)} (have: {', '.join(sorted(table.columns)) or 'none'})")
+    table = open_table(source or HUB_ID, HUB_SPLIT, "FinMME", REQUIRED_COLUMNS)  # (notes in this order below)
     if notes is not None:
         notes.extend(f"column {name!r} is missing from the data: treated as empty" + MISSING_COLUMN_NOTES.get(name, "")
                      for name in missing_columns(table, OPTIONAL_COLUMNS))
         notes.extend(skipped_note(table))
-    questions: list[Question] = []
-    for index, raw in enumerate(table.records):
-        record = raw.values
-        if domains and str(record.get("knowledge_domain", "")) not in domains:
-            continue
-        if question_types and str(record.get("question_type")) not in question_types:
-            continue
-        questions.append(record_to_question(record, index, raw.folder, raw.root) if raw.error is None
-                         else _unreadable(raw, index))
-        if limit is not None and len(questions) >= limit:
-            break
-    return questions
+    return [record_to_question(raw.values, index, raw.folder, raw.root) if raw.error is None else _unreadable(raw, index)
+            for index, raw in select(table.records, _filter_labels, domains, question_types, limit, notes)]
+
+
+def _filter_labels(raw: RawRecord) -> tuple[str | None, str | None]:
+    """(knowledge_domain, question_type) as the filters read them (records.select)."""
+    if raw.error is not None:
+        return None, None
+    return (readable_label(raw.values.get("knowledge_domain", "")),
+            readable_label(raw.values.get("question_type")))
 
 
 def _unreadable(raw: RawRecord, index: int) -> Question:

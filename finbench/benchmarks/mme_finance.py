@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo
-from finbench.benchmarks.records import RawRecord, as_text, local_file, read_table, skipped_note
+from finbench.benchmarks.records import RawRecord, as_text, local_file, open_table, select
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.scoring import mme_finance as scoring
 from finbench.types import OPEN, SINGLE, Prediction, Question
@@ -69,22 +69,15 @@ def load_questions(source: str | Path | None = None, limit: int | None = None, d
     """MME-Finance records from local TSV/jsonl/parquet files (a folder may hold the three sets)
     or the hub → Questions. `domains` filters task categories, `question_types` open / binary;
     both are applied before any image is read."""
-    table = read_table(source or HUB_ID, HUB_SPLIT)
-    if not table.records:
-        raise ValueError(f"{', '.join(table.sources)}: no MME-Finance records (the data is empty)")
-    if notes is not None:
-        notes.extend(skipped_note(table))
+    table = open_table(source or HUB_ID, HUB_SPLIT, "MME-Finance", notes=notes)
     shared = _images_by_index(table.records)
-    questions = []
-    for index, raw in enumerate(table.records):
-        if raw.error is None:
-            category, question_type = _labels(raw.values, _set_of(raw.origin))
-            if (domains and category not in domains) or (question_types and question_type not in question_types):
-                continue
-        questions.append(_unreadable(raw) if raw.error is not None else record_to_question(raw.values, index, raw, shared))
-        if limit is not None and len(questions) >= limit:
-            break
-    return questions
+    return [_unreadable(raw) if raw.error is not None else record_to_question(raw.values, index, raw, shared)
+            for index, raw in select(table.records, _filter_labels, domains, question_types, limit, notes)]
+
+
+def _filter_labels(raw: RawRecord) -> tuple[str | None, str | None]:
+    """(task category, open / binary) as the filters read them (records.select)."""
+    return (None, None) if raw.error is not None else _labels(raw.values, _set_of(raw.origin))
 
 
 def _file_of(origin: str) -> str:

@@ -20,6 +20,16 @@ Relative image paths are read inside the data's folder only (`local_file`): one 
 pyarrow reads parquet and arrow (the `datasets` package is needed for hub ids only); JSON lines
 are parsed line by line with the standard library, because pyarrow's and `datasets`' JSON readers
 fail a whole file on one bad line.
+
+Every loader starts the same way (`open_table`, then `select`): read the records, keep those the
+filters ask for, stop at `--limit` — before any question is built or any image read. The rule for
+a broken record under a filter, the same in every benchmark: a filter keeps a record whose label
+(its domain, its question type) it can read and finds among the values asked, and drops one whose
+label it reads as another value. A record whose label cannot be read (an unreadable line, a label
+that is not text) is kept as its error when no filter on that label is given, and left out when
+one is — so a filtered run holds only records known to match, as the same records' part of an
+unfiltered run does — and a note names every record left out that way, so none disappears
+silently.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 FORMATS = (".parquet", ".arrow", ".jsonl", ".json", ".tsv")
 # files inside a data folder that describe the data instead of holding records
@@ -97,6 +107,67 @@ def read_table(source: str | Path, hub_split: str) -> RawTable:
     skipped = [str(p) for p in sorted(path.rglob("*")) if p.suffix in FORMATS and p.is_file()
                and is_metadata(p, path)] if path.is_dir() else []
     return RawTable(records, columns, [str(f) for f in files], skipped)
+
+
+def open_table(source: str | Path, hub_split: str, title: str, required: Sequence[str] = (),
+               notes: list[str] | None = None) -> RawTable:
+    """The records of `source` for benchmark `title`: an empty source, or one without the
+    `required` columns, is a start-up `ValueError` naming the files; the metadata files left out
+    are noted in `notes`."""
+    table = read_table(source, hub_split)
+    if not table.records:
+        raise ValueError(f"{', '.join(table.sources)}: no records (the data is empty)")
+    missing = missing_columns(table, required)
+    if missing:
+        raise ValueError(f"{', '.join(table.sources)}: not {title} data — missing required column(s) "
+                         f"{', '.join(missing)} (have: {', '.join(sorted(table.columns)) or 'none'})")
+    if notes is not None:
+        notes.extend(skipped_note(table))
+    return table
+
+
+# (domain, question type) of one record as the filters read it; None where a label cannot be read
+Labels = Callable[[RawRecord], "tuple[str | None, str | None]"]
+MAX_ORIGINS_NAMED = 5  # in the note on records left out
+
+
+def select(records: Sequence[RawRecord], labels: Labels, domains: Sequence[str] = (),
+           question_types: Sequence[str] = (), limit: int | None = None,
+           notes: list[str] | None = None) -> list[tuple[int, RawRecord]]:
+    """(index in `records`, record) of the records a run asks for, in data order: those `domains`
+    and `question_types` keep (the rule for an unreadable label is in the module docstring), at
+    most `limit`. `labels` is called only when a filter is given; a loader builds questions (and
+    reads images) only for what this returns."""
+    chosen: list[tuple[int, RawRecord]] = []
+    unreadable: dict[str, list[str]] = {}
+    for index, raw in enumerate(records):
+        if limit is not None and len(chosen) >= limit:
+            break
+        if domains or question_types:
+            domain, question_type = labels(raw)
+            for flag, asked, value in (("--domain", domains, domain), ("--question-type", question_types, question_type)):
+                if asked and value is None:
+                    unreadable.setdefault(flag, []).append(raw.origin)
+            if (domains and domain not in domains) or (question_types and question_type not in question_types):
+                continue
+        chosen.append((index, raw))
+    if notes is not None:
+        for flag, origins in unreadable.items():
+            shown = ", ".join(origins[:MAX_ORIGINS_NAMED]) + (", …" if len(origins) > MAX_ORIGINS_NAMED else "")
+            notes.append(f"{len(origins)} record(s) left out by {flag}: the label it filters on cannot be read "
+                         f"({shown}); a run without {flag} has each as its error")
+    return chosen
+
+
+def readable_label(value: Any) -> str | None:
+    """A label as a filter compares it: str() of the value (None → "None", as the filters always
+    compared), a binary column's bytes decoded; None when it is bytes that are not UTF-8."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return str(value)
 
 
 def skipped_note(table: RawTable) -> list[str]:
@@ -274,11 +345,18 @@ def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set
 
 
 def _json_record(origin: str, values: Any) -> RawRecord:
-    """One parsed JSON record, or its error: not an object, or a text field holding a lone
+    """One parsed JSON record, or its error: not an object, or a field (its name or its text) holding a lone
     surrogate (valid JSON, e.g. "\\udcff", but not text: the tokenizer and Parquet refuse it later,
     for the whole run)."""
     if not isinstance(values, dict):
         return RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}")
+    for name in values:  # a bad byte in a field's name would hide the field ("question is empty")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = name.encode("utf-8", errors="replace").decode("utf-8")
+            return RawRecord(origin, error=f"{origin}: field name {shown!r} is not valid UTF-8 (a byte that is not "
+                                           "UTF-8, or a lone surrogate escape)")
     for name, value in values.items():
         try:  # every string inside the field, nested ones included
             json.dumps(value, ensure_ascii=False).encode("utf-8")

@@ -143,26 +143,6 @@ def popcount(x: torch.Tensor) -> torch.Tensor:
     return _swar_popcount(x)
 
 
-def intersection_size(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|A ∩ B| per row."""
-    return popcount(a & b)
-
-
-def difference_size(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|A \\ B| per row (e.g. selected options that are not gold)."""
-    return popcount(a & ~b)
-
-
-def is_subset(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A ⊆ B per row."""
-    return (a & ~b) == 0
-
-
-def is_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A = B per row."""
-    return a == b
-
-
 def single_bit_index(mask: torch.Tensor) -> torch.Tensor:
     """Index of the lowest set bit (-1 for an empty mask); for one-letter masks, the option index."""
     low = mask & -mask  # isolates the lowest set bit

@@ -1,4 +1,4 @@
-"""Segment reductions: sums, counts and means of per-question values over integer group ids.
+"""Segment reductions: sums and counts of per-question values over integer group ids.
 
 Every group-by in scoring is one of these: ids are dense integers 0..S-1 (see `factorize`), a sum
 is one `index_add_` (or `bincount`) pass over all questions, and a mean is sum / count. A weighted
@@ -9,14 +9,13 @@ segment sums with one matrix product.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-MISSING_LABEL = "(missing)"
+MISSING_LABEL = "(missing)"  # the label of a missing group in breakdown tables
 
 
 def factorize(values: Iterable[Any] | np.ndarray | pd.Series, sort: bool = True) -> tuple[torch.Tensor, list[Any]]:
@@ -147,13 +146,6 @@ def _probe_labels(chunks: list[Any], threads: int) -> tuple[list[np.ndarray], li
     return indices, labels.to_pylist(), [lookup] * len(chunks)
 
 
-def segment_count(ids: torch.Tensor, n_segments: int) -> torch.Tensor:
-    """Questions per segment (float64 [S]); ids outside 0..S-1 are not counted."""
-    ids = ids.to(torch.int64)
-    keep = (ids >= 0) & (ids < n_segments)
-    return torch.bincount(ids[keep], minlength=n_segments).to(torch.float64)
-
-
 def segment_sum(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> torch.Tensor:
     """Σ values per segment: [N] → [S] or [N, C] → [S, C] (float64). Ids outside 0..S-1 are dropped."""
     ids = ids.to(torch.int64)
@@ -163,14 +155,6 @@ def segment_sum(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> tor
         ids, values = ids[keep], values[keep]
     out = torch.zeros((n_segments,) + tuple(values.shape[1:]), dtype=torch.float64, device=values.device)
     return out.index_add_(0, ids, values)
-
-
-def segment_mean(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean per segment, count per segment); the mean of an empty segment is NaN."""
-    sums = segment_sum(values, ids, n_segments)
-    counts = segment_count(ids, n_segments).to(sums.device)
-    shape = (-1,) + (1,) * (sums.dim() - 1)
-    return sums / counts.view(shape), counts
 
 
 def joint_counts(a: torch.Tensor, b: torch.Tensor, n_a: int, n_b: int) -> torch.Tensor:
@@ -196,15 +180,6 @@ def parallel_chunk_sum(fn: Callable[..., torch.Tensor], *tensors: torch.Tensor,
     with ThreadPoolExecutor(threads) as pool:
         parts = list(pool.map(lambda args: fn(*args), chunks))
     return torch.stack(parts).sum(0)
-
-
-def byte_histogram(codes: torch.Tensor, n_threads: int | None = None) -> torch.Tensor:
-    """Counts of each value of a uint8 tensor → int64 [256]. `torch.bincount` is a serial loop
-    on CPU, so large inputs are counted in parallel chunks (`parallel_chunk_sum`); uint8 codes
-    keep the memory traffic at one byte per question."""
-    if codes.dtype != torch.uint8:
-        raise TypeError("byte_histogram needs uint8 codes")
-    return parallel_chunk_sum(partial(torch.bincount, minlength=256), codes.reshape(-1), n_threads=n_threads)
 
 
 def segment_design(values: torch.Tensor, ids: torch.Tensor, n_segments: int) -> torch.Tensor:
@@ -245,10 +220,3 @@ def multi_column_counts_sums(codes: Sequence[torch.Tensor], sizes: Sequence[int]
     sums.index_add_(0, all_ids, all_values)
     bounds = list(zip(offsets[:-1].tolist(), offsets[1:].tolist()))
     return [counts[a:b] for a, b in bounds], [sums[a:b] for a, b in bounds]
-
-
-def with_missing_segment(ids: torch.Tensor, labels: Sequence[Any]) -> tuple[torch.Tensor, list[Any]]:
-    """Give missing ids (-1) a segment of their own, labelled MISSING_LABEL, for display tables."""
-    if bool((ids < 0).any()):
-        return torch.where(ids < 0, torch.full_like(ids, len(labels)), ids), list(labels) + [MISSING_LABEL]
-    return ids, list(labels)

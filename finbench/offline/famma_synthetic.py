@@ -85,7 +85,8 @@ def chart_records(n_main: int = 12, seed: int = 0, start: int = 0) -> list[dict[
     with `<image_1>`, a multiple-choice sub-question and an open numerical one sharing it (the
     second without context or images of its own, as on the hub), cycling through languages,
     difficulties and subfields. Gold answers are read off each chart."""
-    from finbench.offline.finmme_synthetic import NUMERICAL, SINGLE, charts_context, synthetic_chart
+    from finbench.offline.charts import NUMERICAL, SINGLE
+    from finbench.offline.finmme_synthetic import charts_context, synthetic_chart
 
     out = []
     with charts_context():

@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.offline.finmme_synthetic import (LETTERS, MULTIPLE, NUMERICAL, SINGLE, Chart, charts_context,
-                                               synthetic_chart)
+from finbench.offline.charts import LETTERS, MULTIPLE, NUMERICAL, SINGLE, Chart
+from finbench.offline.finmme_synthetic import charts_context, synthetic_chart
 
 TAG = "finmtm-synthetic"
 LEVELS = ("L1", "L2", "L3", "L4")
