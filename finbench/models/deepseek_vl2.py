@@ -28,13 +28,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 import numpy as np
 import torch
 
 from finbench.models.base import (DecodeState, HFVisionLanguageModel, decode_attention, generated_counts, resolve_device,
                                   resolve_dtype)
+from finbench.models.inputs import ModelInputs
+from finbench.models.part_timing import PartClock
 from finbench.models.contract import Capabilities
 from finbench.models.deepseek_vl2_model import NEWLINE, SEPARATOR, DeepseekVL2Config, DeepseekVL2Model, load_checkpoint
 from finbench.types import ModelRequest
@@ -323,8 +325,14 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def prompt_text(self, request: ModelRequest) -> str:
         return self.processor.prompt_text(request)
 
-    def prepare(self, requests: Sequence[ModelRequest]) -> dict[str, torch.Tensor]:
-        return self.processor(requests)
+    def prepare(self, requests: Sequence[ModelRequest], texts: Sequence[str] | None = None,
+                prefill: bool = True) -> ModelInputs:
+        """The official processor's batch. It tokenises the prompt piece by piece itself, so `texts`
+        only go to the log; nothing differs for a generated batch. The tiles and `image_source` (an
+        index into the batch's tiles) are not declared by row: such a batch cannot be cut by rows."""
+        texts = list(texts) if texts is not None else [self.prompt_text(r) for r in requests]
+        return ModelInputs(self.processor(requests), token_keys={"images_seq_mask"},
+                           row_keys={"images_spatial_crop"}, texts=texts)
 
     # ---- compute ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -370,8 +378,8 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def memory_footprint(self) -> int | None:
         return sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
 
-    def timed_parts(self) -> list[tuple[str, Any, str]]:
-        return []
+    def timed_parts(self, clock: PartClock) -> ContextManager[Any]:
+        return clock.hooks([])  # the native network's parts are not timed yet
 
     # ---- identity -----------------------------------------------------------------------------
     def processor_settings(self) -> dict[str, Any]:
