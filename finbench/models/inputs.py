@@ -117,8 +117,9 @@ class ModelInputs(dict):
                 data[key] = value.index_select(0, keep.to(value.device))[:, value.shape[1] - width:]
             elif key in self.row_keys:
                 data[key] = value.index_select(0, keep.to(value.device))
-            elif key in self.spans:
-                data[key], spans[key] = _select_spans(value, self.spans[key], list(rows))
+            elif key in self.spans:  # rows without images have none: the key goes, as the processor leaves it out
+                if sum(self.spans[key][r] for r in rows):
+                    data[key], spans[key] = _select_spans(value, self.spans[key], list(rows))
             elif torch.is_tensor(value) or isinstance(value, list):
                 raise ValueError(f"the prepared batch cannot select rows of {key!r}: its rows are not declared")
             else:
