@@ -164,12 +164,10 @@ class HFVisionLanguageModel:
             return request.answer_prefix
         return "" if self.template_opens_thinking() else self.capabilities.thinking_tags[0] + "\n"
 
-    def prepare(self, requests: Sequence[ModelRequest], texts: Sequence[str] | None = None,
-                prefill: bool = True) -> ModelInputs:
-        """Processor output for a batch, on the CPU, left-padded. `texts`: the requests' prompts
-        already rendered (`prompt_text`), so a prompt is rendered once; `prefill` False: the batch
-        is answered by free generation, so nothing only a prefill uses is computed."""
-        texts = list(texts) if texts is not None else [self.prompt_text(r) for r in requests]
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs:
+        """Processor output for a batch, on the CPU, left-padded; a prompt the runner has rendered
+        already (`ModelRequest.text`) is not rendered again."""
+        texts = [r.text or self.prompt_text(r) for r in requests]
         images = [image for r in requests for image in r.images]
         inputs = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True)
         return ModelInputs(self.pixels_in_model_dtype(inputs), token_keys=self.token_keys, texts=texts)

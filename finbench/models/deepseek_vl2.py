@@ -325,12 +325,11 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def prompt_text(self, request: ModelRequest) -> str:
         return self.processor.prompt_text(request)
 
-    def prepare(self, requests: Sequence[ModelRequest], texts: Sequence[str] | None = None,
-                prefill: bool = True) -> ModelInputs:
-        """The official processor's batch. It tokenises the prompt piece by piece itself, so `texts`
-        only go to the log; nothing differs for a generated batch. The tiles and `image_source` (an
-        index into the batch's tiles) are not declared by row: such a batch cannot be cut by rows."""
-        texts = list(texts) if texts is not None else [self.prompt_text(r) for r in requests]
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs:
+        """The official processor's batch. It tokenises the prompt piece by piece itself, so a text
+        rendered already (`ModelRequest.text`) only goes to the log. The tiles and `image_source`
+        (an index into the batch's tiles) are not declared by row: such a batch is not cut by rows."""
+        texts = [r.text or self.prompt_text(r) for r in requests]
         return ModelInputs(self.processor(requests), token_keys={"images_seq_mask"},
                            row_keys={"images_spatial_crop"}, texts=texts)
 
@@ -354,18 +353,27 @@ class DeepSeekVL2(HFVisionLanguageModel):
     @torch.inference_mode()
     def generate(self, inputs: Any, max_new_tokens: int,
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
-        """Greedy decoding over the full vocabulary, every row until EOS or the budget."""
-        new = self.generate_ids(inputs, max_new_tokens, self.stop_token_ids())
+        """Greedy decoding over the full vocabulary, every row until EOS or the budget (Ctrl-C:
+        `GenerationInterrupted` with the rows finished by then)."""
+        tokens: list[torch.Tensor] = []
+        try:
+            new = self._greedy(inputs, max_new_tokens, self.stop_token_ids(), tokens)
+        except KeyboardInterrupt:
+            raise self._interrupted(torch.stack(tokens, 1) if tokens else None, 0, self.stop_token_ids()) from None
         return self.decode(new), generated_counts(new, self.stop_token_ids())
 
     @torch.inference_mode()
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
+        return self._greedy(inputs, max_new_tokens, stop_token_ids, [])
+
+    def _greedy(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int],
+                tokens: list[torch.Tensor]) -> torch.Tensor:
+        """Greedy ids [B, ≤ max_new_tokens]; each step's tokens [B] are appended to `tokens` as made."""
         hidden, state = self.prefill(inputs)
         head = self.model.get_output_embeddings()
         stops = torch.tensor(list(stop_token_ids), device=hidden.device)
         pad = torch.full((hidden.shape[0],), self.tokenizer.pad_token_id, device=hidden.device)
         done = torch.zeros(hidden.shape[0], dtype=torch.bool, device=hidden.device)
-        tokens = []
         for step in range(max_new_tokens):
             chosen = torch.where(done, pad, head(hidden).float().argmax(-1))
             tokens.append(chosen)

@@ -80,16 +80,18 @@ class Qwen25VL(HFVisionLanguageModel):
                                                      min_pixels=min_pixels, max_pixels=max_pixels)
         return (resized_height // factor) * (resized_width // factor)
 
-    def prepare(self, requests: Sequence[ModelRequest], texts: Sequence[str] | None = None,
-                prefill: bool = True) -> ModelInputs:
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs:
         """The processor's batch (or, with `--device-preprocess`, tokens and uint8 pixels), each row's
-        images' extents declared (`ModelInputs.spans`). Only for a batch that is prefilled (`prefill`):
-        the worker-made M-RoPE positions and the tower's indices, which free generation drops."""
-        texts = list(texts) if texts is not None else [self.prompt_text(r) for r in requests]
-        inputs = self._device_inputs(requests, texts) if self.device_preprocess else super().prepare(requests, texts)
+        images' extents declared (`ModelInputs.spans`). Only for a batch prefilled as it is
+        (`ModelRequest.prefilled`): the worker-made M-RoPE positions, which free generation drops and
+        a thinking step's rebuilt batch recomputes; the tower's indices for all but free generation
+        (a thinking step keeps them: its images do not change)."""
+        prefill = all(r.prefilled for r in requests)
+        towers = all(r.prefilled or r.thinking for r in requests)
+        inputs = self._device_inputs(requests) if self.device_preprocess else super().prepare(requests)
         if prefill and self.fast.causal_prefill:
             inputs[POSITIONS], inputs[NEXT_POSITION] = self.rope_positions(inputs)
-        if prefill and self.fast.vision_indices and inputs.get("image_grid_thw") is not None:
+        if towers and self.fast.vision_indices and inputs.get("image_grid_thw") is not None:
             inputs.update(self.vision_indices(inputs["image_grid_thw"]))
         return inputs.like(inputs, spans=self._image_spans(requests, inputs),
                            derived_keys={POSITIONS, NEXT_POSITION}, image_derived_keys=VISION_INDEX_KEYS)
@@ -105,12 +107,13 @@ class Qwen25VL(HFVisionLanguageModel):
         spans = {"image_grid_thw": per_row, "images_uint8": per_row}
         return {**spans, "pixel_values": [int(p.sum()) for p in patches]}
 
-    def _device_inputs(self, requests: Sequence[ModelRequest], prompts: Sequence[str]) -> ModelInputs:
+    def _device_inputs(self, requests: Sequence[ModelRequest]) -> ModelInputs:
         import numpy as np
 
         from finbench.models.qwen_gpu_preprocess import qwen_grid
 
         settings = self._device_preprocess_settings()
+        prompts = [r.text or self.prompt_text(r) for r in requests]
         texts, images, grids = [], [], []
         for request, text in zip(requests, prompts):
             for image in request.images:

@@ -103,11 +103,11 @@ class BatchLoop:
         prefill = first is not None and not is_generated(first) and not thinking(first)
 
         def build(index: int, images: dict[int, Any]) -> Any:
-            return render(self.benchmark, prompts[index], images, thinking(self.requests[index]))
+            request = render(self.benchmark, prompts[index], images, thinking(self.requests[index]))
+            return dataclasses.replace(request, text=(texts or {}).get(index, ""), prefilled=prefill)
 
-        def inputs(kept: list[int], requests: list[Any]) -> ModelInputs:
-            known = [texts[i] for i in kept] if texts else None
-            prepared = self.model.prepare(requests, known, prefill)
+        def inputs(requests: list[Any]) -> ModelInputs:
+            prepared = self.model.prepare(requests)
             return prepared.pin() if self.model.device.type == "cuda" else prepared
 
         batch = prepare_batch(indices, self.questions, lambda i: prompts[i].images, build, inputs, decoded)

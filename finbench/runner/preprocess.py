@@ -72,11 +72,11 @@ class PreparedBatch:
 
 def prepare_batch(indices: Sequence[int], questions: Sequence[Question], shown: Callable[[int], Sequence[int]],
                   build_request: Callable[[int, dict[int, Any]], Any],
-                  prepare: Callable[[list[int], list[Any]], Any],
+                  prepare: Callable[[list[Any]], Any],
                   decoded: Mapping[int, dict[int, Any]] | None = None) -> PreparedBatch:
     """Decode the images each prompt shows (`shown(index)`: indices into the question's images;
     those in `decoded` are reused), build requests (`build_request(index, decoded images)`) and
-    call the processor (`prepare(indices, requests)`) for one batch. A question whose image fails,
+    call the processor (`prepare(requests)`) for one batch. A question whose image fails,
     or that the processor rejects (e.g. an aspect ratio over 200), is dropped from the batch with
     its error recorded; the others go on."""
     started = time.perf_counter()
@@ -91,17 +91,17 @@ def prepare_batch(indices: Sequence[int], questions: Sequence[Question], shown: 
         except Exception as err:  # noqa: BLE001 — a prompt that cannot be built is that sample's error
             errors[index] = f"bad request: {type(err).__name__}: {err}"
     try:
-        inputs = prepare(kept, requests) if requests else None
+        inputs = prepare(requests) if requests else None
     except Exception:  # noqa: BLE001 — find the request the processor rejects, keep the rest
         survivors = []
         for index, request in zip(kept, requests):
             try:
-                prepare([index], [request])
+                prepare([request])
                 survivors.append((index, request))
             except Exception as err:  # noqa: BLE001
                 errors[index] = f"preprocess error: {type(err).__name__}: {err}"
         kept = [index for index, _ in survivors]
-        inputs = prepare(kept, [request for _, request in survivors]) if survivors else None
+        inputs = prepare([request for _, request in survivors]) if survivors else None
     return PreparedBatch(kept, inputs, errors, time.perf_counter() - started,
                          images={i: images[i] for i in kept})
 
