@@ -65,12 +65,17 @@ class ModelRequest:
     `{"type": "image"}` placeholders, filled in order from `images`), and a text the assistant
     turn starts with (e.g. "Answer:") so the next token is the answer. With `thinking`, the prompt
     ends inside an open thinking block instead (the answer prefix comes after the block closes:
-    runner/thinking.py)."""
+    runner/thinking.py). `text`: the prompt as the adapter's `prompt_text` rendered it, when the
+    runner has rendered it already (it is not rendered again); `prefilled` False: the prepared batch
+    is not prefilled as it is (free generation, or a thinking step that rebuilds it first), so the
+    adapter prepares nothing only a prefill uses."""
 
     messages: tuple[Mapping[str, Any], ...]
     images: tuple[Any, ...]  # PIL images, decoded and RGB
     answer_prefix: str = ""
     thinking: bool = False
+    text: str = ""
+    prefilled: bool = True
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,46 @@ def test_runner_never_probes_benchmarks_or_models():
     assert offenders == {}
 
 
+ADAPTER_NAMES = {"model", "adapter", "judge", "loaded"}
+
+
+def _probes_an_adapter(node: ast.AST) -> bool:
+    """A `getattr(x, …)` / `hasattr(x, …)` call whose `x` is a model adapter by name (`model`,
+    `self.model`, `adapter`, `judge`, …)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+            and node.args):
+        return False
+    target = node.args[0]
+    name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+    return name in ADAPTER_NAMES
+
+
+def test_nothing_outside_the_adapters_probes_an_adapter_with_getattr_or_hasattr():
+    """The runner, the API, the CLI, scoring and reports ask an adapter only what `ModelAdapter`
+    declares (models/contract.py). Inside models/ (where `model` is the Hugging Face module an
+    adapter owns) and offline/ (tiny checkpoints built from transformers) the names mean modules."""
+    files = [p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] not in ("models", "offline")]
+    assert PACKAGE / "runner" / "loop.py" in files and PACKAGE / "api.py" in files
+    offenders = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in files
+                 for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if _probes_an_adapter(node)]
+    assert offenders == []
+    assert _probes_an_adapter(ast.parse("getattr(self.model, 'device', None)").body[0].value)  # the rule bites
+    assert not _probes_an_adapter(ast.parse("getattr(config, 'device')").body[0].value)
+
+
+def test_every_capabilities_field_is_read_somewhere():
+    """A field a family declares but nothing reads is a promise nobody keeps: each is read (as
+    `capabilities.field` or `caps.field`) somewhere."""
+    import dataclasses
+
+    from finbench.models.contract import Capabilities
+
+    sources = "\n".join(p.read_text(encoding="utf-8") for p in PACKAGE.rglob("*.py"))
+    unread = [f.name for f in dataclasses.fields(Capabilities)
+              if not re.search(rf"\b(capabilities|caps)\.{f.name}\b", sources)]
+    assert unread == []
+
+
 def test_every_benchmark_and_family_stands_behind_its_contract(tiny_model):
     from finbench.benchmarks import BENCHMARKS
     from finbench.benchmarks.base import Benchmark

@@ -183,11 +183,11 @@ def test_a_sample_that_breaks_the_model_becomes_an_error_and_the_rest_are_answer
 
 
 def test_worker_threads_pin_every_tensor_of_a_prepared_batch():
-    """`pin_host_memory` (run in the preprocessing threads for a CUDA model) pins each tensor of a
+    """`ModelInputs.pin` (run in the preprocessing threads for a CUDA model) pins each tensor of a
     processor output, tensors in lists too (Qwen's `images_uint8`), and leaves the rest alone."""
     from transformers import BatchFeature
 
-    from finbench.runner.preprocess import pin_host_memory
+    from finbench.models.inputs import ModelInputs
 
     pinned = []
 
@@ -200,8 +200,9 @@ def test_worker_threads_pin_every_tensor_of_a_prepared_batch():
                            "images_uint8": list(images), "sizes": [[1, 2]], "note": "kept", "empty": []})
     originals = [inputs["input_ids"], inputs["pixel_values"], *images]
     before = {k: v.clone() for k, v in inputs.items() if torch.is_tensor(v)}
-    out = pin_host_memory(inputs, pin)
-    assert out is inputs
+    prepared = ModelInputs(inputs)
+    out = prepared.pin(pin)
+    assert out is prepared
     assert sorted(map(id, pinned)) == sorted(map(id, originals))  # each tensor once, nothing else
     for key, value in before.items():
         assert torch.equal(out[key], value) and out[key] is not value
@@ -211,9 +212,9 @@ def test_worker_threads_pin_every_tensor_of_a_prepared_batch():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="page-locked memory needs CUDA")
 def test_pin_host_memory_pins_for_real():
-    from finbench.runner.preprocess import pin_host_memory
+    from finbench.models.inputs import ModelInputs
 
-    out = pin_host_memory({"x": torch.rand(3), "ys": [torch.rand(2)]})
+    out = ModelInputs({"x": torch.rand(3), "ys": [torch.rand(2)]}).pin()
     assert out["x"].is_pinned() and out["ys"][0].is_pinned()
 
 

@@ -83,7 +83,7 @@ def test_reasoning_and_answer_match_a_full_vocabulary_loop(thinker, questions, t
     requests = [finmme_request(q) for q in chosen]
     thinking_requests = [finmme_request(q, thinking=True) for q in chosen]
     inputs = thinker.to_device(thinker.prepare(thinking_requests))
-    rebuilt, reasoning = think(thinker, dict(inputs), budget, [r.answer_prefix for r in requests])
+    rebuilt, reasoning = think(thinker, inputs, budget, [r.answer_prefix for r in requests])
     from finbench.runner.decoding import AnswerVocabulary, decode_single
 
     decoded = decode_single(thinker, rebuilt, torch.tensor([len(q.options) for q in chosen]),
@@ -148,7 +148,7 @@ def test_early_finish_stop_token_and_cut_are_booked_exactly(thinker, questions):
     scripted = _ScriptedGeneration(thinker, rows)
     chosen = [q for q in questions if q.kind == "single"][:3]
     requests = [finmme_request(q) for q in chosen]
-    inputs = dict(thinker.prepare([type(r)(messages=r.messages, images=r.images, answer_prefix="") for r in requests]))
+    inputs = thinker.prepare([type(r)(messages=r.messages, images=r.images, answer_prefix="") for r in requests])
     rebuilt, reasoning = think(scripted, inputs, 4, ["Answer:"] * 3)
     assert [r.tokens for r in reasoning] == [2, 3, 4]
     assert [r.cut for r in reasoning] == [False, False, True]

@@ -8,30 +8,62 @@ from finbench.runner.timing import ModelParts
 from finbench.types import RunConfig
 
 
-def test_runs_report_vision_rope_and_language_model_seconds(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+def test_runs_report_vision_and_language_model_seconds(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    """The adapter times its own modules with forward hooks (nothing wrapped or replaced on them)
+    and removes every hook when the run ends."""
     base = tiny_model.model.model
-    before = {name: vars(owner).get(method) for name, owner, method in
-              (("visual", base.visual, "forward"), ("base", base, "get_rope_index"),
-               ("lm", base.language_model, "forward"))}
+    modules = (base.visual, base.language_model)
+    hooks = [(dict(m._forward_pre_hooks), dict(m._forward_hooks)) for m in modules]
     result = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=8, bootstrap=0,
                                      dtype="float32", device="cpu", out=str(tmp_path / "run")), tiny_model,
                            show_progress=False)
     parts = result.results["throughput"]["model_parts_s"]
-    assert set(parts) == {"vision", "rope_index", "language_model"} and all(v > 0 for v in parts.values())
+    assert set(parts) == {"vision", "language_model"} and all(v > 0 for v in parts.values())
     stages = result.results["throughput"]["stages_s"]
-    assert parts["vision"] + parts["rope_index"] + parts["language_model"] <= sum(stages.values()) + 1e-3
+    assert parts["vision"] + parts["language_model"] <= sum(stages.values()) + 1e-3
     # the pipeline fill: the wait for the first preprocessed batch, part of the run's seconds
     throughput = result.results["throughput"]
     assert 0 < throughput["first_batch_wait_s"] < throughput["seconds"]
-    after = {name: vars(owner).get(method) for name, owner, method in
-             (("visual", base.visual, "forward"), ("base", base, "get_rope_index"),
-              ("lm", base.language_model, "forward"))}
-    assert before == after == {"visual": None, "base": None, "lm": None}  # nothing left wrapped
+    assert [(dict(m._forward_pre_hooks), dict(m._forward_hooks)) for m in modules] == hooks == [({}, {})] * 2
+    assert all("forward" not in vars(m) for m in modules)  # nothing left wrapped
+
+
+def test_a_part_clock_counts_a_module_called_inside_itself_once_and_survives_a_raise():
+    import torch
+
+    from finbench.models.part_timing import PartClock
+
+    class Twice(torch.nn.Module):
+        def forward(self, x, inner=True):
+            return self(x, inner=False) if inner else x + 1
+
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    ticks = []
+    clock = PartClock(lambda: ticks.append(1))
+    twice, fails = Twice(), Fails()
+    with clock.hooks([("twice", twice), ("fails", fails)]):
+        assert int(twice(torch.zeros(1))) == 1
+        assert len(ticks) == 2  # one outer call timed: synchronised at its start and end only
+        try:
+            fails(torch.zeros(1))
+        except ValueError:
+            pass
+        twice(torch.zeros(1))
+    assert set(clock.seconds) == {"twice", "fails"} and clock.seconds["twice"] > 0 and clock.seconds["fails"] > 0
+    assert not twice._forward_hooks and not twice._forward_pre_hooks and not fails._forward_hooks
 
 
 def test_a_model_without_the_parts_times_nothing():
+    import torch
+
     class Plain:
-        model = object()
+        device = torch.device("cpu")
+
+        def timed_parts(self, clock):
+            return clock.hooks([])
 
     with ModelParts(Plain()) as parts:
         pass
@@ -59,8 +91,8 @@ def test_stage_times_wait_for_the_device_only_when_profiling(monkeypatch):
     class CudaAdapter:
         device = torch.device("cuda")
 
-        def timed_parts(self):
-            raise AssertionError("a CUDA run without --profile must not wrap the model's parts")
+        def timed_parts(self, clock):
+            raise AssertionError("a CUDA run without --profile must not time the model's parts")
 
     with ModelParts(CudaAdapter(), synchronize=False) as parts:
         pass

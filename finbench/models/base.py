@@ -21,11 +21,7 @@ the reference path it replaces.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import inspect
-import json
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
@@ -34,9 +30,17 @@ import torch
 
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
 import finbench.models.static_decode as static_decode
-from finbench.models.contract import Capabilities
+from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.fast_paths import FastPaths, last_real, right_aligned
+# the decode helpers and the loading functions live in their own files; named here for the families
+from finbench.models.generation import (DecodeState, cache_of, decode_attention, finished_rows,  # noqa: F401
+                                        generated_counts, last_tokens)
+from finbench.models.inputs import ModelInputs, pinned  # noqa: F401
+from finbench.models.identity import file_sha256, fingerprint_of, weights_digest  # noqa: F401
+from finbench.models.loading import attention_implementation, load_auto, resolve_device, resolve_dtype  # noqa: F401
 from finbench.models.padding import pad_gemm_widths
+from finbench.models.part_timing import PartClock
+from finbench.models.tokens import end_token_ids, single_token_ids, stop_token_ids
 from finbench.types import ModelRequest
 
 
@@ -45,92 +49,7 @@ from finbench.types import ModelRequest
 PROJECTED_HEAD_ROWS = 32
 
 
-@dataclass
-class DecodeState:
-    """What a decode step needs: the KV cache, the attention mask so far, family extras; after a
-    mask-free prefill the position of the next fed token [B, 1] (the prefill numbered the real
-    tokens itself); once static decoding starts, its `StaticDecoder` (which holds the cache)."""
-
-    cache: Any
-    attention_mask: torch.Tensor
-    extras: dict[str, Any]
-    next_position: torch.Tensor | None = None
-    static: Any = None
-
-
 FINBENCH_KEYS = "finbench_"  # prepared-input keys for finbench's own use, never passed to transformers
-
-
-def decode_attention(device: torch.device) -> ContextManager[Any]:
-    """The SDPA kernels for decode steps and free generation: on CUDA, all but cuDNN's. PyTorch's
-    cuDNN attention builds a graph for every new shape, and a decode step's key length is always
-    new. In the H200 profile (benchmarks/results/gpu_profile_qwen2.5-vl-7b.txt) its 280 calls
-    averaged 2.7 ms of host time; the 196 decode-step calls among them ran ~36 µs each on the
-    device, so decode steps waited on the host. The flash and memory-efficient kernels launch in
-    microseconds. The prefill keeps cuDNN: one graph per batch, hidden behind the prefill's own
-    device time. Elsewhere (CPU) nothing changes."""
-    if device.type != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-
-def pinned(tensor: torch.Tensor) -> torch.Tensor:
-    """`tensor` in page-locked host memory (a copy unless it is there already), so that a
-    non-blocking copy to the GPU overlaps with work queued before it."""
-    return tensor if tensor.is_pinned() else tensor.pin_memory()
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    resolved = torch.device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available on this machine")
-    return resolved
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise ValueError(f"--dtype {dtype}: expected one of auto, {', '.join(table)}")
-    return table[dtype]
-
-
-def attention_implementation(device: torch.device) -> str:
-    """flash-attn when it is installed and we are on CUDA, else PyTorch SDPA."""
-    if device.type == "cuda":
-        try:
-            import flash_attn  # noqa: F401
-
-            return "flash_attention_2"
-        except ImportError:
-            pass
-    return "sdpa"
-
-
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
-def weights_digest(source: str, file_digest: Callable[[Path], str] | None = None) -> str:
-    """A content fingerprint of a local checkpoint: the SHA-256 of every weight and config file,
-    in full (a tensor changed anywhere must change the cache key). Hashing 15 GB takes ~10 s, so
-    the runner passes `file_digest`, which remembers each file's digest by (path, size, mtime)."""
-    folder = Path(source)
-    if not folder.is_dir():
-        return ""
-    digest = hashlib.sha256()
-    for path in sorted(folder.glob("*")):
-        if path.suffix not in {".safetensors", ".bin", ".json"} or not path.is_file():
-            continue
-        digest.update(f"{path.name}:{(file_digest or file_sha256)(path)}".encode())
-    return digest.hexdigest()[:16]
 
 
 class HFVisionLanguageModel:
@@ -147,6 +66,9 @@ class HFVisionLanguageModel:
     # pads widths: a family turns on the others once its prefill and decode steps are tested under them.
     supports: frozenset[str] = frozenset({"pad_widths"})
     vision_index_keys: frozenset[str] = frozenset()  # prepared keys of the tower's precomputed indices
+    # processor outputs aligned with the tokens [B, T] besides input_ids and attention_mask (a new
+    # token gets 0: plain text), as `ModelInputs` (models/inputs.py) extends and cuts them
+    token_keys: frozenset[str] = frozenset({"mm_token_type_ids", "token_type_ids"})
 
     @classmethod
     def capabilities_for(cls, model_type: str) -> Capabilities:
@@ -182,69 +104,17 @@ class HFVisionLanguageModel:
         return "cache" if "cache" in inspect.signature(self.model.model.forward).parameters else "past_key_values"
 
     # ---- loading ------------------------------------------------------------------------------
-    @classmethod
-    def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
-             max_pixels: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
-             attn_implementation: str | None = None, device_map: str | None = None,
-             quant_vision: bool = False, allow_dequantized: bool = False,
-             **options: Any) -> "HFVisionLanguageModel":
-        """Load through the Auto classes; `options` are family-specific adapter settings.
-        `trust_remote_code` stays off unless asked: a checkpoint's own Python never runs silently.
-        Quantization (`--quant`, or the checkpoint's own format) follows models/quant.py's plan."""
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-
-        from finbench.models.quant import plan_quantization
-
-        target = resolve_device(device)
-        torch_dtype = resolve_dtype(dtype, target)
-        plan = plan_quantization(source, quant, target, torch_dtype, quant_vision, allow_dequantized)
-        attn = attn_implementation or attention_implementation(target)
-        hub = {"revision": revision, "trust_remote_code": trust_remote_code}
-        processor = AutoProcessor.from_pretrained(source, **hub)
-        if not hasattr(processor, "tokenizer"):
-            raise ValueError(f"{source}: AutoProcessor returned {type(processor).__name__}, not a "
-                             "multimodal processor (is the processor class saved with the model?)")
-        placement = {"device_map": device_map} if device_map else {}  # accelerate splits the layers over GPUs
-        model = AutoModelForImageTextToText.from_pretrained(
-            source, dtype=torch_dtype, attn_implementation=attn, **hub,
-            **{**plan.kwargs, **placement})
-        if not plan.placed and not device_map:
-            model = model.to(target)
-        label, report = plan.finish(model, target)
-        return cls(model, processor, source, quant=label, attn_implementation=attn, max_pixels=max_pixels,
-                   quant_report=report, **options)
+    load = classmethod(load_auto)  # models/loading.py: the Auto classes, quantization plan, placement
 
     # ---- tokens -------------------------------------------------------------------------------
     def single_token_ids(self, texts: Sequence[str]) -> list[int]:
-        """Token ids of strings that must each be exactly one token; fails loudly otherwise,
-        because a letter split in two would make its logit meaningless."""
-        ids = []
-        for text in texts:
-            encoded = self.tokenizer.encode(text, add_special_tokens=False)
-            if not encoded:
-                raise ValueError(f"{self.source}: the tokenizer turns {text!r} into no tokens at all; are the "
-                                 "tokenizer files (tokenizer.json, tokenizer_config.json) in the model folder?")
-            if len(encoded) != 1:
-                raise ValueError(f"{self.source}: {text!r} is {len(encoded)} tokens {encoded}; "
-                                 "constrained decoding needs it to be a single token")
-            ids.append(encoded[0])
-        return ids
+        return single_token_ids(self.tokenizer, texts, self.source)
 
     def stop_token_ids(self) -> list[int]:
-        """Tokens that end generation: EOS, the chat turn's end, the generation config's EOS."""
-        ids = {self.tokenizer.eos_token_id}
-        for text in ("<|im_end|>", "<|endoftext|>"):
-            encoded = self.tokenizer.encode(text, add_special_tokens=False)
-            if len(encoded) == 1:
-                ids.add(encoded[0])
-        generation_eos = getattr(self.model.generation_config, "eos_token_id", None)
-        ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
-        return sorted(i for i in ids if i is not None)
+        return stop_token_ids(self.tokenizer, self.model.generation_config)
 
     def end_token_ids(self) -> list[int]:
-        """Tokens that may end a constrained answer: the stop tokens and a newline."""
-        newline = self.tokenizer.encode("\n", add_special_tokens=False)
-        return sorted(set(self.stop_token_ids()) | (set(newline) if len(newline) == 1 else set()))
+        return end_token_ids(self.tokenizer, self.stop_token_ids())
 
     def text_token_counts(self, texts: Sequence[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
@@ -294,28 +164,26 @@ class HFVisionLanguageModel:
             return request.answer_prefix
         return "" if self.template_opens_thinking() else self.capabilities.thinking_tags[0] + "\n"
 
-    def prepare(self, requests: Sequence[ModelRequest]) -> Any:
-        """Processor output for a batch, on the CPU, left-padded."""
-        texts = [self.prompt_text(r) for r in requests]
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs:
+        """Processor output for a batch, on the CPU, left-padded; a prompt the runner has rendered
+        already (`ModelRequest.text`) is not rendered again."""
+        texts = [r.text or self.prompt_text(r) for r in requests]
         images = [image for r in requests for image in r.images]
         inputs = self.processor(text=texts, images=images or None, return_tensors="pt", padding=True)
-        return self.pixels_in_model_dtype(inputs)
+        return ModelInputs(self.pixels_in_model_dtype(inputs), token_keys=self.token_keys, texts=texts)
 
     def pixels_in_model_dtype(self, inputs: Any) -> Any:
         """fp32 `pixel_values` cast to the model's dtype here, in the worker thread: every tower
         casts them on arrival anyway (the same rounding), and bf16 halves the bytes pinned and
         copied to the device (~1.2 GB per batch of 64 charts in fp32)."""
-        pixels = inputs.get("pixel_values") if hasattr(inputs, "get") else None
+        pixels = inputs.get("pixel_values")
         if torch.is_tensor(pixels) and pixels.is_floating_point() and self.dtype.itemsize < pixels.dtype.itemsize:
             inputs["pixel_values"] = pixels.to(self.dtype)
         return inputs
 
-    def to_device(self, inputs: Any) -> Any:
-        if self.device.type == "cuda":
-            # the runner pins in its worker threads already (runner/preprocess.py pin_host_memory)
-            return {k: pinned(v).to(self.device, non_blocking=True) if torch.is_tensor(v) else v
-                    for k, v in inputs.items()}
-        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
+    def to_device(self, inputs: ModelInputs) -> ModelInputs:
+        # the runner pins in its worker threads already (`ModelInputs.pin`)
+        return inputs.to(self.device)
 
     # ---- compute ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -326,7 +194,7 @@ class HFVisionLanguageModel:
         if self.fast.causal_prefill:
             return self._causal_prefill(inputs)
         outputs = self.model.model(**self.model_inputs(inputs), use_cache=True)
-        state = DecodeState(cache=_cache_of(outputs), attention_mask=inputs["attention_mask"],
+        state = DecodeState(cache=cache_of(outputs), attention_mask=inputs["attention_mask"],
                             extras=self.decode_extras())
         return outputs.last_hidden_state[:, -1, :], state
 
@@ -342,7 +210,7 @@ class HFVisionLanguageModel:
         if positions is not None:
             aligned["position_ids"] = positions
         outputs = self.model.model(**aligned, attention_mask=None, use_cache=True)
-        state = DecodeState(cache=_cache_of(outputs), attention_mask=aligned_mask, extras=self.decode_extras(),
+        state = DecodeState(cache=cache_of(outputs), attention_mask=aligned_mask, extras=self.decode_extras(),
                             next_position=next_position)
         return last_real(outputs.last_hidden_state, mask.sum(-1)), state
 
@@ -398,7 +266,7 @@ class HFVisionLanguageModel:
             )
         if state.next_position is not None:
             state.next_position = state.next_position + 1
-        state.cache = _cache_of(outputs)
+        state.cache = cache_of(outputs)
         return outputs.last_hidden_state[:, -1, :]
 
     def _static_decoder(self, state: DecodeState) -> Any:
@@ -455,18 +323,32 @@ class HFVisionLanguageModel:
         prompt_length = inputs["input_ids"].shape[1]
         sampling = dict(sampling or {})
         sample = float(sampling.get("temperature") or 0) > 0
-        with decode_attention(self.device):
-            output = self.model.generate(**self.model_inputs(inputs, vision_indices=False),
-                                         max_new_tokens=max_new_tokens, do_sample=sample,
-                                         temperature=sampling.get("temperature") if sample else None,
-                                         top_p=sampling.get("top_p") if sample else None,
-                                         top_k=sampling.get("top_k") if sample else None,
-                                         pad_token_id=self.tokenizer.pad_token_id)
-        new_tokens = output[:, prompt_length:]
         stops = list(self.stop_token_ids())
         if self.tokenizer.pad_token_id is not None:
             stops.append(self.tokenizer.pad_token_id)
+        seen = last_tokens()
+        try:
+            with decode_attention(self.device):
+                output = self.model.generate(**self.model_inputs(inputs, vision_indices=False),
+                                             max_new_tokens=max_new_tokens, do_sample=sample,
+                                             temperature=sampling.get("temperature") if sample else None,
+                                             top_p=sampling.get("top_p") if sample else None,
+                                             top_k=sampling.get("top_k") if sample else None,
+                                             pad_token_id=self.tokenizer.pad_token_id, stopping_criteria=[seen])
+        except KeyboardInterrupt:
+            raise self._interrupted(seen.ids, prompt_length, stops) from None
+        new_tokens = output[:, prompt_length:]
         return self.decode(new_tokens), generated_counts(new_tokens, stops)
+
+    def _interrupted(self, ids: torch.Tensor | None, prompt_length: int, stops: Sequence[int]) -> GenerationInterrupted:
+        """Ctrl-C in `generate`: the rows that had emitted a stop token by the last step, decoded."""
+        if ids is None:
+            return GenerationInterrupted({}, {})
+        new_tokens = ids[:, prompt_length:]
+        rows = finished_rows(new_tokens, stops)
+        texts = self.decode(new_tokens[rows]) if rows else []
+        counts = generated_counts(new_tokens[rows], stops) if rows else []
+        return GenerationInterrupted(dict(zip(rows, texts)), dict(zip(rows, counts)))
 
     @torch.inference_mode()
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
@@ -527,14 +409,12 @@ class HFVisionLanguageModel:
             return storage_bytes(self.model)
         return int(self.model.get_memory_footprint())
 
-    def timed_parts(self) -> list[tuple[str, Any, str]]:
-        """(name, owner, method) of the model's parts whose wall time a run reports (runner/timing.py):
-        the vision tower, the multimodal position building and the language model, where present."""
+    def timed_parts(self, clock: PartClock) -> ContextManager[Any]:
+        """Time the model's parts into `clock` while the block runs (runner/timing.py): forward hooks
+        on the vision tower and the language model, where present, removed after."""
         base = getattr(self.model, "model", None)
-        parts = [("vision", getattr(base, "visual", None), "forward"), ("rope_index", base, "get_rope_index"),
-                 ("language_model", getattr(base, "language_model", None), "forward")]
-        return [(name, owner, method) for name, owner, method in parts
-                if owner is not None and getattr(owner, method, None) is not None]
+        parts = [("vision", getattr(base, "visual", None)), ("language_model", getattr(base, "language_model", None))]
+        return clock.hooks([(name, module) for name, module in parts if isinstance(module, torch.nn.Module)])
 
     # ---- identity -----------------------------------------------------------------------------
     def processor_settings(self) -> dict[str, Any]:
@@ -559,41 +439,4 @@ class HFVisionLanguageModel:
         return Path(self.source)
 
     def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]:
-        import transformers
-
-        config = self.model.config
-        return {
-            "family": self.family,
-            "source": self.source,
-            "model_type": config.model_type,
-            "revision": getattr(config, "_commit_hash", None) or "",
-            "weights": weights_digest(str(self.checkpoint_folder()), file_digest),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "quant": self.quant,
-            # what is really quantized (counts, types, bits); absent unquantized, so bf16 keys stay
-            **({"quantization": self.quant_report} if self.quant_report else {}),
-            "attn_implementation": self.attn_implementation,
-            "device_type": self.device.type,
-            "transformers": transformers.__version__,
-            "processor": json.loads(json.dumps(self.processor_settings(), sort_keys=True, default=str)),
-            # compiled kernels round differently in low precision; absent when nothing is compiled,
-            # so eager runs keep their cache keys; the same for the fast paths whose kernels differ
-            # from the reference path's (CUDA graphs replay the same kernels; vision indices are equal)
-            **({"compiled": sorted({**self.compiled_blocks, **self.compiled_language_model})}
-               if self.compiled_blocks or self.compiled_language_model else {}),
-            **({"padded_widths": self.padded_widths} if self.padded_widths else {}),
-            **({"fast_paths": kernels} if (kernels := [p for p in self.fast.on()
-                                                       if p in ("causal_prefill", "static_decode")]) else {}),
-        }
-
-
-def _cache_of(outputs: Any) -> Any:
-    """The KV cache a forward returned (`cache` since transformers 5.2x, `past_key_values` before)."""
-    return getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
-
-
-def generated_counts(new_tokens: torch.Tensor, stops: Sequence[int]) -> list[int]:
-    """Per row of generated ids [B, T]: tokens up to and including the first stop token (T when
-    none stopped)."""
-    is_stop = torch.isin(new_tokens, torch.tensor(list(stops), device=new_tokens.device))
-    return torch.where(is_stop.any(-1), is_stop.int().argmax(-1) + 1, new_tokens.shape[1]).tolist()
+        return fingerprint_of(self, file_digest)  # models/identity.py

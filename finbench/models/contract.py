@@ -1,8 +1,10 @@
 """The model contract: what the runner calls on a model adapter (`ModelAdapter`), and what a family
 declares it can honour (`Capabilities`), checked once at start-up before any weights load.
 
-The runner (runner/) touches nothing but these methods and the prepared inputs' `input_ids` and
-`attention_mask` (the batch's token counts); it never reaches into the Hugging Face module.
+The runner (runner/) touches nothing but these methods and the prepared batch they return
+(`ModelInputs`, models/inputs.py: the batch pins, moves, extends and cuts itself, and its
+`input_ids` and `attention_mask` give the token counts); it never reaches into the Hugging Face
+module, and it asks an adapter nothing the contract does not declare (no attribute probing).
 `HFVisionLanguageModel` (models/base.py) implements the contract once for transformers models;
 a family file overrides only what its architecture does differently.
 """
@@ -11,10 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from finbench.models.inputs import ModelInputs
+from finbench.models.part_timing import PartClock
 from finbench.models.quant import QUANT_CHOICES
 from finbench.types import ModelRequest
 
@@ -34,7 +38,6 @@ class Capabilities:
     max_images: int | None = None  # images per request; None = no fixed limit (the context is)
     device_preprocessing: bool = False  # --device-preprocess: resize/normalise on the model's device
     flop_count: bool = False  # prefill_flops is an analytic count (models/flops.py), else None
-    vision_attention: str = "transformers"  # "packed": one varlen SDPA call per vision layer
     sampling: bool = True  # free generation can sample (--gen-kwargs temperature, top_p, top_k)
     pixel_budget: bool = False  # --max-pixels caps the processor's pixels per image
     chat_template: bool = True  # --chat-template replaces the checkpoint's template
@@ -69,6 +72,15 @@ def refusal(capabilities: Capabilities, family: str, *, think_budget: int = 0, q
     return None
 
 
+class GenerationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch's free generation, carrying the rows that had finished by then
+    (position in the batch → text, and generated tokens): the runner keeps their answers."""
+
+    def __init__(self, texts: dict[int, str], counts: dict[int, int]) -> None:
+        super().__init__()
+        self.texts, self.counts = texts, counts
+
+
 @runtime_checkable
 class ModelAdapter(Protocol):
     """Everything the runner calls on a loaded model (`load_model` returns one)."""
@@ -93,15 +105,16 @@ class ModelAdapter(Protocol):
     def thinking_token_ids(self) -> tuple[int, int] | None: ...
     def template_opens_thinking(self) -> bool: ...
 
-    # ---- inputs (prepare runs in worker threads)
-    def prepare(self, requests: Sequence[ModelRequest]) -> Any: ...
-    def to_device(self, inputs: Any) -> Any: ...
+    # ---- inputs (prepare runs in worker threads; it honours `ModelRequest.text` and `.prefilled`)
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs: ...
+    def to_device(self, inputs: ModelInputs) -> ModelInputs: ...
 
     # ---- compute
     def prefill(self, inputs: Any) -> tuple[torch.Tensor, Any]: ...
     def decode_step(self, state: Any, token_ids: torch.Tensor) -> torch.Tensor: ...
     def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor: ...
     def score_options(self, inputs: Any, option_token_ids: torch.Tensor) -> torch.Tensor: ...
+    # Ctrl-C inside `generate` raises `GenerationInterrupted` with the rows finished by then
     def generate(self, inputs: Any, max_new_tokens: int,
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]: ...
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor: ...
@@ -111,7 +124,8 @@ class ModelAdapter(Protocol):
     def prefill_flops(self, inputs: Any) -> float | None: ...
     def max_context(self) -> int | None: ...
     def memory_footprint(self) -> int | None: ...
-    def timed_parts(self) -> list[tuple[str, Any, str]]: ...
+    # times the model's parts into the clock while the block runs (models/part_timing.py)
+    def timed_parts(self, clock: PartClock) -> ContextManager[Any]: ...
     def compile_vision(self) -> dict[str, int]: ...
     def compile_language_model(self) -> dict[str, int]: ...
     def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]: ...

@@ -28,13 +28,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 import numpy as np
 import torch
 
 from finbench.models.base import (DecodeState, HFVisionLanguageModel, decode_attention, generated_counts, resolve_device,
                                   resolve_dtype)
+from finbench.models.inputs import ModelInputs
+from finbench.models.part_timing import PartClock
 from finbench.models.contract import Capabilities
 from finbench.models.deepseek_vl2_model import NEWLINE, SEPARATOR, DeepseekVL2Config, DeepseekVL2Model, load_checkpoint
 from finbench.types import ModelRequest
@@ -323,8 +325,13 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def prompt_text(self, request: ModelRequest) -> str:
         return self.processor.prompt_text(request)
 
-    def prepare(self, requests: Sequence[ModelRequest]) -> dict[str, torch.Tensor]:
-        return self.processor(requests)
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs:
+        """The official processor's batch. It tokenises the prompt piece by piece itself, so a text
+        rendered already (`ModelRequest.text`) only goes to the log. The tiles and `image_source`
+        (an index into the batch's tiles) are not declared by row: such a batch is not cut by rows."""
+        texts = [r.text or self.prompt_text(r) for r in requests]
+        return ModelInputs(self.processor(requests), token_keys={"images_seq_mask"},
+                           row_keys={"images_spatial_crop"}, texts=texts)
 
     # ---- compute ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -346,18 +353,27 @@ class DeepSeekVL2(HFVisionLanguageModel):
     @torch.inference_mode()
     def generate(self, inputs: Any, max_new_tokens: int,
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
-        """Greedy decoding over the full vocabulary, every row until EOS or the budget."""
-        new = self.generate_ids(inputs, max_new_tokens, self.stop_token_ids())
+        """Greedy decoding over the full vocabulary, every row until EOS or the budget (Ctrl-C:
+        `GenerationInterrupted` with the rows finished by then)."""
+        tokens: list[torch.Tensor] = []
+        try:
+            new = self._greedy(inputs, max_new_tokens, self.stop_token_ids(), tokens)
+        except KeyboardInterrupt:
+            raise self._interrupted(torch.stack(tokens, 1) if tokens else None, 0, self.stop_token_ids()) from None
         return self.decode(new), generated_counts(new, self.stop_token_ids())
 
     @torch.inference_mode()
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
+        return self._greedy(inputs, max_new_tokens, stop_token_ids, [])
+
+    def _greedy(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int],
+                tokens: list[torch.Tensor]) -> torch.Tensor:
+        """Greedy ids [B, ≤ max_new_tokens]; each step's tokens [B] are appended to `tokens` as made."""
         hidden, state = self.prefill(inputs)
         head = self.model.get_output_embeddings()
         stops = torch.tensor(list(stop_token_ids), device=hidden.device)
         pad = torch.full((hidden.shape[0],), self.tokenizer.pad_token_id, device=hidden.device)
         done = torch.zeros(hidden.shape[0], dtype=torch.bool, device=hidden.device)
-        tokens = []
         for step in range(max_new_tokens):
             chosen = torch.where(done, pad, head(hidden).float().argmax(-1))
             tokens.append(chosen)
@@ -370,8 +386,8 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def memory_footprint(self) -> int | None:
         return sum(t.numel() * t.element_size() for t in [*self.model.parameters(), *self.model.buffers()])
 
-    def timed_parts(self) -> list[tuple[str, Any, str]]:
-        return []
+    def timed_parts(self, clock: PartClock) -> ContextManager[Any]:
+        return clock.hooks([])  # the native network's parts are not timed yet
 
     # ---- identity -----------------------------------------------------------------------------
     def processor_settings(self) -> dict[str, Any]:

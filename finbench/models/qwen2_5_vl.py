@@ -27,6 +27,7 @@ import torch
 from finbench.models.base import FINBENCH_KEYS, DecodeState, HFVisionLanguageModel, pinned
 from finbench.models.contract import Capabilities
 from finbench.models.fast_paths import PATHS
+from finbench.models.inputs import ModelInputs
 from finbench.models.vision_attention import install as install_vision_attention
 from finbench.types import ModelRequest
 
@@ -49,10 +50,8 @@ class Qwen25VL(HFVisionLanguageModel):
     model_types = ("qwen2_5_vl", "qwen2_vl")
     checkpoints = ("Qwen/Qwen2.5-VL-3B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-32B-Instruct",
                    "Qwen/Qwen2.5-VL-72B-Instruct", "Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2-VL-7B-Instruct")
-    # FLOP count: windowed vision tower (Qwen2.5-VL) or plain one (Qwen2-VL), models/flops.py;
-    # vision attention: one varlen SDPA call per layer (models/vision_attention.py)
-    capabilities = Capabilities(device_preprocessing=True, flop_count=True, vision_attention="packed",
-                                pixel_budget=True)
+    # FLOP count: windowed vision tower (Qwen2.5-VL) or plain one (Qwen2-VL), models/flops.py
+    capabilities = Capabilities(device_preprocessing=True, flop_count=True, pixel_budget=True)
     supports = frozenset(PATHS)
     vision_index_keys = VISION_INDEX_KEYS
 
@@ -81,23 +80,42 @@ class Qwen25VL(HFVisionLanguageModel):
                                                      min_pixels=min_pixels, max_pixels=max_pixels)
         return (resized_height // factor) * (resized_width // factor)
 
-    def prepare(self, requests: Sequence[ModelRequest]) -> Any:
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs:
+        """The processor's batch (or, with `--device-preprocess`, tokens and uint8 pixels), each row's
+        images' extents declared (`ModelInputs.spans`). Only for a batch prefilled as it is
+        (`ModelRequest.prefilled`): the worker-made M-RoPE positions, which free generation drops and
+        a thinking step's rebuilt batch recomputes; the tower's indices for all but free generation
+        (a thinking step keeps them: its images do not change)."""
+        prefill = all(r.prefilled for r in requests)
+        towers = all(r.prefilled or r.thinking for r in requests)
         inputs = self._device_inputs(requests) if self.device_preprocess else super().prepare(requests)
-        if self.fast.causal_prefill:
+        if prefill and self.fast.causal_prefill:
             inputs[POSITIONS], inputs[NEXT_POSITION] = self.rope_positions(inputs)
-        if self.fast.vision_indices and inputs.get("image_grid_thw") is not None:
+        if towers and self.fast.vision_indices and inputs.get("image_grid_thw") is not None:
             inputs.update(self.vision_indices(inputs["image_grid_thw"]))
-        return inputs
+        return inputs.like(inputs, spans=self._image_spans(requests, inputs),
+                           derived_keys={POSITIONS, NEXT_POSITION}, image_derived_keys=VISION_INDEX_KEYS)
 
-    def _device_inputs(self, requests: Sequence[ModelRequest]) -> Any:
+    @staticmethod
+    def _image_spans(requests: Sequence[ModelRequest], inputs: ModelInputs) -> dict[str, list[int]]:
+        """Each row's extent in the per-image tensors: its images, and their patches (t·h·w each)."""
+        per_row = [len(r.images) for r in requests]
+        grid = inputs.get("image_grid_thw")
+        if grid is None:
+            return {}
+        patches = grid.prod(-1).split(per_row)
+        spans = {"image_grid_thw": per_row, "images_uint8": per_row}
+        return {**spans, "pixel_values": [int(p.sum()) for p in patches]}
+
+    def _device_inputs(self, requests: Sequence[ModelRequest]) -> ModelInputs:
         import numpy as np
 
         from finbench.models.qwen_gpu_preprocess import qwen_grid
 
         settings = self._device_preprocess_settings()
+        prompts = [r.text or self.prompt_text(r) for r in requests]
         texts, images, grids = [], [], []
-        for request in requests:
-            text = self.prompt_text(request)
+        for request, text in zip(requests, prompts):
             for image in request.images:
                 grid = qwen_grid(image.height, image.width, patch_size=settings["patch_size"],
                                  merge_size=settings["merge_size"], min_pixels=settings["min_pixels"],
@@ -114,15 +132,15 @@ class Qwen25VL(HFVisionLanguageModel):
         if images:
             inputs["image_grid_thw"] = torch.tensor(grids, dtype=torch.long)
             inputs["images_uint8"] = images
-        return inputs
+        return ModelInputs(inputs, token_keys=self.token_keys, texts=prompts)
 
-    def to_device(self, inputs: Any) -> Any:
+    def to_device(self, inputs: ModelInputs) -> ModelInputs:
         if "images_uint8" not in inputs:
             return super().to_device(inputs)
         from finbench.models.qwen_gpu_preprocess import qwen_preprocess
 
         images = inputs["images_uint8"]
-        moved = super().to_device({k: v for k, v in inputs.items() if k != "images_uint8"})
+        moved = super().to_device(inputs.like({k: v for k, v in inputs.items() if k != "images_uint8"}))
         if self.device.type == "cuda":
             images = [pinned(image).to(self.device, non_blocking=True) for image in images]
         settings = {k: v for k, v in self._device_preprocess_settings().items() if k != "resample"}
@@ -165,24 +183,23 @@ class Qwen25VL(HFVisionLanguageModel):
     # ---- fast paths ----------------------------------------------------------------------------
     def rope_positions(self, inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """M-RoPE positions [3, B, T] of the real tokens of a (left-padded) batch, and the position
-        of the first token fed after it [B, 1]. Called through the class, so the run's timing
-        wrapper on the model's `get_rope_index` (runner/timing.py) sees only the model's own calls."""
+        of the first token fed after it [B, 1] (`get_rope_index`, the function the model calls itself)."""
         base = self.model.model
         input_ids, mask = inputs["input_ids"], inputs["attention_mask"]
         types = inputs.get("mm_token_type_ids")
         if types is None:  # older processors: image placeholders are the image tokens
             types = (input_ids == self.model.config.image_token_id).long()
-        positions, _ = type(base).get_rope_index(base, input_ids, types, image_grid_thw=inputs.get("image_grid_thw"),
-                                                 attention_mask=mask)
+        positions, _ = base.get_rope_index(input_ids, types, image_grid_thw=inputs.get("image_grid_thw"),
+                                           attention_mask=mask)
         real = mask.bool()[None].to(positions.device)
         next_position = positions.masked_fill(~real, 0).amax(dim=(0, 2)) + 1  # text continues past the largest
         return positions, next_position.view(-1, 1).to(mask.device)
 
     def prefill_positions(self, inputs: Any, order: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
         positions, next_position = inputs.get(POSITIONS), inputs.get(NEXT_POSITION)
-        if positions is None or positions.shape[-1] != inputs["input_ids"].shape[-1]:
-            # a batch rebuilt on the model's thread (after thinking): its prompts grew, so no
-            # worker-made positions fit; computed here
+        if positions is None:
+            # a batch prepared for generation, or rebuilt on the model's thread (after thinking:
+            # `ModelInputs.extend` drops positions, which no longer fit): computed here
             positions, next_position = self.rope_positions(inputs)
         return positions.gather(2, order[None].expand(positions.shape[0], -1, -1)), next_position
 

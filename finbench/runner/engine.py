@@ -46,7 +46,7 @@ from finbench.runner.decoding import AnswerVocabulary
 from finbench.models.judge import check_judge_source, load_judge
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
-from finbench.runner.loop import AUTO_BATCH_START, BatchLoop
+from finbench.runner.loop import AUTO_BATCH_START, BatchInterrupted, BatchLoop
 from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
@@ -177,7 +177,11 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
                 saved += sum(1 for p in batch.values() if not p.error)
                 predictions.update(batch)
                 advance(len(batch))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, BatchInterrupted):  # the rows of the interrupted batch that had finished
+            finished = {i: p for i, p in stop.predictions.items() if not p.error}
+            cache.put_many([(keys[i], p) for i, p in finished.items()])
+            saved += len(_with_followers(loop, finished, followers))
         cache.close()
         log.warning("interrupted after %d of %d answers were saved", saved, len(questions))
         raise Interrupted(saved, len(questions)) from None

@@ -14,15 +14,17 @@ import dataclasses
 import hashlib
 import logging
 import time
-from typing import Any, MutableMapping, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from finbench.benchmarks.base import Benchmark
+from finbench.models.contract import GenerationInterrupted, ModelAdapter
+from finbench.models.inputs import ModelInputs
 from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
 from finbench.runner.batching import Item
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
-from finbench.runner.preprocess import PreparedBatch, image_size, pin_host_memory, prepare_batch
+from finbench.runner.preprocess import PreparedBatch, image_size, prepare_batch
 from finbench.runner.requests import batch_kind, first_prompt, render, text_of, thinking
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
@@ -33,10 +35,19 @@ AUTO_BATCH_START = 64  # --batch-size auto starts here and halves on out-of-memo
 log = logging.getLogger("finbench")
 
 
+class BatchInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a batch ran, carrying the predictions of its rows that had finished (question
+    index → prediction): the engine commits them before it stops, so an interrupt keeps them."""
+
+    def __init__(self, predictions: dict[int, Prediction]) -> None:
+        super().__init__()
+        self.predictions = predictions
+
+
 class BatchLoop:
     """Per-batch work for one run. `prepare` is thread-safe; `run` runs on the model's thread."""
 
-    def __init__(self, model: Any, benchmark: Benchmark, questions: Sequence[Question],
+    def __init__(self, model: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question],
                  requests: Sequence[Request | None], config: RunConfig, vocab: AnswerVocabulary | None,
                  timer: StageTimer) -> None:
         self.model, self.benchmark, self.questions, self.requests = model, benchmark, questions, requests
@@ -62,9 +73,14 @@ class BatchLoop:
     def prompt_tokens(self, indices: Sequence[int], prompts: Sequence[Prompt]) -> list[int]:
         """Each prompt's tokens as the model will see them: its rendered text, plus each image's
         tokens (a session's later turns are checked with it against the context too)."""
+        return self.rendered(indices, prompts)[1]
+
+    def rendered(self, indices: Sequence[int], prompts: Sequence[Prompt]) -> tuple[list[str], list[int]]:
+        """Each prompt rendered by the model (`prompt_text`, image placeholders unexpanded), and
+        its tokens: the text's plus each image's."""
         texts = [self.model.prompt_text(text_of(p, thinking(self.requests[i]))) for i, p in zip(indices, prompts)]
-        return [n_text + self.image_tokens(index, prompt)
-                for index, prompt, n_text in zip(indices, prompts, self.model.text_token_counts(texts))]
+        return texts, [n_text + self.image_tokens(index, prompt)
+                       for index, prompt, n_text in zip(indices, prompts, self.model.text_token_counts(texts))]
 
     def image_tokens(self, index: int, prompt: Prompt) -> int:
         total = 0
@@ -77,24 +93,29 @@ class BatchLoop:
     def prepare(self, indices: Sequence[int]) -> PreparedBatch:
         return self.prepare_prompts(indices, {i: first_prompt(self.requests[i]) for i in indices})
 
-    def prepare_prompts(self, indices: Sequence[int], prompts: dict[int, Prompt]) -> PreparedBatch:
-        rendered: dict[int, Any] = {}
+    def prepare_prompts(self, indices: Sequence[int], prompts: dict[int, Prompt], texts: dict[int, str] | None = None,
+                        decoded: dict[int, dict[int, Any]] | None = None) -> PreparedBatch:
+        """Decode the images the prompts show (those in `decoded` reused), render (unless `texts`
+        holds the rendered prompts already) and call the model's `prepare`; for a CUDA model the
+        batch is pinned here, in the worker thread (off the model's thread, which then only
+        enqueues the copy)."""
+        first = self.requests[indices[0]] if indices else None
+        prefill = first is not None and not is_generated(first) and not thinking(first)
 
-        def build(index: int, images: list[Any]) -> Any:
-            rendered[index] = render(self.benchmark, prompts[index], images, thinking(self.requests[index]))
-            return rendered[index]
+        def build(index: int, images: dict[int, Any]) -> Any:
+            request = render(self.benchmark, prompts[index], images, thinking(self.requests[index]))
+            return dataclasses.replace(request, text=(texts or {}).get(index, ""), prefilled=prefill)
 
-        batch = prepare_batch(indices, self.questions, build, self._model_inputs)
-        batch.prompts = {i: self._logged_prompt(rendered[i]) for i in batch.indices}
+        def inputs(requests: list[Any]) -> ModelInputs:
+            prepared = self.model.prepare(requests)
+            return prepared.pin() if self.model.device.type == "cuda" else prepared
+
+        batch = prepare_batch(indices, self.questions, lambda i: prompts[i].images, build, inputs, decoded)
+        if batch.inputs is not None:
+            batch.prompts = {i: self._logged_prompt(t) for i, t in zip(batch.indices, batch.inputs.texts)}
+        if not isinstance(first, Session):  # only a session's later turns show the images again
+            batch.images = {}
         return batch
-
-    def _model_inputs(self, requests: list[Any]) -> Any:
-        """The model's `prepare`, plus, for a CUDA model, pinning in this worker thread (off the
-        model's thread, which then only enqueues the copy)."""
-        inputs = self.model.prepare(requests)
-        if self.model.device.type == "cuda" and isinstance(inputs, MutableMapping):
-            return pin_host_memory(inputs)
-        return inputs
 
     def copy_ahead(self, prepared: PreparedBatch) -> None:
         """A CUDA model: enqueue the host-to-device copy of the next batch (`prefetch`'s `ahead`) on a
@@ -111,7 +132,7 @@ class BatchLoop:
             copied.record(self._copy_stream)
         prepared.on_device = (moved, copied)
 
-    def _on_device(self, prepared: PreparedBatch) -> Any:
+    def _on_device(self, prepared: PreparedBatch) -> ModelInputs:
         """The batch's inputs on the model's device: copied ahead (waited for on the model's stream,
         and marked as used there so that the allocator keeps them until it is done), or now."""
         if prepared.on_device is None:
@@ -120,30 +141,32 @@ class BatchLoop:
         prepared.on_device = None
         current = torch.cuda.current_stream(self.model.device)
         current.wait_event(copied)
-        for value in moved.values() if isinstance(moved, MutableMapping) else ():
-            for tensor in value if isinstance(value, list) else [value]:
-                if torch.is_tensor(tensor) and tensor.is_cuda:
-                    tensor.record_stream(current)
+        moved.record_stream(current)
         return moved
 
-    def _logged_prompt(self, request: Any) -> str:
-        """What the model saw, as text (image placeholders unexpanded), or its hash."""
-        try:
-            text = self.model.prompt_text(request)
-        except Exception as err:  # noqa: BLE001 — a log line never fails a batch
-            return f"(prompt not rendered: {type(err).__name__})"
+    def _logged_prompt(self, text: str) -> str:
+        """What the model saw, as text (image placeholders unexpanded, as `prepare` rendered it), or its hash."""
         return text if self.config.log_prompts else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     # ---- decoding (the model's thread) -------------------------------------------------------
     def run(self, prepared: PreparedBatch) -> dict[int, Prediction]:
+        """The batch's predictions. Ctrl-C raises `BatchInterrupted` with those finished so far."""
         out = {i: Prediction(id=self.questions[i].id, answer="", error=e) for i, e in prepared.errors.items()}
+        try:
+            self._run(prepared, out)
+        except KeyboardInterrupt as stop:
+            finished = stop.predictions if isinstance(stop, BatchInterrupted) else {}
+            raise BatchInterrupted({**out, **finished}) from None
+        return out
+
+    def _run(self, prepared: PreparedBatch, out: dict[int, Prediction]) -> None:
         if prepared.inputs is None:
-            return out
+            return
         if len(prepared.indices) > self.max_batch:  # learned from an earlier out-of-memory
             prepared.on_device = None  # a copy made ahead would hold device memory while its parts run
             for start in range(0, len(prepared.indices), self.max_batch):
                 out.update(self.run(self.prepare(prepared.indices[start:start + self.max_batch])))
-            return out
+            return
         try:
             out.update(self._decode(prepared))
         except torch.cuda.OutOfMemoryError:
@@ -154,21 +177,20 @@ class BatchLoop:
                 index = prepared.indices[0]
                 out[index] = Prediction(id=self.questions[index].id, answer="",
                                         error="out of memory: CUDA out of memory even at batch size 1")
-                return out
+                return
             self.max_batch = max(1, len(prepared.indices) // 2)
             log.warning("out of memory at batch size %d; retrying at %d", len(prepared.indices), self.max_batch)
-            return {**out, **self.run(prepared)}
+            out.update(self.run(prepared))
         except Exception as err:  # noqa: BLE001 — one bad sample must not stop the run
             if len(prepared.indices) > 1:  # find the culprit: retry each question alone
                 log.warning("batch failed (%s); retrying its questions one by one", err)
                 for index in prepared.indices:
                     out.update(self.run(self.prepare([index])))
-                return out
+                return
             index = prepared.indices[0]
             log.error("question %s failed: %r", self.questions[index].id, err)
             out[index] = Prediction(id=self.questions[index].id, answer="",
                                     error=f"model error: {type(err).__name__}: {err}")
-        return out
 
     def _decode(self, prepared: PreparedBatch) -> dict[int, Prediction]:
         requests = [self.requests[i] for i in prepared.indices]
@@ -191,7 +213,12 @@ class BatchLoop:
         else:
             failed: dict[int, str] = {}
             with stage("generate"):
-                texts, counts = self._generate(first, inputs)
+                try:
+                    texts, counts = self._generate(first, inputs)
+                except GenerationInterrupted as stop:  # keep the rows that had finished (a session's have not)
+                    finished = {k: Prediction(id="", answer="", generated_text=text, n_generated_tokens=stop.counts[k])
+                                for k, text in stop.texts.items() if not isinstance(first, Session)}
+                    raise BatchInterrupted(self._predictions(prepared, finished, started)) from None
                 if isinstance(first, Session):
                     texts, counts, failed = continue_sessions(
                         requests, texts, counts, lambda rows, prompts: self._ask(prepared, first, rows, prompts))
@@ -200,12 +227,18 @@ class BatchLoop:
         if reasoning is not None:
             decoded = [dataclasses.replace(p, reasoning_text=r.text, reasoning_tokens=r.tokens, budget_cut=r.cut)
                        for p, r in zip(decoded, reasoning)]
-        share = (time.perf_counter() - started) / len(requests)
         self.throughput.account(self.model, prepared.inputs)
+        return self._predictions(prepared, dict(enumerate(decoded)), started)
+
+    def _predictions(self, prepared: PreparedBatch, decoded: dict[int, Prediction], started: float) -> dict[int, Prediction]:
+        """Question index → prediction for the batch rows in `decoded` (row → decoder output), each
+        with its question's id, share of the batch's seconds, logged prompt and read answer."""
+        share = (time.perf_counter() - started) / len(prepared.indices)
         out = {}
-        for i, request, p in zip(prepared.indices, requests, decoded):
+        for row, p in decoded.items():
+            i = prepared.indices[row]
             question = self.questions[i]
-            out[i] = self.finish(question, request, dataclasses.replace(
+            out[i] = self.finish(question, self.requests[i], dataclasses.replace(
                 p, id=question.id, seconds=share, prompt=prepared.prompts.get(i, "")))
         return out
 
@@ -225,14 +258,16 @@ class BatchLoop:
         indices = [prepared.indices[k] for k in rows]
         context = self.model.max_context()
         errors: dict[int, str] = {}
+        texts, counts = self.rendered(indices, prompts)  # each prompt rendered once, here
         if context:
-            for k, n in zip(rows, self.prompt_tokens(indices, prompts)):
-                if n > context:
-                    errors[k] = f"prompt of {n} tokens exceeds the model's context of {context}"
-        go = {i: (k, p) for k, i, p in zip(rows, indices, prompts) if k not in errors}
+            errors = {k: f"prompt of {n} tokens exceeds the model's context of {context}"
+                      for k, n in zip(rows, counts) if n > context}
+        go = {i: (k, p, t) for k, i, p, t in zip(rows, indices, prompts, texts) if k not in errors}
         replies: dict[int, tuple[str, int]] = {}
         if go:
-            batch = self.prepare_prompts(list(go), {i: p for i, (_, p) in go.items()})
+            # the images decoded for the first turn are shown again, not decoded again
+            batch = self.prepare_prompts(list(go), {i: p for i, (_, p, _) in go.items()},
+                                         {i: t for i, (_, _, t) in go.items()}, prepared.images)
             errors.update({go[i][0]: message for i, message in batch.errors.items()})
             if batch.inputs is not None:
                 texts, counts = self._generate(request, self.model.to_device(batch.inputs))

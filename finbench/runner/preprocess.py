@@ -11,7 +11,7 @@ import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from finbench.types import Question
 
@@ -30,24 +30,33 @@ def image_size(data: bytes) -> tuple[int, int]:
         return image.size
 
 
-def decode_images(question: Question) -> list[Any]:
+def decode_image(question: Question, n: int) -> Any:
+    """The question's image `n` (from 0), decoded to RGB; an `ImageError` naming it otherwise."""
     from PIL import Image
 
-    images = []
-    for n, data in enumerate(question.images):
-        try:
-            with Image.open(io.BytesIO(data)) as image:
-                if image.size[0] * image.size[1] > MAX_IMAGE_PIXELS:
-                    raise ImageError(f"image {n + 1} is {image.size[0]}×{image.size[1]} pixels, over the "
-                                     f"{MAX_IMAGE_PIXELS:,} pixel limit")
-                images.append(image.convert("RGB"))
-        except ImageError:
-            raise
-        except Exception as err:  # noqa: BLE001 — PIL raises many types for corrupt data
-            # without PIL's object addresses ("<_io.BytesIO object at 0x7f…>"): the same data gives the same message
-            reason = re.sub(r" at 0x[0-9a-f]+", "", str(err))
-            raise ImageError(f"image {n + 1} cannot be decoded: {type(err).__name__}: {reason}") from None
-    return images
+    try:
+        with Image.open(io.BytesIO(question.images[n])) as image:
+            if image.size[0] * image.size[1] > MAX_IMAGE_PIXELS:
+                raise ImageError(f"image {n + 1} is {image.size[0]}×{image.size[1]} pixels, over the "
+                                 f"{MAX_IMAGE_PIXELS:,} pixel limit")
+            return image.convert("RGB")
+    except ImageError:
+        raise
+    except Exception as err:  # noqa: BLE001 — PIL raises many types for corrupt data
+        # without PIL's object addresses ("<_io.BytesIO object at 0x7f…>"): the same data gives the same message
+        reason = re.sub(r" at 0x[0-9a-f]+", "", str(err))
+        raise ImageError(f"image {n + 1} cannot be decoded: {type(err).__name__}: {reason}") from None
+
+
+def decode_images(question: Question) -> list[Any]:
+    """Every image of the question, decoded (scripts, the judge's images, tests)."""
+    return [decode_image(question, n) for n in range(len(question.images))]
+
+
+def decode_shown(question: Question, shown: Sequence[int]) -> dict[int, Any]:
+    """Only the images a prompt shows ({image index: decoded image}): a broken image the prompt
+    never shows fails nothing."""
+    return {n: decode_image(question, n) for n in sorted(set(shown))}
 
 
 @dataclass
@@ -58,19 +67,24 @@ class PreparedBatch:
     seconds: float = 0.0
     prompts: dict[int, str] = field(default_factory=dict)  # question index → rendered prompt (for samples.parquet)
     on_device: Any = None  # (inputs on the device, the copy's CUDA event) when copied ahead (runner/loop.py)
+    images: dict[int, dict[int, Any]] = field(default_factory=dict)  # question index → its decoded images
 
 
-def prepare_batch(indices: Sequence[int], questions: Sequence[Question],
-                  build_request: Callable[[int, list[Any]], Any],
-                  prepare: Callable[[list[Any]], Any]) -> PreparedBatch:
-    """Decode images, build requests (`build_request(index, decoded images)`) and call the
-    processor for one batch. A question whose image fails, or that the processor rejects (e.g. an
-    aspect ratio over 200), is dropped from the batch with its error recorded; the others go on."""
+def prepare_batch(indices: Sequence[int], questions: Sequence[Question], shown: Callable[[int], Sequence[int]],
+                  build_request: Callable[[int, dict[int, Any]], Any],
+                  prepare: Callable[[list[Any]], Any],
+                  decoded: Mapping[int, dict[int, Any]] | None = None) -> PreparedBatch:
+    """Decode the images each prompt shows (`shown(index)`: indices into the question's images;
+    those in `decoded` are reused), build requests (`build_request(index, decoded images)`) and
+    call the processor (`prepare(requests)`) for one batch. A question whose image fails,
+    or that the processor rejects (e.g. an aspect ratio over 200), is dropped from the batch with
+    its error recorded; the others go on."""
     started = time.perf_counter()
-    kept, requests, errors = [], [], {}
+    kept, requests, errors, images = [], [], {}, {}
     for index in indices:
         try:
-            requests.append(build_request(index, decode_images(questions[index])))
+            images[index] = (decoded or {}).get(index) or decode_shown(questions[index], shown(index))
+            requests.append(build_request(index, images[index]))
             kept.append(index)
         except ImageError as err:
             errors[index] = str(err)
@@ -88,26 +102,8 @@ def prepare_batch(indices: Sequence[int], questions: Sequence[Question],
                 errors[index] = f"preprocess error: {type(err).__name__}: {err}"
         kept = [index for index, _ in survivors]
         inputs = prepare([request for _, request in survivors]) if survivors else None
-    return PreparedBatch(kept, inputs, errors, time.perf_counter() - started)
-
-
-def pin_host_memory(inputs: Any, pin: Callable[[Any], Any] | None = None) -> Any:
-    """Every CPU tensor of a prepared batch (mapping values, and tensors in list values) copied
-    into page-locked memory, in place. Called in the worker thread for a CUDA model, so the copy
-    from pageable memory (~0.6 GB of bf16 pixels per batch of 64 charts) and the pinned
-    allocation happen off the model's thread; `to_device` then only enqueues the transfer.
-    `pin` replaces `Tensor.pin_memory` (tests on machines without CUDA)."""
-    import torch
-
-    from finbench.models.base import pinned
-
-    pin = pin or pinned
-    for key, value in list(inputs.items()):
-        if torch.is_tensor(value):
-            inputs[key] = pin(value)
-        elif isinstance(value, list) and value and all(torch.is_tensor(v) for v in value):
-            inputs[key] = [pin(v) for v in value]
-    return inputs
+    return PreparedBatch(kept, inputs, errors, time.perf_counter() - started,
+                         images={i: images[i] for i in kept})
 
 
 def split_first(batches: Sequence[Sequence[int]], parts: int) -> list[Sequence[int]]:

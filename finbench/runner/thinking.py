@@ -7,7 +7,9 @@ opens it, or the adapter adds the open tag). Then, for a whole batch at once:
 2. each row keeps its reasoning up to (not including) that tag or stop token; a row that stopped
    without closing, or ran out of budget, gets the close tag appended — the block is always closed;
 3. the batch is rebuilt as prompt + reasoning + close tag + "\\n\\n" + answer prefix, re-packed to
-   left padding, and handed to the ordinary constrained decoders (runner/decoding.py).
+   left padding (`ModelInputs.extend`: the batch knows its token-aligned inputs), and handed to
+   the ordinary constrained decoders (runner/decoding.py). A caller that drops finished rows cuts
+   the batch with `ModelInputs.select`.
 The rebuilt batch is prefilled again from scratch: it costs one more prompt prefill, but keeps the
 answer step identical to the instruct path (same decoders, same positions, no cache surgery).
 """
@@ -19,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Sequence
 
 import torch
+
+from finbench.models.contract import ModelAdapter
+from finbench.models.inputs import ModelInputs
 
 
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
@@ -36,12 +41,12 @@ def _no_stage(name: str) -> ContextManager[Any]:
 
 
 @torch.inference_mode()
-def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequence[str],
-          stage: Callable[[str], ContextManager[Any]] = _no_stage) -> tuple[dict[str, Any], list[Reasoning]]:
+def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes: Sequence[str],
+          stage: Callable[[str], ContextManager[Any]] = _no_stage) -> tuple[ModelInputs, list[Reasoning]]:
     """Reason for up to `budget` tokens, close the block, append the answer prefix.
 
     `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
-    Returns the rebuilt inputs (same keys; token-aligned tensors re-packed) and one `Reasoning`
+    Returns the rebuilt inputs (`ModelInputs.extend`) and one `Reasoning`
     per row. With budget 0 nothing is generated: the block is closed at once."""
     tags = model.thinking_token_ids()
     if tags is None:
@@ -76,25 +81,11 @@ def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequ
         suffix_mask[row, :len(ids)] = 1
     suffix_ids, suffix_mask = suffix_ids.to(device), suffix_mask.to(device)
 
-    full_mask = torch.cat([mask, reasoning_mask.to(mask.dtype), suffix_mask], dim=1)
-    # left padding again: a stable sort on "is real" moves every pad to the front, keeping order
-    order = torch.sort(full_mask.to(torch.int8), dim=1, stable=True).indices
-    length = int(full_mask.sum(1).max())
-    order = order[:, -length:]
-    rebuilt = dict(inputs)
-    rebuilt["attention_mask"] = full_mask.gather(1, order)
-    n_new = width + suffix_width
-    for key, value in inputs.items():
-        if key == "attention_mask" or not torch.is_tensor(value) or value.shape != input_ids.shape:
-            continue
-        if key == "input_ids":
-            extended = torch.cat([value, generated.to(value.dtype), suffix_ids], dim=1)
-        else:  # token-aligned extras (e.g. mm_token_type_ids): new tokens are plain text, 0
-            extended = torch.cat([value, value.new_zeros((batch, n_new))], dim=1)
-        rebuilt[key] = extended.gather(1, order)
-    pad = model.pad_token_id
-    if pad is not None:  # pads out of the mask: keep them the pad token, as the processor does
-        rebuilt["input_ids"] = torch.where(rebuilt["attention_mask"].bool(), rebuilt["input_ids"], pad)
+    # the reasoning kept and the suffix after every row's real tokens, re-packed to left padding
+    # by the batch itself (token-aligned inputs extended, positions dropped for the adapter)
+    new_ids = torch.cat([generated.to(input_ids.dtype), suffix_ids], dim=1)
+    rebuilt = inputs.extend(new_ids, torch.cat([reasoning_mask.to(mask.dtype), suffix_mask], dim=1),
+                            model.pad_token_id)
 
     kept_rows = [row[:k] for row, k in zip(generated.tolist(), kept.tolist())]
     texts = model.decode(kept_rows)

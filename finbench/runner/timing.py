@@ -1,5 +1,5 @@
 """Where a run's time goes: the runner's stages (`StageTimer`), the model's own parts (`ModelParts`:
-the vision tower, multimodal positions, the language model, as the adapter names them), and the
+the vision tower and the language model, timed by the adapter itself), and the
 token and FLOP counts behind samples/s, image tokens/s and TFLOP/s (`Throughput`). Bookkeeping
 never fails a batch: a count that raises is dropped (and counted), never the answers.
 """
@@ -14,6 +14,9 @@ from collections import defaultdict
 from typing import Any, Iterator
 
 import torch
+
+from finbench.models.contract import ModelAdapter
+from finbench.models.part_timing import PartClock
 
 log = logging.getLogger("finbench")
 
@@ -45,46 +48,33 @@ class StageTimer:
 
 
 class ModelParts:
-    """`with ModelParts(adapter) as parts: …` → `parts.seconds` {part: wall seconds}. The parts are
-    the adapter's `timed_parts()`, wrapped on their owners for the run and restored after (on
-    CUDA each is synchronised, so only with `synchronize`, `--profile`: without it a CUDA run
-    times no parts). The language model's time includes every decode step."""
+    """`with ModelParts(adapter) as parts: …` → `parts.seconds` {part: wall seconds}. The adapter
+    times its own parts (`timed_parts(clock)`: hooks it registers on its modules and removes after);
+    on CUDA each part is synchronised, so only with `synchronize` (`--profile`): without it a CUDA
+    run times no parts. The language model's time includes every decode step."""
 
-    def __init__(self, adapter: Any, synchronize: bool = True) -> None:
+    def __init__(self, adapter: ModelAdapter, synchronize: bool = True) -> None:
         self.adapter = adapter
-        self.seconds: dict[str, float] = {}
-        self._restore: list[tuple[Any, str]] = []
-        self.enabled = synchronize or getattr(adapter, "device", torch.device("cpu")).type != "cuda"
+        self.enabled = synchronize or adapter.device.type != "cuda"
+        self.clock = PartClock(torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None))
+        self._timing: contextlib.ExitStack | None = None
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return self.clock.seconds
 
     def __enter__(self) -> "ModelParts":
-        sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-        try:
-            parts = self.adapter.timed_parts() if self.enabled else []
-        except Exception:  # noqa: BLE001 — timing never fails a run
-            parts = []
-        for name, owner, method in parts:
-            if method in vars(owner):  # already wrapped
-                continue
-            original = getattr(owner, method)
-            self.seconds[name] = 0.0
-
-            def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
-                sync()
-                started = time.perf_counter()
-                try:
-                    return _original(*args, **kwargs)
-                finally:
-                    sync()
-                    self.seconds[_name] += time.perf_counter() - started
-
-            setattr(owner, method, timed)
-            self._restore.append((owner, method))
+        self._timing = contextlib.ExitStack()
+        if self.enabled:
+            try:
+                self._timing.enter_context(self.adapter.timed_parts(self.clock))
+            except Exception as err:  # noqa: BLE001 — timing never fails a run
+                log.warning("the model's parts are not timed (%s: %s)", type(err).__name__, err)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        for owner, method in self._restore:
-            delattr(owner, method)  # the instance attribute goes; the class method shows again
-        self._restore.clear()
+        if self._timing is not None:
+            self._timing.close()
 
 
 class Throughput:
@@ -100,7 +90,7 @@ class Throughput:
         self.oom_retries = 0
         self.accounting_errors = 0  # batches whose token/FLOP count raised (answers kept)
 
-    def account(self, model: Any, inputs: Any) -> None:
+    def account(self, model: ModelAdapter, inputs: Any) -> None:
         try:
             image_tokens = model.count_image_tokens(inputs)
             prompt_tokens = int(inputs["attention_mask"].sum())
@@ -117,7 +107,7 @@ class Throughput:
         self.padded_tokens += padded_tokens
         self.flops = None if flops is None or self.flops is None else self.flops + float(flops)
 
-    def summary(self, model: Any, n_samples: int, seconds: float, max_batch: int) -> dict[str, Any]:
+    def summary(self, model: ModelAdapter, n_samples: int, seconds: float, max_batch: int) -> dict[str, Any]:
         device = model.device
         forward = self.timer.seconds.get("forward")
         stats: dict[str, Any] = {

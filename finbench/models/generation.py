@@ -1,0 +1,80 @@
+"""What decoding needs beside the adapter: the decode state, the decode-step attention kernels,
+generated-token counts, and the rows of a generation that had finished when it was interrupted."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, ContextManager, Sequence
+
+import torch
+
+
+@dataclass
+class DecodeState:
+    """What a decode step needs: the KV cache, the attention mask so far, family extras; after a
+    mask-free prefill the position of the next fed token [B, 1] (the prefill numbered the real
+    tokens itself); once static decoding starts, its `StaticDecoder` (which holds the cache)."""
+
+    cache: Any
+    attention_mask: torch.Tensor
+    extras: dict[str, Any]
+    next_position: torch.Tensor | None = None
+    static: Any = None
+
+
+def decode_attention(device: torch.device) -> ContextManager[Any]:
+    """The SDPA kernels for decode steps and free generation: on CUDA, all but cuDNN's. PyTorch's
+    cuDNN attention builds a graph for every new shape, and a decode step's key length is always
+    new. In the H200 profile (benchmarks/results/gpu_profile_qwen2.5-vl-7b.txt) its 280 calls
+    averaged 2.7 ms of host time; the 196 decode-step calls among them ran ~36 µs each on the
+    device, so decode steps waited on the host. The flash and memory-efficient kernels launch in
+    microseconds. The prefill keeps cuDNN: one graph per batch, hidden behind the prefill's own
+    device time. Elsewhere (CPU) nothing changes."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+def cache_of(outputs: Any) -> Any:
+    """The KV cache a forward returned (`cache` since transformers 5.2x, `past_key_values` before)."""
+    return getattr(outputs, "cache", None) or getattr(outputs, "past_key_values", None)
+
+
+def generated_counts(new_tokens: torch.Tensor, stops: Sequence[int]) -> list[int]:
+    """Per row of generated ids [B, T]: tokens up to and including the first stop token (T when
+    none stopped)."""
+    is_stop = torch.isin(new_tokens, torch.tensor(list(stops), device=new_tokens.device))
+    return torch.where(is_stop.any(-1), is_stop.int().argmax(-1) + 1, new_tokens.shape[1]).tolist()
+
+
+def finished_rows(new_tokens: torch.Tensor, stops: Sequence[int]) -> list[int]:
+    """Rows of generated ids [B, T] that have emitted a stop token (their answer is complete)."""
+    is_stop = torch.isin(new_tokens, torch.tensor(list(stops), device=new_tokens.device))
+    return is_stop.any(-1).nonzero().flatten().tolist()
+
+
+@functools.cache
+def _last_tokens_class() -> type:
+    from transformers import StoppingCriteria
+
+    class LastTokens(StoppingCriteria):
+        """A stopping criterion that never stops: it keeps a reference to the ids so far (no copy,
+        no device wait), so that an interrupted `generate` still knows which rows had finished."""
+
+        def __init__(self) -> None:
+            self.ids: torch.Tensor | None = None  # None until the first step
+
+        def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+            self.ids = input_ids
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return LastTokens
+
+
+def last_tokens() -> Any:
+    """A fresh `LastTokens` criterion for one `generate` call (`.ids`: the ids so far, or None)."""
+    return _last_tokens_class()()

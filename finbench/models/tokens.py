@@ -1,0 +1,39 @@
+"""The token ids constrained decoding and generation rely on, from a Hugging Face tokenizer."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+
+def single_token_ids(tokenizer: Any, texts: Sequence[str], source: str) -> list[int]:
+    """Token ids of strings that must each be exactly one token; fails loudly otherwise,
+    because a letter split in two would make its logit meaningless."""
+    ids = []
+    for text in texts:
+        encoded = tokenizer.encode(text, add_special_tokens=False)
+        if not encoded:
+            raise ValueError(f"{source}: the tokenizer turns {text!r} into no tokens at all; are the "
+                             "tokenizer files (tokenizer.json, tokenizer_config.json) in the model folder?")
+        if len(encoded) != 1:
+            raise ValueError(f"{source}: {text!r} is {len(encoded)} tokens {encoded}; "
+                             "constrained decoding needs it to be a single token")
+        ids.append(encoded[0])
+    return ids
+
+
+def stop_token_ids(tokenizer: Any, generation_config: Any) -> list[int]:
+    """Tokens that end generation: EOS, the chat turn's end, the generation config's EOS."""
+    ids = {tokenizer.eos_token_id}
+    for text in ("<|im_end|>", "<|endoftext|>"):
+        encoded = tokenizer.encode(text, add_special_tokens=False)
+        if len(encoded) == 1:
+            ids.add(encoded[0])
+    generation_eos = getattr(generation_config, "eos_token_id", None)
+    ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
+    return sorted(i for i in ids if i is not None)
+
+
+def end_token_ids(tokenizer: Any, stops: Sequence[int]) -> list[int]:
+    """Tokens that may end a constrained answer: the stop tokens and a newline."""
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    return sorted(set(stops) | (set(newline) if len(newline) == 1 else set()))
