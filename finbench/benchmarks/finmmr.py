@@ -273,13 +273,14 @@ def _verdict(text: str, question: Question, source: str) -> Judgement:
 
 def rule_judgements(questions: Sequence[Question], predictions: Sequence[Prediction], protocol: str) -> list[Judgement]:
     """Every answer's official verdict at once: pot programs run together in the sandbox pool."""
-    if protocol != "pot":
-        return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule")
-                for q, p in zip(questions, predictions)]
+    if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
+        return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
+                         else "answer") for q, p in zip(questions, predictions)]
     from finbench.runner.sandbox import run_programs
 
     out: list[Judgement] = []
-    for question, outcome in zip(questions, run_programs([p.answer for p in predictions])):
+    programs = [extract_program(p.generated_text or p.answer) for p in predictions]
+    for question, outcome in zip(questions, run_programs(programs)):
         info = {"source": "program", "execution_rate": int(outcome.ok), "extracted": outcome.value if outcome.ok else ""}
         if not outcome.ok:
             out.append((0.0, {**info, "reason": outcome.reason}))

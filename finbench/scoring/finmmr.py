@@ -292,14 +292,16 @@ def _details(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def verdicts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
-    """(acc, execution_rate, extracted text, source) per row: the judge's verdict where the run has
-    one, else the rule's, else the rule applied to `answer` (a cot extraction or a number)."""
+    """(acc, execution_rate, extracted text, source) per row: the judge's verdict where a cot run
+    has one (the official extraction), else the rules' (the cot rule, the program's result, the
+    constrained number), else get_acc applied to `answer` (answers extracted elsewhere)."""
     judged, ruled = float_column(df, "judge_score"), float_column(df, "rule_score")
     answers, golds = str_column(df, "answer"), str_column(df, "gold")
     acc, rate = np.zeros(len(df)), np.zeros(len(df))
     extracted, source = [""] * len(df), [""] * len(df)
     for i, details in enumerate(_details(df)):
-        for name, value in (("judge", judged[i]), ("rules", ruled[i])):
+        cot = isinstance(details.get("rules"), Mapping) and details["rules"].get("source") == "rule"
+        for name, value in (("judge", judged[i] if cot else math.nan), ("rules", ruled[i])):
             info = details.get(name)
             if value == value and isinstance(info, Mapping):
                 acc[i], rate[i] = value, float(info.get("execution_rate", 1))
