@@ -127,8 +127,9 @@ def _encode(value: object, limit: int) -> tuple[str, str]:
     if isinstance(value, bool):
         return "bool", str(value)
     if isinstance(value, numbers.Integral):
-        return "int", str(int(value))
-    if isinstance(value, numbers.Real):
+        number = int(value)  # beyond ~4,000 digits in hex: finbench reads it without the str-conversion limit
+        return "int", str(number) if number.bit_length() < 13_000 else hex(number)
+    if isinstance(value, numbers.Real) or type(value).__name__ == "Decimal":  # Decimal compares with floats too
         return "float", repr(float(value))
     if isinstance(value, str):
         return "str", value[:limit]

@@ -223,7 +223,7 @@ def normalize(prediction: str) -> Any:
 
 def within_eps(prediction: Any, truth: Any) -> bool:
     eps = abs(truth) * RELATIVE_TOLERANCE
-    return prediction >= truth - eps and prediction <= truth + eps
+    return bool(prediction >= truth - eps and prediction <= truth + eps)  # the official `if …: return True`
 
 
 def get_acc(prediction: Any, truth: Any) -> int:
@@ -271,7 +271,7 @@ def outcome_value(kind: str, value: str, first_kind: str = "") -> Any:
     element, anything else an object no rule accepts."""
     if kind == "seq":
         return [outcome_value(first_kind, value)] if first_kind else []
-    return {"int": lambda: int(value), "float": lambda: float(value), "bool": lambda: value == "True",
+    return {"int": lambda: int(value, 0), "float": lambda: float(value), "bool": lambda: value == "True",
             "none": lambda: None, "str": lambda: value}.get(kind, Opaque)()
 
 
