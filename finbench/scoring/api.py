@@ -89,7 +89,7 @@ def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: st
     return out
 
 
-def write_samples_out(path: Any, df: pd.DataFrame, benchmark: str = "finmme", variant: str = "official") -> int:
+def write_samples_out(path: Any, df: pd.DataFrame, benchmark: str, variant: str = "official") -> int:
     """`score --samples-out FILE.jsonl`: one line per question — `id`, `answer` as given, what
     the rule read from it (`extracted`: the rule's reading, or the program's result; null when
     the benchmark's rule does not report it), `correct` (the per-question score, 0/1 for binary
