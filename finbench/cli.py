@@ -356,6 +356,10 @@ def score(
     benchmark: str = typer.Option("finmme", help="Benchmark of --data/--predictions."),
     data: Optional[str] = typer.Option(None, help="Benchmark data, to score --predictions against."),
     predictions: Optional[Path] = typer.Option(None, help='JSONL of {"id": ..., "answer": "A,C"} per line.'),
+    protocol: Optional[str] = typer.Option(None, help="The protocol that produced --predictions (FinMMR: cot, the "
+                                                        "extracted answers; pot, the raw outputs with the program)."),
+    samples_out: Optional[Path] = typer.Option(None, help="With --predictions: write one JSON line per question "
+                                                            "(id, answer, extracted, correct) to this file."),
 ) -> None:
     """Score a finished run (tables + RUN_DIR/scores_<variant>.json), or raw answer strings
     against benchmark data (printed as JSON)."""
@@ -374,14 +378,14 @@ def score(
         return
     if data is not None and predictions is not None:
         with _one_line_errors():
-            scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed)
+            scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed, protocol, samples_out)
     else:
         _fail("give a RUN_DIR, or both --data and --predictions")
     print(json.dumps(scores, indent=2, default=str))
 
 
 def score_predictions(benchmark_name: str, data: str, predictions: Path, variant: str,
-                      n_bootstrap: int, seed: int) -> dict:
+                      n_bootstrap: int, seed: int, protocol: str | None = None, samples_out: Path | None = None) -> dict:
     """Score answer strings as an official extractor produced them against the benchmark's gold."""
     import math
 
@@ -389,6 +393,7 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
 
     from finbench.benchmarks import get_benchmark
     from finbench.scoring import score_samples
+    from finbench.scoring.api import with_rule_verdicts, write_samples_out
 
     benchmark = get_benchmark(benchmark_name)
     questions = benchmark.load(data)
@@ -414,7 +419,12 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
         "id": q.id, "benchmark": q.benchmark, "kind": q.kind, "gold": q.gold, "answer": answers.get(q.id, ""),
         "n_options": len(q.options), "tolerance": math.nan if q.tolerance is None else q.tolerance,
         "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)} for q in questions])
+    if protocol is not None and protocol not in benchmark.protocol_names:
+        raise ValueError(f"--protocol {protocol}: {benchmark.name} has {', '.join(benchmark.protocol_names)}")
+    samples = with_rule_verdicts(samples, questions, benchmark.name, protocol or "")
     scores = score_samples(samples, benchmark=benchmark.name, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
+    if samples_out is not None:
+        write_samples_out(samples_out, samples, benchmark.name, variant)
     unanswered = sum(q.id not in answers for q in questions)
     if unanswered:
         note = (f"{unanswered} of {len(questions)} questions have no prediction in {predictions.name}: they are "

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from finbench.benchmarks import famma, finmme, finmtm, mme_finance
+from finbench.benchmarks import famma, finmme, finmmr, finmtm, mme_finance
 from finbench.benchmarks.base import Benchmark
 from finbench.types import Question
 
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (finmme.BENCHMARK, famma.BENCHMARK, finmtm.BENCHMARK,
-                                                      mme_finance.BENCHMARK)}
+                                                      mme_finance.BENCHMARK, finmmr.BENCHMARK)}
 
 
 def get_benchmark(name: str) -> Benchmark:

@@ -100,7 +100,9 @@ class Benchmark:
     - `prepare_images(rule, images)` → the decoded images transformed by a prompt's `image_rule`;
     - `rule_judgement`, `judge_requests`, `read_judgement` → open answers judged by rules and by a
       `--judge` model: the requests (`Generate`, with the question's images where the official
-      judge sees them) it must answer, and its replies read back;
+      judge sees them) it must answer, and its replies read back; `rule_judgements(questions,
+      predictions, protocol)`, when given, replaces `rule_judgement` with one call for the whole
+      run (verdicts that are cheap only together: FinMMR's programs, run in a sandbox pool);
     - `demo` → how `finbench demo --benchmark NAME` gets synthetic data in the real format;
     - `rotate(question, shift)` → the question with its options rotated and its gold moved, whose
       `request` renders them so (circular evaluation), or None when its prompt does not render
@@ -120,11 +122,13 @@ class Benchmark:
     answer: Callable[[Question, str, str], str] = stripped_text
     prepare_images: Callable[[str, Sequence[Any]], list[Any]] = as_decoded
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
+    rule_judgements: Callable[[Sequence[Question], Sequence[Prediction], str], list[Judgement]] | None = None
     judge_requests: Callable[[Question, Prediction], list[Request]] = no_judge_requests
     read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
     rotate: Callable[[Question, int], Question | None] = rotated_options
     forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
-    protocols: tuple[str, ...] = PROTOCOLS
+    protocols: tuple[str, ...] = PROTOCOLS  # as `finbench benchmarks` describes them
+    protocol_names: tuple[str, ...] = PROTOCOLS  # the --protocol values it accepts
     metrics: str = ""
     demo: "Demo | None" = None
 

@@ -207,7 +207,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     try:
         with timer.stage("judge"):
             judged = judge_run(benchmark, study.judged_questions(), predictions, judge, cache, config.judge or "",
-                               config.judge_max_new_tokens)
+                               config.judge_max_new_tokens, config.protocol)
         cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
         raise _stopped(err, saved, len(questions)) from None

@@ -61,21 +61,23 @@ class _Call:
 
 def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
               judge: Any = None, cache: Any = None, judge_name: str = "",
-              max_new_tokens: int | None = None) -> Judged:
+              max_new_tokens: int | None = None, protocol: str = "") -> Judged:
     """Rule and judge-model verdicts for every prediction. `max_new_tokens` replaces each
     request's budget (None: the benchmark's official judge budget). A judge failure is that
-    question's judge error (stored in `judge_output`), never the run's."""
+    question's judge error (stored in `judge_output`), never the run's. A benchmark's
+    `rule_judgements` gives the rules' verdicts of the whole run (of `protocol`) in one call."""
     n = len(questions)
     rule_score, judge_score = [float("nan")] * n, [float("nan")] * n
     outputs: list[str] = [""] * n
     details: list[dict[str, Any]] = [{} for _ in range(n)]
     asked: dict[int, list[Generate]] = {}
+    together = _rule_judgements(benchmark, questions, predictions, protocol, details)
     for i, question in enumerate(questions):
         prediction = predictions[i]
         if question.error or prediction.error:
             continue
         try:
-            score, info = benchmark.rule_judgement(question, prediction)
+            score, info = together.get(i, (None, {})) if together is not None else benchmark.rule_judgement(question, prediction)
             if score is not None:
                 rule_score[i] = float(score)
                 details[i]["rules"] = info
@@ -147,6 +149,22 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
                                      "not shown (the official judge sees them)"} if names_images and not sees_images
                        else {})})
     return Judged(_columns(rule_score, judge_score, outputs, details), summary)
+
+
+def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
+                     protocol: str, details: list[dict[str, Any]]) -> dict[int, Any] | None:
+    """{question: verdict} from the benchmark's `rule_judgements` (None when it has none); a
+    failure of the call is every such question's judging error."""
+    if benchmark.rule_judgements is None:
+        return None
+    rows = [i for i, q in enumerate(questions) if not q.error and not predictions[i].error]
+    try:
+        found = benchmark.rule_judgements([questions[i] for i in rows], [predictions[i] for i in rows], protocol)
+        return dict(zip(rows, found))
+    except Exception as err:  # noqa: BLE001 — the rules failing is every judged question's problem, not the run's
+        for i in rows:
+            details[i]["error"] = f"judging: {type(err).__name__}: {err}"
+        return {}
 
 
 def _ask(judge: Any, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call],

@@ -45,14 +45,25 @@ def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(pairs))
 
 
+def _protocol_names(benchmark: str) -> tuple[str, ...]:
+    """The --protocol values of the run's benchmark (an unknown one is refused when it is read)."""
+    from finbench.benchmarks import get_benchmark
+
+    try:
+        return get_benchmark(benchmark).protocol_names
+    except ValueError:
+        return PROTOCOLS
+
+
 def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line."""
     from finbench.models.base import resolve_device, resolve_dtype
     from finbench.models.quant import QUANT_CHOICES, quant_unavailable
     from finbench.runner.studies import check_options
 
-    if config.protocol not in PROTOCOLS:
-        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(PROTOCOLS)}")
+    names = _protocol_names(config.benchmark)
+    if config.protocol not in names:
+        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
     if config.batch_size is not None and config.batch_size < 1:
         raise ValueError("--batch-size must be a positive integer or 'auto'")
     if config.think_budget < 0:
