@@ -336,7 +336,7 @@ def demo(
         console.print(f"building tiny Qwen2.5-VL into {model_dir}", markup=False)
         make_tiny("qwen2.5-vl", model_dir)
     with _one_line_errors():
-        data_path, wrote = demo_data(benchmark, home, Path(out), n_items)
+        data_path, wrote = demo_data(benchmark, home, Path(out), n_items, overwrite)
     if wrote:
         console.print(f"generated synthetic {benchmark} data into {data_path}", markup=False)
     out_console.print(DEMO_NOTICE)

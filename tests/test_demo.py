@@ -72,3 +72,25 @@ def test_an_unknown_demo_is_one_line(tmp_path):
     done = finbench("demo", "--benchmark", "finqa", "--out", str(tmp_path / "x"), env={**ENV, "FINBENCH_HOME": str(tmp_path)})
     assert done.returncode == 2 and "the demo knows finmme, famma, finmtm" in done.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_demo_refused_for_another_run_s_results_writes_nothing(tmp_path):
+    """`finbench demo --benchmark famma --out runs/demo` where runs/demo holds FinMME's demo: the
+    run's start-up refusal (another run's results), one line, and no OUT/data written first."""
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+    from finbench.offline.tiny import make_tiny
+
+    home = tmp_path / "home"
+    make_tiny("qwen2.5-vl", home / "tiny-qwen2.5-vl")
+    out = tmp_path / "demo"
+    out.mkdir()
+    previous = {"config": {"model": str(home / "tiny-qwen2.5-vl"), "benchmark": "finmme", "data": str(home / "x"),
+                           "protocol": "constrained", "dtype": "float32"}}
+    (out / "results.json").write_text(json.dumps(previous))
+    done = CliRunner().invoke(app, ["demo", "--benchmark", "famma", "--out", str(out), "--no-progress"],
+                              env={"FINBENCH_HOME": str(home)})
+    assert done.exit_code == 2, done.output
+    assert "holds the results of another run" in done.stderr and "benchmark 'finmme' → 'famma'" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]  # no data/ written

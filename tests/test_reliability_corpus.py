@@ -415,6 +415,138 @@ def test_an_over_long_later_turn_fails_alone_and_is_never_batched(finmtm_corpus,
     assert len(json.loads(samples.loc["ses-ok", "raw_output"])) == 2
 
 
+# ---- MME-Finance -----------------------------------------------------------------------------------------
+def _mmfin_row(index, **fields) -> dict:
+    return {"index": index, "image": base64.b64encode(jpeg()).decode(), "question": "What is the revenue in Q2?",
+            "answer": "42", "task_category": "OCR", "image_type": "Table", "image_style": "Computer Screenshot",
+            "background": "", **fields}
+
+
+# id → (file, row fields, outcome, error substring / the question text the item must show)
+MMFIN_KINDS: dict[str, tuple[str, dict, str, str]] = {
+    "official-writer-row": ("MMfin.tsv", {}, UNSCORED, "What is the revenue in Q2?"),
+    "quoted-question": ("MMfin.tsv", {"question": 'What does the label "Net income" show?'}, UNSCORED,
+                        'What does the label "Net income" show?'),
+    "tab-and-newline-in-quotes": ("MMfin.tsv", {"question": "Line 1\tcell\nLine 2?"}, UNSCORED, "Line 1\tcell\nLine 2?"),
+    "english-set-chinese-name": ("MMfin.tsv", {"question": "What is 腾讯's revenue?"}, UNSCORED, "What is 腾讯's revenue?"),
+    "chinese-set-english-text": ("MMfin_CN.tsv", {"question": "What is EBITDA?"}, UNSCORED, "What is EBITDA?"),
+    "minimal-quoting-row": ("MMfin_CN.tsv", {"question": '"净利润" 是多少？'}, UNSCORED, '"净利润" 是多少？'),
+    "empty-question": ("MMfin.tsv", {"question": ""}, ERROR, "question is empty"),
+    "empty-answer": ("MMfin.tsv", {"answer": ""}, ERROR, "answer is empty"),
+    "image-reference-to-no-row": ("MMfin.tsv", {"image": "999"}, ERROR, "names no row"),
+    "image-not-base64": ("MMfin.tsv", {"image": "!" * 80}, ERROR, "not base64"),
+    "binary-yes": ("MMfin_Binary.tsv", {"question": "收入增长了吗？", "answer": "是"}, ANSWERED, "收入增长了吗？"),
+    "binary-no-with-stop": ("MMfin_Binary.tsv", {"question": "利润下降了吗？", "answer": "否。"}, ANSWERED, "利润下降了吗？"),
+    "binary-answer-not-yes-no": ("MMfin_Binary.tsv", {"answer": "也许"}, ERROR, "is not one of"),
+}
+MMFIN_LINES = {  # raw lines appended to MMfin_CN.tsv (written with pandas' default quoting): (bytes, error substring)
+    "line-not-utf8": (b'"90"\t"x"\t"\xff\xfeQ?"\t"1"\t"OCR"\t"Table"\t"Computer Screenshot"\t""\n',
+                      "field 'question' is not valid UTF-8"),
+    "line-too-many-fields": (b"91\tx\tQ?\t1\tOCR\tTable\tComputer Screenshot\t\textra\n", "9 tab-separated fields"),
+    "line-too-few-fields": (b"92\tx\n", "bad record"),  # pandas pads the missing fields: empty question, no image
+}
+
+
+@pytest.fixture(scope="module")
+def mmfin_corpus(tmp_path_factory):
+    import csv
+
+    import pandas as pd
+
+    folder = tmp_path_factory.mktemp("mmfin-corpus")
+    files: dict[str, list[dict]] = {}
+    for number, (kind, (file, fields, _, _)) in enumerate(MMFIN_KINDS.items(), 1):
+        files.setdefault(file, []).append(_mmfin_row(number, **fields))
+    for file, rows in files.items():  # VLMEvalKit's dump_tsv quotes every field; the CN file has pandas' default
+        quoting = csv.QUOTE_MINIMAL if file == "MMfin_CN.tsv" else csv.QUOTE_ALL
+        pd.DataFrame(rows).to_csv(folder / file, sep="\t", index=False, encoding="utf-8", quoting=quoting)
+    with (folder / "MMfin_CN.tsv").open("ab") as tsv:
+        for line, _ in MMFIN_LINES.values():
+            tsv.write(line)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mmfin_run(mmfin_corpus, tiny_model, tiny_qwen_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mmfin-run")
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(mmfin_corpus), dtype="float32",
+                       device="cpu", out=str(out), bootstrap=0, max_new_tokens=3)
+    return run_benchmark(config, tiny_model, show_progress=False)
+
+
+def test_every_mme_finance_kind_has_its_documented_outcome(mmfin_corpus, mmfin_run):
+    samples = mmfin_run.samples.set_index("id")
+    scores = mmfin_run.results["scores"]
+    for number, (kind, (file, _, outcome, expected)) in enumerate(MMFIN_KINDS.items(), 1):
+        row = samples.loc[f"{file[:-4]}-{number}"]
+        if outcome == ERROR:
+            assert expected in row["error"], (kind, row["error"])
+        else:
+            assert row["error"] == "" and row["question"] == expected, (kind, row["error"], row["question"])
+        language = "en" if file == "MMfin.tsv" else "zh"  # the set decides, whatever the text
+        assert row["language"] == language, kind
+    for kind, (_, needle) in MMFIN_LINES.items():
+        assert samples["error"].str.contains(needle, regex=False).any(), kind
+    errors = [k for k, v in MMFIN_KINDS.items() if v[2] == ERROR]
+    open_errors = sum(1 for k in errors if MMFIN_KINDS[k][0] != "MMfin_Binary.tsv") + len(MMFIN_LINES)
+    assert mmfin_run.results["errors"]["count"] == len(errors) + len(MMFIN_LINES)
+    # open items: errors score 0 in the denominator, the rest are unjudged (no --judge); binary: 3 items, 1 error
+    assert scores["n_open"] == open_errors and scores["score"] == 0.0 and scores["n_binary"] == 3
+    assert scores["n_unjudged"] == sum(1 for v in MMFIN_KINDS.values() if v[2] == UNSCORED)
+
+
+# every reply form of the binary set, as the fork compares it: (reply, what it counts as: 是, 否 or neither)
+BINARY_REPLY_FORMS = {"是": "是", "否": "否", "是。": "是", "否。": "否", "。是。": "是", "是。。": "是", " 是": None,
+                      "是\n": None, "是的": None, "不是": None, "Yes": None, "No": None, "yes": None, "A": None,
+                      "B": None, "A.": None, "答案：是": None, "是否": None, "": None, "对": None}
+
+
+@pytest.mark.parametrize("reply, reads", BINARY_REPLY_FORMS.items())
+def test_every_binary_reply_form_counts_as_the_fork_counts_it(reply, reads):
+    import pandas as pd
+
+    from finbench.scoring import score_samples
+
+    rows = pd.DataFrame([{"id": f"{gold}", "kind": "single", "gold": gold, "answer": reply, "options": ["是", "否"],
+                          "option_probs": [], "error": "", "language": "zh"} for gold in ("A", "B")])
+    out = score_samples(rows, benchmark="mme-finance")
+    right = {"是": 1, "否": 1, None: 0}[reads]  # right on one of the two items (是 gold, 否 gold), or on neither
+    tp, fp, fn = {"是": (1, 1, 0), "否": (0, 0, 1), None: (0, 0, 0)}[reads]
+    assert out["binary_accuracy"] == right / 2
+    assert out["binary_f1"] == (2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+
+
+MMFIN_START_UP = {  # name → (files to write {name: bytes}, the line's substring)
+    "mmfin-empty-file": ({"MMfin.tsv": b"index\tquestion\tanswer\n"}, "no records (the data is empty)"),
+    "mmfin-given-finmtm-file": ({"d.jsonl": json.dumps(objective("q", FOUR, gold("A"))).encode()},
+                                "not MME-Finance data — missing required column(s) question, answer"),
+    "mmfin-given-finmme-data": ({"d.jsonl": json.dumps({"id": "f0", "question_text": "Which?", "options": ["x", "y"],
+                                                        "image": {"path": "a.png"}}).encode()},
+                                "not MME-Finance data — missing required column(s) question, answer (have: id, image"),
+    "mmfin-quote-left-open": ({"MMfin.tsv": b'index\tquestion\tanswer\timage\n1\t"open\t2\tx\n'}, "cannot read"),
+}
+
+
+@pytest.mark.parametrize("case", MMFIN_START_UP)
+def test_mme_finance_data_a_run_cannot_use_is_one_start_up_line(case, tiny_qwen_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    files, needle = MMFIN_START_UP[case]
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, content in files.items():
+        (data / name).write_bytes(content)
+    done = CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--benchmark", "mme-finance", "--data",
+                                    str(data / next(iter(files))), "--out", str(tmp_path / "run"), "--device", "cpu",
+                                    "--no-progress"])
+    assert done.exit_code == 2, (done.exit_code, done.output)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in " ".join(done.stderr.split()), done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 # ---- data a run cannot use: one start-up line, exit 2, nothing written -----------------------------------
 def _finmme_line() -> str:
     return json.dumps({"id": "f0", "question_text": "Which?", "question_type": "single_choice", "answer": "A",

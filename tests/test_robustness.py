@@ -361,7 +361,10 @@ def test_finmtm_cannot_be_rotated_honestly_and_says_so_in_one_note(tmp_path):
 
 
 def test_famma_choice_items_rotate_in_their_own_prompt(tmp_path):
-    path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", famma_synthetic.records(None))
+    # the synthetic item's third option "neither" names the others (asked once, see the test below): "equal"
+    records = [dict(r, options=["left", "right", "equal"]) if r["options"] == ["left", "right", "neither"] else r
+               for r in famma_synthetic.records(None)]
+    path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", records)
     questions = [q for q in famma.load_questions(str(path)) if not q.error]
     config = RunConfig(model="m", benchmark="famma", permutations=2)
     requests, errors = build_requests(famma.BENCHMARK, questions, config, None, None)
@@ -467,3 +470,46 @@ def test_sweep_variants_carry_their_studies(studied, tmp_path):
         results["image_ablation"]["blank"]["retained_accuracy"]
     assert "## Robustness studies" in sweep_markdown(summary)
     assert Path(out / "variants.parquet").is_file()
+
+
+def test_options_that_name_other_options_are_asked_once_and_counted(tiny_qwen_dir, tmp_path):
+    """"All of the above", "Both A and C", 以上都是: a rotation would make them false (the gold stays
+    on an option that now names others), so such items are asked only in their published order,
+    counted as `n_not_rotatable` and named in one note; the other items rotate as before."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    Image.new("RGB", (32, 32), "white").save(buffer, format="PNG")
+    (tmp_path / "a.png").write_bytes(buffer.getvalue())
+    items = [("plain", ["10%", "20%", "30%", "40%"], "B"), ("above", ["Cash", "Debt", "Equity", "All of the above"], "D"),
+             ("letters", ["Cash", "Debt", "Equity", "Both A and C"], "D"), ("zh", ["现金", "债务", "以上都是"], "C")]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": qid, "question_text": "Which?", "question_type": "single_choice",
+                                        "answer": gold, "options": options, "image": {"path": "a.png"},
+                                        "knowledge_domain": "Banking"}, ensure_ascii=False) + "\n"
+                            for qid, options, gold in items))
+    out = tmp_path / "run"
+    done = _cli(tiny_qwen_dir, data, out, "--permutations", "4")
+    assert done.exit_code == 0, done.output
+    results = json.loads((out / "results.json").read_text())
+    circular = results["circular"]
+    assert circular["n_not_rotatable"] == 3 and circular["n"] == 1
+    variants = pd.read_parquet(out / "variants.parquet")
+    assert set(variants["id"]) == {"plain"} and sorted(variants["rotation"]) == [1, 2, 3]
+    assert len(pd.read_parquet(out / "samples.parquet")) == 4  # every item is still asked once
+    notes = [n for n in results["notes"] if "names other options" in n]
+    assert len(notes) == 1 and notes[0].startswith("circular evaluation: 3 choice item(s)")
+
+
+@pytest.mark.parametrize("option, names", [
+    ("Both A and C", True), ("All of the above", True), ("None of the above", True), ("A and B", True),
+    ("以上都是", True), ("以上皆非", True), ("Neither", True), ("all of these", True), ("both of the above", True),
+    ("(A) and (C)", True), ("Options A and D", True), ("A或B", True), ("选项B", True), ("上述选项均正确", True),
+    ("Class A shares", False), ("E and F", False), ("USA and UK", False), ("S&P 500", False), ("I and II", False),
+    ("Both increase", False), ("The total of all segments", False), ("增长50%以上", False), ("完全正确", False)])
+def test_which_options_name_other_options(option, names):
+    from finbench.benchmarks.base import names_other_options
+
+    assert names_other_options(["x", "y", "z", option], "ABCD") is names

@@ -191,9 +191,10 @@ def test_numerical_tolerance_cases():
     assert per_question_correct(df).tolist() == [float(e) for *_, e in cases]
 
 
-def test_missing_tolerance_column_is_wrong_and_choice_cases():
-    df = frame([{"domain": "X", "question_type": "numerical", "gold": "1", "answer": "1"}]).drop(columns="tolerance")
-    assert per_question_correct(df).tolist() == [0.0]
+def test_missing_tolerance_column_is_tolerance_zero_and_choice_cases():
+    df = frame([{"domain": "X", "question_type": "numerical", "gold": "1", "answer": "1"},
+                {"domain": "X", "question_type": "numerical", "gold": "1", "answer": "1.5"}]).drop(columns="tolerance")
+    assert per_question_correct(df).tolist() == [1.0, 0.0]  # eval.py's item.get('tolerance', 0.0) (issue 29)
     cases = [("AC", "A,C", True), ("AC", "a, c", True), ("AC", "A, C", True), ("A", "", False),
              ("B", "**B**", True), ("C", "$\\boxed{C}$", True), ("D", "\\boxed{D}", True), ("B", "Answer", False),
              ("AC", "CA", True), ("A", "AA", True), ("A", "AB", False)]

@@ -10,6 +10,7 @@ judges or image transforms; nothing is ever probed with `hasattr`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -45,14 +46,43 @@ def no_judgement(question: Question, prediction: Prediction, replies: Sequence[s
     return None, {}
 
 
+# An option that names other options ("Both A and C", "All of the above", 以上都是) means another
+# thing once the options move: such an item is asked only in its published order.
+_LETTER = r"\(?(?<![A-Za-z])([A-N])(?![A-Za-z])\)?"
+_JOIN = r"\s*(?:,|，|、|;|&|\+|/|\band\b|\bor\b|\bnor\b|和|与|及|或|以及)\s*(?:\band\b\s*)?"
+_LETTER_PAIR = re.compile(_LETTER + _JOIN + _LETTER)
+_LETTER_NAMED = re.compile(r"\b(?:options?|choices?|answers?)\s*" + _LETTER + r"|选项\s*" + _LETTER, re.IGNORECASE)
+_GROUP = re.compile(
+    r"\b(?:all|none|both|neither|any|either|each)\s+(?:of\s+)?(?:the\s+)?(?:above|these|those|them|preceding|previous"
+    r"|other|options|choices|answers|statements)\b|\bneither\b.*\bnor\b|^\W*(?:both|neither|all|none)\W*$"
+    r"|\b(?:above|preceding)\s+(?:options|choices|answers|statements)\b",
+    re.IGNORECASE)
+_GROUP_ZH = re.compile(r"^\W*(?:以上|上述|前述)|(?:以上|上述|前述)(?:都|皆|均|全|各|选项|答案|说法|所有|三|两|二|四)"
+                       r"|^\W*(?:都|皆|均|全)(?:是|不是|对|不对|正确|不正确|错误|非)|皆非|均非|都非")  # not "50%以上"
+
+
+def names_other_options(options: Sequence[str], letters: str) -> bool:
+    """Whether an option refers to the others — the whole list ("All of the above", "None of these",
+    "Neither", 以上都是, 以上皆非) or other options by letter ("Both A and C", "A and B", "选项A和B"),
+    letters of this item only — so that moving the options would change what it says."""
+    for text in (str(o) for o in options):
+        if _GROUP.search(text) or _GROUP_ZH.search(text):
+            return True
+        for match in (*_LETTER_PAIR.finditer(text), *_LETTER_NAMED.finditer(text)):
+            if all(g is None or g.upper() in letters for g in match.groups()):
+                return True
+    return False
+
+
 def rotated_options(question: Question, shift: int) -> Question | None:
     """Default rotation (circular evaluation): the options cyclically rotated by `shift`
     positions — the option at letter j is the published option (j + shift) mod n — and the gold
     letters moved with their options. Right for a benchmark whose prompt renders
     `Question.options` in order; one whose prompt does not cannot be rotated honestly and says so
-    with `options_not_rendered`."""
+    with `options_not_rendered`. An item with an option that names other options ("Both A and C",
+    "All of the above", 以上都是) has no honest rotation either: None."""
     n = len(question.options)
-    if n < 2:
+    if n < 2 or names_other_options(question.options, question.letters):
         return None
     shift %= n
     letters = question.letters

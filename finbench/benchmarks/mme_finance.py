@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo
-from finbench.benchmarks.records import RawRecord, as_text, local_file, open_table, select
+from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, open_table, select
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.scoring import mme_finance as scoring
 from finbench.types import OPEN, SINGLE, Prediction, Question
@@ -56,6 +56,9 @@ BINARY_ANSWERS = {"是": "zh", "否": "zh", "yes": "en", "no": "en"}
 BINARY_OPTIONS = {"zh": ("是", "否"), "en": ("Yes", "No")}  # the first is the positive class (F1)
 BINARY_STRIP = "。"  # MMfin_Binary.evaluate strips only this from prediction and answer
 IMAGE_REFERENCE_MAX = 64  # a shorter `image` field is another row's index (VLMEvalKit)
+PANDAS_NA = frozenset(("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                       "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"))  # pandas' default na_values
+REQUIRED_COLUMNS = ("question", "answer")  # in every data file, with `image` or `image_path`
 
 # ---- constrained protocol (finbench) -------------------------------------------------------------
 PROMPT_VERSION = "mme-finance-constrained-v1"  # bump whenever the binary template below changes
@@ -70,6 +73,7 @@ def load_questions(source: str | Path | None = None, limit: int | None = None, d
     or the hub → Questions. `domains` filters task categories, `question_types` open / binary;
     both are applied before any image is read."""
     table = open_table(source or HUB_ID, HUB_SPLIT, "MME-Finance", notes=notes)
+    _refuse_other_data(table.records)
     shared = _images_by_index(table.records)
     return [_unreadable(raw) if raw.error is not None else record_to_question(raw.values, index, raw, shared)
             for index, raw in select(table.records, _filter_labels, domains, question_types, limit, notes)]
@@ -78,6 +82,21 @@ def load_questions(source: str | Path | None = None, limit: int | None = None, d
 def _filter_labels(raw: RawRecord) -> tuple[str | None, str | None]:
     """(task category, open / binary) as the filters read them (records.select)."""
     return (None, None) if raw.error is not None else _labels(raw.values, _set_of(raw.origin))
+
+
+def _refuse_other_data(records: Sequence[RawRecord]) -> None:
+    """Every data file must hold MME-Finance's columns (question, answer, an image or image_path),
+    as each official set does: a file without them (another benchmark's, e.g. FinMTM's objective
+    or dialogue files) is refused with one start-up line, not run as a file of broken records."""
+    columns: dict[str, set[str]] = {}
+    for raw in records:
+        columns.setdefault(_file_of(raw.origin), set()).update(raw.values)
+    for file, have in columns.items():
+        missing = [c for c in REQUIRED_COLUMNS if c not in have] + \
+            ([] if have & {"image", "image_path"} else ["image or image_path"])
+        if have and missing:
+            raise DataError(f"{file}: not MME-Finance data — missing required column(s) {', '.join(missing)} "
+                            f"(have: {', '.join(sorted(have))})")
 
 
 def _file_of(origin: str) -> str:
@@ -161,13 +180,16 @@ def _label(value: Any) -> str | None:
 
 
 def _language(record: Mapping[str, Any], official_set: str, texts: str) -> str:
+    """The prompts' language. An official set decides by itself, as the fork's classes do (MMfin
+    English, MMfin_CN and MMfin_Binary Chinese: an English question naming a Chinese company stays
+    English); other data by its `language` field, else by whether its text holds Chinese."""
+    if official_set:
+        return "zh" if official_set.upper().endswith(("_CN", "BINARY")) else "en"
     declared = _label(record.get("language")) or ""
     if declared.lower() in ("zh", "cn", "chinese"):
         return "zh"
     if declared.lower() in ("en", "english"):
         return "en"
-    if official_set.upper().endswith(("_CN", "BINARY")):
-        return "zh"
     return "zh" if re.search(r"[\u4e00-\u9fff]", texts) else "en"
 
 
@@ -254,7 +276,14 @@ def judge_prompt_text(question: Question, prediction_text: str) -> str:
     text = judge["intro"] + judge["rules"].get(category, "") + judge["format_lead"] + judge["format"].get(category, "")
     text += judge["table"] + "".join(examples.get(category, "") for examples in judge["examples"])
     truth = question.gold.replace("<AND>", " <AND> ").replace("<OR>", " <OR> ")
-    return text + "\n" + " | ".join([question.text, truth, prediction_text, ""])
+    return text + "\n" + " | ".join([question.text, truth, as_pandas_reads(prediction_text), ""])
+
+
+def as_pandas_reads(prediction: str) -> str:
+    """The prediction as the fork's judge prompt shows it: it reads the predictions back from its
+    .xlsx with pandas (`pd.read_excel`), whose default missing-value strings become NaN, printed
+    `str(nan)` = "nan" — an empty reply, or one that is exactly "N/A", "None", "null", …"""
+    return "nan" if prediction in PANDAS_NA else prediction
 
 
 def judge_requests(question: Question, prediction: Prediction) -> list[Request]:

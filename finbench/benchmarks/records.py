@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -256,28 +257,65 @@ def _from_arrow(table: Any, path: Path) -> tuple[list[RawRecord], set[str]]:
 
 
 def _read_tsv(path: Path) -> tuple[list[RawRecord], set[str]]:
-    """VLMEvalKit's TSV: a header row, then one record per line, every field text (no quoting, so
-    a tab or newline never occurs inside a field). A line that is not UTF-8, or that has another
-    number of fields than the header, fails that record only."""
-    lines = path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n")
-    try:
-        header = lines[0].rstrip(b"\r").decode("utf-8").split("\t")
-    except UnicodeDecodeError:
-        raise DataError(f"cannot read {path}: its header row is not UTF-8") from None
-    records = []
-    for row, line in enumerate(line for line in lines[1:] if line.strip()):
-        origin = f"{path}[{row}]"
+    """VLMEvalKit's TSV, tokenized as VLMEvalKit reads it (pandas `read_csv(sep='\\t')`): a header
+    row, then one record per row, with pandas' quoting (a field in double quotes may hold tabs,
+    newlines and `""` for a quote; VLMEvalKit's writer quotes every field). Every field stays text
+    (no NA strings, no number inference). A record with a field that is not UTF-8, or with more
+    fields than the header, fails that record only; a record with fewer fields reads the missing
+    ones as empty, as pandas pads them (an empty question or answer is then that record's error).
+    A quote left open swallows the rest of the file in pandas too: the file cannot be read."""
+    import io
+
+    import pandas as pd
+
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
+    width = 1 + max((line.count(b"\t") for line in data.split(b"\n")), default=0)
+    for _ in range(8):  # a quoted field spanning lines may hide more fields than any one line shows
         try:
-            fields = _utf8(line.rstrip(b"\r"), f"line {row + 2}").split("\t")
+            frame = pd.read_csv(io.BytesIO(data), sep="\t", header=None, names=range(width), dtype=object,
+                                keep_default_na=False, na_filter=False, encoding_errors="surrogateescape")
+            break
+        except pd.errors.ParserError as err:
+            seen = re.search(r"Expected \d+ fields in line \d+, saw (\d+)", str(err))
+            if seen is None:
+                raise
+            width = int(seen.group(1))
+    else:
+        raise DataError(f"cannot read {path}: its rows have too many fields")
+    rows = frame.to_numpy(dtype=object).tolist()
+    if not rows:
+        raise DataError(f"cannot read {path}: no header row")
+    header = list(rows[0])
+    while header and header[-1] == "":
+        header.pop()
+    if any(_surrogates(name) for name in header):
+        raise DataError(f"cannot read {path}: its header row is not UTF-8")
+    records = []
+    for row, fields in enumerate(rows[1:]):
+        origin = f"{path}[{row}]"
+        extra = [n for n, value in enumerate(fields[len(header):]) if value != ""]
+        if extra:
+            records.append(RawRecord(origin, error=f"{origin}: {len(header) + extra[-1] + 1} tab-separated fields, "
+                                                   f"the header has {len(header)}"))
+            continue
+        try:
+            for name, value in zip(header, fields):
+                if _surrogates(value):
+                    _utf8(value.encode("utf-8", "surrogateescape"), name)
         except ValueError as err:
             records.append(RawRecord(origin, error=f"{origin}: {err}"))
             continue
-        if len(fields) != len(header):
-            records.append(RawRecord(origin, error=f"{origin}: {len(fields)} tab-separated fields, the header has "
-                                                   f"{len(header)}"))
-            continue
         records.append(RawRecord(origin, dict(zip(header, fields))))
     return records, set(header)
+
+
+def _surrogates(text: str) -> bool:
+    """A byte that was not UTF-8, kept by `surrogateescape`."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _utf8(data: bytes, name: str) -> str:

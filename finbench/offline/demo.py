@@ -19,7 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from finbench.types import RESULTS_FILE
+
 DEMO_MAX_NEW_TOKENS = 16  # a random model's free text is noise: a few tokens show the path
+DEMO_MODEL = "tiny-qwen2.5-vl"  # the demo's model, built once into FINBENCH_HOME (cli.demo)
 
 
 def demos() -> list[str]:
@@ -29,12 +32,34 @@ def demos() -> list[str]:
     return [name for name, benchmark in BENCHMARKS.items() if benchmark.demo is not None]
 
 
-def demo_data(benchmark: str, home: Path, out: Path, n_items: int | None = None) -> tuple[Path, bool]:
-    """(where the demo's data is, whether it was written now); written once per size."""
+def demo_data(benchmark: str, home: Path, out: Path, n_items: int | None = None,
+              overwrite: bool = False) -> tuple[Path, bool]:
+    """(where the demo's data is, whether it was written now); written once per size. A demo
+    whose run `out` would refuse (it holds another run's results, and not `overwrite`) raises
+    that refusal here, before its data is written into OUT/data: a refusal writes nothing."""
     from finbench.benchmarks import get_benchmark
 
     demo = get_benchmark(benchmark).demo
-    return demo.write(home if demo.in_home else out / "data", n_items)
+    folder = home if demo.in_home else out / "data"
+    if not overwrite and not demo.in_home and (out / RESULTS_FILE).is_file():
+        _refuse_other_results(benchmark, home, out, folder, demo, n_items)
+    return demo.write(folder, n_items)
+
+
+def _refuse_other_results(benchmark: str, home: Path, out: Path, folder: Path, demo: Any, n_items: int | None) -> None:
+    """The run's own start-up check (api.refuse_other_results) on the config the demo will run,
+    its data path found by writing the data into a scratch folder first."""
+    import tempfile
+
+    from finbench.api import make_config, refuse_other_results
+
+    with tempfile.TemporaryDirectory() as scratch:
+        written, _ = demo.write(Path(scratch), n_items)
+        data = folder / written.relative_to(scratch)
+    model_dir = home / DEMO_MODEL
+    config = make_config(str(model_dir), benchmark, data=str(data), out=str(out), dtype="float32", device="cpu",
+                         **demo_options(benchmark, model_dir))
+    refuse_other_results(config, overwrite=False)
 
 
 def demo_options(benchmark: str, model_dir: Path) -> dict[str, Any]:

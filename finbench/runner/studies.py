@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark
+from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import IMAGE_ABLATIONS, Choose, Request, Session
 from finbench.runner.outputs import samples_table
 from finbench.runner.requests import for_run
@@ -72,6 +72,7 @@ class Studies:
     errors: dict[int, str]
     variants: list[Variant] = field(default_factory=list)
     config: RunConfig | None = None
+    n_not_rotatable: int = 0  # choice items whose options name other options: asked once
 
     def counts(self, keys: Sequence[str], cached: Mapping[str, Any], todo: Sequence[int]) -> dict[str, int]:
         """results.json's n_cached and n_computed: of the run's own questions (the variants' are
@@ -110,7 +111,8 @@ class Studies:
             table.insert(1 + position, column, values)
         table["correct"] = per_question_correct(table, benchmark.name) if len(table) else []
         if self.config.permutations:
-            studied["circular"] = circular_summary(samples, table, self.config.permutations, benchmark.domain_field)
+            studied["circular"] = circular_summary(samples, table, self.config.permutations, benchmark.domain_field,
+                                                   self.n_not_rotatable)
         if self.config.image_ablation:
             studied["image_ablation"] = ablation_summary(samples, table, benchmark.name, benchmark.domain_field)
         studied["variants"] = {"n": len(self.variants), "n_cached": sum(1 for key in keys[n:] if key in cached),
@@ -125,8 +127,8 @@ def expand(benchmark: Benchmark, questions: Sequence[Question], requests: Sequen
     """The run's questions and requests followed by every variant the studies ask for. Raises
     ValueError (a start-up line) for --permutations above every rotatable item's option count."""
     studies = Studies(len(questions), list(questions), list(requests), dict(errors), config=config)
-    for variant, question, make in [*_rotations(benchmark, questions, requests, config, think_budget, notes),
-                                    *_ablations(questions, requests, config, notes)]:
+    rotations, studies.n_not_rotatable = _rotations(benchmark, questions, requests, config, think_budget, notes)
+    for variant, question, make in [*rotations, *_ablations(questions, requests, config, notes)]:
         index = len(studies.questions)
         studies.variants.append(variant)
         studies.questions.append(question)
@@ -139,21 +141,33 @@ def expand(benchmark: Benchmark, questions: Sequence[Question], requests: Sequen
 
 
 def _rotations(benchmark: Benchmark, questions: Sequence[Question], requests: Sequence[Request | None],
-               config: RunConfig, think_budget: int | None, notes: list[str]) -> list[tuple[Variant, Question, Any]]:
-    """(variant, rotated question, its request's maker) for every rotation of every choice item."""
+               config: RunConfig, think_budget: int | None,
+               notes: list[str]) -> tuple[list[tuple[Variant, Question, Any]], int]:
+    """((variant, rotated question, its request's maker) for every rotation of every choice item,
+    the number of choice items not rotated because an option names other options)."""
     k = config.permutations
     choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]
     if k < 2:
-        return []
+        return [], 0
     if not choices:
         notes.append("circular evaluation (--permutations): this run has no constrained choice item to rotate")
-        return []
+        return [], 0
     rotatable = [i for i in choices if benchmark.rotate(questions[i], 1) is not None]
+    naming = [i for i in choices if i not in set(rotatable)
+              and names_other_options(questions[i].options, questions[i].letters)]
+    if not (rotatable or len(naming) == len(choices)):  # a benchmark that rotates nothing: not for this reason
+        naming = []
+    if naming:
+        notes.append(f"circular evaluation: {len(naming)} choice item(s) have an option that names other options "
+                     "(\"All of the above\", \"Both A and C\", 以上都是, …), which a rotation would make false: asked "
+                     "only in their published order, not in the circular numbers (n_not_rotatable)")
+        choices = [i for i in choices if i not in set(naming)]
     if not rotatable:
-        notes.append(f"circular evaluation does not apply to {benchmark.name}: its prompts do not render the options "
-                     f"apart from the question text, so they cannot be rotated honestly; its {len(choices)} choice "
-                     "items are asked once")
-        return []
+        if choices:
+            notes.append(f"circular evaluation does not apply to {benchmark.name}: its prompts do not render the "
+                         f"options apart from the question text, so they cannot be rotated honestly; its "
+                         f"{len(choices)} choice items are asked once")
+        return [], len(naming)
     most = max(requests[i].n_options for i in rotatable)
     if k > most:
         raise ValueError(f"--permutations {k}: the choice items of this run have at most {most} options, so at most "
@@ -180,7 +194,7 @@ def _rotations(benchmark: Benchmark, questions: Sequence[Question], requests: Se
     if len(rotatable) < len(choices):
         notes.append(f"circular evaluation: {len(choices) - len(rotatable)} choice item(s) cannot be rotated and "
                      "are asked once")
-    return out
+    return out, len(naming)
 
 
 def _raises(err: Exception) -> Any:

@@ -12,7 +12,8 @@ Official source: luo-junyu/FinMME @ bc37fdf, `eval.py` (`normalize_response`, `c
   '' is the empty set (wrong against any non-empty gold).
 - Numerical items: keep only the characters of each string for which `c.isdigit()` or `c in '.-'`,
   parse with `float`, correct iff |pred − gold| ≤ tolerance (absolute). A parse failure, or a
-  missing/NaN tolerance, is wrong. ('8.81%' and '8.81' are both 8.81.)
+  NaN tolerance, is wrong; a table without a tolerance column is judged with 0.0, as eval.py's
+  `item.get('tolerance', 0.0)`. ('8.81%' and '8.81' are both 8.81.)
 - Rows with a per-sample error count as wrong (their answer is treated as '').
 - FinScore = F × (1 − P_H): F = unweighted mean over `knowledge_domain` of per-domain accuracy
   (rows with a missing domain are left out of F, as `groupby` drops NaN keys); P_H = error rate
@@ -256,7 +257,8 @@ def judge_frame(df: pd.DataFrame, device: str | torch.device = "cpu") -> Judged:
     if is_numerical.any():
         pred_value[num] = numeric_values(answers[is_numerical])
         gold_value[num] = numeric_values(golds[is_numerical])
-    tolerance = torch.from_numpy(float_column(df, "tolerance"))
+    # a table without the column (a samples table made by hand, `score_samples`): eval.py's `item.get('tolerance', 0.0)`
+    tolerance = torch.from_numpy(float_column(df, "tolerance") if "tolerance" in df.columns else np.zeros(len(df)))
     err = torch.from_numpy(has_error)
     pred_mask = torch.where(err, torch.zeros_like(pred_mask), pred_mask)
     correct = official_correct(pred_mask, gold_mask, pred_value, gold_value, tolerance, num, err)

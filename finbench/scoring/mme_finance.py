@@ -8,10 +8,13 @@ VLMEvalKit fork): `MMfin_acc` and `MMfin_Binary.evaluate`.
   are counted (`n_unjudged`).
 - Binary items (`kind` single, options 是/否 or Yes/No): the prediction and the answer compared
   exactly after stripping "。" only (quirk kept: whitespace is not stripped); a constrained answer
-  (a letter) is read as its option's text first. `binary_accuracy` = correct / total; `binary_f1`
-  = 2·TP / (2·TP + FP + FN) with the positive class 是/Yes, where (quirk kept) FN counts only
-  predictions that are exactly the negative answer, so an unreadable prediction of a positive item
-  is neither TP nor FN.
+  (a letter from the letter decoder) is read as its option's text first; a free reply of just
+  "A" or "B" is not (the fork compares it as it is: wrong). `binary_accuracy` = correct / total;
+  `binary_f1` = 2·TP / (2·TP + FP + FN) with the positive class the item's first option (是; Yes
+  for English yes/no data outside the official sets), counting only predictions that are exactly
+  one of the item's own options — a "Yes" to a 是 item is neither TP nor FP, as the fork knows
+  only 是/否 — and (quirk kept) FN counts only predictions that are exactly the negative answer,
+  so an unreadable prediction of a positive item is neither TP nor FN.
 `correct` (for McNemar and flips) is binary correctness, and full marks (5) for open items.
 """
 
@@ -29,25 +32,38 @@ from finbench.types import OPEN, OPTION_LETTERS
 LABEL = "MME-Finance (judge score ×20 for open items; binary accuracy and F1), HiThink-Research/MME-Finance"
 FULL_MARKS = 5.0
 STRIP = "。"
-POSITIVE = ("是", "Yes")
+OPTIONS_BY_LANGUAGE = {"zh": ("是", "否"), "en": ("Yes", "No")}  # (positive, negative): the first is F1's class
 CHANNELS = ("open", "grade", "binary", "binary_correct", "tp", "fp", "fn")
 
 
-def _binary_texts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(prediction, truth) texts of every row as the fork compares them: letters read as their
-    option's text, then "。" stripped from both ends."""
+def _binary_texts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(prediction, truth, positive, negative) texts of every row as the fork compares them, "。"
+    stripped from both ends. The gold letter is read as its option's text; an answer letter only
+    where the letter decoder gave it (constrained: the row has option probabilities) — a free
+    reply of just "A" is compared as "A", as the fork does. A row's options are its own 是/否 or
+    Yes/No (without an options column, its language's)."""
     answers, golds = str_column(df, "answer"), str_column(df, "gold")
-    options = df["options"].tolist() if "options" in df.columns else [[]] * len(df)
+    options = df["options"].tolist() if "options" in df.columns else [None] * len(df)
+    languages = str_column(df, "language")
+    decoded = df["option_probs"].tolist() if "option_probs" in df.columns else [None] * len(df)
 
-    def as_text(value: str, row_options: Any) -> str:
-        opts = list(row_options) if isinstance(row_options, (list, tuple, np.ndarray)) else []
+    def listed(value: Any) -> list:
+        return list(value) if isinstance(value, (list, tuple, np.ndarray)) else []
+
+    row_options = [listed(o) or list(OPTIONS_BY_LANGUAGE.get(lang, OPTIONS_BY_LANGUAGE["zh"]))
+                   for o, lang in zip(options, languages)]
+
+    def as_text(value: str, opts: list) -> str:
         if len(value) == 1 and value in OPTION_LETTERS[:len(opts)]:
             return str(opts[OPTION_LETTERS.index(value)])
         return value
 
-    predicted = np.array([as_text(a, o).strip(STRIP) for a, o in zip(answers, options)], dtype=object)
-    truth = np.array([as_text(g, o).strip(STRIP) for g, o in zip(golds, options)], dtype=object)
-    return predicted, truth
+    predicted = np.array([(as_text(a, o) if listed(d) else a).strip(STRIP)
+                          for a, o, d in zip(answers, row_options, decoded)], dtype=object)
+    truth = np.array([as_text(g, o).strip(STRIP) for g, o in zip(golds, row_options)], dtype=object)
+    positive = np.array([str(o[0]) for o in row_options], dtype=object)
+    negative = np.array([str(o[1]) if len(o) > 1 else "" for o in row_options], dtype=object)
+    return predicted, truth, positive, negative
 
 
 def statistics(sums: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -69,12 +85,12 @@ def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch
     binary = ~is_open
     rows = np.flatnonzero(judged | binary)
     sub = df.iloc[rows]
-    predicted, truth = _binary_texts(sub)
+    predicted, truth, positive_text, negative_text = _binary_texts(sub)
     sub_binary, sub_error = binary[rows], has_error[rows]
     right = sub_binary & ~sub_error & (predicted == truth)
-    positive = np.isin(truth, POSITIVE)
-    says_positive = ~sub_error & np.isin(predicted, POSITIVE)
-    says_negative = ~sub_error & np.isin(predicted, ("否", "No"))
+    positive = truth == positive_text  # F1 counts only the item's own options, as accuracy does
+    says_positive = ~sub_error & (predicted == positive_text)
+    says_negative = ~sub_error & (predicted == negative_text)
     sub_grade = np.nan_to_num(grade[rows], nan=0.0) / FULL_MARKS
     values = np.stack([judged[rows], np.where(judged[rows], sub_grade, 0.0), sub_binary, right,
                        sub_binary & says_positive & positive, sub_binary & says_positive & ~positive,

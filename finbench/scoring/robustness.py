@@ -77,10 +77,12 @@ def _per_item(values: torch.Tensor, item: torch.Tensor, n_items: int, reduce: st
 
 # ---- circular evaluation ------------------------------------------------------------------------
 def circular_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, k: int,
-                     domain_column: str = "domain") -> dict[str, Any]:
-    """results.json's `circular` from the base samples and the rotation rows of `variants`."""
+                     domain_column: str = "domain", n_not_rotatable: int = 0) -> dict[str, Any]:
+    """results.json's `circular` from the base samples and the rotation rows of `variants`;
+    `n_not_rotatable`: the choice items asked only in their published order because an option
+    names other options (benchmarks/base.py `names_other_options`; not in `n`)."""
     rows = _study_rows(variants, CIRCULAR)
-    out: dict[str, Any] = {"k": int(k), "n": 0, "base_accuracy": None, "circular_accuracy": None,
+    out: dict[str, Any] = {"k": int(k), "n": 0, "n_not_rotatable": int(n_not_rotatable), "base_accuracy": None, "circular_accuracy": None,
                            "position_bias": None, "option_consistency": None, "n_consistency": 0,
                            "pick_rate": {}, "chance_pick_rate": {}, "rotations_per_item": {}, "by_domain": {}}
     if rows is None or not len(rows):
