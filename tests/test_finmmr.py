@@ -203,3 +203,47 @@ def test_cot_on_the_demo_data_with_the_official_judge_extraction(tiny_model, tin
     assert samples["judge_score"].notna().all()  # every cot answer went to the official extraction prompt
     assert result.results["scores"]["extraction"] == ["judge"]
     assert result.results["scores"]["accuracy"] == pytest.approx(samples["judge_score"].mean())
+
+
+def test_samples_out_for_another_benchmark(synthetic_parquet, tmp_path):
+    """--samples-out works for every benchmark: FinMME's letters, its per-question correctness."""
+    from finbench.benchmarks import finmme
+
+    questions = finmme.load_questions(synthetic_parquet)[:6]
+    predictions = tmp_path / "pred.jsonl"
+    answers = {q.id: (q.gold if k % 2 == 0 else "Z") for k, q in enumerate(questions)}
+    predictions.write_text("".join(json.dumps({"id": i, "answer": a}) + "\n" for i, a in answers.items()))
+    out = tmp_path / "samples.jsonl"
+    done = CliRunner().invoke(app, ["score", "--benchmark", "finmme", "--data", str(synthetic_parquet), "--predictions",
+                                    str(predictions), "--samples-out", str(out)])
+    assert done.exit_code == 0, done.output
+    lines = {json.loads(line)["id"]: json.loads(line) for line in out.read_text().splitlines()}
+    assert len(lines) == len(finmme.load_questions(synthetic_parquet))
+    for k, q in enumerate(questions):
+        assert lines[q.id]["answer"] == answers[q.id] and lines[q.id]["extracted"] is None
+        if q.kind in ("single", "multi"):
+            assert lines[q.id]["correct"] == (1.0 if k % 2 == 0 else 0.0)
+
+
+def test_studies_leaderboard_and_compare_go_through_the_core(tiny_model, tiny_qwen_dir, tmp_path):
+    """Circular evaluation does not apply (no options: one note); image ablation does; the
+    leaderboard and compare read FinMMR runs like any other."""
+    from finbench.offline.finmmr_synthetic import demo_data
+
+    data, _ = demo_data(tmp_path / "home")
+    first = _run(tiny_model, tiny_qwen_dir, tmp_path / "a", "constrained", data=data, permutations=2,
+                 image_ablation=("blank",))
+    assert any("no constrained choice item to rotate" in note for note in first.results["notes"])
+    assert first.results["image_ablation"] and first.results["errors"]["count"] == 0
+    _run(tiny_model, tiny_qwen_dir, tmp_path / "b", "constrained", data=data)
+    board = CliRunner().invoke(app, ["leaderboard", str(tmp_path / "a" / "constrained"), str(tmp_path / "b" / "constrained"),
+                                     "--out", str(tmp_path / "board.csv")])
+    assert board.exit_code == 0, board.output
+    table = pd.read_csv(tmp_path / "board.csv")
+    assert set(table["benchmark"]) == {"finmmr"} and set(table["metric"].str.lower().str.contains("accuracy")) == {True}
+    compared = CliRunner().invoke(app, ["compare", str(tmp_path / "a" / "constrained"), str(tmp_path / "b" / "constrained"),
+                                        "--bootstrap", "20", "--out", str(tmp_path / "cmp.json")])
+    assert compared.exit_code == 0, compared.output
+    result = json.loads((tmp_path / "cmp.json").read_text())
+    assert result["benchmark"] == "finmmr" and result["n_shared"] == 12
+    assert set(result["comparisons"][0]["delta"]) == {"accuracy", "execution_rate"}
