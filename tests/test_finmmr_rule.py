@@ -63,6 +63,7 @@ def test_program_values_as_official():
     assert get_acc(outcome_value("str", "3%"), 3) == 1  # a string result is normalised
     assert get_acc(outcome_value("other", "{3}"), 3) == 0
     assert get_acc(outcome_value("none", "None"), 0) == 0
+    assert get_acc(outcome_value("int", "forged"), 0) == 0 and get_acc(outcome_value("float", "x"), 0) == 0
     assert truth_value("25.93") == 25.93 and truth_value("5") == 5 and truth_value("True") is True
 
 
