@@ -97,7 +97,8 @@ def adversarial_answers(n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def official_get_acc():
+def official_module():
+    """evaluation_utils.py of the scratch copy, loaded unchanged (its LLM import stubbed)."""
     if not OFFICIAL.exists():
         pytest.skip(f"no scratch copy of the official FinMMR evaluator at {OFFICIAL}")
     stubs = {"utils": types.ModuleType("utils"), "utils.llm": types.ModuleType("utils.llm")}
@@ -118,10 +119,14 @@ def official_get_acc():
             else:
                 sys.modules[name] = old
     module.logger = types.SimpleNamespace(warning=lambda *a, **k: None)  # thousands of warnings otherwise
+    return module
 
+
+@pytest.fixture(scope="module")
+def official_get_acc(official_module):
     def run(answer, truth):
         try:
-            return module.get_acc(answer, truth)
+            return official_module.get_acc(answer, truth)
         except BaseException:  # noqa: BLE001 — exit() ends the official evaluator: finbench scores 0
             return 0
     return run
@@ -149,3 +154,17 @@ def _truths_of(answer: str) -> list[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
         return []
     return [value, value * 1.0019, value * 1.0021]
+
+
+PIECES = ["```python\n", "```\n", "```", "def solution():\n", "    x = 1\n", "    return x\n", "return 2\n", "    ",
+          "import argparse\n", "Here is the program:\n", "\n", "print(1)\n", "    # comment\n", "```py\n"]
+
+
+def test_program_extraction_equals_official_extract_pot_answers(official_module):
+    from finbench.benchmarks.finmmr import extract_program
+
+    rng = random.Random(5)
+    outputs = ["", "    return 1", "return 1", "x\n```python\ndef solution():\n    return 2\n```\n"]
+    outputs += ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 7))) for _ in range(3000)]
+    differing = [o for o in outputs if extract_program(o) != official_module.extract_pot_answers(o)]
+    assert not differing, differing[:5]
