@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from finbench.scoring.finmmr import Opaque, get_acc, normalize, outcome_value, safe_eval, truth_value
+from finbench.scoring.finmmr import Opaque, get_acc, normalize, outcome_value, safe_eval, truth_value, valid_extraction
 
 OFFICIAL = Path(os.environ.get("FINMMR_OFFICIAL", "/tmp/finmmr_official")) / "evaluate/utils/evaluation_utils.py"
 
@@ -168,3 +168,25 @@ def test_program_extraction_equals_official_extract_pot_answers(official_module)
     outputs += ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 7))) for _ in range(3000)]
     differing = [o for o in outputs if extract_program(o) != official_module.extract_pot_answers(o)]
     assert not differing, differing[:5]
+
+
+def test_the_published_evaluations_are_reproduced():
+    """The repository's own results/…/evaluation.json (validation splits, every model): get_acc on
+    each stored extracted answer (cot) or str(executed_result) (pot) gives the stored acc."""
+    import json
+
+    files = sorted((OFFICIAL.parents[2] / "results").rglob("evaluation.json"))
+    if not files:
+        pytest.skip(f"no published evaluation.json under {OFFICIAL.parents[2] / 'results'}")
+    compared = differing = 0
+    for file in files:
+        for record in json.loads(file.read_text(encoding="utf-8")):
+            result, truth = record.get("result") or {}, record["ground_truth"]
+            if "/cot/" in str(file):
+                text = result.get("extracted_answer")
+                ours = get_acc(text, truth) if text is not None and valid_extraction(text) else 0
+            else:
+                ours = get_acc(result.get("executed_result"), truth) if result.get("execution_rate") else 0
+            compared += 1
+            differing += ours != result.get("acc")
+    assert compared > 1000 and differing == 0
