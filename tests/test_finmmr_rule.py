@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from finbench.scoring.finmmr import Opaque, get_acc, normalize, outcome_value, safe_eval, truth_value, valid_extraction
+from finbench.scoring.finmmr import (Opaque, get_acc, normalize, outcome_value, safe_eval, truth_value,
+                                     valid_extraction)
 
 OFFICIAL = Path(os.environ.get("FINMMR_OFFICIAL", "/tmp/finmmr_official")) / "evaluate/utils/evaluation_utils.py"
 
