@@ -247,3 +247,20 @@ def test_studies_leaderboard_and_compare_go_through_the_core(tiny_model, tiny_qw
     result = json.loads((tmp_path / "cmp.json").read_text())
     assert result["benchmark"] == "finmmr" and result["n_shared"] == 12
     assert set(result["comparisons"][0]["delta"]) == {"accuracy", "execution_rate"}
+
+
+def test_the_judge_is_asked_for_cot_answers_only():
+    from finbench.types import NUMERICAL, Prediction, Question
+
+    question = Question(id="q", benchmark="finmmr", kind=NUMERICAL, text="How much?", gold="5", fields={"ground_truth": 5})
+    cot = Prediction(id="q", answer="5", generated_text="3 + 2. Therefore, the answer is 5")
+    (asked,) = finmmr.judge_requests(question, cot)
+    system, user = asked.prompt.messages
+    assert system["content"][0]["text"] == finmmr.EXTRACT_SYSTEM
+    assert user["content"] == [{"type": "text", "text": "Question: How much?\nSolution: 3 + 2. Therefore, the answer is 5"}]
+    program = Prediction(id="q", answer="def solution():\n    return 5", generated_text="    return 5")
+    number = Prediction(id="q", answer="5", generated_text="5", confidence=0.4)
+    assert finmmr.judge_requests(question, program) == [] and finmmr.judge_requests(question, number) == []
+    assert finmmr.read_judgement(question, cot, ["5.0"]) == (1.0, {"source": "judge", "extracted": "5.0",
+                                                                   "execution_rate": 1})
+    assert finmmr.read_judgement(question, cot, ["None"])[0] == 0.0
