@@ -203,3 +203,64 @@ def test_cot_on_the_demo_data_with_the_official_judge_extraction(tiny_model, tin
     assert samples["judge_score"].notna().all()  # every cot answer went to the official extraction prompt
     assert result.results["scores"]["extraction"] == ["judge"]
     assert result.results["scores"]["accuracy"] == pytest.approx(samples["judge_score"].mean())
+
+
+def test_samples_out_for_another_benchmark(synthetic_parquet, tmp_path):
+    """--samples-out works for every benchmark: FinMME's letters, its per-question correctness."""
+    from finbench.benchmarks import finmme
+
+    questions = finmme.load_questions(synthetic_parquet)[:6]
+    predictions = tmp_path / "pred.jsonl"
+    answers = {q.id: (q.gold if k % 2 == 0 else "Z") for k, q in enumerate(questions)}
+    predictions.write_text("".join(json.dumps({"id": i, "answer": a}) + "\n" for i, a in answers.items()))
+    out = tmp_path / "samples.jsonl"
+    done = CliRunner().invoke(app, ["score", "--benchmark", "finmme", "--data", str(synthetic_parquet), "--predictions",
+                                    str(predictions), "--samples-out", str(out)])
+    assert done.exit_code == 0, done.output
+    lines = {json.loads(line)["id"]: json.loads(line) for line in out.read_text().splitlines()}
+    assert len(lines) == len(finmme.load_questions(synthetic_parquet))
+    for k, q in enumerate(questions):
+        assert lines[q.id]["answer"] == answers[q.id] and lines[q.id]["extracted"] is None
+        if q.kind in ("single", "multi"):
+            assert lines[q.id]["correct"] == (1.0 if k % 2 == 0 else 0.0)
+
+
+def test_studies_leaderboard_and_compare_go_through_the_core(tiny_model, tiny_qwen_dir, tmp_path):
+    """Circular evaluation does not apply (no options: one note); image ablation does; the
+    leaderboard and compare read FinMMR runs like any other."""
+    from finbench.offline.finmmr_synthetic import demo_data
+
+    data, _ = demo_data(tmp_path / "home")
+    first = _run(tiny_model, tiny_qwen_dir, tmp_path / "a", "constrained", data=data, permutations=2,
+                 image_ablation=("blank",))
+    assert any("no constrained choice item to rotate" in note for note in first.results["notes"])
+    assert first.results["image_ablation"] and first.results["errors"]["count"] == 0
+    _run(tiny_model, tiny_qwen_dir, tmp_path / "b", "constrained", data=data)
+    board = CliRunner().invoke(app, ["leaderboard", str(tmp_path / "a" / "constrained"), str(tmp_path / "b" / "constrained"),
+                                     "--out", str(tmp_path / "board.csv")])
+    assert board.exit_code == 0, board.output
+    table = pd.read_csv(tmp_path / "board.csv")
+    assert set(table["benchmark"]) == {"finmmr"} and set(table["metric"].str.lower().str.contains("accuracy")) == {True}
+    compared = CliRunner().invoke(app, ["compare", str(tmp_path / "a" / "constrained"), str(tmp_path / "b" / "constrained"),
+                                        "--bootstrap", "20", "--out", str(tmp_path / "cmp.json")])
+    assert compared.exit_code == 0, compared.output
+    result = json.loads((tmp_path / "cmp.json").read_text())
+    assert result["benchmark"] == "finmmr" and result["n_shared"] == 12
+    assert set(result["comparisons"][0]["delta"]) == {"accuracy", "execution_rate"}
+
+
+def test_the_judge_is_asked_for_cot_answers_only():
+    from finbench.types import NUMERICAL, Prediction, Question
+
+    question = Question(id="q", benchmark="finmmr", kind=NUMERICAL, text="How much?", gold="5", fields={"ground_truth": 5})
+    cot = Prediction(id="q", answer="5", generated_text="3 + 2. Therefore, the answer is 5")
+    (asked,) = finmmr.judge_requests(question, cot)
+    system, user = asked.prompt.messages
+    assert system["content"][0]["text"] == finmmr.EXTRACT_SYSTEM
+    assert user["content"] == [{"type": "text", "text": "Question: How much?\nSolution: 3 + 2. Therefore, the answer is 5"}]
+    program = Prediction(id="q", answer="def solution():\n    return 5", generated_text="    return 5")
+    number = Prediction(id="q", answer="5", generated_text="5", confidence=0.4)
+    assert finmmr.judge_requests(question, program) == [] and finmmr.judge_requests(question, number) == []
+    assert finmmr.read_judgement(question, cot, ["5.0"]) == (1.0, {"source": "judge", "extracted": "5.0",
+                                                                   "execution_rate": 1})
+    assert finmmr.read_judgement(question, cot, ["None"])[0] == 0.0

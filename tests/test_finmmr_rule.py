@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from finbench.scoring.finmmr import Opaque, get_acc, normalize, outcome_value, safe_eval, truth_value
+from finbench.scoring.finmmr import (Opaque, get_acc, normalize, outcome_value, safe_eval, truth_value,
+                                     valid_extraction)
 
 OFFICIAL = Path(os.environ.get("FINMMR_OFFICIAL", "/tmp/finmmr_official")) / "evaluate/utils/evaluation_utils.py"
 
@@ -63,6 +64,7 @@ def test_program_values_as_official():
     assert get_acc(outcome_value("str", "3%"), 3) == 1  # a string result is normalised
     assert get_acc(outcome_value("other", "{3}"), 3) == 0
     assert get_acc(outcome_value("none", "None"), 0) == 0
+    assert get_acc(outcome_value("int", "forged"), 0) == 0 and get_acc(outcome_value("float", "x"), 0) == 0
     assert truth_value("25.93") == 25.93 and truth_value("5") == 5 and truth_value("True") is True
 
 
@@ -96,7 +98,8 @@ def adversarial_answers(n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def official_get_acc():
+def official_module():
+    """evaluation_utils.py of the scratch copy, loaded unchanged (its LLM import stubbed)."""
     if not OFFICIAL.exists():
         pytest.skip(f"no scratch copy of the official FinMMR evaluator at {OFFICIAL}")
     stubs = {"utils": types.ModuleType("utils"), "utils.llm": types.ModuleType("utils.llm")}
@@ -117,10 +120,14 @@ def official_get_acc():
             else:
                 sys.modules[name] = old
     module.logger = types.SimpleNamespace(warning=lambda *a, **k: None)  # thousands of warnings otherwise
+    return module
 
+
+@pytest.fixture(scope="module")
+def official_get_acc(official_module):
     def run(answer, truth):
         try:
-            return module.get_acc(answer, truth)
+            return official_module.get_acc(answer, truth)
         except BaseException:  # noqa: BLE001 — exit() ends the official evaluator: finbench scores 0
             return 0
     return run
@@ -148,3 +155,39 @@ def _truths_of(answer: str) -> list[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
         return []
     return [value, value * 1.0019, value * 1.0021]
+
+
+PIECES = ["```python\n", "```\n", "```", "def solution():\n", "    x = 1\n", "    return x\n", "return 2\n", "    ",
+          "import argparse\n", "Here is the program:\n", "\n", "print(1)\n", "    # comment\n", "```py\n"]
+
+
+def test_program_extraction_equals_official_extract_pot_answers(official_module):
+    from finbench.benchmarks.finmmr import extract_program
+
+    rng = random.Random(5)
+    outputs = ["", "    return 1", "return 1", "x\n```python\ndef solution():\n    return 2\n```\n"]
+    outputs += ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 7))) for _ in range(3000)]
+    differing = [o for o in outputs if extract_program(o) != official_module.extract_pot_answers(o)]
+    assert not differing, differing[:5]
+
+
+def test_the_published_evaluations_are_reproduced():
+    """The repository's own results/…/evaluation.json (validation splits, every model): get_acc on
+    each stored extracted answer (cot) or str(executed_result) (pot) gives the stored acc."""
+    import json
+
+    files = sorted((OFFICIAL.parents[2] / "results").rglob("evaluation.json"))
+    if not files:
+        pytest.skip(f"no published evaluation.json under {OFFICIAL.parents[2] / 'results'}")
+    compared = differing = 0
+    for file in files:
+        for record in json.loads(file.read_text(encoding="utf-8")):
+            result, truth = record.get("result") or {}, record["ground_truth"]
+            if "/cot/" in str(file):
+                text = result.get("extracted_answer")
+                ours = get_acc(text, truth) if text is not None and valid_extraction(text) else 0
+            else:
+                ours = get_acc(result.get("executed_result"), truth) if result.get("execution_rate") else 0
+            compared += 1
+            differing += ours != result.get("acc")
+    assert compared > 1000 and differing == 0

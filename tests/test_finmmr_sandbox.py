@@ -4,7 +4,6 @@ batch goes on), and benign programs return what the official `exec` returns."""
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 

@@ -291,8 +291,10 @@ def rule_judgements(questions: Sequence[Question], predictions: Sequence[Predict
 
 
 def judge_requests(question: Question, prediction: Prediction) -> list[Request]:
-    """extract_cot_answers' call (text only, no image) for a cot answer; none for a program."""
-    if not prediction.generated_text or prediction.answer != rule_extraction(prediction.generated_text):
+    """extract_cot_answers' call (text only, no image) for a cot answer; none for a program or a
+    constrained number (decoded with a confidence: nothing to extract)."""
+    if (prediction.confidence is not None or not prediction.generated_text
+            or prediction.answer != rule_extraction(prediction.generated_text)):
         return []
     user = f"Question: {question.text}\nSolution: {prediction.generated_text}"
     return [Generate(Prompt((system_message(EXTRACT_SYSTEM), user_message(user))), max_new_tokens=JUDGE_MAX_NEW_TOKENS)]

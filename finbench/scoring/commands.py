@@ -19,7 +19,7 @@ from finbench.scoring.stats import LOWER_IS_BETTER, distribution_comparison
 from finbench.types import RESULTS_FILE
 
 SAMPLES_FILE = "samples.parquet"
-PERCENT_METRICS = {"finscore", "domain_accuracy", "domain_score", "p_h", "accuracy", "score", "score_old"}
+PERCENT_METRICS = {"finscore", "domain_accuracy", "domain_score", "p_h", "accuracy", "score", "score_old", "execution_rate"}
 
 
 # ---- IO ---------------------------------------------------------------------------------------------

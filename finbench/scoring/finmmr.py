@@ -271,8 +271,11 @@ def outcome_value(kind: str, value: str, first_kind: str = "") -> Any:
     element, anything else an object no rule accepts."""
     if kind == "seq":
         return [outcome_value(first_kind, value)] if first_kind else []
-    return {"int": lambda: int(value, 0), "float": lambda: float(value), "bool": lambda: value == "True",
-            "none": lambda: None, "str": lambda: value}.get(kind, Opaque)()
+    try:  # the text came from the program's process: a forged one is an object no rule accepts
+        return {"int": lambda: int(value, 0), "float": lambda: float(value), "bool": lambda: value == "True",
+                "none": lambda: None, "str": lambda: value}.get(kind, Opaque)()
+    except ValueError:
+        return Opaque()
 
 
 # ---- the score -------------------------------------------------------------------------------------
