@@ -18,13 +18,14 @@ Three protocols:
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, options_not_rendered
-from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table
+from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
 from finbench.scoring import finmmr as scoring
 from finbench.types import NUMERICAL, Prediction, Question
@@ -97,28 +98,30 @@ def record_files(source: str | Path) -> list[Path]:
     return files
 
 
-def selected(values: Mapping[str, Any], domains: Sequence[str], question_types: Sequence[str]) -> bool:
-    """The run's filters, before any image is read (--domain: subfield; --question-type: difficulty)."""
-    return ((not domains or _label(values.get("subfield")) in domains)
-            and (not question_types or (_label(values.get("grade")) or "").lower() in question_types))
+def _filter_labels(raw: RawRecord) -> tuple[str | None, str | None]:
+    """(subfield, difficulty) as the filters read them (records.select): --domain filters the
+    subfield, --question-type the difficulty (easy, medium, hard)."""
+    if raw.error is not None:
+        return None, None
+    grade = _label(raw.values.get("grade"))
+    return _label(raw.values.get("subfield")), grade.lower() if grade else None
 
 
 def load_questions(source: str | Path | None = None, limit: int | None = None, domains: Sequence[str] = (),
                    question_types: Sequence[str] = (), notes: list[str] | None = None) -> list[Question]:
-    """FinMMR records → Questions, filtered, at most `limit`; a bad record becomes its error."""
+    """FinMMR records → Questions, filtered, at most `limit` (records.select, before any image is
+    read); a bad record becomes its error."""
     if source is None:
         raise DataError(f"FinMMR has no hub set: pass --data (a checkout of {HUB_ID} or its JSON files)")
-    questions: list[Question] = []
+    files, records = [], []
     for file in record_files(source):
-        prompts = _published_prompts(file)
-        images = next((d / "images" for d in file.parents if (d / "images").is_dir()), None)
         for raw in read_table(file, "").records:
-            if raw.error is None and not selected(raw.values, domains, question_types):
-                continue
-            questions.append(_unreadable(raw) if raw.error else record_to_question(raw, file, images, prompts))
-            if limit is not None and len(questions) >= limit:
-                return questions
-    return questions
+            files.append(file)
+            records.append(raw)
+    prompts = functools.cache(_published_prompts)
+    images = functools.cache(lambda file: next((d / "images" for d in file.parents if (d / "images").is_dir()), None))
+    return [_unreadable(raw) if raw.error else record_to_question(raw, files[i], images(files[i]), prompts(files[i]))
+            for i, raw in select(records, _filter_labels, domains, question_types, limit, notes)]
 
 
 def _published_prompts(file: Path) -> dict[str, dict[str, tuple[str, str]]]:
