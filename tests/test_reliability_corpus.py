@@ -99,6 +99,7 @@ FAMMA_LINES = {  # raw lines of famma.jsonl: (bytes, outcome, error substring)
 FAMMA_FILES = {
     "array-bad-byte": (ERROR, "not valid UTF-8"),  # famma_array.json: one record with a non-UTF-8 byte
     "array-neighbour": (ANSWERED, ""),  # … its neighbour in the same array is read
+    "array-bad-byte-in-name": (ERROR, "field name"),  # … a record whose field *name* holds one (issue 29 item 9)
     "binary-text-columns": (ANSWERED, "text=Which bar is highest?"),  # binary.parquet: text decoded, never b'…'
     "binary-not-utf8": (ERROR, "not valid UTF-8"),
 }
@@ -129,8 +130,9 @@ def famma_corpus(tmp_path_factory):
     (folder / "famma.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     # a JSON array whose first record holds one non-UTF-8 byte inside its question
     array = json.dumps([famma_record("array-bad-byte", 900, question="QUESTION"),
-                        famma_record("array-neighbour", 901)]).encode()
-    (folder / "famma_array.json").write_bytes(array.replace(b"QUESTION", b"caf\xe9?", 1))
+                        famma_record("array-neighbour", 901),
+                        {**famma_record("array-bad-byte-in-name", 902), "NAME": "x"}]).encode()
+    (folder / "famma_array.json").write_bytes(array.replace(b"QUESTION", b"caf\xe9?", 1).replace(b'"NAME"', b'"n\xe9me"'))
     # binary (not string) text columns, as a parquet writer may store them
     rows = [famma_record("binary-text-columns", 910), famma_record("binary-not-utf8", 911, question="caf\xe9")]
     table = pa.table({"question_id": pa.array([r["question_id"].encode() for r in rows], pa.binary()),
@@ -163,7 +165,8 @@ def famma_outcomes(folder: Path, line_numbers: dict[str, int]) -> dict[str, tupl
     out = {qid: (qid, outcome, needle) for qid, (_, outcome, needle) in FAMMA_KINDS.items()}
     out.update({f"{folder / 'famma.jsonl'}:{line_numbers[name]}": (name, outcome, needle)
                 for name, (_, outcome, needle) in FAMMA_LINES.items()})
-    ids = {"array-bad-byte": f"{folder / 'famma_array.json'}[0]"}  # unreadable: named by where it is
+    ids = {"array-bad-byte": f"{folder / 'famma_array.json'}[0]",  # unreadable: named by where it is
+           "array-bad-byte-in-name": f"{folder / 'famma_array.json'}[2]"}
     out.update({ids.get(qid, qid): (qid, outcome, needle) for qid, (outcome, needle) in FAMMA_FILES.items()})
     return out
 

@@ -128,7 +128,7 @@ def open_table(source: str | Path, hub_split: str, title: str, required: Sequenc
 
 
 # (domain, question type) of one record as the filters read it; None where a label cannot be read
-Labels = Callable[[RawRecord], "tuple[str | None, str | None]"]
+Labels = Callable[[RawRecord], tuple[str | None, str | None]]
 MAX_ORIGINS_NAMED = 5  # in the note on records left out
 
 

@@ -78,8 +78,11 @@ def _filter_labels(raw: RawRecord) -> tuple[str | None, str | None]:
     analyzer groups them (a missing one is "None"); a binary label that is not UTF-8 cannot be read."""
     if raw.error is not None:
         return None, None
-    return tuple(None if readable_label(value) is None else str(_label(value))  # type: ignore[return-value]
-                 for value in (raw.values.get("subfield"), raw.values.get("question_type")))
+    return _filter_label(raw.values.get("subfield")), _filter_label(raw.values.get("question_type"))
+
+
+def _filter_label(value: Any) -> str | None:
+    return None if readable_label(value) is None else str(_label(value))
 
 
 def _with_groups(questions: list[Question]) -> list[Question]:
