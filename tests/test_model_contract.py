@@ -216,3 +216,18 @@ def test_deepseek_vl2_generation_interrupted_names_the_rows_that_had_finished(qu
     with pytest.raises(GenerationInterrupted) as stopped:
         model.generate(inputs, 8)
     assert stopped.value.texts == {1: model.decode([[end]])[0]} and stopped.value.counts == {1: 1}
+
+
+def test_a_run_renders_each_prompt_once(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path, monkeypatch):
+    """Planning renders every first prompt (for its token count); the batch is prepared from that
+    text and the log shows it: one chat-template render per question, not three."""
+    rendered = []
+    render = tiny_model.prompt_text
+    monkeypatch.setattr(tiny_model, "prompt_text", lambda request: rendered.append(request) or render(request))
+    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=6, bootstrap=0, dtype="float32",
+                       device="cpu", out=str(tmp_path / "run"))
+    result = run_benchmark(config, tiny_model, show_progress=False)
+    assert len(rendered) == 6 and not result.samples["error"].astype(bool).any()
+    again = run_benchmark(dataclasses.replace(config, out=str(tmp_path / "fresh")), tiny_model, show_progress=False)
+    assert list(again.samples["prompt"]) == list(result.samples["prompt"])
+    assert len(rendered) == 12
