@@ -188,3 +188,46 @@ def test_ctrl_c_during_generation_keeps_the_rows_that_had_finished(tiny_model, t
     assert asked == [2, 1]  # the finished row came from the cache
     texts = list(result.samples["raw_output"])
     assert texts == [tiny_model.decode([[word, end]])[0]] * 2 and not result.samples["error"].astype(bool).any()
+
+
+def test_deepseek_vl2_generation_interrupted_names_the_rows_that_had_finished(questions, tmp_path, monkeypatch):
+    """The native adapter's own greedy loop: row 1 emits its end token at the first step, row 0 does
+    not; Ctrl-C during the second step raises `GenerationInterrupted` with row 1 only."""
+    from finbench.models import load_model
+    from finbench.models.contract import GenerationInterrupted
+    from finbench.offline.tiny import make_tiny
+
+    model = load_model(str(make_tiny("deepseek-vl2", tmp_path / "dsv", weights_dtype="float32")), dtype="float32",
+                       device="cpu")
+    end, word = model.stop_token_ids()[0], model.encode(" B")[0]
+    vocabulary = model.model.get_output_embeddings().weight.shape[0]
+
+    def head(hidden):  # row 0 says " B", row 1 ends
+        logits = torch.zeros(hidden.shape[0], vocabulary)
+        logits[0, word], logits[1, end] = 1.0, 1.0
+        return logits
+
+    def interrupted(state, token_ids):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model.model, "get_output_embeddings", lambda: head)
+    monkeypatch.setattr(model, "decode_step", interrupted)
+    inputs = model.to_device(model.prepare([finmme_request(q) for q in questions[:2]]))
+    with pytest.raises(GenerationInterrupted) as stopped:
+        model.generate(inputs, 8)
+    assert stopped.value.texts == {1: model.decode([[end]])[0]} and stopped.value.counts == {1: 1}
+
+
+def test_a_run_renders_each_prompt_once(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path, monkeypatch):
+    """Planning renders every first prompt (for its token count); the batch is prepared from that
+    text and the log shows it: one chat-template render per question, not three."""
+    rendered = []
+    render = tiny_model.prompt_text
+    monkeypatch.setattr(tiny_model, "prompt_text", lambda request: rendered.append(request) or render(request))
+    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=6, bootstrap=0, dtype="float32",
+                       device="cpu", out=str(tmp_path / "run"))
+    result = run_benchmark(config, tiny_model, show_progress=False)
+    assert len(rendered) == 6 and not result.samples["error"].astype(bool).any()
+    again = run_benchmark(dataclasses.replace(config, out=str(tmp_path / "fresh")), tiny_model, show_progress=False)
+    assert list(again.samples["prompt"]) == list(result.samples["prompt"])
+    assert len(rendered) == 12

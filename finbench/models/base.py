@@ -5,14 +5,15 @@ A family file subclasses `HFVisionLanguageModel`, declares its `capabilities` an
 what its architecture does differently (decode-step positions, image-token counting, processor
 settings). The heart of it:
 
-- `prepare(requests)`       → processor output on the CPU (thread-safe; runs in worker threads)
+- `prepare(requests)`       → a `ModelInputs` batch on the CPU (models/inputs.py; thread-safe: worker threads)
 - `prefill(inputs)`         → last-position hidden state [B, H] and a decode state (KV cache)
 - `decode_step(state, ids)` → next last-position hidden state, one token per row
 - `output_rows(token_ids)`  → the LM-head rows to project onto (never the whole vocabulary)
 - `score_options(inputs, option_token_ids)` → log-probs [B, K] from one prefill
 - `generate(inputs, max_new_tokens)` → free text (official protocols, open answers, sessions)
 - `generate_ids(inputs, budget, stops)` → greedy token ids (the thinking step)
-- `fingerprint()`           → everything that can change the outputs
+- `fingerprint()`           → everything that can change the outputs (models/identity.py)
+- `timed_parts(clock)`      → forward hooks on its own vision tower and language model (models/part_timing.py)
 
 The exact fast paths (models/fast_paths.py: padded GEMM widths, the mask-free prefill, static
 decode steps, CUDA graphs) are on by default on CUDA and off on the CPU; each gives the answers of

@@ -22,6 +22,8 @@ from typing import Any, Callable, ContextManager
 import torch
 
 from finbench.kernels.option_logits import combine_spellings, first_allowed, masked_log_softmax, project_rows
+from finbench.models.contract import ModelAdapter
+from finbench.models.inputs import ModelInputs
 from finbench.types import OPTION_LETTERS, Prediction
 
 N_LETTERS = len(OPTION_LETTERS)
@@ -39,7 +41,7 @@ class AnswerVocabulary:
     number: torch.Tensor  # [14]: digits 0-9, ".", "-", "%", " "
 
     @classmethod
-    def for_model(cls, model: Any) -> "AnswerVocabulary":
+    def for_model(cls, model: ModelAdapter) -> "AnswerVocabulary":
         bare = model.single_token_ids(list(OPTION_LETTERS))
         spaced = model.single_token_ids([" " + c for c in OPTION_LETTERS])
         return cls(letters=torch.tensor([bare, spaced]), separator=model.single_token_ids([","])[0],
@@ -55,7 +57,7 @@ def _no_stage(name: str) -> ContextManager[Any]:
 
 
 @torch.inference_mode()
-def decode_single(model: Any, inputs: Any, n_options: torch.Tensor, vocab: AnswerVocabulary,
+def decode_single(model: ModelAdapter, inputs: ModelInputs, n_options: torch.Tensor, vocab: AnswerVocabulary,
                   stage: Stage = _no_stage) -> list[Prediction]:
     """Argmax over the item's own options from one prefill (last position, option rows only)."""
     with stage("forward"):
@@ -73,7 +75,7 @@ def decode_single(model: Any, inputs: Any, n_options: torch.Tensor, vocab: Answe
 
 
 @torch.inference_mode()
-def decode_multi(model: Any, inputs: Any, n_options: torch.Tensor, vocab: AnswerVocabulary,
+def decode_multi(model: ModelAdapter, inputs: ModelInputs, n_options: torch.Tensor, vocab: AnswerVocabulary,
                  stage: Stage = _no_stage) -> list[Prediction]:
     """Greedy ascending-set decoding. Candidates per step: the 14 letters, ',', end. A letter must
     exceed the last one chosen and exist in the item; ',' and end need at least one letter and
@@ -171,7 +173,7 @@ NUMBER_CHARS = list(DIGITS) + list(NUMBER_SYMBOLS) + [""]
 
 
 @torch.inference_mode()
-def decode_numerical(model: Any, inputs: Any, budget: int, vocab: AnswerVocabulary,
+def decode_numerical(model: ModelAdapter, inputs: ModelInputs, budget: int, vocab: AnswerVocabulary,
                      stage: Stage = _no_stage) -> list[Prediction]:
     """Greedy decoding inside the number grammar for at most `budget` tokens. A row that runs out
     of budget keeps what it has (e.g. "12." parses as 12; a lone "-" does not parse: wrong).

@@ -39,6 +39,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from finbench.benchmarks import get_benchmark, load_matching
+from finbench.models.contract import ModelAdapter
 from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import Item, plan_batches
 from finbench.runner.cache import CacheWriteError, PredictionCache
@@ -92,7 +93,7 @@ def _stopped(err: CacheWriteError, saved: int, total: int) -> Stopped:
     return Stopped(f"stopped: {err}; rerun the same command to start again")
 
 
-def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool = True,
+def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_progress: bool = True,
                   console: Any = None, command: str | None = None) -> RunResult:
     """Run (or resume) one evaluation and write its outputs into `config.out`. `command` is
     recorded in results.json (default: this process's finbench command line)."""
@@ -276,7 +277,7 @@ def _with_followers(loop: BatchLoop, batch: dict[int, Prediction], followers: di
     return out
 
 
-def too_long(items: Sequence[Item], model: Any) -> list[tuple[Item, str]]:
+def too_long(items: Sequence[Item], model: ModelAdapter) -> list[tuple[Item, str]]:
     """Prompts (text + image tokens) longer than the model's context, with their error: run, they
     would be truncated or fail deep inside the model."""
     context = model.max_context() if items else None
@@ -286,6 +287,6 @@ def too_long(items: Sequence[Item], model: Any) -> list[tuple[Item, str]]:
             for item in items if item.n_tokens > context]
 
 
-def _opener(model: Any) -> str:
+def _opener(model: ModelAdapter) -> str:
     """What opens a thinking run's block after the generation prompt: '' when the template does."""
     return "" if model.template_opens_thinking() else model.capabilities.thinking_tags[0] + "\n"

@@ -57,6 +57,7 @@ class BatchLoop:
             self.throughput.flops = None
         self.max_batch = config.batch_size or AUTO_BATCH_START
         self._copy_stream: Any = None  # CUDA: the side stream of copies made one batch ahead
+        self._planned: dict[int, str] = {}  # first prompts rendered for planning, until prepared (rendered once)
         if dict(config.gen_kwargs).get("temperature"):
             torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
 
@@ -67,13 +68,9 @@ class BatchLoop:
         rule (no pixel decoding)."""
         if not indices:
             return []
-        counts = self.prompt_tokens(indices, [first_prompt(self.requests[i]) for i in indices])
+        texts, counts = self.rendered(indices, [first_prompt(self.requests[i]) for i in indices])
+        self._planned.update(zip(indices, texts))
         return [Item(index, batch_kind(self.requests[index]), n) for index, n in zip(indices, counts)]
-
-    def prompt_tokens(self, indices: Sequence[int], prompts: Sequence[Prompt]) -> list[int]:
-        """Each prompt's tokens as the model will see them: its rendered text, plus each image's
-        tokens (a session's later turns are checked with it against the context too)."""
-        return self.rendered(indices, prompts)[1]
 
     def rendered(self, indices: Sequence[int], prompts: Sequence[Prompt]) -> tuple[list[str], list[int]]:
         """Each prompt rendered by the model (`prompt_text`, image placeholders unexpanded), and
@@ -91,7 +88,10 @@ class BatchLoop:
 
     # ---- preprocessing (worker threads) ------------------------------------------------------
     def prepare(self, indices: Sequence[int]) -> PreparedBatch:
-        return self.prepare_prompts(indices, {i: first_prompt(self.requests[i]) for i in indices})
+        """The batch's first prompts prepared, with the texts planning rendered (each used once: a
+        batch prepared again, e.g. after an out-of-memory error, renders its prompts again)."""
+        planned = {i: text for i in indices if (text := self._planned.pop(i, None)) is not None}
+        return self.prepare_prompts(indices, {i: first_prompt(self.requests[i]) for i in indices}, planned)
 
     def prepare_prompts(self, indices: Sequence[int], prompts: dict[int, Prompt], texts: dict[int, str] | None = None,
                         decoded: dict[int, dict[int, Any]] | None = None) -> PreparedBatch:
