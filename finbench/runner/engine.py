@@ -43,10 +43,10 @@ from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import Item, plan_batches
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
-from finbench.models.judge import check_judge_source, load_judge
+from finbench.models.judge import check_judge_source
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
-from finbench.runner.loop import AUTO_BATCH_START, BatchLoop
+from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, too_long
 from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
@@ -117,7 +117,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     think_budget = startup.think_budget_for(config, model)
     vocab = AnswerVocabulary.for_model(model) if config.protocol == "constrained" else None
     startup.compile_parts(model, config, notes)
-    judge = load_judge(config.judge, dtype=config.dtype, device=config.device, model=model) if config.judge else None
+    judge = startup.load_judge_for_run(config, world, model)
     requests, request_errors = build_requests(benchmark, questions, config, think_budget, model.capabilities.max_images)
     study = studies.expand(benchmark, questions, requests, request_errors, config, think_budget, notes)  # the variants
     questions, requests, request_errors = study.questions, study.requests, study.errors  # the run's, then its variants'
@@ -203,7 +203,8 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
     try:
         with timer.stage("judge"):
             judged = judge_run(benchmark, study.judged_questions(), predictions, judge, cache, config.judge or "",
-                               config.judge_max_new_tokens)
+                               config.judge_max_new_tokens, config)
+        notes.extend(judged.notes)
         cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
         raise _stopped(err, saved, len(questions)) from None
@@ -270,16 +271,6 @@ def _with_followers(loop: BatchLoop, batch: dict[int, Prediction], followers: di
         for index in followers.get(leader, ()):
             out[index] = loop.finish(loop.questions[index], loop.requests[index], prediction)
     return out
-
-
-def too_long(items: Sequence[Item], model: Any) -> list[tuple[Item, str]]:
-    """Prompts (text + image tokens) longer than the model's context, with their error: run, they
-    would be truncated or fail deep inside the model."""
-    context = model.max_context() if items else None
-    if not context:
-        return []
-    return [(item, f"prompt of {item.n_tokens} tokens exceeds the model's context of {context}")
-            for item in items if item.n_tokens > context]
 
 
 def _opener(model: Any) -> str:

@@ -166,6 +166,18 @@ def load_for_run(config: RunConfig, world: World | None = None) -> Any:
     return model
 
 
+def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
+    """The `--judge` adapter (models/judge.py) on this rank's device, like the run's model; the
+    run's own `model` when it is the same checkpoint; None without --judge, and on every rank but
+    the first (rank 0 gathers the answers and judges them alone)."""
+    from finbench.models.judge import load_judge
+
+    world = world or World()
+    if not config.judge or not world.main:
+        return None
+    return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model)
+
+
 # what load_for_run loaded each model with: a run given that model (the benchmarks of one
 # multi-benchmark run, the variants of a sweep) may name the same loading options again
 _LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
