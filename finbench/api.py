@@ -65,8 +65,6 @@ def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
         options["image_ablation"] = tuple(options["image_ablation"])
     if "gen_kwargs" in options:
         options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
-    if options.get("batch_size") == "auto":
-        options["batch_size"] = None
     if isinstance(options.get("data"), Path):
         options["data"] = str(options["data"])
     return RunConfig(model=model, benchmark=benchmark, **options)

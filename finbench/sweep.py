@@ -181,10 +181,13 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> N
 def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, *, show_progress: bool = False,
               console: Any = None) -> dict[str, Any]:
     """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
+    from finbench.runner.defaults import size_to_device
+    from finbench.runner.distributed import rank_device, world_from_env
     from finbench.runner.engine import run_benchmark
 
     out = Path(out)
-    variants = plan_variants(base, axes)
+    # sized once, before any model loads: every variant runs with the same batch settings
+    variants = plan_variants(size_to_device(base, rank_device(base.device, world_from_env())), axes)
     validate_variants(variants, out)
     cache = Path(base.cache) if base.cache else out / "cache.sqlite"
     run_dirs = []

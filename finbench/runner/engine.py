@@ -43,10 +43,11 @@ from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import Item, plan_batches
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
+from finbench.runner.defaults import size_to_device
 from finbench.models.judge import check_judge_source
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
-from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, too_long
+from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, too_long
 from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
@@ -103,6 +104,8 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
         # images for its thumbnails, possibly from another working folder
         config = dataclasses.replace(config, data=str(Path(config.data).expanduser().resolve()))
     world = distributed.world_from_env()
+    # batch size, token budget and threads left None: sized to the device the model runs on
+    config = size_to_device(config, model.device if model is not None else distributed.rank_device(config.device, world))
     distributed.start(world)
     show_progress = show_progress and world.main
     started = time.time()
@@ -151,7 +154,7 @@ def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool =
             predictions.update(_with_followers(loop, {item.index: Prediction(
                 id=questions[item.index].id, answer="", error=error)}, followers))
         items = distributed.shard([item for item in items if item.index not in predictions], world)
-        batches = plan_batches(items, config.batch_size or AUTO_BATCH_START, config.token_budget)
+        batches = plan_batches(items, first_rows(config), config.token_budget)
 
     # 3-4. preprocess ahead, decode, commit each batch
     compute_started = time.perf_counter()

@@ -32,7 +32,8 @@ from finbench.benchmarks.base import Benchmark
 from finbench.requests import Generate
 from finbench.runner.batching import plan_batches
 from finbench.runner.keys import request_payload
-from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, too_long
+from finbench.runner.defaults import size_to_device
+from finbench.runner.loop import BatchLoop, first_rows, too_long
 from finbench.runner.preprocess import prefetch
 from finbench.runner.timing import StageTimer
 from finbench.types import Prediction, Question, RunConfig
@@ -72,7 +73,8 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
               max_new_tokens: int | None = None, config: RunConfig | None = None) -> Judged:
     """Rule and judge-model verdicts for every prediction. `max_new_tokens` replaces each
     request's budget (None: the benchmark's official judge budget); `config` gives the batch
-    loop its row cap, token budget and threads (None: RunConfig's). A judge failure is that
+    loop its row cap, token budget and threads (None, or settings left None: sized to the judge's
+    device). A judge failure is that
     question's judge error (stored in `judge_output` and `judge_details`) and scores it 0, never
     the run's error."""
     n = len(questions)
@@ -114,8 +116,8 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
         replies.update({k: v.generated_text for k, v in cache.get_many([c.key for c in calls]).items()})
     n_cached = sum(1 for c in calls if c.key in replies)
     todo = list({c.key: c for c in calls if c.key not in replies}.values())  # one call per distinct request
-    answered, failed, oom_retries = _answer(judge, benchmark, questions, todo, cache,
-                                            config or RunConfig(model=judge_name, benchmark=benchmark.name))
+    config = size_to_device(config or RunConfig(model=judge_name, benchmark=benchmark.name), judge.device)
+    answered, failed, oom_retries = _answer(judge, benchmark, questions, todo, cache, config)
     replies.update(answered)
     by_question: dict[int, list[_Call]] = {}
     for call in calls:
@@ -168,7 +170,7 @@ def _answer(judge: Any, benchmark: Benchmark, questions: Sequence[Question], cal
     for item, error in too_long(items, judge):
         errors[calls[item.index].key] = f"judge error: {error}"
     items = [item for item in items if calls[item.index].key not in errors]
-    batches = plan_batches(items, config.batch_size or AUTO_BATCH_START, config.token_budget)
+    batches = plan_batches(items, first_rows(config), config.token_budget)
     for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
                              ahead=loop.copy_ahead):
         done = loop.run(prepared)

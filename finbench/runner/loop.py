@@ -45,7 +45,7 @@ class BatchLoop:
         self.throughput = Throughput(timer)
         if not model.capabilities.flop_count:  # "not counted" from the start, also when no batch runs
             self.throughput.flops = None
-        self.max_batch = config.batch_size or AUTO_BATCH_START
+        self.max_batch = first_rows(config)
         self._copy_stream: Any = None  # CUDA: the side stream of copies made one batch ahead
         if dict(config.gen_kwargs).get("temperature"):
             torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
@@ -249,6 +249,11 @@ class BatchLoop:
             return dataclasses.replace(prediction, id=question.id)
         answer = self.benchmark.answer(question, prediction.generated_text, self.config.protocol)
         return dataclasses.replace(prediction, id=question.id, answer=answer)
+
+
+def first_rows(config: RunConfig) -> int:
+    """The row cap a run starts with: its batch size, or AUTO_BATCH_START for "auto"."""
+    return config.batch_size if isinstance(config.batch_size, int) else AUTO_BATCH_START
 
 
 def too_long(items: Sequence[Item], model: Any) -> list[tuple[Item, str]]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from finbench.runner.defaults import AUTO
 from finbench.runner.distributed import World, rank_device
 from finbench.types import PROTOCOLS, Question, RunConfig
 
@@ -53,8 +54,8 @@ def validate(config: RunConfig) -> None:
 
     if config.protocol not in PROTOCOLS:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(PROTOCOLS)}")
-    if config.batch_size is not None and config.batch_size < 1:
-        raise ValueError("--batch-size must be a positive integer or 'auto'")
+    if config.batch_size not in (None, AUTO) and not (isinstance(config.batch_size, int) and config.batch_size >= 1):
+        raise ValueError(f"--batch-size {config.batch_size}: must be a positive integer or 'auto'")
     if config.think_budget < 0:
         raise ValueError(f"--think-budget {config.think_budget}: must be 0 (no reasoning) or a positive token count")
     if config.think_budget > 0 and config.protocol != "constrained":
