@@ -188,8 +188,8 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
         _check_data(name, config)
     if loaded is None:  # the one loader: device map, the rank's device and every loading option
         loaded = load_for_run(next(iter(configs.values())), world_from_env())
-    runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
-            for name, config in configs.items()}
+    runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
+                                validated=True) for name, config in configs.items()}
     if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
         return MultiRunResult(Path(out), runs, {})
     summary = {"model": source, "benchmarks": {name: run_summary(run.results, run.out_dir) for name, run in runs.items()}}

@@ -29,15 +29,18 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
     if model is not None and model.source == source:
         return model
     check_judge_source(source)
-    from finbench.models import family_of, load_model
+    from finbench.models import load_model, read_checkpoint, refusal
 
-    try:  # a vision-language family finbench knows (from config.json's model_type)
-        family_of(source)
-        is_vision_language = True
+    try:  # a vision-language family finbench knows (from config.json's model_type, read once)
+        checkpoint = read_checkpoint(source)
     except ValueError:
-        is_vision_language = False
-    if is_vision_language:
-        return load_model(source, dtype=dtype, device=device)
+        checkpoint = None
+    if checkpoint is not None:  # loaded with no options: only a quantized checkpoint can be refused
+        refused = refusal(checkpoint.capabilities, checkpoint.family.family,
+                          prequantized=checkpoint.declared.label if checkpoint.declared else None)
+        if refused:
+            raise ValueError(f"--judge {source}: {refused}")
+        return load_model(source, dtype=dtype, device=device, checkpoint=checkpoint)
     try:
         from transformers import AutoConfig
 

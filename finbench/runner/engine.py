@@ -44,7 +44,6 @@ from finbench.runner.batching import Item, plan_batches
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.defaults import size_to_device
-from finbench.models.judge import check_judge_source
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
 from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, too_long
@@ -94,11 +93,13 @@ def _stopped(err: CacheWriteError, saved: int, total: int) -> Stopped:
 
 
 def run_benchmark(config: RunConfig, model: Any = None, *, show_progress: bool = True,
-                  console: Any = None, command: str | None = None) -> RunResult:
+                  console: Any = None, command: str | None = None, validated: bool = False) -> RunResult:
     """Run (or resume) one evaluation and write its outputs into `config.out`. `command` is
-    recorded in results.json (default: this process's finbench command line)."""
-    startup.validate(config)
-    check_judge_source(config.judge)
+    recorded in results.json (default: this process's finbench command line). `validated`: the
+    caller has run `startup.validate(config)` already (a multi-benchmark run or a sweep checks
+    every config before the first runs)."""
+    if not validated:
+        startup.validate(config)
     if config.data is not None and Path(config.data).expanduser().exists():
         # results.json records where the data is from anywhere: `finbench report` re-reads the
         # images for its thumbnails, possibly from another working folder

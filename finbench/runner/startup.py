@@ -27,6 +27,7 @@ log = logging.getLogger("finbench")
 GENERATION_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
 DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
 LOADING_OPTIONS = ("revision", "trust_remote_code", "attn_implementation", "chat_template")
+_loading = lambda config: tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)  # noqa: E731
 
 
 def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
@@ -49,6 +50,7 @@ def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
 def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line."""
     from finbench.models.base import resolve_device, resolve_dtype
+    from finbench.models.judge import check_judge_source
     from finbench.models.quant import QUANT_CHOICES, quant_unavailable
     from finbench.runner.studies import check_options
 
@@ -92,6 +94,7 @@ def validate(config: RunConfig) -> None:
         if looks_like_path:  # anything else is taken as a hub id ("owner/name")
             raise ValueError(f"--data {config.data}: no such file or folder")
     check_options(config)  # --permutations, --image-ablation (runner/studies.py)
+    check_judge_source(config.judge)
     check_writable(Path(config.out))
 
 
@@ -121,40 +124,46 @@ def check_writable(out_dir: Path) -> None:
         raise ValueError(f"--out {out_dir}: cannot write there (permission denied on {existing})")
 
 
-def check_family(config: RunConfig, model: Any = None) -> None:
-    """What the model's family does not declare (models/contract.py) is refused here, from
-    config.json alone, before any weights are read. With a loaded `model`, its capabilities."""
-    from finbench.models import family_of, refusal
+def check_family(config: RunConfig, model: Any = None) -> Any:
+    """What the model's family does not declare (models/contract.py) is refused here, once, from
+    config.json alone (read once: the `Checkpoint` record returned, which the loader takes), before
+    any weights are read. With a loaded `model`, its capabilities (and None is returned)."""
+    from finbench.models import read_checkpoint, refusal
     from finbench.models.base import resolve_device
     from finbench.models.quant import quant_refusal
-    from finbench.models.quant_checkpoint import declared_quantization
 
-    declared = None
+    checkpoint = declared = None
     if model is not None:
         capabilities, family = model.capabilities, model.family
     else:
-        cls, model_type = family_of(config.model)
-        capabilities, family = cls.capabilities_for(model_type), cls.family
-        declared = declared_quantization(config.model)
-    sampling = [k for k, _ in config.gen_kwargs if k != "max_new_tokens"]
-    hub = [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map") if getattr(config, k)]
-    refused = refusal(capabilities, family, think_budget=config.think_budget, quant=config.quant,
-                      device_preprocess=config.device_preprocess, max_pixels=config.max_pixels, sampling=sampling,
-                      chat_template=config.chat_template is not None, hub_options=hub,
+        checkpoint = read_checkpoint(config.model)
+        capabilities, family, declared = checkpoint.capabilities, checkpoint.family.family, checkpoint.declared
+    refused = refusal(capabilities, family, **_refusal_options(config),
                       prequantized=declared.label if declared else None)
     if model is None:  # the checkpoint's own format: its package, FP8 where it would be dequantized
         refused = refused or quant_refusal(config.model, config.quant, resolve_device(config.device),
-                                           config.allow_dequantized)
+                                           config.allow_dequantized, declared=declared)
     if refused:
         raise ValueError(refused)
+    return checkpoint
 
 
-def load_for_run(config: RunConfig, world: World | None = None) -> Any:
+def _refusal_options(config: RunConfig) -> dict[str, Any]:
+    """The options of `config` a family may not declare (models/contract.py `refusal`)."""
+    return {"think_budget": config.think_budget, "quant": config.quant, "device_preprocess": config.device_preprocess,
+            "max_pixels": config.max_pixels, "sampling": [k for k, _ in config.gen_kwargs if k != "max_new_tokens"],
+            "chat_template": config.chat_template is not None,
+            "hub_options": [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map")
+                            if getattr(config, k)]}
+
+
+def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any = None) -> Any:
     """The one loader: the model `config` names, with every loading option it holds, on this
-    rank's device (with several ranks, `auto`/`cuda` means the rank's own GPU)."""
+    rank's device (with several ranks, `auto`/`cuda` means the rank's own GPU). `checkpoint`: the
+    record `check_family(config)` returned already (a sweep checks every variant first), or None."""
     from finbench.models import load_model
 
-    check_family(config)
+    checkpoint = checkpoint or check_family(config)
     device = rank_device(config.device, world or World())
     template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
     model = load_model(config.model, dtype=config.dtype, device=device, quant=config.quant,
@@ -162,40 +171,37 @@ def load_for_run(config: RunConfig, world: World | None = None) -> Any:
                        device_preprocess=config.device_preprocess, revision=config.revision,
                        trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
                        chat_template=template, quant_vision=config.quant_vision,
-                       allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths)
-    _LOADED_WITH[model] = _loading_options(config)
+                       allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths, checkpoint=checkpoint)
+    _LOADED_WITH[model] = (_loading(config), _refusal_options(config))
     return model
 
 
 def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
-    """The `--judge` adapter (models/judge.py) on this rank's device, like the run's model; the
-    run's own `model` when it is the same checkpoint; None without --judge, and on every rank but
-    the first (rank 0 gathers the answers and judges them alone)."""
+    """The `--judge` adapter (models/judge.py) on this rank's device (the run's `model` when it is
+    the same checkpoint); None without --judge, and on ranks but 0 (rank 0 judges alone)."""
     from finbench.models.judge import load_judge
 
     world = world or World()
-    if not config.judge or not world.main:
-        return None
-    return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model)
+    return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model) \
+        if config.judge and world.main else None
 
 
-# what load_for_run loaded each model with: a run given that model (the benchmarks of one
-# multi-benchmark run, the variants of a sweep) may name the same loading options again
+# what load_for_run loaded each model with, and the options its family was checked for: a run
+# given that model (the benchmarks of one multi-benchmark run, the variants of a sweep) may name
+# the same loading options again, and is not checked again for the same options
 _LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
-
-
-def _loading_options(config: RunConfig) -> tuple:
-    return tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)
 
 
 def given_model(config: RunConfig, model: Any) -> Any:
     """An already loaded model: loading options cannot apply to it any more, unless finbench's
     loader loaded it with these very options."""
     loading = [name for name in LOADING_OPTIONS if getattr(config, name)]
-    if loading and _LOADED_WITH.get(model) != _loading_options(config):
+    loaded_with, checked = _LOADED_WITH.get(model, (None, None))
+    if loading and loaded_with != _loading(config):
         raise ValueError(f"{', '.join(loading)}: these apply when finbench loads the model; pass the model "
                          "name instead of a loaded model, or load it with them")
-    check_family(config, model)
+    if checked != _refusal_options(config):  # the family's refusal, once per set of options
+        check_family(config, model)
     return model
 
 
