@@ -166,7 +166,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
     elif data is not None and not isinstance(data, (str, Mapping)):
         raise TypeError(f"data={data!r}: expected a path or hub id, a mapping benchmark → source, or a list of "
                         "them as on the command line")
-    source = model if isinstance(model, str) else str(getattr(model, "source", type(model).__name__))
+    source = model if isinstance(model, str) else str(model.source)  # a loaded adapter (models/contract.py)
     loaded = None if isinstance(model, str) else model
     if command is None:  # what results.json records as the command: this call
         arguments = ", ".join([repr(source), repr(benchmark), *(f"{k}={v!r}" for k, v in

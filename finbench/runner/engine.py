@@ -3,10 +3,12 @@
 It knows neither the benchmark nor the model family: a `Benchmark` (benchmarks/base.py) turns
 each question into one request (finbench/requests.py), a model adapter (models/contract.py)
 answers it. Order of work:
-1. start-up (runner/startup.py): check every option, read the data (a bad record becomes that
-   sample's error, unusable data one line), refuse what the model's family does not declare,
-   load the model, then make the run folder, run.log and the cache — a run refused at start-up
-   writes nothing; build each question's request once, with the run's settings, and its cache
+1. start-up (runner/startup.py): check every option (once), size what was left to the device
+   (runner/defaults.py: batch size, token budget, threads; named in `config.sized`), read the
+   data (a bad record becomes that sample's error, unusable data one line), refuse what the
+   model's family does not declare (once, from config.json read once), load the model and the
+   judge on the rank's device, then make the run folder, run.log and the cache — a run refused at
+   start-up writes nothing; build each question's request once, with the run's settings, and its cache
    key from the request (runner/keys.py); the robustness studies add their variants after the
    run's questions (runner/studies.py: options rotated, images ablated), each a request of its own;
 2. take what the cache has; identical requests (FAMMA's grouped official call) are computed
@@ -20,7 +22,8 @@ answers it. Order of work:
    sessions turn by turn, each turn checked against the context, a thinking step first where
    asked), halving and retrying on CUDA out-of-memory, and commit it to the cache (a cache that
    stops taking writes — a full disk, its folder deleted — stops the run: `Stopped`, one line);
-5. judge open answers (the benchmark's rules; a `--judge` model, its replies cached too), score,
+5. judge open answers (the benchmark's rules; a `--judge` model's requests through the same batch
+   loop, its replies cached too; a call failing after its retries scores its question 0), score,
    write samples.parquet (the run's questions only), variants.parquet (the studies' variants),
    results.json, report.html and report.md together (runner/outputs.py; a rerun served entirely
    from the cache keeps the throughput of the run that computed them).

@@ -1,10 +1,10 @@
 """Start-up: every check that can fail a run, before any work and before anything is written.
 
-In order: the options (`validate`); the data; what the model's family declares it can honour
-(`check_family`, from config.json alone: no weights read); then the one loader (`load_for_run`,
-used by `run`, the Python API, multi-benchmark runs and `sweep`); then what only the loaded
-checkpoint can tell (its answer vocabulary, its thinking block). Only then does the run folder
-appear, with run.log holding everything logged since the start (`RunLog`).
+In order, each once: the options (`validate`); the data; what the model's family declares it can
+honour (`check_family`, from config.json read once into the record the loader takes: no weights
+read); the one loader (`load_for_run`, used by `run`, the API, multi-benchmark runs and `sweep`;
+`load_judge_for_run` for --judge); what only the loaded checkpoint can tell (its answer
+vocabulary, its thinking block). Then the run folder, with run.log (`RunLog`) from the start.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ log = logging.getLogger("finbench")
 GENERATION_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
 DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
 LOADING_OPTIONS = ("revision", "trust_remote_code", "attn_implementation", "chat_template")
-_loading = lambda config: tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)  # noqa: E731
 
 
 def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
@@ -125,9 +124,8 @@ def check_writable(out_dir: Path) -> None:
 
 
 def check_family(config: RunConfig, model: Any = None) -> Any:
-    """What the model's family does not declare (models/contract.py) is refused here, once, from
-    config.json alone (read once: the `Checkpoint` record returned, which the loader takes), before
-    any weights are read. With a loaded `model`, its capabilities (and None is returned)."""
+    """What the model's family does not declare (models/contract.py), refused once from config.json
+    read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
     from finbench.models import read_checkpoint, refusal
     from finbench.models.base import resolve_device
     from finbench.models.quant import quant_refusal
@@ -190,6 +188,10 @@ def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any
 # given that model (the benchmarks of one multi-benchmark run, the variants of a sweep) may name
 # the same loading options again, and is not checked again for the same options
 _LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _loading(config: RunConfig) -> tuple:
+    return tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)
 
 
 def given_model(config: RunConfig, model: Any) -> Any:
