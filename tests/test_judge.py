@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from finbench.benchmarks import famma
-from finbench.models.contract import Capabilities
+from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
 from finbench.runner.judge import judge_run
@@ -241,7 +241,8 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "judge")
     tokenizer.save_pretrained(tmp_path / "judge")
     judge = load_judge(str(tmp_path / "judge"), dtype="float32", device="cpu")
-    assert isinstance(judge, TextChatModel)
+    assert isinstance(judge, TextChatModel) and isinstance(judge, ModelAdapter)  # an honest adapter
+    assert judge.capabilities.sees_images is False and judge.max_context() == config.max_position_embeddings
     question = open_question("a", gold="5")
     judged = judge_run(famma.BENCHMARK, [question], {0: Prediction(id="a", answer="5", generated_text="5")}, judge,
                        None, "text", max_new_tokens=4)
@@ -328,3 +329,20 @@ def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
     assert all(p["type"] == "text" for r in judge.requests for p in r.messages[0]["content"])
     assert "text_only" in judged.summary and not judged.summary["sees_images"]
     assert "not shown" in json.loads(judged.columns["judge_details"][0])["text_only"]
+
+
+def test_the_judge_is_loaded_by_the_one_loader_on_the_rank_s_device(monkeypatch):
+    """Under torchrun each rank's model is on its own GPU; the judge is loaded once, by rank 0 (the
+    rank that gathers and judges), on that rank's device — not on `config.device` for all."""
+    from finbench.models import judge as judge_module
+    from finbench.runner import startup
+    from finbench.runner.distributed import World
+
+    loaded = []
+    monkeypatch.setattr(judge_module, "load_judge", lambda source, dtype, device, model: loaded.append(device) or "J")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    config = RunConfig(model="m", benchmark="famma", judge="owner/judge", device="auto")
+    assert startup.load_judge_for_run(config, World(rank=0, size=2, local_rank=3)) == "J" and loaded == ["cuda:3"]
+    assert startup.load_judge_for_run(config, World(rank=1, size=2, local_rank=1)) is None and loaded == ["cuda:3"]
+    assert startup.load_judge_for_run(RunConfig(model="m"), World()) is None  # no --judge
