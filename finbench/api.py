@@ -9,6 +9,8 @@
 
 Every option of `finbench run` is a keyword argument here (the fields of `finbench.types.RunConfig`);
 an already loaded model adapter (`finbench.models.load_model(...)`) can be passed instead of a name.
+`batch_size` (a number or "auto"), `token_budget` and `workers` left out are sized to the device
+at start-up, as for `finbench run` (results.json `config.sized` names them).
 `gen_kwargs` may be a mapping or the command line's string (`"max_new_tokens=64,temperature=0.7"`),
 `data` one source, a mapping benchmark → source, or the command line's list (`["famma=f.json"]`).
 An `out` folder that holds the results of another run (another model, benchmark, data, protocol,

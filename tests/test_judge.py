@@ -132,6 +132,22 @@ def test_a_judge_out_of_memory_at_batch_8_halves_and_answers_every_item():
     assert judge.batches == [2, 2, 2, 2] and len(judge.prompts) == 8
 
 
+def test_a_judge_prompt_longer_than_the_judge_s_context_fails_alone_and_scores_zero():
+    questions = [open_question("short"), open_question("long", gold="word " * 400)]
+    predictions = {0: Prediction(id="short", answer="right", generated_text="right"),
+                   1: Prediction(id="long", answer="right", generated_text="right")}
+
+    class SmallContext(FakeJudge):
+        def max_context(self):
+            return 300  # the short prompt fits (~150 words), the long one (~550) does not
+
+    judge = SmallContext()
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, "small")
+    assert judged.columns["judge_score"] == [1.0, 0.0] and len(judge.prompts) == 1  # never sent
+    assert "exceeds the model's context of 300" in json.loads(judged.columns["judge_details"][1])["error"]
+    assert judged.summary["failed_items"] == ["long"]
+
+
 def _failed_judge_scores(benchmark, questions, predictions):
     """Every judge call raises: the verdicts as judged, and the benchmark's scores of them."""
     from finbench.runner.outputs import samples_table, score
