@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
+from finbench.models.contract import ModelAdapter
 from finbench.requests import Generate
 from finbench.runner.batching import plan_batches
 from finbench.runner.keys import request_payload
@@ -69,14 +70,13 @@ class _Call:
 
 
 def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
-              judge: Any = None, cache: Any = None, judge_name: str = "",
+              judge: ModelAdapter | None = None, cache: Any = None, judge_name: str = "",
               max_new_tokens: int | None = None, config: RunConfig | None = None) -> Judged:
     """Rule and judge-model verdicts for every prediction. `max_new_tokens` replaces each
     request's budget (None: the benchmark's official judge budget); `config` gives the batch
     loop its row cap, token budget and threads (None, or settings left None: sized to the judge's
-    device). A judge failure is that
-    question's judge error (stored in `judge_output` and `judge_details`) and scores it 0, never
-    the run's error."""
+    device). A judge failure is that question's judge error (stored in `judge_output` and
+    `judge_details`) and scores it 0, never the run's error."""
     n = len(questions)
     rule_score, judge_score = [float("nan")] * n, [float("nan")] * n
     outputs: list[str] = [""] * n
@@ -153,7 +153,7 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
     return Judged(_columns(rule_score, judge_score, outputs, details), summary, notes)
 
 
-def _answer(judge: Any, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call], cache: Any,
+def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call], cache: Any,
             config: RunConfig) -> tuple[dict[str, str], dict[str, str], int]:
     """(replies, errors, out-of-memory retries) by call key: the calls answered by the batch loop
     (each one a row, shown its question's images when its prompt names them), each batch's replies
