@@ -9,6 +9,8 @@
 
 Every option of `finbench run` is a keyword argument here (the fields of `finbench.types.RunConfig`);
 an already loaded model adapter (`finbench.models.load_model(...)`) can be passed instead of a name.
+`batch_size` (a number or "auto"), `token_budget` and `workers` left out are sized to the device
+at start-up, as for `finbench run` (results.json `config.sized` names them).
 `gen_kwargs` may be a mapping or the command line's string (`"max_new_tokens=64,temperature=0.7"`),
 `data` one source, a mapping benchmark → source, or the command line's list (`["famma=f.json"]`).
 An `out` folder that holds the results of another run (another model, benchmark, data, protocol,
@@ -65,8 +67,6 @@ def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
         options["image_ablation"] = tuple(options["image_ablation"])
     if "gen_kwargs" in options:
         options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
-    if options.get("batch_size") == "auto":
-        options["batch_size"] = None
     if isinstance(options.get("data"), Path):
         options["data"] = str(options["data"])
     return RunConfig(model=model, benchmark=benchmark, **options)
@@ -168,7 +168,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
     elif data is not None and not isinstance(data, (str, Mapping)):
         raise TypeError(f"data={data!r}: expected a path or hub id, a mapping benchmark → source, or a list of "
                         "them as on the command line")
-    source = model if isinstance(model, str) else model.source  # a loaded ModelAdapter names its source
+    source = model if isinstance(model, str) else str(model.source)  # a loaded adapter (models/contract.py)
     loaded = None if isinstance(model, str) else model
     if command is None:  # what results.json records as the command: this call
         arguments = ", ".join([repr(source), repr(benchmark), *(f"{k}={v!r}" for k, v in
@@ -190,8 +190,8 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any
         _check_data(name, config)
     if loaded is None:  # the one loader: device map, the rank's device and every loading option
         loaded = load_for_run(next(iter(configs.values())), world_from_env())
-    runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
-            for name, config in configs.items()}
+    runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
+                                validated=True) for name, config in configs.items()}
     if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
         return MultiRunResult(Path(out), runs, {})
     summary = {"model": source, "benchmarks": {name: run_summary(run.results, run.out_dir) for name, run in runs.items()}}

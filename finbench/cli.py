@@ -134,20 +134,16 @@ def run(
     import sys
 
     from finbench.api import benchmark_names, data_sources, evaluate
-    from finbench.runner.defaults import run_defaults
     from finbench.runner.startup import parse_gen_kwargs
 
     _configure_output(progress, verbose)
     if batch_size is not None and batch_size != "auto" and not batch_size.isdigit():
         _fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
-    sized = run_defaults(device)  # what is not given, sized to the device (runner/defaults.py)
     try:
         sources = data_sources(data, benchmark_names(benchmark)) if data else None
         options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),
-                       batch_size=sized["batch_size"] if batch_size is None else
-                       None if batch_size == "auto" else int(batch_size),
-                       token_budget=sized["token_budget"] if token_budget is None else token_budget,
-                       workers=sized["workers"] if workers is None else workers,
+                       batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
+                       token_budget=token_budget, workers=workers,  # None: sized at start-up (runner/defaults.py)
                        protocol=protocol, dtype=dtype, device=device, quant=quant,
                        quant_vision=quant_vision, allow_dequantized=allow_dequantized,
                        max_new_tokens=max_new_tokens, numeric_budget=numeric_budget, max_pixels=max_pixels,
@@ -310,7 +306,7 @@ def demo(
     n_items: Optional[int] = typer.Option(None, help="How much synthetic data: FinMME items (72), FAMMA main "
                                           "questions of two sub-questions (12), FinMTM objective items per file (12), "
                                           "MME-Finance open questions per language (8)."),
-    batch_size: int = typer.Option(8, help="Rows per batch."),
+    batch_size: Optional[int] = typer.Option(None, help="Rows per batch (default: sized to the device)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     verbose: bool = typer.Option(False, help="Show every library warning and log line."),
     verbose_tables: bool = typer.Option(False, "--verbose-tables", help="Print every table."),
@@ -473,7 +469,8 @@ def sweep(
     benchmark: str = typer.Option("finmme", help="Benchmark name."),
     data: Optional[str] = typer.Option(None, help="Local data file/folder or hub id."),
     limit: Optional[int] = typer.Option(None, help="Evaluate only the first N questions."),
-    batch_size: str = typer.Option("8", help="Rows per batch, or 'auto' (start at 64, halve on out-of-memory)."),
+    batch_size: Optional[str] = typer.Option(None, help="Rows per batch, or 'auto' (start at 64, halve on "
+                                             "out-of-memory). Default: sized to the device, as in `finbench run`."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
     out: str = typer.Option("runs/sweep", help="Sweep folder: one run folder per variant, a shared cache, "
@@ -492,7 +489,7 @@ def sweep(
     from finbench.types import RunConfig
 
     _configure_output(progress, verbose)
-    if batch_size != "auto" and not batch_size.isdigit():
+    if batch_size is not None and batch_size != "auto" and not batch_size.isdigit():
         _fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
     with _stops_in_one_line(), _one_line_errors():
         model_list = parse_axis(models) or ([model] if model else [])
@@ -503,7 +500,8 @@ def sweep(
         axes = {"model": model_list, "quant": parse_axis(quant), "dtype": parse_axis(dtype),
                 "think_budget": parse_axis(think_budget, int)}
         base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit,
-                         batch_size=None if batch_size == "auto" else int(batch_size), device=device,
+                         batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
+                         device=device,
                          max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
                          quant_vision=quant_vision, allow_dequantized=allow_dequantized, permutations=permutations,
                          image_ablation=tuple(parse_axis(image_ablation)))

@@ -145,57 +145,62 @@ class RecordedModel:
     stop_token_ids = encode = decode = count_image_tokens = prefill_flops = memory_footprint = compile_vision = _missing
 
 
-def _load_or_recorded(config: RunConfig, run_dir: Path) -> Any:
-    """The model (the one loader: runner/startup.py), or its recorded stand-in when the model
-    cannot be loaded but the variant's run folder records an earlier run."""
+def _load_or_recorded(config: RunConfig, run_dir: Path, checkpoint: Any = None) -> Any:
+    """The model (the one loader: runner/startup.py, given the `checkpoint` record its check read),
+    or its recorded stand-in when the model cannot be loaded but the variant's run folder records
+    an earlier run."""
     from finbench.runner.startup import load_for_run
 
     try:
-        return load_for_run(config)
+        return load_for_run(config, checkpoint=checkpoint)
     except ValueError:
         if not (run_dir / "results.json").is_file():
             raise
         return RecordedModel.from_run(config.model, run_dir)
 
 
-def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> None:
+def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> dict[str, Any]:
     """Every variant checked before any of them runs: its options, then what its model's family
     refuses (from config.json alone, no weights: e.g. a thinking budget on a model without a
     thinking block). A model that cannot be found passes when its variant's run folder records an
-    earlier run: it will be served from the cache (`RecordedModel`)."""
-    from finbench.models.judge import check_judge_source
+    earlier run: it will be served from the cache (`RecordedModel`). Returns each checked
+    variant's checkpoint record (runner/startup.py `check_family`), for its load."""
     from finbench.runner.startup import check_family, validate
 
     for _, config in variants:
         validate(config)
-        check_judge_source(config.judge)
+    checked = {}
     for name, config in variants:
         try:
-            check_family(config)
+            checked[name] = check_family(config)
         except ValueError as err:
             if (out / name / "results.json").is_file() and not Path(config.model).expanduser().exists():
                 continue
             raise ValueError(f"variant {name}: {err}") from None
+    return checked
 
 
 def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, *, show_progress: bool = False,
               console: Any = None) -> dict[str, Any]:
     """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
+    from finbench.runner.defaults import size_to_device
+    from finbench.runner.distributed import rank_device, world_from_env
     from finbench.runner.engine import run_benchmark
 
     out = Path(out)
-    variants = plan_variants(base, axes)
-    validate_variants(variants, out)
+    # sized once, before any model loads: every variant runs with the same batch settings
     cache = Path(base.cache) if base.cache else out / "cache.sqlite"
+    variants = [(name, dataclasses.replace(config, out=str(out / name), cache=str(cache)))
+                for name, config in plan_variants(size_to_device(base, rank_device(base.device, world_from_env())), axes)]
+    checked = validate_variants(variants, out)  # once: run_benchmark does not validate them again
     run_dirs = []
     for name, config in variants:
         run_dir = out / name
-        config = dataclasses.replace(config, out=str(run_dir), cache=str(cache))
-        model = _load_or_recorded(config, run_dir)
+        model = _load_or_recorded(config, run_dir, checked.get(name))
         if console is not None:
             console.print(f"[bold]variant {name}[/]" + (" (model missing: served from the cache)"
                                                          if isinstance(model, RecordedModel) else ""))
-        run_benchmark(config, model=model, show_progress=show_progress, console=console)
+        run_benchmark(config, model=model, show_progress=show_progress, console=console, validated=True)
         del model  # one model in memory at a time
         run_dirs.append(run_dir)
     summary = summarize(run_dirs, [n for n, _ in variants], n_bootstrap=base.bootstrap, seed=base.seed,

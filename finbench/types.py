@@ -110,9 +110,10 @@ class RunConfig:
     limit: int | None = None
     domains: tuple[str, ...] = ()
     question_types: tuple[str, ...] = ()
-    batch_size: int | None = 8  # None = auto
-    token_budget: int = 16384  # max total tokens (text + image) per batch
-    workers: int = 2  # preprocessing threads
+    # None: sized to the device at start-up (runner/defaults.py), and then named in `sized`
+    batch_size: int | str | None = None  # rows per batch; "auto": start at 64, halve on out-of-memory
+    token_budget: int | None = None  # max total tokens (text + image) per batch
+    workers: int | None = None  # preprocessing threads
     dtype: str = "auto"
     device: str = "auto"
     device_map: str | None = None  # "auto": split a model larger than one GPU across GPUs (accelerate)
@@ -145,3 +146,4 @@ class RunConfig:
     # robustness studies (runner/studies.py; scored in scoring/robustness.py): more requests, same run
     permutations: int = 0  # circular evaluation: each choice item asked in K rotations of its options (0: off)
     image_ablation: tuple[str, ...] = ()  # the same items with every image blank, noise or none (removed)
+    sized: tuple[str, ...] = ()  # the settings start-up sized to the device (batch_size, token_budget, workers)

@@ -8,37 +8,66 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 
 from finbench.benchmarks import famma
-from finbench.models.contract import Capabilities
+from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
 from finbench.runner.judge import judge_run
-from finbench.types import OPEN, Prediction, Question
+from finbench.types import OPEN, Prediction, Question, RunConfig
 
 
 class FakeJudge:
-    """Replies 'correct' to prompts whose student answer is 'right'; counts its calls."""
+    """A text judge adapter for the batch loop: replies 'correct' to prompts whose student answer
+    is 'right'; records each batch's prompts. `fail_on`: a batch holding that text raises;
+    `oom_above`: a batch of more rows raises CUDA out-of-memory."""
 
     capabilities = Capabilities(sees_images=False)
+    device = torch.device("cpu")
+    source = "fake-judge"
 
-    def __init__(self, fail_on: str | None = None) -> None:
+    def __init__(self, fail_on: str | None = None, oom_above: int | None = None) -> None:
         self.prompts: list[str] = []
-        self.fail_on = fail_on
+        self.batches: list[int] = []
+        self.fail_on, self.oom_above = fail_on, oom_above
 
     def fingerprint(self):
         return {"fake": 1}
 
+    def prompt_text(self, request):
+        return request.messages[0]["content"][-1]["text"]
+
+    def text_token_counts(self, texts):
+        return [len(t.split()) for t in texts]
+
+    def image_token_count(self, width, height):
+        raise ValueError("a text judge takes no images")
+
+    def max_context(self):
+        return None
+
+    def count_image_tokens(self, inputs):
+        return 0
+
+    def prefill_flops(self, inputs):
+        return None
+
     def prepare(self, requests):
-        return [r.messages[0]["content"][-1]["text"] for r in requests]
+        prompts = [self.prompt_text(r) for r in requests]
+        return {"prompts": prompts, "attention_mask": torch.ones(len(prompts), 1)}
 
     def to_device(self, inputs):
         return inputs
 
-    def generate(self, prompts, max_new_tokens):
+    def generate(self, inputs, max_new_tokens):
+        prompts = inputs["prompts"]
+        if self.oom_above is not None and len(prompts) > self.oom_above:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         if self.fail_on and any(self.fail_on in p for p in prompts):
             raise RuntimeError("judge exploded")
         self.prompts.extend(prompts)
+        self.batches.append(len(prompts))
         replies = []
         for p in prompts:
             qid = p.split("'question_id': '")[1].split("'")[0]
@@ -70,15 +99,105 @@ def test_verdicts_are_cached_and_a_changed_answer_is_judged_again(tmp_path):
     cache.close()
 
 
-def test_a_failing_judge_is_a_per_sample_error(tmp_path):
+def test_a_failing_judge_is_a_per_sample_error_scored_zero_and_named(tmp_path):
     questions = [open_question("a"), open_question("b")]
     predictions = {0: Prediction(id="a", answer="right", generated_text="right"),
                    1: Prediction(id="b", answer="boom", generated_text="boom")}
-    judged = judge_run(famma.BENCHMARK, questions, predictions, FakeJudge(fail_on="boom"), None, "fake")
+    cache = PredictionCache(tmp_path / "cache.sqlite")
+    judge = FakeJudge(fail_on="boom")
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
     details = [json.loads(d) if d else {} for d in judged.columns["judge_details"]]
-    # one batch holds both: both fail, both keep the error, neither gets a score
-    assert all("judge exploded" in d.get("error", "") for d in details)
-    assert judged.summary["n_failed"] == 2
+    # the batch of both fails, then each is asked alone: only "b" keeps the error, and scores 0
+    assert "error" not in details[0] and "judge exploded" in details[1]["error"]
+    assert judged.columns["judge_score"] == [1.0, 0.0]
+    assert judged.summary["n_failed"] == 1 and judged.summary["failed_items"] == ["b"]
+    assert judged.summary["n_failed_items"] == 1
+    assert len(judged.notes) == 1 and "scored 0" in judged.notes[0] and "b" in judged.notes[0]
+    again = judge_run(famma.BENCHMARK, questions, predictions, FakeJudge(), cache, "fake")  # the failure is not cached
+    assert again.summary["n_cached"] == 1 and again.summary["n_computed"] == 1 and again.notes == []
+    cache.close()
+
+
+def test_a_judge_out_of_memory_at_batch_8_halves_and_answers_every_item():
+    """The judge's requests run through the one batch loop: a batch of 8 that raises CUDA
+    out-of-memory (above 2 rows) is halved until it fits, and every item is judged."""
+    questions = [open_question(f"q{k}") for k in range(8)]
+    predictions = {k: Prediction(id=f"q{k}", answer="right" if k % 2 else "wrong",
+                                 generated_text="right" if k % 2 else "wrong") for k in range(8)}
+    judge = FakeJudge(oom_above=2)
+    config = RunConfig(model="m", benchmark="famma", batch_size=8, token_budget=10**6, workers=1)
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, "fake", config=config)
+    assert judged.columns["judge_score"] == [float(k % 2) for k in range(8)]
+    assert judged.summary["n_failed"] == 0 and judged.summary["oom_retries"] == 2  # 8 → 4 → 2
+    assert judge.batches == [2, 2, 2, 2] and len(judge.prompts) == 8
+
+
+def test_a_judge_prompt_longer_than_the_judge_s_context_fails_alone_and_scores_zero():
+    questions = [open_question("short"), open_question("long", gold="word " * 400)]
+    predictions = {0: Prediction(id="short", answer="right", generated_text="right"),
+                   1: Prediction(id="long", answer="right", generated_text="right")}
+
+    class SmallContext(FakeJudge):
+        def max_context(self):
+            return 300  # the short prompt fits (~150 words), the long one (~550) does not
+
+    judge = SmallContext()
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, "small")
+    assert judged.columns["judge_score"] == [1.0, 0.0] and len(judge.prompts) == 1  # never sent
+    assert "exceeds the model's context of 300" in json.loads(judged.columns["judge_details"][1])["error"]
+    assert judged.summary["failed_items"] == ["long"]
+
+
+def _failed_judge_scores(benchmark, questions, predictions):
+    """Every judge call raises: the verdicts as judged, and the benchmark's scores of them."""
+    from finbench.runner.outputs import samples_table, score
+
+    class Broken(FakeJudge):
+        def generate(self, inputs, max_new_tokens):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    judged = judge_run(benchmark, questions, dict(enumerate(predictions)), Broken(), None, "broken")
+    samples = samples_table(questions, dict(enumerate(predictions)), [f"k{i}" for i in range(len(questions))])
+    for column, values in judged.columns.items():
+        samples[column] = values
+    return judged, score(samples, benchmark.name, 0, 0)
+
+
+@pytest.mark.parametrize("name", ["famma", "mme-finance", "finmtm"])
+def test_a_judge_call_that_fails_scores_its_item_zero_for_every_judged_benchmark(name, tmp_path):
+    """A judge that runs out of memory even on one row: its items are not dropped from the score
+    (issue 29 item 5): each scores 0, is counted and named."""
+    from finbench.benchmarks import finmtm, mme_finance
+    from finbench.offline import mme_finance_synthetic
+
+    if name == "famma":
+        benchmark, questions = famma.BENCHMARK, [open_question("a"), open_question("b")]
+        predictions = [Prediction(id="a", answer="right", generated_text="right"),
+                       Prediction(id="b", answer="right", generated_text="right")]
+    elif name == "mme-finance":
+        benchmark = mme_finance.BENCHMARK
+        questions = [q for q in mme_finance.load_questions(mme_finance_synthetic.write_folder(tmp_path))
+                     if q.kind == OPEN][:2]
+        predictions = [Prediction(id=q.id, answer=q.gold, generated_text=q.gold) for q in questions]
+    else:
+        from test_finmtm import write_fixtures
+
+        write_fixtures(tmp_path / "data")
+        benchmark = finmtm.BENCHMARK
+        questions = [q for q in finmtm.load_questions(tmp_path / "data") if q.meta.get("task") == "dialogue"]
+        replies = json.dumps(["120", "20%", "15%"])
+        predictions = [Prediction(id=q.id, answer=replies, generated_text=replies) for q in questions]
+    judged, scores = _failed_judge_scores(benchmark, questions, predictions)
+    assert judged.columns["judge_score"] == [0.0] * len(questions)
+    assert judged.summary["failed_items"] == [q.id for q in questions] and len(judged.notes) == 1
+    assert all("out of memory" in json.loads(d)["error"] for d in judged.columns["judge_details"])
+    if name == "famma":
+        assert scores["accuracy"] == 0.0 and scores["n"] == 2
+    elif name == "mme-finance":
+        assert scores["score"] == 0.0 and scores.get("n_unjudged", 0) == 0
+    else:
+        dialogue = scores["dialogue"]
+        assert dialogue["n_scored"] == len(questions) and dialogue["n_unscored"] == 0 and dialogue["score"] == 0.0
 
 
 def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
@@ -138,7 +257,8 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     Qwen2ForCausalLM(config).save_pretrained(tmp_path / "judge")
     tokenizer.save_pretrained(tmp_path / "judge")
     judge = load_judge(str(tmp_path / "judge"), dtype="float32", device="cpu")
-    assert isinstance(judge, TextChatModel)
+    assert isinstance(judge, TextChatModel) and isinstance(judge, ModelAdapter)  # an honest adapter
+    assert judge.capabilities.sees_images is False and judge.max_context() == config.max_position_embeddings
     question = open_question("a", gold="5")
     judged = judge_run(famma.BENCHMARK, [question], {0: Prediction(id="a", answer="5", generated_text="5")}, judge,
                        None, "text", max_new_tokens=4)
@@ -225,3 +345,20 @@ def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
     assert all(p["type"] == "text" for r in judge.requests for p in r.messages[0]["content"])
     assert "text_only" in judged.summary and not judged.summary["sees_images"]
     assert "not shown" in json.loads(judged.columns["judge_details"][0])["text_only"]
+
+
+def test_the_judge_is_loaded_by_the_one_loader_on_the_rank_s_device(monkeypatch):
+    """Under torchrun each rank's model is on its own GPU; the judge is loaded once, by rank 0 (the
+    rank that gathers and judges), on that rank's device — not on `config.device` for all."""
+    from finbench.models import judge as judge_module
+    from finbench.runner import startup
+    from finbench.runner.distributed import World
+
+    loaded = []
+    monkeypatch.setattr(judge_module, "load_judge", lambda source, dtype, device, model: loaded.append(device) or "J")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    config = RunConfig(model="m", benchmark="famma", judge="owner/judge", device="auto")
+    assert startup.load_judge_for_run(config, World(rank=0, size=2, local_rank=3)) == "J" and loaded == ["cuda:3"]
+    assert startup.load_judge_for_run(config, World(rank=1, size=2, local_rank=1)) is None and loaded == ["cuda:3"]
+    assert startup.load_judge_for_run(RunConfig(model="m"), World()) is None  # no --judge

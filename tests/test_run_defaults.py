@@ -5,6 +5,7 @@ function (runner/defaults.py `sized_defaults`) that both call."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import types
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from finbench.cli import app
-from finbench.runner.defaults import run_defaults, sized_defaults
+from finbench.runner.defaults import run_defaults, size_to_device, sized_defaults
 
 GIB = 2**30
 
@@ -40,18 +41,41 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
 
 
+class Sized(Exception):
+    """Raised by the recorder once a run's settings are sized: nothing else runs."""
+
+
+def _sized_config(monkeypatch, call):
+    """The config `call()` sizes at start-up (runner/defaults.py `size_to_device`, wherever it is
+    called from); the run stops right there."""
+    from finbench.runner import defaults, engine
+
+    seen = []
+
+    def recorder(config, device):
+        seen.append(size_to_device(config, device))
+        raise Sized()
+
+    monkeypatch.setattr(defaults, "size_to_device", recorder)
+    monkeypatch.setattr(engine, "size_to_device", recorder)
+    try:
+        call()
+    except Sized:
+        pass
+    assert len(seen) == 1, "the settings were not sized at start-up"
+    return seen[0]
+
+
+def _settings(config):
+    return {k: getattr(config, k) for k in ("batch_size", "token_budget", "workers")}
+
+
 def _cli_options(monkeypatch, *args):
-    """The options `finbench run ARGS` hands to `evaluate` (which is replaced: nothing runs)."""
-    captured = {}
-
-    def evaluate(model, benchmark, **options):
-        captured.update(options)
-        raise ValueError("captured")
-
-    monkeypatch.setattr("finbench.api.evaluate", evaluate)
-    done = CliRunner().invoke(app, ["run", "--model", "m", "--no-progress", *args])
-    assert done.exit_code == 2 and "captured" in done.output, done.output
-    return {k: captured[k] for k in ("batch_size", "token_budget", "workers")}
+    """The settings `finbench run ARGS` runs with (stopped once they are sized: nothing runs)."""
+    def call():
+        done = CliRunner().invoke(app, ["run", "--model", "m", "--no-progress", *args])
+        raise done.exception
+    return _settings(_sized_config(monkeypatch, call))
 
 
 def _gpu_check():
@@ -65,7 +89,8 @@ def _gpu_check():
 def test_finbench_run_on_cuda_picks_what_gpu_check_measures(fake_cuda, monkeypatch):
     gpu_check = _gpu_check()
     measured = gpu_check.run_settings(gpu_check.parse_args([]))
-    assert _cli_options(monkeypatch) == measured == {"batch_size": None, "token_budget": 98304, "workers": 8}
+    assert measured == {"batch_size": None, "token_budget": 98304, "workers": 8}  # None: auto, in the check
+    assert _cli_options(monkeypatch) == {**measured, "batch_size": "auto"}
     assert run_defaults("cuda") == run_defaults("auto") == measured
     # what is given is kept, in the CLI and in the check alike
     given = ["--batch-size", "16", "--token-budget", "4096", "--workers", "3"]
@@ -77,6 +102,53 @@ def test_finbench_run_on_cuda_picks_what_gpu_check_measures(fake_cuda, monkeypat
 def test_finbench_run_on_the_cpu_keeps_the_old_defaults(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert _cli_options(monkeypatch) == {"batch_size": 8, "token_budget": 16384, "workers": 2}
-    assert _cli_options(monkeypatch, "--batch-size", "auto")["batch_size"] is None
+    assert _cli_options(monkeypatch, "--batch-size", "auto")["batch_size"] == "auto"
     # broken: a device that is not there sizes nothing (start-up then refuses it in one line)
     assert run_defaults("cuda:7") == sized_defaults("cpu")
+
+
+H200 = {"batch_size": "auto", "token_budget": 98304, "workers": 8}
+SIZED = ["batch_size", "token_budget", "workers"]
+
+
+def test_every_entry_point_sizes_its_settings_to_the_simulated_gpu(fake_cuda, monkeypatch, tiny_qwen_dir,
+                                                                  synthetic_parquet, tmp_path):
+    """`finbench run`, `finbench sweep`, `finbench.evaluate` and `finbench demo` leave what is not
+    given to start-up, which sizes it to the device: the same values through each, named in
+    `sized`; a given setting is kept and not named."""
+    import finbench
+    from finbench.sweep import run_sweep
+    from finbench.types import RunConfig
+
+    def cli(*args):
+        def call():
+            raise CliRunner().invoke(app, list(args)).exception
+        return _sized_config(monkeypatch, call)
+
+    run = cli("run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--out", str(tmp_path / "r"),
+              "--no-progress")
+    evaluate = _sized_config(monkeypatch, lambda: finbench.evaluate(str(tiny_qwen_dir), "finmme",
+                                                                    data=str(synthetic_parquet), out=tmp_path / "e"))
+    sweep_cli = cli("sweep", "--model", str(tiny_qwen_dir), "--quant", "none,8bit", "--data", str(synthetic_parquet),
+                    "--out", str(tmp_path / "s"), "--no-progress")
+    sweep = _sized_config(monkeypatch, lambda: run_sweep(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet)),
+                                                         {"dtype": ["float32", "bfloat16"]}, tmp_path / "s2"))
+    for config in (run, evaluate, sweep_cli, sweep):
+        assert _settings(config) == H200 and list(config.sized) == SIZED
+    given = _sized_config(monkeypatch, lambda: finbench.evaluate(str(tiny_qwen_dir), "finmme", data=str(synthetic_parquet),
+                                                                 out=tmp_path / "g", batch_size=4, workers=3))
+    assert _settings(given) == {"batch_size": 4, "token_budget": 98304, "workers": 3} and given.sized == ("token_budget",)
+    # the demo runs on the CPU whatever the machine has: sized to the CPU, the same three named
+    monkeypatch.setenv("FINBENCH_HOME", str(tmp_path / "home"))
+    demo = cli("demo", "--out", str(tmp_path / "d"), "--no-progress", "--n-items", "8")
+    assert _settings(demo) == sized_defaults("cpu") and list(demo.sized) == SIZED
+
+
+def test_results_json_names_what_was_sized(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    import finbench
+
+    results, _ = finbench.evaluate(tiny_model, "finmme", data=str(synthetic_parquet), out=tmp_path / "run", limit=2,
+                                   device="cpu", dtype="float32", bootstrap=0, workers=1)
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())["config"]
+    assert saved["sized"] == ["batch_size", "token_budget"] == list(results["config"]["sized"])
+    assert (saved["batch_size"], saved["token_budget"], saved["workers"]) == (8, 16384, 1)

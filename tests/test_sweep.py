@@ -137,7 +137,8 @@ def test_sweep_takes_batch_size_auto_and_no_progress_means_no_bars(tmp_path, tin
     assert "Loading weights" not in done.output and "it/s" not in done.output  # no loading bars either
     for variant in ("dtype-float32", "dtype-bfloat16"):
         results = json.loads((out / variant / "results.json").read_text())
-        assert results["config"]["batch_size"] is None  # auto
+        assert results["config"]["batch_size"] == "auto"
+        assert results["config"]["sized"] == ["token_budget", "workers"]  # given ones are not sized
         assert results["throughput"]["final_max_batch"] == 64  # auto starts at 64 (nothing ran out of memory)
 
 

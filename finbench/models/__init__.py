@@ -1,10 +1,14 @@
-"""Model families: one file each. `load_model` reads the checkpoint's config, picks the family
-adapter by `model_type`, refuses what the family does not declare (models/contract.py), and
-loads it; unknown architectures fail at start-up with one line."""
+"""Model families: one file each. `read_checkpoint` reads a checkpoint's config.json once into a
+`Checkpoint` record (its family adapter by `model_type`, its own quantization); the start-up
+checks (runner/startup.py) and `load_model` share that record. `load_model` refuses what the
+family does not declare (models/contract.py) unless start-up did, and loads it; unknown
+architectures fail at start-up with one line."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import Any
 
 from safetensors import SafetensorError
 
@@ -17,7 +21,8 @@ from finbench.models.qwen3_5 import Qwen35
 from finbench.models.qwen3_vl import Qwen3VL
 from finbench.models.qwen3_vl_moe import Qwen3VLMoe
 
-__all__ = ["FAMILIES", "Capabilities", "ModelAdapter", "family_for", "family_of", "load_model", "refusal"]
+__all__ = ["FAMILIES", "Capabilities", "Checkpoint", "ModelAdapter", "family_for", "family_of", "load_model",
+           "read_checkpoint", "refusal"]
 
 FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, Qwen3VL, InternVL, Qwen3VLMoe, Qwen35, DeepSeekVL2)
 
@@ -30,50 +35,79 @@ def family_for(model_type: str) -> type[HFVisionLanguageModel]:
     raise ValueError(f"model_type {model_type!r} is not supported yet (supported: {known})")
 
 
-def family_of(source: str) -> tuple[type[HFVisionLanguageModel], str]:
-    """(family class, model_type) of a hub id or local folder, from its config.json alone (no
-    weights read); unknown architectures and missing models are one ValueError line."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """What config.json says of a checkpoint, read once per load (`read_checkpoint`): its family
+    adapter, its `model_type` and its own quantization (None: unquantized)."""
+
+    source: str
+    family: type[HFVisionLanguageModel]
+    model_type: str
+    declared: Any = None  # models/quant_checkpoint.py CheckpointQuant
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.family.capabilities_for(self.model_type)
+
+
+def read_checkpoint(source: str) -> Checkpoint:
+    """The record of a hub id or local folder, from its config.json alone (no weights read; a hub
+    id without a cached config.json asks AutoConfig, offline); unknown architectures and missing
+    models are one ValueError line."""
     from pathlib import Path
 
     from transformers import AutoConfig
+
+    from finbench.models.quant_checkpoint import described_quantization, read_config_json
 
     if not Path(source).exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
         raise ValueError(f"cannot load model {source!r}: no such folder (and not a hub id of the form owner/name)")
     # config.json's own model_type first: families outside transformers (deepseek_vl_v2) are
     # unknown to AutoConfig.
-    model_type = _declared_model_type(source)
+    config = read_config_json(source)
+    model_type = (config or {}).get("model_type")
     if model_type is None:
         try:
             model_type = AutoConfig.from_pretrained(source).model_type
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
                              f"a hub id available offline ({str(err).splitlines()[0]})") from None
-    return family_for(model_type), model_type
+    return Checkpoint(source, family_for(model_type), model_type, described_quantization(config))
+
+
+def family_of(source: str) -> tuple[type[HFVisionLanguageModel], str]:
+    """(family class, model_type) of a hub id or local folder (`read_checkpoint`)."""
+    checkpoint = read_checkpoint(source)
+    return checkpoint.family, checkpoint.model_type
 
 
 def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
                max_pixels: int | None = None, device_preprocess: bool = False, revision: str | None = None,
                trust_remote_code: bool = False, attn_implementation: str | None = None,
                chat_template: str | None = None, device_map: str | None = None, quant_vision: bool = False,
-               allow_dequantized: bool = False, fast_paths: bool = True) -> HFVisionLanguageModel:
+               allow_dequantized: bool = False, fast_paths: bool = True,
+               checkpoint: Checkpoint | None = None) -> HFVisionLanguageModel:
     """Load a model from a hub id or a local folder through the transformers Auto classes.
     `chat_template` is the text of a Jinja template that replaces the checkpoint's. An option the
     family does not declare (models/contract.py) is refused before any weights are read; so is a
     quantization that cannot run here (models/quant.py), and a checkpoint shipped quantized runs
     in its own format (models/quant_checkpoint.py). `fast_paths=False` runs the reference paths
-    where the exact CUDA fast paths would run (models/fast_paths.py)."""
-    from finbench.models.quant_checkpoint import declared_quantization
-
-    family, model_type = family_of(source)
-    declared = declared_quantization(source)
+    where the exact CUDA fast paths would run (models/fast_paths.py). `checkpoint`: the record
+    start-up read and checked (runner/startup.py `check_family`): config.json is not read again
+    and the family's refusal not repeated; without it both happen here."""
     hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
-    refused = refusal(family.capabilities_for(model_type), family.family, quant=quant,
-                      device_preprocess=device_preprocess, max_pixels=max_pixels, chat_template=chat_template is not None,
-                      hub_options=[f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map")
-                                   if k in hub], prequantized=declared.label if declared else None)
-    if refused:
-        raise ValueError(refused)
+    if checkpoint is None:
+        checkpoint = read_checkpoint(source)
+        refused = refusal(checkpoint.capabilities, checkpoint.family.family, quant=quant,
+                          device_preprocess=device_preprocess, max_pixels=max_pixels,
+                          chat_template=chat_template is not None,
+                          hub_options=[f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation",
+                                                                            "device_map") if k in hub],
+                          prequantized=checkpoint.declared.label if checkpoint.declared else None)
+        if refused:
+            raise ValueError(refused)
+    family, declared = checkpoint.family, checkpoint.declared
     options = {"device_preprocess": True} if device_preprocess else {}
     if not fast_paths:
         from finbench.models.fast_paths import FastPaths
@@ -83,7 +117,8 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     options.update({k: True for k, v in (("quant_vision", quant_vision), ("allow_dequantized", allow_dequantized))
                     if v and (quant != "none" or declared is not None)})
     try:
-        model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, **hub, **options)
+        model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, declared=declared,
+                            **hub, **options)
     except (OSError, AttributeError, KeyError, SafetensorError, ImportError) as err:
         # a folder with missing or damaged files (weights, processor, tokenizer), or an option whose
         # package is missing (flash_attention_2 without flash-attn), fails deep inside transformers;
@@ -97,24 +132,3 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     if chat_template is not None:
         model.use_chat_template(chat_template)
     return model
-
-
-def _declared_model_type(source: str) -> str | None:
-    """`model_type` from a local folder's config.json, or from a hub id's cached config.json
-    (offline, never a download); None when neither is at hand."""
-    import json
-    from pathlib import Path
-
-    path = Path(source) / "config.json"
-    if not path.is_file() and not Path(source).exists():
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(source, "config.json")
-            path = Path(cached) if isinstance(cached, str) else path
-        except Exception:  # a malformed id: AutoConfig reports it
-            return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError):
-        return None

@@ -291,8 +291,9 @@ class DeepSeekVL2(HFVisionLanguageModel):
     @classmethod
     def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
              max_pixels: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
-             attn_implementation: str | None = None, device_map: str | None = None,
+             attn_implementation: str | None = None, device_map: str | None = None, declared: Any = None,
              **options: Any) -> "DeepSeekVL2":
+        # `declared` (a checkpoint's own quantization) is refused for this family at start-up
         from transformers import PreTrainedTokenizerFast
 
         folder = resolve_folder(source)

@@ -1,16 +1,17 @@
-"""The `--judge` model: any local chat model that judges open answers. A vision-language checkpoint
-of any supported family (DeepSeek-VL2 included) is loaded through its family adapter
-(`load_model`) and is shown the images the benchmark's judge requests name; a text-only causal LM
-through `TextChatModel`, which offers the part of the model contract the judge uses (`prepare`,
-`to_device`, `generate`, `fingerprint`) and declares that it sees no images."""
+"""The `--judge` model: any local chat model that judges open answers, as a model adapter
+(models/contract.py) like any other, answered through the one batch loop (runner/judge.py). A
+vision-language checkpoint of any supported family (DeepSeek-VL2 included) is loaded through its
+family adapter (`load_model`) and is shown the images the benchmark's judge requests name; a
+text-only causal LM is a `TextChatModel`: the generic adapter over `AutoTokenizer` +
+`AutoModelForCausalLM`, whose capabilities declare that it sees no images (it is shown the text)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from finbench.models.base import HFVisionLanguageModel, resolve_device, resolve_dtype, weights_digest
 from finbench.models.contract import Capabilities
-from finbench.types import ModelRequest
 
 
 def check_judge_source(source: str | None) -> None:
@@ -23,19 +24,23 @@ def check_judge_source(source: str | None) -> None:
 
 
 def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: Any = None) -> Any:
-    """The judge model, or a ValueError with one line. `model` is reused when it is the same checkpoint."""
-    if model is not None and getattr(model, "source", None) == source:
+    """The judge adapter on `device`, or a ValueError with one line. `model` (the run's adapter) is
+    reused when it is the same checkpoint."""
+    if model is not None and model.source == source:
         return model
     check_judge_source(source)
-    from finbench.models import family_of, load_model
+    from finbench.models import load_model, read_checkpoint, refusal
 
-    try:  # a vision-language family finbench knows (from config.json's model_type)
-        family_of(source)
-        is_vision_language = True
+    try:  # a vision-language family finbench knows (from config.json's model_type, read once)
+        checkpoint = read_checkpoint(source)
     except ValueError:
-        is_vision_language = False
-    if is_vision_language:
-        return load_model(source, dtype=dtype, device=device)
+        checkpoint = None
+    if checkpoint is not None:  # loaded with no options: only a quantized checkpoint can be refused
+        refused = refusal(checkpoint.capabilities, checkpoint.family.family,
+                          prequantized=checkpoint.declared.label if checkpoint.declared else None)
+        if refused:
+            raise ValueError(f"--judge {source}: {refused}")
+        return load_model(source, dtype=dtype, device=device, checkpoint=checkpoint)
     try:
         from transformers import AutoConfig
 
@@ -46,52 +51,52 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
     return TextChatModel.load(source, dtype=dtype, device=device)
 
 
-class TextChatModel:
-    """A text-only causal LM with the same three methods the judge uses from a model adapter:
-    `prepare(requests)`, `to_device(inputs)`, `generate(inputs, max_new_tokens)`, `fingerprint()`."""
+class TextChatModel(HFVisionLanguageModel):
+    """A text-only causal LM. Differs from the generic adapter in what it is made of (a tokenizer
+    in place of a processor, `AutoModelForCausalLM`) and in taking no images: its chat template
+    gets each message's text parts joined, and its capabilities say `sees_images=False`, so the
+    judge strips the image parts of its requests and labels its verdicts. No fast path, FLOP
+    count, thinking block, pixel budget or on-the-fly quantization is declared."""
 
-    capabilities = Capabilities(sees_images=False, quantization=("none",))
+    family = "text"
+    capabilities = Capabilities(sees_images=False, quantization=("none",), sampling=True, hub_options=False)
+    supports: frozenset[str] = frozenset()
 
     def __init__(self, model: Any, tokenizer: Any, source: str) -> None:
-        self.model, self.tokenizer, self.source = model.eval(), tokenizer, source
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.device = next(model.parameters()).device
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        super().__init__(model, tokenizer, source, tokenizer=tokenizer)
 
     @classmethod
-    def load(cls, source: str, dtype: str = "auto", device: str = "auto") -> "TextChatModel":
+    def load(cls, source: str, *, dtype: str = "auto", device: str = "auto", **options: Any) -> "TextChatModel":
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from finbench.models.base import resolve_device, resolve_dtype
 
         target = resolve_device(device)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=resolve_dtype(dtype, target)).to(target)
         return cls(model, AutoTokenizer.from_pretrained(source), source)
 
-    def prepare(self, requests: Sequence[ModelRequest]) -> Any:
-        texts = [self.tokenizer.apply_chat_template([_text_message(m) for m in r.messages], tokenize=False,
-                                                    add_generation_prompt=True) for r in requests]
-        return self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    def _render(self, messages: Sequence[Any], **template_options: Any) -> str:
+        return self.tokenizer.apply_chat_template([_text_message(m) for m in messages], tokenize=False,
+                                                  add_generation_prompt=True, **template_options)
 
-    def to_device(self, inputs: Any) -> Any:
-        return {k: v.to(self.device) for k, v in inputs.items()}
+    def prepare(self, requests: Sequence[Any]) -> Any:
+        """Tokenizer output for a batch, on the CPU, left-padded (a request's images are refused:
+        the judge removes them for a model that does not see them)."""
+        if any(r.images for r in requests):
+            raise ValueError(f"{self.source}: a text-only model is shown no images")
+        texts = [self.prompt_text(r) for r in requests]
+        return dict(self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False))
 
-    def generate(self, inputs: Any, max_new_tokens: int) -> tuple[list[str], list[int]]:
-        import torch
+    def image_token_count(self, width: int, height: int) -> int:
+        raise ValueError(f"{self.source}: a text-only model takes no images")
 
-        with torch.inference_mode():
-            output = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
-                                         pad_token_id=self.tokenizer.pad_token_id)
-        new = output[:, inputs["input_ids"].shape[1]:]
-        counts = [int((row != self.tokenizer.pad_token_id).sum()) for row in new]
-        return self.tokenizer.batch_decode(new, skip_special_tokens=True), counts
+    def count_image_tokens(self, inputs: Any) -> int:
+        return 0  # it is never given any
 
-    def fingerprint(self) -> dict[str, Any]:
-        from finbench.models.base import weights_digest
-
+    def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]:
+        # the judge's cache keys since text judges exist: kept, so that cached verdicts stay valid
         return {"source": self.source, "model_type": self.model.config.model_type,
-                "weights": weights_digest(self.source), "dtype": str(self.model.dtype)}
+                "weights": weights_digest(self.source, file_digest), "dtype": str(self.model.dtype)}
 
 
 def _text_message(message: Any) -> dict[str, Any]:

@@ -43,18 +43,19 @@ def attention_implementation(device: torch.device) -> str:
 def load_auto(cls: Any, source: str, *, dtype: str = "auto", device: str = "auto", quant: str = "none",
          max_pixels: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
          attn_implementation: str | None = None, device_map: str | None = None,
-         quant_vision: bool = False, allow_dequantized: bool = False,
+         quant_vision: bool = False, allow_dequantized: bool = False, declared: Any = ...,
          **options: Any) -> Any:
     """Load through the Auto classes; `options` are family-specific adapter settings.
     `trust_remote_code` stays off unless asked: a checkpoint's own Python never runs silently.
-    Quantization (`--quant`, or the checkpoint's own format) follows models/quant.py's plan."""
+    Quantization (`--quant`, or the checkpoint's own format `declared` in config.json, as read
+    at start-up) follows models/quant.py's plan."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from finbench.models.quant import plan_quantization
 
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)
-    plan = plan_quantization(source, quant, target, torch_dtype, quant_vision, allow_dequantized)
+    plan = plan_quantization(source, quant, target, torch_dtype, quant_vision, allow_dequantized, declared)
     attn = attn_implementation or attention_implementation(target)
     hub = {"revision": revision, "trust_remote_code": trust_remote_code}
     processor = AutoProcessor.from_pretrained(source, **hub)

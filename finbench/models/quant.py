@@ -421,15 +421,16 @@ def _decompress_compressed_tensors(model: torch.nn.Module) -> str:
 
 
 def plan_quantization(source: str, quant: str, device: torch.device, dtype: torch.dtype | None = None,
-                      quant_vision: bool = False, allow_dequantized: bool = False) -> QuantPlan:
+                      quant_vision: bool = False, allow_dequantized: bool = False, declared: Any = ...) -> QuantPlan:
     """The plan of a load, or one ValueError line when it cannot be honoured here (checked before
-    any weights are read)."""
+    any weights are read). `declared`: the checkpoint's own quantization as start-up read it from
+    config.json (models/quant_checkpoint.py; `...`: read it here)."""
     import finbench.models.quant_checkpoint as quant_checkpoint
 
-    refused = quant_refusal(source, quant, device, allow_dequantized)
+    checkpoint = quant_checkpoint.declared_quantization(source) if declared is ... else declared
+    refused = quant_refusal(source, quant, device, allow_dequantized, declared=checkpoint)
     if refused:
         raise ValueError(refused)
-    checkpoint = quant_checkpoint.declared_quantization(source)
     if checkpoint is not None:
         return QuantPlan(quant, checkpoint, quant_checkpoint.load_kwargs(checkpoint, source, device),
                          dequantized=quant_checkpoint.dequantizes_here(checkpoint, device))
@@ -439,11 +440,13 @@ def plan_quantization(source: str, quant: str, device: torch.device, dtype: torc
     return QuantPlan(quant, None, load_kwargs(quant, device, quant_vision), quant_vision=quant_vision)
 
 
-def quant_refusal(source: str, quant: str, device: torch.device, allow_dequantized: bool = False) -> str | None:
-    """Why this (model, --quant, device) cannot load as asked, in one line, from config.json alone."""
+def quant_refusal(source: str, quant: str, device: torch.device, allow_dequantized: bool = False,
+                  declared: Any = ...) -> str | None:
+    """Why this (model, --quant, device) cannot load as asked, in one line, from config.json alone
+    (`declared` as read already, or `...`: read it here)."""
     import finbench.models.quant_checkpoint as quant_checkpoint
 
-    checkpoint = quant_checkpoint.declared_quantization(source)
+    checkpoint = quant_checkpoint.declared_quantization(source) if declared is ... else declared
     if checkpoint is not None:
         if quant != "none":
             return (f"--quant {quant}: {source} is already quantized ({checkpoint.label}, its config.json's "

@@ -59,11 +59,12 @@ class CheckpointQuant:
         return (int(size[0]), int(size[1])) if self.fp8 and size else None
 
 
-def declared_quantization(source: str) -> CheckpointQuant | None:
-    """The `quantization_config` of a local folder's config.json (or a hub id's cached one,
-    offline), described; None for an unquantized checkpoint."""
+def read_config_json(source: str) -> dict[str, Any] | None:
+    """config.json of a local folder, or of a hub id in the local Hugging Face cache (offline, never
+    a download), as a dict; None when neither is at hand or it is not a JSON object. The one reader
+    of a checkpoint's config.json (models/__init__.py `read_checkpoint` reads it once per load)."""
     path = Path(source) / "config.json"
-    if not path.is_file():
+    if not path.is_file() and not Path(source).exists():
         try:
             from huggingface_hub import try_to_load_from_cache
 
@@ -74,9 +75,21 @@ def declared_quantization(source: str) -> CheckpointQuant | None:
             return None
         path = Path(cached)
     try:
-        config = json.loads(path.read_text(encoding="utf-8")).get("quantization_config")
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return config if isinstance(config, dict) else None
+
+
+def declared_quantization(source: str) -> CheckpointQuant | None:
+    """The `quantization_config` of a local folder's config.json (or a hub id's cached one,
+    offline), described; None for an unquantized checkpoint."""
+    return described_quantization(read_config_json(source))
+
+
+def described_quantization(config_json: dict[str, Any] | None) -> CheckpointQuant | None:
+    """A config.json's `quantization_config`, described; None for an unquantized checkpoint."""
+    config = (config_json or {}).get("quantization_config")
     if not isinstance(config, dict) or not config:
         return None
     method = str(config.get("quant_method", "unknown")).lower()

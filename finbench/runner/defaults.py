@@ -1,14 +1,19 @@
-"""`finbench run`'s batch size, token budget and preprocessing threads when the user gives none:
-on the CPU the long-standing defaults, on CUDA what the GPU check measured, sized to the GPU's
-memory and the machine's cores. One function for the CLI and scripts/gpu_check.py, so the figure
-the README quotes is the run a user gets."""
+"""The batch size, token budget and preprocessing threads of a run that gives none (`None` in
+RunConfig): on the CPU the long-standing defaults, on CUDA what the GPU check measured, sized to
+the GPU's memory and the machine's cores. Sized once, at start-up, where the device is known
+(`size_to_device`: `finbench run`, `sweep`, `demo` and `finbench.evaluate` alike), and named in
+the config's `sized` (results.json `config.sized`). One function for the runs and
+scripts/gpu_check.py, so the figure the README quotes is the run a user gets."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 import torch
+
+from finbench.types import RunConfig
 
 # What the H200 check ran (benchmarks/results/gpu_check_h200.json): batch auto (64, halved on
 # out-of-memory), 98,304 tokens per batch on ~140 GiB and 8 preprocessing threads on 16 CPU cores.
@@ -16,6 +21,8 @@ CPU_DEFAULTS = {"batch_size": 8, "token_budget": 16384, "workers": 2}
 TOKENS_PER_GIB = 768  # token budget per GiB of GPU memory: 98,304 on 128 GiB and more
 MEASURED_TOKEN_BUDGET = 98_304  # the largest budget measured; larger GPUs are not extrapolated to
 MAX_WORKERS = 8  # the largest worker count measured
+SIZED = ("batch_size", "token_budget", "workers")  # the settings a run may leave to the device
+AUTO = "auto"  # --batch-size auto: start at 64 rows, halve on out-of-memory (runner/loop.py)
 
 
 def sized_defaults(device_type: str, gpu_memory_bytes: int | None = None, cpu_count: int | None = None) -> dict[str, Any]:
@@ -46,3 +53,15 @@ def run_defaults(device: str) -> dict[str, Any]:
     affinity = getattr(os, "sched_getaffinity", None)  # the cores this process may use (Linux)
     cpus = len(affinity(0)) if affinity else os.cpu_count()
     return sized_defaults("cuda", memory, cpus)
+
+
+def size_to_device(config: RunConfig, device: str | torch.device) -> RunConfig:
+    """`config` with each of its SIZED settings left None sized to `device` (a CUDA GPU: batch
+    auto, its memory's token budget, the machine's threads), and those named in `sized`; given
+    settings are kept and not named. A config sized already is returned as it is."""
+    missing = [name for name in SIZED if getattr(config, name) is None]
+    if not missing:
+        return config
+    figures = run_defaults(str(device))
+    values = {name: AUTO if name == "batch_size" and figures[name] is None else figures[name] for name in missing}
+    return dataclasses.replace(config, **values, sized=tuple(n for n in SIZED if n in missing or n in config.sized))

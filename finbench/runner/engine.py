@@ -3,10 +3,12 @@
 It knows neither the benchmark nor the model family: a `Benchmark` (benchmarks/base.py) turns
 each question into one request (finbench/requests.py), a model adapter (models/contract.py)
 answers it. Order of work:
-1. start-up (runner/startup.py): check every option, read the data (a bad record becomes that
-   sample's error, unusable data one line), refuse what the model's family does not declare,
-   load the model, then make the run folder, run.log and the cache — a run refused at start-up
-   writes nothing; build each question's request once, with the run's settings, and its cache
+1. start-up (runner/startup.py): check every option (once), size what was left to the device
+   (runner/defaults.py: batch size, token budget, threads; named in `config.sized`), read the
+   data (a bad record becomes that sample's error, unusable data one line), refuse what the
+   model's family does not declare (once, from config.json read once), load the model and the
+   judge on the rank's device, then make the run folder, run.log and the cache — a run refused at
+   start-up writes nothing; build each question's request once, with the run's settings, and its cache
    key from the request (runner/keys.py); the robustness studies add their variants after the
    run's questions (runner/studies.py: options rotated, images ablated), each a request of its own;
 2. take what the cache has; identical requests (FAMMA's grouped official call) are computed
@@ -20,7 +22,8 @@ answers it. Order of work:
    sessions turn by turn, each turn checked against the context, a thinking step first where
    asked), halving and retrying on CUDA out-of-memory, and commit it to the cache (a cache that
    stops taking writes — a full disk, its folder deleted — stops the run: `Stopped`, one line);
-5. judge open answers (the benchmark's rules; a `--judge` model, its replies cached too), score,
+5. judge open answers (the benchmark's rules; a `--judge` model's requests through the same batch
+   loop, its replies cached too; a call failing after its retries scores its question 0), score,
    write samples.parquet (the run's questions only), variants.parquet (the studies' variants),
    results.json, report.html and report.md together (runner/outputs.py; a rerun served entirely
    from the cache keeps the throughput of the run that computed them).
@@ -44,10 +47,10 @@ from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import Item, plan_batches
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
-from finbench.models.judge import check_judge_source, load_judge
+from finbench.runner.defaults import size_to_device
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
-from finbench.runner.loop import AUTO_BATCH_START, BatchInterrupted, BatchLoop
+from finbench.runner.loop import AUTO_BATCH_START, BatchInterrupted, BatchLoop, first_rows, too_long
 from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
@@ -94,16 +97,20 @@ def _stopped(err: CacheWriteError, saved: int, total: int) -> Stopped:
 
 
 def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_progress: bool = True,
-                  console: Any = None, command: str | None = None) -> RunResult:
+                  console: Any = None, command: str | None = None, validated: bool = False) -> RunResult:
     """Run (or resume) one evaluation and write its outputs into `config.out`. `command` is
-    recorded in results.json (default: this process's finbench command line)."""
-    startup.validate(config)
-    check_judge_source(config.judge)
+    recorded in results.json (default: this process's finbench command line). `validated`: the
+    caller has run `startup.validate(config)` already (a multi-benchmark run or a sweep checks
+    every config before the first runs)."""
+    if not validated:
+        startup.validate(config)
     if config.data is not None and Path(config.data).expanduser().exists():
         # results.json records where the data is from anywhere: `finbench report` re-reads the
         # images for its thumbnails, possibly from another working folder
         config = dataclasses.replace(config, data=str(Path(config.data).expanduser().resolve()))
     world = distributed.world_from_env()
+    # batch size, token budget and threads left None: sized to the device the model runs on
+    config = size_to_device(config, model.device if model is not None else distributed.rank_device(config.device, world))
     distributed.start(world)
     show_progress = show_progress and world.main
     started = time.time()
@@ -118,7 +125,7 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     think_budget = startup.think_budget_for(config, model)
     vocab = AnswerVocabulary.for_model(model) if config.protocol == "constrained" else None
     startup.compile_parts(model, config, notes)
-    judge = load_judge(config.judge, dtype=config.dtype, device=config.device, model=model) if config.judge else None
+    judge = startup.load_judge_for_run(config, world, model)
     requests, request_errors = build_requests(benchmark, questions, config, think_budget, model.capabilities.max_images)
     study = studies.expand(benchmark, questions, requests, request_errors, config, think_budget, notes)  # the variants
     questions, requests, request_errors = study.questions, study.requests, study.errors  # the run's, then its variants'
@@ -152,7 +159,7 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
             predictions.update(_with_followers(loop, {item.index: Prediction(
                 id=questions[item.index].id, answer="", error=error)}, followers))
         items = distributed.shard([item for item in items if item.index not in predictions], world)
-        batches = plan_batches(items, config.batch_size or AUTO_BATCH_START, config.token_budget)
+        batches = plan_batches(items, first_rows(config), config.token_budget)
 
     # 3-4. preprocess ahead, decode, commit each batch
     compute_started = time.perf_counter()
@@ -208,7 +215,8 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     try:
         with timer.stage("judge"):
             judged = judge_run(benchmark, study.judged_questions(), predictions, judge, cache, config.judge or "",
-                               config.judge_max_new_tokens, config.protocol)
+                               config.judge_max_new_tokens, config, config.protocol)
+        notes.extend(judged.notes)
         cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
         raise _stopped(err, saved, len(questions)) from None
@@ -275,16 +283,6 @@ def _with_followers(loop: BatchLoop, batch: dict[int, Prediction], followers: di
         for index in followers.get(leader, ()):
             out[index] = loop.finish(loop.questions[index], loop.requests[index], prediction)
     return out
-
-
-def too_long(items: Sequence[Item], model: ModelAdapter) -> list[tuple[Item, str]]:
-    """Prompts (text + image tokens) longer than the model's context, with their error: run, they
-    would be truncated or fail deep inside the model."""
-    context = model.max_context() if items else None
-    if not context:
-        return []
-    return [(item, f"prompt of {item.n_tokens} tokens exceeds the model's context of {context}")
-            for item in items if item.n_tokens > context]
 
 
 def _opener(model: ModelAdapter) -> str:

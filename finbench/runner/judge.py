@@ -5,11 +5,19 @@ says (its `Benchmark`: benchmarks/base.py) what its rules conclude (`rule_judgem
 requests the judge model must answer (`judge_requests`: `Generate` requests whose prompts name
 the question's images where the official judge sees them — FinMTM's and MME-Finance's); the
 judge's replies are read back by the benchmark (`read_judgement`). The judge is any local model
-(models/judge.py): a vision-language model of any supported family, shown the images, or a
-text-only causal LM, shown the text alone and labelled so (`text_only` in the summary and each
-row's details). Replies are greedy and cached in the run's SQLite cache like any answer, keyed by
-the judge's fingerprint and the whole request as shown (images by their digests, the budget), so
-a rerun computes nothing and a changed answer is judged again.
+adapter (models/judge.py, loaded by runner/startup.py on the rank's device): a vision-language
+model of any supported family, shown the images, or a text-only causal LM, shown the text alone
+and labelled so (`text_only` in the summary and each row's details).
+
+The judge's requests run through the one batch loop (runner/loop.py), as every answer does: the
+run's row cap and token budget, the context check, out-of-memory halving and a failing batch
+retried call by call. A call that still fails (after those retries) is read as a reply with no
+verdict, which each benchmark's official reading scores 0 (the official MME-Finance judge scores
+an item 0 once its retries fail; FinMTM's turn judge a turn without a verdict); such questions are
+counted (`n_failed_items`), named (`failed_items`) and said in one note, never dropped from the
+score. Replies are greedy and cached in the run's SQLite cache like any answer, keyed by the
+judge's fingerprint and the whole request as shown (images by their digests, the budget), so a
+rerun computes nothing and a changed answer is judged again.
 """
 
 from __future__ import annotations
@@ -17,20 +25,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
+from finbench.models.contract import ModelAdapter
 from finbench.requests import Generate
+from finbench.runner.batching import plan_batches
 from finbench.runner.keys import request_payload
-from finbench.runner.preprocess import decode_images
-from finbench.runner.requests import render
-from finbench.types import Prediction, Question
+from finbench.runner.defaults import size_to_device
+from finbench.runner.loop import BatchLoop, first_rows, too_long
+from finbench.runner.preprocess import prefetch
+from finbench.runner.timing import StageTimer
+from finbench.types import Prediction, Question, RunConfig
 
 JUDGE_PROMPT_VERSION = "judge-v2"  # bump when the way requests reach the judge changes
-JUDGE_BATCH = 8
-log = logging.getLogger("finbench")
 
 
 def judge_key(fingerprint: Any, payload: Any) -> str:
@@ -50,6 +59,7 @@ class Judged:
 
     columns: dict[str, list[Any]]
     summary: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # for results.json: judge failures, scored 0
 
 
 @dataclass(frozen=True)
@@ -60,12 +70,14 @@ class _Call:
 
 
 def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
-              judge: Any = None, cache: Any = None, judge_name: str = "",
-              max_new_tokens: int | None = None, protocol: str = "") -> Judged:
+              judge: ModelAdapter | None = None, cache: Any = None, judge_name: str = "",
+              max_new_tokens: int | None = None, config: RunConfig | None = None, protocol: str = "") -> Judged:
     """Rule and judge-model verdicts for every prediction. `max_new_tokens` replaces each
-    request's budget (None: the benchmark's official judge budget). A judge failure is that
-    question's judge error (stored in `judge_output`), never the run's. A benchmark's
-    `rule_judgements` gives the rules' verdicts of the whole run (of `protocol`) in one call."""
+    request's budget (None: the benchmark's official judge budget); `config` gives the batch
+    loop its row cap, token budget and threads (None, or settings left None: sized to the judge's
+    device). A judge failure is that question's judge error (stored in `judge_output` and
+    `judge_details`) and scores it 0, never the run's error. A benchmark's `rule_judgements`
+    gives the rules' verdicts of the whole run (of `protocol`) in one call."""
     n = len(questions)
     rule_score, judge_score = [float("nan")] * n, [float("nan")] * n
     outputs: list[str] = [""] * n
@@ -106,49 +118,41 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
         replies.update({k: v.generated_text for k, v in cache.get_many([c.key for c in calls]).items()})
     n_cached = sum(1 for c in calls if c.key in replies)
     todo = list({c.key: c for c in calls if c.key not in replies}.values())  # one call per distinct request
-    failed: dict[str, str] = {}
-    for budget in sorted({c.request.max_new_tokens for c in todo}):
-        same = [c for c in todo if c.request.max_new_tokens == budget]
-        for start in range(0, len(same), JUDGE_BATCH):
-            chunk = same[start:start + JUDGE_BATCH]
-            try:
-                texts = _ask(judge, benchmark, questions, chunk, budget)
-            except Exception as err:  # noqa: BLE001
-                log.error("judge batch failed: %r", err)
-                failed.update({c.key: f"judge error: {type(err).__name__}: {err}" for c in chunk})
-                continue
-            new = {c.key: t for c, t in zip(chunk, texts)}
-            replies.update(new)
-            if cache is not None:
-                cache.put_many((k, Prediction(id=k, answer="", generated_text=t)) for k, t in new.items())
+    config = size_to_device(config or RunConfig(model=judge_name, benchmark=benchmark.name), judge.device)
+    answered, failed, oom_retries = _answer(judge, benchmark, questions, todo, cache, config)
+    replies.update(answered)
     by_question: dict[int, list[_Call]] = {}
     for call in calls:
         by_question.setdefault(call.index, []).append(call)
+    failed_items: list[str] = []
     for i, mine in by_question.items():
-        texts = [replies.get(c.key, failed.get(c.key, "")) for c in mine]
-        outputs[i] = json.dumps(texts, ensure_ascii=False)
+        outputs[i] = json.dumps([replies.get(c.key, failed.get(c.key, "")) for c in mine], ensure_ascii=False)
         if not sees_images and any(r.prompt.images for r in asked[i]):
             details[i]["text_only"] = "the judge is a text model: the images its prompt names were not shown"
         errors = [failed[c.key] for c in mine if c.key in failed]
-        if errors:
+        if errors:  # read as a reply with no verdict, which every official reading scores 0
             details[i]["error"] = errors[0]
-            continue
+            failed_items.append(questions[i].id)
         try:
-            score, info = benchmark.read_judgement(questions[i], predictions[i], texts)
+            score, info = benchmark.read_judgement(questions[i], predictions[i], [replies.get(c.key, "") for c in mine])
         except Exception as err:  # noqa: BLE001
             details[i]["error"] = f"reading the judge: {type(err).__name__}: {err}"
             continue
-        if score is not None:
-            judge_score[i] = float(score)
+        if score is not None or errors:
+            judge_score[i] = float(score or 0.0)
         details[i]["judge"] = info
     names_images = sum(1 for requests in asked.values() if any(r.prompt.images for r in requests))
     summary.update({"n_judged": len(by_question), "n_calls": len(calls), "n_cached": n_cached,
-                    "n_computed": len(todo), "n_failed": len(failed), "fingerprint": fingerprint,
+                    "n_computed": len(todo), "n_failed": len(failed), "n_failed_items": len(failed_items),
+                    "failed_items": failed_items, "oom_retries": oom_retries, "fingerprint": fingerprint,
                     "sees_images": sees_images, "n_shown_images": names_images if sees_images else 0,
                     **({"text_only": f"a text-only judge: the images of {names_images} judged questions were "
                                      "not shown (the official judge sees them)"} if names_images and not sees_images
                        else {})})
-    return Judged(_columns(rule_score, judge_score, outputs, details), summary)
+    notes = [f"judge: {len(failed_items)} judged question(s) scored 0, a judge call failing after its retries "
+             f"({', '.join(failed_items[:5])}{', …' if len(failed_items) > 5 else ''}; first: "
+             f"{next(iter(failed.values()))})"] if failed_items else []
+    return Judged(_columns(rule_score, judge_score, outputs, details), summary, notes)
 
 
 def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
@@ -167,18 +171,33 @@ def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predic
         return {}
 
 
-def _ask(judge: Any, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call],
-         max_new_tokens: int) -> list[str]:
-    """One batch of judge calls: each request rendered with its question's decoded images (decoded
-    once per question: a FinMTM session's turns all show the same ones)."""
-    decoded: dict[int, Any] = {}
-    for c in calls:
-        if c.request.prompt.images and c.index not in decoded:
-            decoded[c.index] = decode_images(questions[c.index])
-    rendered = [render(benchmark, c.request.prompt, decoded.get(c.index, [])) for c in calls]
-    inputs = judge.to_device(judge.prepare(rendered))
-    texts, _ = judge.generate(inputs, max_new_tokens)
-    return list(texts)
+def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call], cache: Any,
+            config: RunConfig) -> tuple[dict[str, str], dict[str, str], int]:
+    """(replies, errors, out-of-memory retries) by call key: the calls answered by the batch loop
+    (each one a row, shown its question's images when its prompt names them), each batch's replies
+    committed to the cache as it finishes."""
+    if not calls:
+        return {}, {}, 0
+    shown = [questions[c.index] if c.request.prompt.images else dataclasses.replace(questions[c.index], images=())
+             for c in calls]  # a prompt that names no image decodes none
+    loop = BatchLoop(judge, benchmark, shown, [c.request for c in calls], dataclasses.replace(config, gen_kwargs=()),
+                     None, StageTimer(judge.device), read_answers=False)
+    replies: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    items = loop.items(range(len(calls)))
+    for item, error in too_long(items, judge):
+        errors[calls[item.index].key] = f"judge error: {error}"
+    items = [item for item in items if calls[item.index].key not in errors]
+    batches = plan_batches(items, first_rows(config), config.token_budget)
+    for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
+                             ahead=loop.copy_ahead):
+        done = loop.run(prepared)
+        new = {calls[k].key: p.generated_text for k, p in done.items() if not p.error}
+        errors.update({calls[k].key: f"judge error: {p.error}" for k, p in done.items() if p.error})
+        replies.update(new)
+        if cache is not None:
+            cache.put_many((k, Prediction(id=k, answer="", generated_text=t)) for k, t in new.items())
+    return replies, errors, loop.throughput.oom_retries
 
 
 def _columns(rule_score: list[float], judge_score: list[float], outputs: list[str],

@@ -49,13 +49,14 @@ class BatchLoop:
 
     def __init__(self, model: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question],
                  requests: Sequence[Request | None], config: RunConfig, vocab: AnswerVocabulary | None,
-                 timer: StageTimer) -> None:
+                 timer: StageTimer, read_answers: bool = True) -> None:
         self.model, self.benchmark, self.questions, self.requests = model, benchmark, questions, requests
         self.config, self.vocab, self.timer = config, vocab, timer
+        self.read_answers = read_answers  # False: replies kept as generated (the judge's verdicts)
         self.throughput = Throughput(timer)
         if not model.capabilities.flop_count:  # "not counted" from the start, also when no batch runs
             self.throughput.flops = None
-        self.max_batch = config.batch_size or AUTO_BATCH_START
+        self.max_batch = first_rows(config)
         self._copy_stream: Any = None  # CUDA: the side stream of copies made one batch ahead
         self._planned: dict[int, str] = {}  # first prompts rendered for planning, until prepared (rendered once)
         if dict(config.gen_kwargs).get("temperature"):
@@ -164,8 +165,9 @@ class BatchLoop:
             return
         if len(prepared.indices) > self.max_batch:  # learned from an earlier out-of-memory
             prepared.on_device = None  # a copy made ahead would hold device memory while its parts run
-            for start in range(0, len(prepared.indices), self.max_batch):
-                out.update(self.run(self.prepare(prepared.indices[start:start + self.max_batch])))
+            step = self.max_batch  # fixed: a part that runs out of memory lowers max_batch for the next ones
+            for start in range(0, len(prepared.indices), step):
+                out.update(self.run(self.prepare(prepared.indices[start:start + step])))
             return
         try:
             out.update(self._decode(prepared))
@@ -278,7 +280,22 @@ class BatchLoop:
     def finish(self, question: Question, request: Request, prediction: Prediction) -> Prediction:
         """The prediction with its answer read by the benchmark's rule from generated text (a cached
         or shared generation is read again for each question it answers)."""
-        if prediction.error or not is_generated(request):
+        if prediction.error or not is_generated(request) or not self.read_answers:
             return dataclasses.replace(prediction, id=question.id)
         answer = self.benchmark.answer(question, prediction.generated_text, self.config.protocol)
         return dataclasses.replace(prediction, id=question.id, answer=answer)
+
+
+def first_rows(config: RunConfig) -> int:
+    """The row cap a run starts with: its batch size, or AUTO_BATCH_START for "auto"."""
+    return config.batch_size if isinstance(config.batch_size, int) else AUTO_BATCH_START
+
+
+def too_long(items: Sequence[Item], model: ModelAdapter) -> list[tuple[Item, str]]:
+    """Prompts (text + image tokens) longer than the model's context, with their error: run, they
+    would be truncated or fail deep inside the model."""
+    context = model.max_context() if items else None
+    if not context:
+        return []
+    return [(item, f"prompt of {item.n_tokens} tokens exceeds the model's context of {context}")
+            for item in items if item.n_tokens > context]

@@ -1,10 +1,10 @@
 """Start-up: every check that can fail a run, before any work and before anything is written.
 
-In order: the options (`validate`); the data; what the model's family declares it can honour
-(`check_family`, from config.json alone: no weights read); then the one loader (`load_for_run`,
-used by `run`, the Python API, multi-benchmark runs and `sweep`); then what only the loaded
-checkpoint can tell (its answer vocabulary, its thinking block). Only then does the run folder
-appear, with run.log holding everything logged since the start (`RunLog`).
+In order, each once: the options (`validate`); the data; what the model's family declares it can
+honour (`check_family`, from config.json read once into the record the loader takes: no weights
+read); the one loader (`load_for_run`, used by `run`, the API, multi-benchmark runs and `sweep`;
+`load_judge_for_run` for --judge); what only the loaded checkpoint can tell (its answer
+vocabulary, its thinking block). Then the run folder, with run.log (`RunLog`) from the start.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from finbench.runner.defaults import AUTO
 from finbench.runner.distributed import World, rank_device
 from finbench.types import PROTOCOLS, Question, RunConfig
 
@@ -58,14 +59,15 @@ def _protocol_names(benchmark: str) -> tuple[str, ...]:
 def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line."""
     from finbench.models.base import resolve_device, resolve_dtype
+    from finbench.models.judge import check_judge_source
     from finbench.models.quant import QUANT_CHOICES, quant_unavailable
     from finbench.runner.studies import check_options
 
     names = _protocol_names(config.benchmark)
     if config.protocol not in names:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
-    if config.batch_size is not None and config.batch_size < 1:
-        raise ValueError("--batch-size must be a positive integer or 'auto'")
+    if config.batch_size not in (None, AUTO) and not (isinstance(config.batch_size, int) and config.batch_size >= 1):
+        raise ValueError(f"--batch-size {config.batch_size}: must be a positive integer or 'auto'")
     if config.think_budget < 0:
         raise ValueError(f"--think-budget {config.think_budget}: must be 0 (no reasoning) or a positive token count")
     if config.think_budget > 0 and config.protocol != "constrained":
@@ -102,6 +104,7 @@ def validate(config: RunConfig) -> None:
         if looks_like_path:  # anything else is taken as a hub id ("owner/name")
             raise ValueError(f"--data {config.data}: no such file or folder")
     check_options(config)  # --permutations, --image-ablation (runner/studies.py)
+    check_judge_source(config.judge)
     check_writable(Path(config.out))
 
 
@@ -131,40 +134,45 @@ def check_writable(out_dir: Path) -> None:
         raise ValueError(f"--out {out_dir}: cannot write there (permission denied on {existing})")
 
 
-def check_family(config: RunConfig, model: Any = None) -> None:
-    """What the model's family does not declare (models/contract.py) is refused here, from
-    config.json alone, before any weights are read. With a loaded `model`, its capabilities."""
-    from finbench.models import family_of, refusal
+def check_family(config: RunConfig, model: Any = None) -> Any:
+    """What the model's family does not declare (models/contract.py), refused once from config.json
+    read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
+    from finbench.models import read_checkpoint, refusal
     from finbench.models.base import resolve_device
     from finbench.models.quant import quant_refusal
-    from finbench.models.quant_checkpoint import declared_quantization
 
-    declared = None
+    checkpoint = declared = None
     if model is not None:
         capabilities, family = model.capabilities, model.family
     else:
-        cls, model_type = family_of(config.model)
-        capabilities, family = cls.capabilities_for(model_type), cls.family
-        declared = declared_quantization(config.model)
-    sampling = [k for k, _ in config.gen_kwargs if k != "max_new_tokens"]
-    hub = [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map") if getattr(config, k)]
-    refused = refusal(capabilities, family, think_budget=config.think_budget, quant=config.quant,
-                      device_preprocess=config.device_preprocess, max_pixels=config.max_pixels, sampling=sampling,
-                      chat_template=config.chat_template is not None, hub_options=hub,
+        checkpoint = read_checkpoint(config.model)
+        capabilities, family, declared = checkpoint.capabilities, checkpoint.family.family, checkpoint.declared
+    refused = refusal(capabilities, family, **_refusal_options(config),
                       prequantized=declared.label if declared else None)
     if model is None:  # the checkpoint's own format: its package, FP8 where it would be dequantized
         refused = refused or quant_refusal(config.model, config.quant, resolve_device(config.device),
-                                           config.allow_dequantized)
+                                           config.allow_dequantized, declared=declared)
     if refused:
         raise ValueError(refused)
+    return checkpoint
 
 
-def load_for_run(config: RunConfig, world: World | None = None) -> Any:
+def _refusal_options(config: RunConfig) -> dict[str, Any]:
+    """The options of `config` a family may not declare (models/contract.py `refusal`)."""
+    return {"think_budget": config.think_budget, "quant": config.quant, "device_preprocess": config.device_preprocess,
+            "max_pixels": config.max_pixels, "sampling": [k for k, _ in config.gen_kwargs if k != "max_new_tokens"],
+            "chat_template": config.chat_template is not None,
+            "hub_options": [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map")
+                            if getattr(config, k)]}
+
+
+def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any = None) -> Any:
     """The one loader: the model `config` names, with every loading option it holds, on this
-    rank's device (with several ranks, `auto`/`cuda` means the rank's own GPU)."""
+    rank's device (with several ranks, `auto`/`cuda` means the rank's own GPU). `checkpoint`: the
+    record `check_family(config)` returned already (a sweep checks every variant first), or None."""
     from finbench.models import load_model
 
-    check_family(config)
+    checkpoint = checkpoint or check_family(config)
     device = rank_device(config.device, world or World())
     template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
     model = load_model(config.model, dtype=config.dtype, device=device, quant=config.quant,
@@ -172,17 +180,28 @@ def load_for_run(config: RunConfig, world: World | None = None) -> Any:
                        device_preprocess=config.device_preprocess, revision=config.revision,
                        trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
                        chat_template=template, quant_vision=config.quant_vision,
-                       allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths)
-    _LOADED_WITH[model] = _loading_options(config)
+                       allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths, checkpoint=checkpoint)
+    _LOADED_WITH[model] = (_loading(config), _refusal_options(config))
     return model
 
 
-# what load_for_run loaded each model with: a run given that model (the benchmarks of one
-# multi-benchmark run, the variants of a sweep) may name the same loading options again
+def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
+    """The `--judge` adapter (models/judge.py) on this rank's device (the run's `model` when it is
+    the same checkpoint); None without --judge, and on ranks but 0 (rank 0 judges alone)."""
+    from finbench.models.judge import load_judge
+
+    world = world or World()
+    return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model) \
+        if config.judge and world.main else None
+
+
+# what load_for_run loaded each model with, and the options its family was checked for: a run
+# given that model (the benchmarks of one multi-benchmark run, the variants of a sweep) may name
+# the same loading options again, and is not checked again for the same options
 _LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 
 
-def _loading_options(config: RunConfig) -> tuple:
+def _loading(config: RunConfig) -> tuple:
     return tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)
 
 
@@ -190,10 +209,12 @@ def given_model(config: RunConfig, model: Any) -> Any:
     """An already loaded model: loading options cannot apply to it any more, unless finbench's
     loader loaded it with these very options."""
     loading = [name for name in LOADING_OPTIONS if getattr(config, name)]
-    if loading and _LOADED_WITH.get(model) != _loading_options(config):
+    loaded_with, checked = _LOADED_WITH.get(model, (None, None))
+    if loading and loaded_with != _loading(config):
         raise ValueError(f"{', '.join(loading)}: these apply when finbench loads the model; pass the model "
                          "name instead of a loaded model, or load it with them")
-    check_family(config, model)
+    if checked != _refusal_options(config):  # the family's refusal, once per set of options
+        check_family(config, model)
     return model
 
 
