@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from finbench.models.base import HFVisionLanguageModel, resolve_device, resolve_dtype, weights_digest
 from finbench.models.contract import Capabilities
+from finbench.models.inputs import ModelInputs
 
 
 def check_judge_source(source: str | None) -> None:
@@ -79,13 +80,14 @@ class TextChatModel(HFVisionLanguageModel):
         return self.tokenizer.apply_chat_template([_text_message(m) for m in messages], tokenize=False,
                                                   add_generation_prompt=True, **template_options)
 
-    def prepare(self, requests: Sequence[Any]) -> Any:
+    def prepare(self, requests: Sequence[Any]) -> ModelInputs:
         """Tokenizer output for a batch, on the CPU, left-padded (a request's images are refused:
         the judge removes them for a model that does not see them)."""
         if any(r.images for r in requests):
             raise ValueError(f"{self.source}: a text-only model is shown no images")
         texts = [self.prompt_text(r) for r in requests]
-        return dict(self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False))
+        return ModelInputs(self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False),
+                           token_keys=self.token_keys, texts=texts)
 
     def image_token_count(self, width: int, height: int) -> int:
         raise ValueError(f"{self.source}: a text-only model takes no images")
