@@ -1,7 +1,7 @@
 """`report.html`: one self-contained page per run (and one per sweep or leaderboard) — inline CSS and JS, plots
 and thumbnails as data URIs, nothing fetched from the network.
 
-A run's page: headline scores with bootstrap CIs; the parts a rule scores apart (FinMTM's dialogue
+A run's page: headline scores with bootstrap CIs; the parts a rule scores apart (its `Scorer.parts`: FinMTM's dialogue
 and agent, with n and CIs, or why a part is unscored); a bar chart with CI whiskers for the
 headline (a penalty such as P_H in its own panel) and for every breakdown (breakdown whiskers are
 95% Wilson intervals of the group's accuracy: the run's bootstrap covers the headline numbers
@@ -26,9 +26,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import HEADLINE_LABELS, headline_score, num, pct
+from finbench.report.format import HEADLINE_LABELS, headline_score, num, part_cells, pct, scored_parts
 from finbench.report.studies import baseline_line, compare_rows, study_sections
-from finbench.scoring.stats import LOWER_IS_BETTER
+from finbench.scoring.stats import LOWER_IS_BETTER, Part
 
 MAX_THUMBNAILS = 200
 THUMBNAIL_SIDE = 96
@@ -83,9 +83,8 @@ def run_figures(results: dict[str, Any]) -> dict[str, Any]:
     """name → Figure of every plot of a run's page (those with nothing to draw left out)."""
     scores = results["scores"]
     figures = {"headline": headline_figure(scores)}
-    for part in ("dialogue", "agent"):
-        if scores.get(part):
-            figures[f"FinMTM {part}"] = part_figure(part, scores[part])
+    for part, found in scored_parts(scores):
+        figures[part.figure] = part_figure(part, found)
     for column, groups in scores.get("breakdowns", {}).items():
         figures[f"by {column}"] = breakdown_figure(column, groups)
     if scores.get("calibration"):
@@ -102,17 +101,13 @@ def _uris(figures: dict[str, Any]) -> dict[str, str]:
 
 
 def part_rows(scores: dict[str, Any]) -> list[dict[str, Any]]:
-    """FinMTM's dialogue and agent parts as the page shows them: a title, n, one row per metric
-    (value and CI on the metric's own scale), or the line saying why the part is unscored."""
-    from finbench.scoring.commands import PART_METRICS, PART_TITLES, part_cells
-
+    """The parts the benchmark's rule scores apart (its `Scorer.parts`) as the page shows them: a
+    title, n, one row per metric (value and CI on the metric's own scale), or the line saying why
+    the part is unscored."""
     out = []
-    for part in PART_METRICS:
-        found = scores.get(part)
-        if not found:
-            continue
+    for part, found in scored_parts(scores):
         rows = [{"metric": label, "value": value, "ci": ci} for label, value, ci in part_cells(part, found)]
-        out.append({"part": part, "title": PART_TITLES[part], "n": found.get("n"), "n_scored": found.get("n_scored"),
+        out.append({"part": part.name, "title": part.title, "n": found.get("n"), "n_scored": found.get("n_scored"),
                     "n_errors": found.get("n_errors", 0), "unscored": found.get("unscored"),
                     "scale": found.get("scale"), "rows": rows if found.get("n_scored") else [],
                     "by_level": found.get("by_level") or {}})
@@ -347,32 +342,30 @@ def stages_figure(stages: dict[str, float]) -> Any:
     return figure
 
 
-def part_figure(part: str, found: dict[str, Any]) -> Any:
-    """FinMTM's dialogue (turn and session 0–10, final 0–100) or agent part (precision, recall,
-    F2 ×100, Qt 0–25) as bars with their bootstrap CIs, each on its own scale."""
-    from finbench.scoring.commands import PART_METRICS
-
-    metrics = [(k, label, percent) for k, label, percent in PART_METRICS[part] if found.get(k) is not None]
+def part_figure(part: "Part", found: dict[str, Any]) -> Any:
+    """A part the rule scores apart (FinMTM's dialogue: turn and session 0–10, final 0–100; agent:
+    precision, recall, F2 ×100, Qt 0–25) as bars with their bootstrap CIs, each as a share of its
+    own full scale (`PartMetric.full`)."""
+    metrics = [m for m in part.metrics if found.get(m.key) is not None]
     if not metrics or not found.get("n_scored"):
         return None
     ci = found.get("ci") or {}
-    scales = {"turn": 10.0, "session": 10.0, "score": 100.0, "tool_score": 25.0}
     figure = _figure(1.6 + 1.25 * len(metrics), 3.4)
     axis = figure.subplots()
     shares, low, high = [], [], []
-    for key, _, percent in metrics:  # drawn as a share of each metric's full scale
-        full = 1.0 if percent else scales[key]
-        shares.append(found[key] / full)
-        interval = ci.get(key) or {}
+    for metric in metrics:  # drawn as a share of each metric's full scale
+        full = 1.0 if metric.percent else metric.full
+        shares.append(found[metric.key] / full)
+        interval = ci.get(metric.key) or {}
         low.append(interval["low"] / full if interval.get("low") is not None else math.nan)
         high.append(interval["high"] / full if interval.get("high") is not None else math.nan)
     heights, errors = _whiskers(shares, low, high)
     axis.bar(range(len(metrics)), heights, yerr=errors, capsize=3, color=TEAL)
     axis.set_xticks(range(len(metrics)))
-    axis.set_xticklabels([wrapped(label, 1.2, TICK_SIZE) for _, label, _ in metrics], fontsize=TICK_SIZE)
+    axis.set_xticklabels([wrapped(m.label, 1.2, TICK_SIZE) for m in metrics], fontsize=TICK_SIZE)
     axis.set_ylim(0, 100)
     axis.set_ylabel("% of each metric's full scale", fontsize=LABEL_SIZE)
-    _title(axis, f"FinMTM {part}: n {found['n_scored']} (whiskers: bootstrap CI)", 1.6 + 1.25 * len(metrics))
+    _title(axis, f"{part.figure}: n {found['n_scored']} (whiskers: bootstrap CI)", 1.6 + 1.25 * len(metrics))
     return figure
 
 

@@ -1,6 +1,6 @@
 """Statistics over scored questions: point estimates, bootstrap CIs, paired comparisons, calibration.
 
-Every benchmark rule (finmme.py, finmtm.py, famma.py) turns a samples table into a `ScoreTable`:
+Every benchmark rule (scoring/<name>.py) turns a samples table into a `ScoreTable`:
 per-question value channels [N, C], a segment id per question (the domain, for FinMME) and a
 `statistic` mapping segment sums [..., S, C] to the headline numbers. Point estimates, bootstrap
 resamples, paired differences and abstention curves all evaluate that same function on different
@@ -65,16 +65,48 @@ def _same_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclass(frozen=True)
+class PartMetric:
+    """One metric of a part: `key` in the part's dict, its `label`, and whether it is a 0–1 value
+    shown ×100 (`percent`) or on its own scale from 0 to `full` (0–10, 0–25, 0–100); the report's
+    chart draws each metric as a share of its full scale."""
+
+    key: str
+    label: str
+    percent: bool = False
+    full: float = 1.0
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the score a rule scores apart, beside the headline (FinMTM's dialogue sessions
+    and agent items): `summary` puts a dict under `scores[name]` with `n`, `n_scored`,
+    `n_errors`, `unscored` (why nothing was scored), `ci` and, optionally, `by_level`, plus
+    one value per metric. The console, the reports and the leaderboard draw it from this
+    declaration alone: `title` heads its table, `figure` names its chart, and `headline`
+    (a metric key, with `headline_label`) stands for the run when the rule's primary metric
+    scored nothing (a FinMTM run of sessions only)."""
+
+    name: str
+    title: str
+    figure: str
+    metrics: tuple[PartMetric, ...]
+    headline: str | None = None
+    headline_label: str = ""
+
+
+@dataclass(frozen=True)
 class Scorer:
     """A benchmark's scoring rule as `score_samples` and `compare_runs` call it (scoring/api.py):
     `build_table(df, variant=..., device=..., **options)` → ScoreTable; `summary(df, table,
     estimates)` → the rule's own fields of the score (counts, side scores); `group_frame(df)` →
-    df with derived breakdown columns (e.g. FAMMA's arithmetic × language)."""
+    df with derived breakdown columns (e.g. FAMMA's arithmetic × language); `parts` → the parts
+    `summary` scores apart, in display order."""
 
     build_table: Callable[..., ScoreTable]
     variants: tuple[str, ...] = ("official",)
     summary: Callable[[pd.DataFrame, ScoreTable, Mapping[str, Any]], dict[str, Any]] = _no_summary
     group_frame: Callable[[pd.DataFrame], pd.DataFrame] = _same_frame
+    parts: tuple[Part, ...] = ()
 
 
 def point_estimates(table: ScoreTable) -> dict[str, float]:
