@@ -1,4 +1,5 @@
-"""`finbench score` and `finbench compare` on cached run folders (CPU only, no model needed).
+"""`finbench score` and `finbench compare` on cached run folders (CPU only, no model needed), and
+`finbench score --data --predictions`: answer strings scored against a benchmark's gold.
 
 A run folder holds `samples.parquet` (see finbench/report/schema.py); scores are recomputed from
 it, printed as rich tables (report/console.py) and written as JSON.
@@ -7,16 +8,18 @@ it, printed as rich tables (report/console.py) and written as JSON.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import pandas as pd
+from rich.markup import escape
 
 from finbench.report.console import as_console, print_comparison, print_scores
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
 from finbench.scoring.stats import distribution_comparison
-from finbench.types import DEFAULT_BENCHMARK, RESULTS_FILE
+from finbench.types import DEFAULT_BENCHMARK, RESULTS_FILE, Question
 
 SAMPLES_FILE = "samples.parquet"
 
@@ -146,3 +149,59 @@ def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame],
     if pairs:
         out["disagreements"] = pairs
     return out
+
+
+# ---- answers from a file -----------------------------------------------------------------------
+def read_predictions(predictions: Path) -> dict[str, str]:
+    """id → answer of a JSONL file of {"id": ..., "answer": ...} lines; a line that is not such an
+    object, or an id given twice, is one error naming the line."""
+    answers: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for n, line in enumerate(Path(predictions).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict):
+                    raise KeyError(f"a JSON {type(record).__name__}, not an object")
+                qid = str(record["id"])
+                answer = "" if record.get("answer") is None else str(record["answer"])
+            except (json.JSONDecodeError, KeyError, RecursionError) as err:
+                raise ValueError(f"{predictions}:{n}: expected {{\"id\": ..., \"answer\": ...}} ({err})") from None
+            if qid in answers:  # which one would count? never the last one silently
+                raise ValueError(f"{predictions}:{n}: id {qid!r} was already given on line {lines[qid]}; "
+                                 "give one prediction per id")
+            answers[qid], lines[qid] = answer, n
+    return answers
+
+
+def answers_frame(questions: Sequence[Question], answers: Mapping[str, str]) -> pd.DataFrame:
+    """The samples table (report/schema.py's columns that scoring reads) of `questions` answered
+    by `answers`; a question without an answer has the error 'no prediction'."""
+    return pd.DataFrame([{
+        "id": q.id, "benchmark": q.benchmark, "kind": q.kind, "gold": q.gold, "answer": answers.get(q.id, ""),
+        "n_options": len(q.options), "tolerance": math.nan if q.tolerance is None else q.tolerance,
+        "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)} for q in questions])
+
+
+def score_predictions(benchmark_name: str, data: str, predictions: Path, variant: str = "official",
+                      n_bootstrap: int = 0, seed: int = 0, console: Any = None) -> dict[str, Any]:
+    """Score answer strings as an official extractor produced them against the benchmark's gold;
+    questions left unanswered are scored as wrong, and a note (on `console` too) says how many."""
+    from finbench.benchmarks import get_benchmark
+
+    benchmark = get_benchmark(benchmark_name)
+    questions = benchmark.load(data)
+    answers = read_predictions(predictions)
+    unknown = set(answers) - {q.id for q in questions}
+    if unknown:
+        raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
+    samples = answers_frame(questions, answers)
+    scores = score_samples(samples, benchmark=benchmark.name, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
+    unanswered = sum(q.id not in answers for q in questions)
+    if unanswered:
+        note = (f"{unanswered} of {len(questions)} questions have no prediction in {Path(predictions).name}: they are "
+                "scored as wrong (error 'no prediction')")
+        scores["notes"] = list(scores.get("notes", [])) + [note]
+        if console is not None:
+            console.print(f"[yellow]note:[/] {escape(note)}")
+    return scores
