@@ -120,7 +120,7 @@ def test_every_benchmark_and_family_stands_behind_its_contract(tiny_model):
     from finbench.models import FAMILIES, Capabilities, ModelAdapter
     from finbench.scoring.stats import Scorer
 
-    assert set(BENCHMARKS) == {"finmme", "famma", "finmtm", "mme-finance"}
+    assert {"finmme", "famma", "finmtm", "mme-finance"} <= set(BENCHMARKS)  # a new one needs no edit here
     for name, benchmark in BENCHMARKS.items():
         assert isinstance(benchmark, Benchmark) and benchmark.name == name
         assert isinstance(benchmark.scorer, Scorer) and benchmark.group_columns
