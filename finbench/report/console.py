@@ -19,7 +19,7 @@ from finbench.report.studies import baseline_line, study_lines
 from finbench.scoring.stats import LOWER_IS_BETTER
 
 MAX_ERROR_KINDS = 3  # error messages named on the errors line; results.json has them all
-PERCENT_METRICS = {"finscore", "domain_accuracy", "domain_score", "p_h", "accuracy", "score", "score_old"}
+RAW_METRICS = {"kl"}  # shown as they are; every other value printed is on 0–1 (a headline metric) and shown ×100
 
 
 def model_name(results: dict[str, Any]) -> str:
@@ -93,7 +93,7 @@ def as_console(console: Any = None) -> Any:
 def _fmt(name: str, value: float | None, digits: int = 2) -> str:
     if value is None:
         return "—"
-    return f"{value * 100:.{digits}f}" if name in PERCENT_METRICS else f"{value:.4g}"
+    return f"{value:.4g}" if name in RAW_METRICS else f"{value * 100:.{digits}f}"
 
 
 def _fmt_ci(name: str, ci: dict[str, Any] | None) -> str:
@@ -288,7 +288,7 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     con.print(scores)
 
     primary = result.get("primary", "accuracy")
-    shown = [primary] + (["accuracy"] if primary != "accuracy" else [])
+    shown = [primary] + (["accuracy"] if primary != "accuracy" and "accuracy" in headline else [])
     table = Table(title=f"vs {result['baseline']}: paired bootstrap (×{result['bootstrap']['n_resamples']}), "
                         "exact McNemar, Holm")
     table.add_column("run", no_wrap=True, min_width=max(len(c["run"]) for c in result["comparisons"]))
