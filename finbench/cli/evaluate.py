@@ -128,8 +128,8 @@ def run(
         fail(str(err))
     command = shlex.join(["finbench", *sys.argv[1:]])
     run_and_report(lambda: evaluate(model, benchmark, data=sources, out=out, overwrite=overwrite,
-                                     show_progress=progress, console=console, command=command, **options),
-                    verbose_tables)
+                                    show_progress=progress, console=console, command=command, **options),
+                   verbose_tables)
 
 
 def demo(
@@ -150,8 +150,8 @@ def demo(
     path offline: data loading, preprocessing, decoding, cache, judging, scoring, reports."""
     from finbench.api import evaluate
     from finbench.offline.demo import demo_data, demo_options, demos
-    from finbench.report.output import configure_output
     from finbench.offline.tiny import make_tiny
+    from finbench.report.output import configure_output
 
     configure_output(progress, verbose)
     benchmark = benchmark.strip().lower()
@@ -173,9 +173,9 @@ def demo(
     out_console.print(DEMO_NOTICE)
     options = demo_options(benchmark, model_dir)
     run_and_report(lambda: evaluate(str(model_dir), benchmark, data=str(data_path), batch_size=batch_size,
-                                     dtype="float32", device="cpu", out=out, overwrite=overwrite,
-                                     show_progress=progress, console=console, **options),
-                    verbose_tables, notice=DEMO_NOTICE)
+                                    dtype="float32", device="cpu", out=out, overwrite=overwrite,
+                                    show_progress=progress, console=console, **options),
+                   verbose_tables, notice=DEMO_NOTICE)
 
 
 def sweep(

@@ -31,7 +31,7 @@ def score(
     if run_dir is not None:
         if data is not None or predictions is not None:
             fail(f"{run_dir}: --data and --predictions score answers from a file against benchmark data; a run "
-                  "folder is scored from its own samples.parquet — give one or the other")
+                 "folder is scored from its own samples.parquet — give one or the other")
         if not (run_dir / "samples.parquet").exists():
             fail(f"{run_dir}: no samples.parquet (is it a finbench run folder?)")
         with one_line_errors(str(run_dir)):

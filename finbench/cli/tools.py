@@ -64,7 +64,7 @@ def make_tiny_command(
         fail(f"--quant {quant}: tiny builds exist for {', '.join(TINY_QUANT_FORMATS)}")
     if quant is not None and (thinking or family == "deepseek-vl2"):
         fail(f"--quant: tiny quantized builds are of the transformers families' instruct checkpoints"
-              f"{'' if family != 'deepseek-vl2' else ' (deepseek-vl2 loads unquantized checkpoints only)'}")
+             f"{'' if family != 'deepseek-vl2' else ' (deepseek-vl2 loads unquantized checkpoints only)'}")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
         fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
     if like is not None:
