@@ -20,7 +20,8 @@ import torch
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
 from finbench.requests import Choose, Prompt, Request, user_message
-from finbench.scoring.stats import Part, PartMetric, Scorer, ScoreTable, error_mask, str_column
+from finbench.scoring.parts import Part, PartMetric
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, str_column
 from finbench.types import SINGLE, Question
 
 NAME = "toybench"

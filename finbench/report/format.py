@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from finbench.scoring.stats import Part
+    from finbench.scoring.parts import Part
 
 HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised accuracy (F)",
                    "p_h": "multi-answer error rate (P_H)", "accuracy": "accuracy", "domain_score": "domain score",

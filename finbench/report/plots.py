@@ -14,7 +14,7 @@ from finbench.report.format import HEADLINE_LABELS, pct
 from finbench.scoring.stats import LOWER_IS_BETTER
 
 if TYPE_CHECKING:
-    from finbench.scoring.stats import Part
+    from finbench.scoring.parts import Part
 
 
 # Every plot is a function returning a matplotlib Figure (or None when there is nothing to draw),

@@ -14,7 +14,8 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
-from finbench.scoring.stats import (Part, Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
+from finbench.scoring.parts import Part
+from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column, wilson_interval)
 from finbench.types import DEFAULT_BENCHMARK, OPTION_LETTERS, SINGLE

@@ -46,7 +46,8 @@ import torch
 
 from finbench.kernels.bitmask import popcount
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
-from finbench.scoring.stats import Part, PartMetric, Scorer, ScoreTable, ci_dict, error_mask, float_column, str_column
+from finbench.scoring.parts import Part, PartMetric
+from finbench.scoring.stats import Scorer, ScoreTable, ci_dict, error_mask, float_column, str_column
 from finbench.types import MULTI, SINGLE
 
 LABEL = "FinMTM objective (HiThink-Research/FinMTM Eq. 1; old protocol = exact set match)"

@@ -19,6 +19,7 @@ import torch
 
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
 from finbench.kernels.segments import segment_sum, weighted_segment_sums
+from finbench.scoring.parts import Part
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 LOWER_IS_BETTER = frozenset({"p_h"})  # headline metrics that are penalties (FinMME's multi-answer error rate)
@@ -62,36 +63,6 @@ def _no_summary(df: pd.DataFrame, table: ScoreTable, estimates: Mapping[str, Any
 
 def _same_frame(df: pd.DataFrame) -> pd.DataFrame:
     return df
-
-
-@dataclass(frozen=True)
-class PartMetric:
-    """One metric of a part: `key` in the part's dict, its `label`, and whether it is a 0–1 value
-    shown ×100 (`percent`) or on its own scale from 0 to `full` (0–10, 0–25, 0–100); the report's
-    chart draws each metric as a share of its full scale."""
-
-    key: str
-    label: str
-    percent: bool = False
-    full: float = 1.0
-
-
-@dataclass(frozen=True)
-class Part:
-    """A part of the score a rule scores apart, beside the headline (FinMTM's dialogue sessions
-    and agent items): `summary` puts a dict under `scores[name]` with `n`, `n_scored`,
-    `n_errors`, `unscored` (why nothing was scored), `ci` and, optionally, `by_level`, plus
-    one value per metric. The console, the reports and the leaderboard draw it from this
-    declaration alone: `title` heads its table, `figure` names its chart, and `headline`
-    (a metric key, with `headline_label`) stands for the run when the rule's primary metric
-    scored nothing (a FinMTM run of sessions only)."""
-
-    name: str
-    title: str
-    figure: str
-    metrics: tuple[PartMetric, ...]
-    headline: str | None = None
-    headline_label: str = ""
 
 
 @dataclass(frozen=True)
