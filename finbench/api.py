@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from finbench.types import RESULTS_FILE, RunConfig
+from finbench.types import DEFAULT_BENCHMARK, RESULTS_FILE, RunConfig
 
 SUMMARY_FILE = "summary.json"
 
@@ -148,7 +148,7 @@ def refuse_other_results(config: RunConfig, overwrite: bool) -> None:
                          "to replace them, or choose another --out")
 
 
-def evaluate(model: Any, benchmark: str | Sequence[str] = "finmme", *, data: Any = None,
+def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, data: Any = None,
              out: str | Path = "runs/latest", overwrite: bool = False, show_progress: bool = False,
              console: Any = None, command: str | None = None, **options: Any) -> Any:
     """Run (or resume) an evaluation and return its `RunResult` (`results, samples = ...`).

@@ -6,7 +6,8 @@ paired test against a reference run on the same benchmark: `scoring.compare_runs
 questions both answered (exact McNemar on per-question correctness, Holm over the runs of that
 benchmark), shown as stars (* p < 0.05, ** p < 0.01, *** p < 0.001 after Holm). The reference is
 the run given as `reference`, or the first run of each benchmark. Per-domain accuracy is the
-benchmark's own breakdown (FinMME `domain`, FAMMA `subfield`, FinMTM `question_type`).
+benchmark's own breakdown, as its `Benchmark` declares it (`breakdown_column`: FinMME `domain`,
+FAMMA `subfield`, FinMTM `question_type`).
 
 A folder holding a multi-benchmark run (summary.json) or a sweep (sweep.json) stands for the run
 folders inside it. Nothing is recomputed but the paired tests, from the run folders alone.
@@ -26,9 +27,19 @@ from finbench.types import RESULTS_FILE
 
 FORMATS = (".csv", ".md", ".html")
 STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
-DOMAIN_BREAKDOWN = {"finmme": "domain", "famma": "subfield", "finmtm": "question_type", "mme-finance": "task_category"}
 COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "benchmark", "metric", "score", "ci_low", "ci_high",
            "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "p_holm", "stars", "n_shared")
+
+
+def breakdown_column(benchmark: str) -> str | None:
+    """The breakdown a benchmark's `Benchmark` puts on the leaderboard; None for a benchmark not
+    registered in this process (its run shows its first breakdown)."""
+    from finbench.benchmarks import get_benchmark
+
+    try:
+        return get_benchmark(benchmark).breakdown_column
+    except ValueError:
+        return None
 
 
 def run_folders(paths: Sequence[str | Path]) -> list[Path]:
@@ -68,7 +79,7 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
     headline = headline_score(scores)
     thinking = results.get("thinking")
     throughput = results.get("throughput", {})
-    column = DOMAIN_BREAKDOWN.get(results["benchmark"])
+    column = breakdown_column(results["benchmark"])
     breakdowns = scores.get("breakdowns", {})
     domains = breakdowns.get(column) or next(iter(breakdowns.values()), {})
     return {"run": name, "path": str(folder), "model": model_name(results), "model_source": results["config"]["model"],

@@ -21,6 +21,7 @@ OPEN = "open"  # free text, judged by rules or a judge model
 KINDS = (SINGLE, MULTI, NUMERICAL, OPEN)
 
 PROTOCOLS = ("constrained", "official")
+DEFAULT_BENCHMARK = "finmme"  # what a run that names no benchmark evaluates (the registry hands it on)
 RESULTS_FILE = "results.json"  # a run folder's results, beside samples.parquet
 
 
@@ -104,7 +105,7 @@ class RunConfig:
     """Everything a `finbench run` was asked to do."""
 
     model: str
-    benchmark: str = "finmme"
+    benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None
     protocol: str = "constrained"
     limit: int | None = None

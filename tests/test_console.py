@@ -191,3 +191,39 @@ def test_a_run_of_agent_items_only_prints_no_table_of_dashes():
     assert "—" not in text and "n = 0" not in text
     assert "no item of this run is scored by this rule" in text
     assert "tool F2 ×100" in text and f"{100 * scores['agent']['f2']:.2f}" in text and "6 of 6 scored" in text
+
+
+def binary_frame(answers: str) -> "pd.DataFrame":
+    """MME-Finance binary items (是/否 as options A/B), gold ABABABAB, answered `answers`."""
+    import pandas as pd
+
+    return pd.DataFrame([{"id": f"b{k}", "benchmark": "mme-finance", "kind": "single", "gold": "AB"[k % 2],
+                          "answer": a, "options": ["是", "否"], "judge_score": float("nan"), "error": "",
+                          "task_category": "Binary"} for k, a in enumerate(answers)])
+
+
+def test_every_headline_metric_is_shown_x100_and_an_mme_finance_comparison_prints():
+    """The caption says 'values × 100': MME-Finance's binary accuracy and F1 (0–1, like every
+    headline metric) are printed ×100 too; and comparing two MME-Finance runs (no `accuracy`
+    among its headline metrics) prints its deltas instead of failing on a missing key."""
+    from rich.console import Console
+
+    from finbench.report.console import print_comparison, print_scores
+    from finbench.scoring import compare_runs, score_samples
+
+    first, second = binary_frame("AAAAAAAA"), binary_frame("ABABABAA")
+    scores = score_samples(first, benchmark="mme-finance")
+    assert scores["headline"] == ["binary_accuracy", "binary_f1"] and scores["binary_accuracy"] == 0.5
+    console = Console(file=io.StringIO(), width=120)
+    print_scores(scores, console)
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in console.file.getvalue().splitlines()
+            if line.count("│") >= 3}
+    assert {k: rows[k] for k in scores["headline"]} == {"binary_accuracy": "50.00", "binary_f1": f"{100 * scores['binary_f1']:.2f}"}
+
+    result = compare_runs([first, second], ["all-yes", "better"], benchmark="mme-finance", n_bootstrap=50)
+    console = Console(file=io.StringIO(), width=160)
+    print_comparison(result, console)
+    text = console.file.getvalue()
+    delta = result["comparisons"][0]["delta"]["binary_accuracy"]["value"]
+    assert delta == pytest.approx(7 / 8 - 1 / 2)
+    assert "Δ binary_accuracy [CI]" in text and f"{100 * delta:.2f} [" in text and " 87.50 │" in text

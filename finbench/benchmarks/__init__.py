@@ -1,7 +1,8 @@
 """Benchmarks: one file each, each ending in `BENCHMARK = Benchmark(...)` (the contract in
-`benchmarks/base.py`), registered here, in the one place a new benchmark is added
-(docs/adding-a-benchmark.md). The runner, the judge and the scorer reach a benchmark only through
-its `Benchmark`."""
+`benchmarks/base.py`), registered here with `register`, in the one place a built-in benchmark is
+added (docs/adding-a-benchmark.md); a benchmark defined outside finbench registers itself with the
+same call. The runner, the judge, the scorer, the reports and the CLI reach a benchmark only
+through its `Benchmark`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,29 @@ from typing import Any, Sequence
 
 from finbench.benchmarks import famma, finmme, finmmr, finmtm, mme_finance
 from finbench.benchmarks.base import Benchmark
-from finbench.types import Question
+from finbench.types import DEFAULT_BENCHMARK, Question
 
-BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in (finmme.BENCHMARK, famma.BENCHMARK, finmtm.BENCHMARK,
-                                                      mme_finance.BENCHMARK, finmmr.BENCHMARK)}
+BENCHMARKS: dict[str, Benchmark] = {}
+
+
+def register(benchmark: Benchmark) -> Benchmark:
+    """Make `benchmark` known to every command (`finbench run --benchmark NAME`, score, report,
+    leaderboard, demo) under its lower-case name; a second benchmark of the same name is an
+    error, never a silent replacement."""
+    name = benchmark.name.lower()
+    if name != benchmark.name or "," in name or "=" in name or not name.strip():
+        raise ValueError(f"benchmark name {benchmark.name!r}: lower case, without ',' or '=' (they separate "
+                         "benchmarks and data sources on the command line)")
+    if BENCHMARKS.get(name, benchmark) is not benchmark:
+        raise ValueError(f"a benchmark named {name!r} is already registered")
+    BENCHMARKS[name] = benchmark
+    return benchmark
+
+
+for _builtin in (finmme, famma, finmtm, mme_finance, finmmr):
+    register(_builtin.BENCHMARK)
+
+__all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "describe", "get_benchmark", "load_matching", "register"]
 
 
 def get_benchmark(name: str) -> Benchmark:

@@ -97,7 +97,8 @@ def options_not_rendered(question: Question, shift: int) -> Question | None:
 
 @dataclass(frozen=True)
 class Demo:
-    """`finbench demo --benchmark NAME`: `module` names the finbench/offline module whose
+    """`finbench demo --benchmark NAME`: `module` names the module (finbench/offline's
+    `<name>_synthetic`, or any importable module of a benchmark defined outside finbench) whose
     `demo_data(folder, size)` writes synthetic data in the benchmark's own on-disk format under
     `folder` once per size (None: the default) and returns (the path to give `--data`, whether it
     was written now). `in_home`: the data is kept in FINBENCH_HOME, shared by demo runs (else
@@ -137,7 +138,9 @@ class Benchmark:
     - `rotate(question, shift)` → the question with its options rotated and its gold moved, whose
       `request` renders them so (circular evaluation), or None when its prompt does not render
       `Question.options` (FinMTM's objective items carry them inside the question text);
-    - `scorer` → the scoring rule (scoring/<name>.py), `group_columns` → its breakdowns."""
+    - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart),
+      `group_columns` → its breakdowns, `leaderboard_breakdown` → the one the leaderboard shows
+      per benchmark (empty: `domain_field`)."""
 
     name: str
     title: str
@@ -161,6 +164,12 @@ class Benchmark:
     protocol_names: tuple[str, ...] = PROTOCOLS  # the --protocol values it accepts
     metrics: str = ""
     demo: "Demo | None" = None
+    leaderboard_breakdown: str = ""
+
+    @property
+    def breakdown_column(self) -> str:
+        """The breakdown the leaderboard shows for this benchmark's runs."""
+        return self.leaderboard_breakdown or self.domain_field
 
     def prompt_version_for(self, protocol: str) -> str:
         """The prompt version in the cache key: ours under `constrained`, the official one else."""

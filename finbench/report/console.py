@@ -1,11 +1,12 @@
 """What a finished run prints on the console: a compact summary, never a wall of tables.
 
-In order: the headline table (with CIs), the parts a rule scores apart (FinMTM's dialogue and
-agent, or one line saying why a part is unscored), the breakdown whose groups differ most (every
+In order: the headline table (with CIs), the parts a rule scores apart (its `Scorer.parts`: FinMTM's dialogue
+and agent; or one line saying why a part is unscored), the breakdown whose groups differ most (every
 breakdown with `--verbose-tables`), the best prior baseline beside the model's accuracy and a line
 per robustness study (report/studies.py), the errors, the throughput, where the files went, and a last
 line that repeats model · benchmark · protocol · headline score [CI] · n · errors, so the end of
-the scroll-back says what was run and what came out.
+the scroll-back says what was run and what came out. The tables of `finbench score` and
+`finbench compare` (`print_scores`, `print_comparison`) are drawn here too.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import headline_score, plural, score_text
+from finbench.report.format import headline_score, part_cells, plural, score_text, scored_parts
 from finbench.report.studies import baseline_line, study_lines
+from finbench.scoring.stats import LOWER_IS_BETTER
 
 MAX_ERROR_KINDS = 3  # error messages named on the errors line; results.json has them all
+RAW_METRICS = {"kl"}  # shown as they are; every other value printed is on 0–1 (a headline metric) and shown ×100
 
 
 def model_name(results: dict[str, Any]) -> str:
@@ -70,11 +73,281 @@ def files_line(out_dir: Path) -> str:
 
 def print_run(results: dict[str, Any], out_dir: Path, console: Any, verbose_tables: bool = False) -> None:
     """The summary of one finished run, on `console` (its last line last)."""
-    from finbench.scoring.commands import print_scores
-
     print_scores(results["scores"], console=console, verbose=verbose_tables, protocol=results["protocol"])
     for line in [baseline_line(results), *study_lines(results)]:  # beside the headline: what a prior gets
         if line:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in (errors_line(results), throughput_line(results), files_line(out_dir)):
         console.print(line, markup=False, highlight=False, soft_wrap=True)  # the terminal wraps, never mid-path
+
+
+# ---- tables of `finbench score` and `finbench compare` ----------------------------------------------
+def as_console(console: Any = None) -> Any:
+    if console is not None:
+        return console
+    from rich.console import Console
+
+    return Console()
+
+
+def _fmt(name: str, value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4g}" if name in RAW_METRICS else f"{value * 100:.{digits}f}"
+
+
+def _fmt_ci(name: str, ci: dict[str, Any] | None) -> str:
+    if not ci or ci.get("low") is None:
+        return ""
+    return f"[{_fmt(name, ci['low'])}, {_fmt(name, ci['high'])}]"
+
+
+RULE_NAMES = {"official": "the benchmark's official rule", "paper": "the paper's formula (not the headline)"}
+SMALL_N = 30  # below this many items a headline CI is shown with a word of caution
+
+
+def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 30, verbose: bool = True,
+                 protocol: str | None = None) -> None:
+    """Rich tables of a `score_samples` result: the headline (×100, with CIs), the parts a rule
+    scores apart (its `Scorer.parts`), breakdowns (n, accuracy, 95% Wilson CI), calibration.
+    `verbose=False` shows only the breakdown with the largest spread; `protocol` names how the
+    answers were produced (the scoring rule is another thing: `variant`)."""
+    con = as_console(console)
+    _print_headline(con, scores, protocol)
+    _print_parts(con, scores)
+    breakdowns = {c: g for c, g in scores.get("breakdowns", {}).items() if g}
+    single = {c: g for c, g in breakdowns.items() if len(g) == 1}  # one group: a line, not a table
+    breakdowns = {c: g for c, g in breakdowns.items() if len(g) > 1} or breakdowns
+    if verbose:
+        for column, groups in breakdowns.items():
+            _print_breakdown(con, column, groups, max_groups)
+        for column, groups in single.items():
+            if column not in breakdowns:
+                (label, g), = groups.items()
+                con.print(f"by {column}: one group, {label} (n {g['n']}, accuracy {_fmt('accuracy', g['accuracy'])} "
+                          f"{_fmt_ci('accuracy', g.get('ci'))})", markup=False, soft_wrap=True)
+    elif breakdowns:
+        column = widest_breakdown(breakdowns)
+        rest = len(breakdowns) - 1
+        _print_breakdown(con, column, groups=breakdowns[column], max_groups=max_groups,
+                         title=f"by {column} (×100) — the largest spread"
+                               + (f"; {plural(rest, 'other breakdown')}: --verbose-tables or report.html" if rest else ""))
+    if verbose:
+        _print_calibration(con, scores)
+    for note in scores.get("notes", []) + _small_sample_notes(scores):
+        con.print(f"note: {note}", markup=False)
+
+
+def widest_breakdown(breakdowns: dict[str, dict[str, dict[str, Any]]]) -> str:
+    """The breakdown whose groups differ most in accuracy (max − min), over groups of at least two
+    questions where there are such; ties go to the first."""
+    def spread(groups: dict[str, dict[str, Any]]) -> float:
+        values = [g["accuracy"] for g in groups.values() if g.get("n", 0) >= 2 and g.get("accuracy") is not None]
+        values = values or [g["accuracy"] for g in groups.values() if g.get("accuracy") is not None]
+        return max(values) - min(values) if len(values) > 1 else -1.0
+
+    return max(breakdowns, key=lambda column: spread(breakdowns[column]))
+
+
+def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> None:
+    from rich.table import Table
+
+    n = int(scores.get("n") or 0)
+    rule = RULE_NAMES.get(scores.get("variant"), f"variant {scores.get('variant')}")
+    how = (f"protocol {protocol}, " if protocol else "") + f"scored by {rule}"
+    title = f"{scores.get('label', scores.get('benchmark'))}"
+    if n == 0:
+        con.print(f"{title}: no item of this run is scored by this rule ({how})", markup=False, soft_wrap=True)
+        return
+    ci = scores.get("ci", {})
+    level = next(iter(ci.values()))["level"] if ci else None
+    errors = int(scores.get("n_errors") or 0)
+    caption = (f"{how}; {plural(n, 'scored question')}"
+               + (f", {errors} of them with an error (scored as wrong)" if errors else "") + "; values × 100")
+    head = Table(title=title)
+    head.add_column("metric")
+    head.add_column("value", justify="right")
+    if ci:
+        head.add_column(f"{level:.0%} CI (bootstrap ×{scores['bootstrap']['n_resamples']})", justify="right")
+    for name in scores.get("headline", []):
+        label = f"{name} (penalty: lower is better)" if name in LOWER_IS_BETTER else name
+        row = [label, _fmt(name, scores.get(name))]
+        if ci:
+            row.append(_fmt_ci(name, ci.get(name)))
+        head.add_row(*row)
+    con.print(head)
+    con.print(caption, markup=False, highlight=False, soft_wrap=True)  # under the table, never squeezed into its width
+
+
+def _print_parts(con: Any, scores: dict[str, Any]) -> None:
+    """The parts the benchmark's rule scores apart (its `Scorer.parts`: FinMTM's dialogue and
+    agent): a table each with n and CIs, or one line saying why the part is unscored."""
+    from rich.table import Table
+
+    for part, found in scored_parts(scores):
+        if not found.get("n_scored"):
+            con.print(f"{part.name}: {found.get('unscored') or 'nothing scored'}", markup=False, soft_wrap=True)
+            continue
+        caption = f"{found['n_scored']} of {found['n']} scored"
+        if found.get("n_errors"):
+            caption += f" ({found['n_errors']} with an error, scored 0)"
+        if found.get("unscored"):
+            caption += f"; {found['unscored']}"
+        table = Table(title=part.title, caption=caption)
+        table.add_column("metric")
+        table.add_column("value", justify="right")
+        table.add_column("95% CI (bootstrap)" if found.get("ci") else "CI", justify="right")
+        for cells in part_cells(part, found):
+            table.add_row(*cells)
+        con.print(table)
+        if found.get("by_level"):
+            con.print("by level: " + " · ".join(f"{level} {g['score']:.2f} (n {g['n']})"
+                                                 for level, g in found["by_level"].items()), markup=False)
+
+
+def _print_breakdown(con: Any, column: str, groups: dict[str, dict[str, Any]], max_groups: int,
+                     title: str | None = None) -> None:
+    from rich.table import Table
+
+    has_score = any("score" in g for g in groups.values())
+    table = Table(title=title or f"by {column} (×100)")
+    table.add_column(column)
+    table.add_column("n", justify="right")
+    table.add_column("accuracy", justify="right")
+    table.add_column("95% CI (Wilson)", justify="right")
+    if has_score:
+        table.add_column("score", justify="right")
+    ordered = sorted(groups.items(), key=lambda kv: -kv[1]["n"])
+    for label, g in ordered[:max_groups]:
+        row = [label, str(g["n"]), _fmt("accuracy", g["accuracy"]), _fmt_ci("accuracy", g.get("ci"))]
+        if has_score:
+            row.append(_fmt("score", g.get("score")))
+        table.add_row(*row)
+    if len(ordered) > max_groups:
+        table.add_row(f"… {len(ordered) - max_groups} more", "", "", "")
+    con.print(table)
+
+
+def _print_calibration(con: Any, scores: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    calib = scores.get("calibration")
+    if calib:
+        con.print(f"calibration ({calib['items']}, n = {calib['n']}): ECE {_fmt('accuracy', calib['ece'])} "
+                  f"· Brier {calib['brier']:.4f} · mean confidence {_fmt('accuracy', calib['mean_confidence'])} "
+                  f"· accuracy {_fmt('accuracy', calib['accuracy'])}  (×100)", markup=False)
+    selective = scores.get("selective")
+    if selective:
+        primary = scores.get("primary", "accuracy")
+        table = Table(title="selective prediction (answer only when confidence > τ; ×100)",
+                      caption=scores.get("selective_items"))
+        for col in ("τ", "coverage", "accuracy", primary) if primary != "accuracy" else ("τ", "coverage", "accuracy"):
+            table.add_column(col, justify="right")
+        for row in selective[::4] + ([selective[-1]] if (len(selective) - 1) % 4 else []):
+            cells = [f"{row['tau']:.2f}", _fmt("accuracy", row["coverage"]), _fmt("accuracy", row.get("accuracy"))]
+            if primary != "accuracy":
+                cells.append(_fmt(primary, row.get(primary)))
+            table.add_row(*cells)
+        con.print(table)
+
+
+def _small_sample_notes(scores: dict[str, Any]) -> list[str]:
+    """Say why a CI spans the whole scale instead of printing [0.00, 100.00] without a word: it
+    rests on few items (FinMME's P_H on the multi-answer items only)."""
+    notes = []
+    ci = scores.get("ci", {})
+    for name in scores.get("headline", []):
+        interval = ci.get(name) or {}
+        if interval.get("low") is None:
+            continue
+        items = scores.get("n_multi_answer") if name == "p_h" else scores.get("n")
+        whole_scale = interval["low"] <= 0 and interval["high"] >= 1
+        if items is None or not (whole_scale or (name == "p_h" and items < SMALL_N)):
+            continue
+        what = "multi-answer item" if name == "p_h" else "scored question"
+        notes.append(f"the CI of {name} {_fmt_ci(name, interval)} rests on {plural(int(items), what)}: at this "
+                     "size it says little")
+    return notes
+
+
+def print_comparison(result: dict[str, Any], console: Any = None) -> None:
+    """Rich tables of a `compare_runs` result."""
+    from rich.table import Table
+
+    con = as_console(console)
+    headline = result.get("headline", [])
+    # run names are never cut: at 80 columns two variants must not both read "think_bu…"
+    width = max(len(f"{r} (baseline)") for r in result["runs"])
+    scores = Table(title=f"{result.get('label')} — {result['n_shared']} shared questions (values × 100)")
+    scores.add_column("run", no_wrap=True, min_width=width)
+    for name in headline:
+        scores.add_column(name, justify="right")
+    for run in result["runs"]:
+        label = f"{run} (baseline)" if run == result["baseline"] else run
+        scores.add_row(label, *[_fmt(m, result["scores"][run].get(m)) for m in headline])
+    con.print(scores)
+
+    primary = result.get("primary", "accuracy")
+    shown = [primary] + (["accuracy"] if primary != "accuracy" and "accuracy" in headline else [])
+    table = Table(title=f"vs {result['baseline']}: paired bootstrap (×{result['bootstrap']['n_resamples']}), "
+                        "exact McNemar, Holm")
+    table.add_column("run", no_wrap=True, min_width=max(len(c["run"]) for c in result["comparisons"]))
+    for m in shown:
+        table.add_column(f"Δ {m} [CI]", justify="right", overflow="fold")
+    for col in ("only baseline right", "only run right", "McNemar p", "Holm p"):
+        table.add_column(col, justify="right", overflow="fold")
+    for c in result["comparisons"]:
+        cells = [c["run"]]
+        for m in shown:
+            d = c["delta"][m]
+            cells.append(f"{_fmt(m, d['value'])} {_fmt_ci(m, d.get('ci'))}".strip())
+        cells += [str(c["mcnemar"]["baseline_only"]), str(c["mcnemar"]["run_only"]),
+                  f"{c['mcnemar']['p']:.3g}", f"{c['p_holm']:.3g}"]
+        table.add_row(*cells)
+    con.print(table)
+    distributions = result.get("distributions")
+    if distributions and distributions.get("runs"):
+        shift = Table(title=f"option distributions vs {distributions['reference']} ({distributions['items']})")
+        shift.add_column("run", no_wrap=True, min_width=max(len(r) for r in distributions["runs"]))
+        for col in ("n", "mean KL (nats)", "top-1 agreement ×100", "gold prob shift ×100"):
+            shift.add_column(col, justify="right")
+        for run, d in distributions["runs"].items():
+            shift.add_row(run, str(d["n"]), _fmt("kl", d["kl_mean"]), _fmt("accuracy", d["agreement"]),
+                          _fmt("accuracy", d["gold_shift_mean"]))
+        con.print(shift)
+    _print_robustness(con, result)
+    for note in result.get("notes", []):
+        con.print(f"note: {note}")
+
+
+DISAGREEMENTS_SHOWN = 10  # rows of the console table (the JSON lists them all, up to MAX_DISAGREEMENTS)
+
+
+def _print_robustness(con: Any, result: dict[str, Any]) -> None:
+    """The studies side by side, and the items where two protocols' answers differ."""
+    from rich.table import Table
+
+    from finbench.report.studies import compare_rows
+
+    if result.get("studies"):
+        header, rows = compare_rows(result["studies"])
+        table = Table(title="robustness studies")
+        table.add_column("run", no_wrap=True, min_width=max(len(row[0]) for row in rows))  # names are never cut
+        for column in header[1:]:
+            table.add_column(column, justify="right", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        con.print(table)
+    for run, found in (result.get("disagreements") or {}).items():
+        base = found["runs"][0]
+        right = ", ".join(f"{who}: {n}" for who, n in found["right"].items())
+        table = Table(title=f"{base} vs {run}: {found['n_disagree']} of {found['n_shared']} answers differ "
+                            f"(right — {right})")
+        for column in ("id", base, run, "gold", "right", f"{found['official'] or run} output"):
+            table.add_column(column, overflow="fold")
+        for item in found["items"][:DISAGREEMENTS_SHOWN]:
+            table.add_row(item["id"], item["answers"][base], item["answers"][run], item["gold"], item["right"],
+                          item["raw_output"][:60])
+        if found["n_disagree"] > DISAGREEMENTS_SHOWN:
+            table.caption = f"first {DISAGREEMENTS_SHOWN}; all of them are in the comparison JSON"
+        con.print(table)

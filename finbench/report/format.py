@@ -4,7 +4,10 @@ neither imports the other's helpers)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from finbench.scoring.parts import Part
 
 HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised accuracy (F)",
                    "p_h": "multi-answer error rate (P_H)", "accuracy": "accuracy", "domain_score": "domain score",
@@ -31,10 +34,37 @@ def num(value: Any) -> str:
     return str(value)
 
 
+def scored_parts(scores: dict[str, Any]) -> list[tuple["Part", dict[str, Any]]]:
+    """(declaration, values) of each part the benchmark's `Scorer` scores apart that this score
+    holds, in the declared order (FinMTM: dialogue, then agent)."""
+    from finbench.scoring.api import score_parts
+
+    return [(part, scores[part.name]) for part in score_parts(scores.get("benchmark")) if scores.get(part.name)]
+
+
+def part_value(value: float | None, percent: bool) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 100:.2f}" if percent else f"{value:.2f}"
+
+
+def part_cells(part: "Part", found: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, CI) of each metric of a part, on the metric's own scale (the console, the
+    HTML and the Markdown reports show the same cells)."""
+    cells = []
+    for metric in part.metrics:
+        ci = (found.get("ci") or {}).get(metric.key) or {}
+        interval = (f"[{part_value(ci['low'], metric.percent)}, {part_value(ci['high'], metric.percent)}]"
+                    if ci.get("low") is not None else "–")
+        cells.append((metric.label, part_value(found.get(metric.key), metric.percent), interval))
+    return cells
+
+
 def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
     """The one number a run is known by, on the 0–100 scale with its CI: the rule's primary metric
-    (FinScore, accuracy, FinMTM's Eq. 1 score); for a run whose primary part scored nothing (a
-    FinMTM run of sessions or agent items only) the dialogue score, else the agent F2."""
+    (FinScore, accuracy, FinMTM's Eq. 1 score); for a run whose primary metric scored nothing (a
+    FinMTM run of sessions or agent items only) the headline metric of the first part its
+    `Scorer` declares that has one (FinMTM: the dialogue score, else the agent F2)."""
     def interval(ci: Any, factor: float) -> tuple[float | None, float | None]:
         if not ci or ci.get("low") is None:
             return None, None
@@ -45,12 +75,13 @@ def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
         low, high = interval((scores.get("ci") or {}).get(primary), 100.0)
         return {"metric": primary, "label": HEADLINE_LABELS.get(primary, primary), "value": 100.0 * scores[primary],
                 "low": low, "high": high, "n": scores.get("n")}
-    for part, key, factor, label in (("dialogue", "score", 1.0, "dialogue score"), ("agent", "f2", 100.0, "agent tool F2")):
-        found = scores.get(part) or {}
-        if found.get(key) is not None:
-            low, high = interval((found.get("ci") or {}).get(key), factor)
-            return {"metric": f"{part}.{key}", "label": label, "value": factor * found[key], "low": low, "high": high,
-                    "n": found.get("n_scored")}
+    for part, found in scored_parts(scores):
+        metric = next((m for m in part.metrics if m.key == part.headline), None)
+        if metric is not None and found.get(metric.key) is not None:
+            factor = 100.0 if metric.percent else 1.0
+            low, high = interval((found.get("ci") or {}).get(metric.key), factor)
+            return {"metric": f"{part.name}.{metric.key}", "label": part.headline_label or metric.label,
+                    "value": factor * found[metric.key], "low": low, "high": high, "n": found.get("n_scored")}
     return {"metric": primary, "label": HEADLINE_LABELS.get(primary, primary), "value": None, "low": None,
             "high": None, "n": scores.get("n")}
 

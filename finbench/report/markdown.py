@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import HEADLINE_LABELS, headline_score, interval_text, num, pct, score_text
+from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, score_text,
+                                    scored_parts)
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
 
@@ -23,7 +24,6 @@ def _ci(ci: dict[str, Any] | None) -> str:
 
 
 def run_markdown(results: dict[str, Any]) -> str:
-    from finbench.scoring.commands import PART_METRICS, PART_TITLES, part_cells
     from finbench.scoring.stats import LOWER_IS_BETTER
 
     scores = results["scores"]
@@ -42,13 +42,10 @@ def run_markdown(results: dict[str, Any]) -> str:
                   f"{scores['n']} scored questions, {scores.get('n_errors', 0)} of them with an error (scored as wrong)."]
     else:
         parts += [f"No item of this run is scored by this rule ({scores.get('label', '')})."]
-    for part in PART_METRICS:
-        found = scores.get(part)
-        if not found:
-            continue
-        parts.append(f"## {PART_TITLES[part]}")
+    for part, found in scored_parts(scores):
+        parts.append(f"## {part.title}")
         if not found.get("n_scored"):
-            parts.append(f"{part}: {found.get('unscored') or 'nothing scored'}")
+            parts.append(f"{part.name}: {found.get('unscored') or 'nothing scored'}")
             continue
         parts += [_table(["metric", "value", "95% bootstrap CI"], [list(cells) for cells in part_cells(part, found)]),
                   f"n = {found['n_scored']} of {found['n']} scored ({found.get('n_errors', 0)} with an error, scored 0)"

@@ -14,27 +14,39 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
+from finbench.scoring.parts import Part
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column, wilson_interval)
-from finbench.types import OPTION_LETTERS, SINGLE
+from finbench.types import DEFAULT_BENCHMARK, OPTION_LETTERS, SINGLE
 
 CI_LEVEL = 0.95
 
 __all__ = ["breakdowns", "build_table", "calibration_summary", "compare_runs", "option_prob_matrix",
-           "per_question_correct", "score_samples", "with_rule_verdicts", "write_samples_out"]
+           "per_question_correct", "score_parts", "score_samples", "with_rule_verdicts", "write_samples_out"]
 
 
 # ---- tables ----------------------------------------------------------------------------------------
-def _benchmark(name: str) -> Any:
+def _benchmark(name: str | None) -> Any:
     from finbench.benchmarks import get_benchmark  # the one registry of benchmarks and their scorers
 
-    return get_benchmark(name)
+    return get_benchmark(DEFAULT_BENCHMARK if name is None else name)
 
 
-def build_table(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "official",
+def score_parts(benchmark: str | None) -> tuple[Part, ...]:
+    """The parts a benchmark's rule scores apart, as its `Scorer` declares them (what the console,
+    the reports and the leaderboard draw); none for a benchmark not registered in this process
+    (its scores are shown without parts rather than not at all)."""
+    try:
+        return _benchmark(benchmark).scorer.parts
+    except ValueError:
+        return ()
+
+
+def build_table(df: pd.DataFrame, benchmark: str | None = None, variant: str = "official",
                 denominator: str = "gold", device: str | torch.device = "cpu") -> ScoreTable:
-    """The ScoreTable of one run under the benchmark's rule (its registered `Scorer`)."""
+    """The ScoreTable of one run under the benchmark's rule (its registered `Scorer`; no benchmark:
+    the registry's default one)."""
     spec = _benchmark(benchmark)
     scorer = spec.scorer
     if variant not in scorer.variants:
@@ -49,7 +61,7 @@ def _table_rows(df: pd.DataFrame, table: ScoreTable) -> pd.DataFrame:
     return df if rows is None else df.iloc[rows]
 
 
-def per_question_correct(df: pd.DataFrame, benchmark: str = "finmme") -> np.ndarray:
+def per_question_correct(df: pd.DataFrame, benchmark: str | None = None) -> np.ndarray:
     """Official per-question correctness (float 0/1, one per row of `df`); rows the benchmark's
     rule does not score (FinMTM open items) keep their stored `correct`, else NaN."""
     table = build_table(df, benchmark)
@@ -195,7 +207,7 @@ def calibration_summary(df: pd.DataFrame, n_bins: int = 10) -> dict[str, Any] | 
 
 
 # ---- score / compare --------------------------------------------------------------------------------
-def score_samples(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "official", n_bootstrap: int = 0,
+def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str = "official", n_bootstrap: int = 0,
                   seed: int = 0, group_columns: Sequence[str] | None = None, device: str | torch.device = "cpu",
                   denominator: str = "gold", level: float = CI_LEVEL,
                   thresholds: Sequence[float] | None = None) -> dict[str, Any]:
@@ -239,7 +251,7 @@ def score_samples(df: pd.DataFrame, benchmark: str = "finmme", variant: str = "o
     return _jsonable(out)
 
 
-def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str = "finmme",
+def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str | None = None,
                  n_bootstrap: int = 1000, seed: int = 0, variant: str = "official", level: float = CI_LEVEL,
                  device: str | torch.device = "cpu") -> dict[str, Any]:
     """Paired comparison of runs on the same questions; the first run is the baseline.

@@ -1,6 +1,6 @@
 """Statistics over scored questions: point estimates, bootstrap CIs, paired comparisons, calibration.
 
-Every benchmark rule (finmme.py, finmtm.py, famma.py) turns a samples table into a `ScoreTable`:
+Every benchmark rule (scoring/<name>.py) turns a samples table into a `ScoreTable`:
 per-question value channels [N, C], a segment id per question (the domain, for FinMME) and a
 `statistic` mapping segment sums [..., S, C] to the headline numbers. Point estimates, bootstrap
 resamples, paired differences and abstention curves all evaluate that same function on different
@@ -19,6 +19,7 @@ import torch
 
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
 from finbench.kernels.segments import segment_sum, weighted_segment_sums
+from finbench.scoring.parts import Part
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 LOWER_IS_BETTER = frozenset({"p_h"})  # headline metrics that are penalties (FinMME's multi-answer error rate)
@@ -69,12 +70,14 @@ class Scorer:
     """A benchmark's scoring rule as `score_samples` and `compare_runs` call it (scoring/api.py):
     `build_table(df, variant=..., device=..., **options)` → ScoreTable; `summary(df, table,
     estimates)` → the rule's own fields of the score (counts, side scores); `group_frame(df)` →
-    df with derived breakdown columns (e.g. FAMMA's arithmetic × language)."""
+    df with derived breakdown columns (e.g. FAMMA's arithmetic × language); `parts` → the parts
+    `summary` scores apart, in display order."""
 
     build_table: Callable[..., ScoreTable]
     variants: tuple[str, ...] = ("official",)
     summary: Callable[[pd.DataFrame, ScoreTable, Mapping[str, Any]], dict[str, Any]] = _no_summary
     group_frame: Callable[[pd.DataFrame], pd.DataFrame] = _same_frame
+    parts: tuple[Part, ...] = ()
 
 
 def point_estimates(table: ScoreTable) -> dict[str, float]:

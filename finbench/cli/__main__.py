@@ -1,0 +1,5 @@
+"""`python -m finbench.cli`."""
+
+from finbench.cli import app
+
+app()

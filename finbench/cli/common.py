@@ -1,0 +1,116 @@
+"""What every command shares: the Typer apps, the two consoles (stderr for messages, stdout for
+results), and how a command ends — one line and exit code 2 for bad input, one line and 128 +
+the signal for a stopped run, 1 when every sample failed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
+models_app = typer.Typer(no_args_is_help=True, help="Model utilities (tiny offline models).")
+app.add_typer(models_app, name="models")
+data_app = typer.Typer(no_args_is_help=True, help="Data utilities: check a local copy of a benchmark's data.")
+app.add_typer(data_app, name="data")
+console = Console(stderr=True, soft_wrap=True)
+out_console = Console()
+
+
+def fail(message: str) -> None:
+    console.print(f"[bold red]error:[/] {escape(message)}")  # paths and values may hold [brackets]
+    raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def one_line_errors(where: str = "") -> Iterator[None]:
+    """Bad input to a command (a damaged or missing file, an unwritable path, a value that does not
+    apply) ends it with one line and exit code 2, not a traceback. ValueError covers JSON and Arrow
+    decoding errors; OSError covers paths."""
+    try:
+        yield
+    except (ValueError, OSError) as err:
+        message = str(err).strip() or type(err).__name__
+        fail(f"{where}: {message}" if where else message)
+
+
+def home() -> Path:
+    return Path(os.environ.get("FINBENCH_HOME", Path.home() / ".cache" / "finbench"))
+
+
+@contextlib.contextmanager
+def stops_in_one_line() -> Iterator[None]:
+    """A run that stops ends the command in one line: Ctrl-C or SIGTERM (handled as Ctrl-C: the
+    batch in flight is dropped, every committed answer kept) says "N of M answers saved" and exits
+    128 + the signal; a cache or outputs that stop taking writes (disk full, the run folder
+    removed) say why and exit 1."""
+    import signal
+
+    from finbench.runner.engine import Interrupted, Stopped
+
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (an embedding caller): keep the process's own handling
+        previous = None
+    try:
+        yield
+    except (Interrupted, KeyboardInterrupt) as interrupted:  # the second: outside the batch loop
+        message = str(interrupted) if isinstance(interrupted, Interrupted) else \
+            "interrupted: the answers committed to the cache are kept; rerun the same command to resume"
+        console.print(f"[bold yellow]{escape(message)}[/]")
+        raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
+    except Stopped as stopped:
+        console.print(f"[bold red]error:[/] {escape(str(stopped))}")
+        raise typer.Exit(1) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run_and_report(work, verbose_tables: bool = False, notice: str | None = None) -> None:
+    """Run, then print each run's compact summary (report/console.py); the last line of all
+    repeats model · benchmark · protocol · headline score [CI] · n · errors."""
+    from finbench.api import MultiRunResult
+    from finbench.report.console import last_line, print_run
+
+    with stops_in_one_line():
+        try:
+            result = work()
+        except (ValueError, OSError, TypeError) as err:
+            fail(str(err))
+    runs = list(result.runs.values()) if isinstance(result, MultiRunResult) else [result]
+    if any(one.samples is None for one in runs):  # a data-parallel rank other than 0: rank 0 reports
+        return
+    failed = []
+    for one in runs:
+        if len(runs) > 1:
+            out_console.rule(f"[bold]{one.results['benchmark']}")
+        print_run(one.results, one.out_dir, out_console, verbose_tables)
+        for note in one.results.get("notes", []):
+            console.print(f"[yellow]note:[/] {escape(note)}")
+        if one.results["errors"]["count"] == one.results["n_questions"]:
+            failed.append(one)
+    if isinstance(result, MultiRunResult):
+        out_console.print(f"wrote {result.out_dir / 'summary.json'}", markup=False)
+    for one in failed:
+        console.print(f"[bold red]error:[/] every one of the {one.results['n_questions']} samples failed; "
+                      f"see {escape(str(one.out_dir / 'results.json'))} (errors.by_message)")
+    if notice:
+        out_console.print(notice)
+    for one in runs:
+        out_console.print(last_line(one.results), markup=False, highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,116 @@
+"""`finbench score`, `compare`, `report` and `leaderboard`: what finished run folders hold, scored,
+compared and drawn again (CPU only, no model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from finbench.cli.common import console, fail, one_line_errors, out_console
+from finbench.types import DEFAULT_BENCHMARK
+
+
+def score(
+    run_dir: Optional[Path] = typer.Argument(None, help="A run folder with samples.parquet."),
+    variant: str = typer.Option("official", help="official (the benchmark's code) or paper (the paper's formula)."),
+    bootstrap: int = typer.Option(0, help="Bootstrap resamples for confidence intervals (0 = none)."),
+    seed: int = typer.Option(0, help="Bootstrap seed."),
+    benchmark: str = typer.Option(DEFAULT_BENCHMARK, help="Benchmark of --data/--predictions."),
+    data: Optional[str] = typer.Option(None, help="Benchmark data, to score --predictions against."),
+    predictions: Optional[Path] = typer.Option(None, help='JSONL of {"id": ..., "answer": "A,C"} per line.'),
+    protocol: Optional[str] = typer.Option(None, help="The protocol that produced --predictions (FinMMR: cot, the "
+                                                        "extracted answers; pot, the raw outputs with the program)."),
+    samples_out: Optional[Path] = typer.Option(None, help="With --predictions: write one JSON line per question "
+                                                            "(id, answer, extracted, correct) to this file."),
+) -> None:
+    """Score a finished run (tables + RUN_DIR/scores_<variant>.json), or raw answer strings
+    against benchmark data (printed as JSON)."""
+    from finbench.scoring.commands import score_command, score_predictions
+
+    if bootstrap < 0:
+        fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
+    if run_dir is not None:
+        if data is not None or predictions is not None:
+            fail(f"{run_dir}: --data and --predictions score answers from a file against benchmark data; a run "
+                 "folder is scored from its own samples.parquet — give one or the other")
+        if not (run_dir / "samples.parquet").exists():
+            fail(f"{run_dir}: no samples.parquet (is it a finbench run folder?)")
+        with one_line_errors(str(run_dir)):
+            score_command(run_dir, variant, bootstrap, seed, console=out_console)
+        return
+    if data is not None and predictions is not None:
+        with one_line_errors():
+            scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed, console=console,
+                                        protocol=protocol, samples_out=samples_out)
+    else:
+        fail("give a RUN_DIR, or both --data and --predictions")
+    print(json.dumps(scores, indent=2, default=str))
+
+
+def compare(
+    run_dirs: List[Path] = typer.Argument(..., help="Run folders; the first is the baseline."),
+    out: Optional[Path] = typer.Option(None, help="Write the comparison JSON here."),
+    bootstrap: int = typer.Option(1000, help="Paired bootstrap resamples."),
+    seed: int = typer.Option(0, help="Bootstrap seed."),
+    allow_mixed_protocols: bool = typer.Option(False, help="Compare runs made with different protocols "
+                                                               "(e.g. constrained vs official)."),
+) -> None:
+    """Paired comparison of runs on the same questions (McNemar, paired bootstrap, flips).
+    Runs are compared on the questions they share; a note says how many each leaves out."""
+    from finbench.scoring.commands import compare_command
+
+    if len(run_dirs) < 2:
+        fail("compare needs at least two run folders")
+    if bootstrap < 0:
+        fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
+    for run_dir in run_dirs:
+        if not (run_dir / "samples.parquet").exists():
+            fail(f"{run_dir}: no samples.parquet")
+    with one_line_errors():
+        compare_command(run_dirs, out, bootstrap, seed, console=out_console,
+                        allow_mixed_protocols=allow_mixed_protocols)
+
+
+def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
+    """(Re)build RUN_DIR/report.html and report.md from results.json and samples.parquet (or a
+    sweep folder's from its sweep.json)."""
+    from finbench.report.html import write_report
+
+    if (run_dir / "sweep.json").exists():
+        from finbench.sweep import write_sweep
+
+        with one_line_errors(str(run_dir)):
+            write_sweep(run_dir, json.loads((run_dir / "sweep.json").read_text()))
+        out_console.print(f"wrote {run_dir / 'report.html'} and {run_dir / 'report.md'}", markup=False)
+        return
+    if not (run_dir / "results.json").exists() or not (run_dir / "samples.parquet").exists():
+        fail(f"{run_dir}: needs results.json and samples.parquet (is it a finbench run folder?)")
+    with one_line_errors(str(run_dir)):
+        written = write_report(run_dir)
+    out_console.print(f"wrote {written}", markup=False)
+
+
+def leaderboard(
+    run_dirs: List[Path] = typer.Argument(..., help="Run folders (a multi-benchmark or sweep folder stands for the "
+                                          "run folders inside it)."),
+    out: List[Path] = typer.Option([], help="Write the leaderboard to FILE.csv, FILE.md or FILE.html "
+                                   "(sortable, with the per-domain breakdown); repeatable."),
+    reference: Optional[Path] = typer.Option(None, help="The run the paired tests compare against (default: the "
+                                             "first run of each benchmark)."),
+) -> None:
+    """One row per run: model, quant, thinking, protocol, benchmark, headline score with CI,
+    accuracy, n, errors, samples/s, and paired-test stars against a reference run."""
+    from finbench.leaderboard import FORMATS, build, print_board, write
+
+    for path in out:
+        if path.suffix not in FORMATS:
+            fail(f"--out {path}: the suffix says the format: {', '.join(FORMATS)}")
+    with one_line_errors():
+        board = build(run_dirs, reference)
+        written = [write(board, path) for path in out]
+    print_board(board, out_console)
+    for path in written:
+        out_console.print(f"wrote {path}", markup=False)

@@ -1,0 +1,71 @@
+"""What reaches the console besides finbench's own lines: library warnings once each (all of them
+in run.log, runner/startup.py `RunLog`), the quantization libraries' chatter only in run.log, and
+no progress bar at all with --no-progress. Set up once per command, before any model loads."""
+
+from __future__ import annotations
+
+import os
+
+
+def configure_output(progress: bool, verbose: bool) -> None:
+    """Quiet by default: library warnings go to run.log and are shown once each, the quantization
+    libraries' (QUIET_LOGGERS, QUIET_WARNING_SOURCES) only in run.log; --no-progress turns off
+    every progress bar (ours, transformers', huggingface_hub's, datasets')."""
+    import logging
+    import warnings
+
+    if not progress:
+        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+        os.environ["TQDM_DISABLE"] = "1"
+        try:
+            import transformers
+
+            transformers.utils.logging.disable_progress_bar()
+        except ImportError:
+            pass
+        try:
+            from huggingface_hub.utils import disable_progress_bars
+
+            disable_progress_bars()
+        except ImportError:
+            pass
+    logging.captureWarnings(True)
+    logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback on the console
+    shown = logging.StreamHandler()
+    shown.setFormatter(logging.Formatter("warning: %(message)s"))
+    if not verbose:
+        seen: set[str] = set()
+
+        def once(record: logging.LogRecord) -> bool:
+            text = record.getMessage().strip().splitlines()[-1] if record.getMessage().strip() else ""
+            new = text not in seen
+            seen.add(text)
+            return new
+
+        shown.addFilter(once)
+        warnings.simplefilter("always")  # every occurrence reaches run.log; the console filter keeps one
+        try:
+            import transformers
+
+            transformers.utils.logging.set_verbosity_error()
+        except ImportError:
+            pass
+    logging.getLogger("py.warnings").addHandler(shown)
+    if not verbose:
+        from finbench.models.quant import keep_in_run_log, loguru_into_run_log
+
+        shown.addFilter(_not_library_chatter)
+        keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
+        loguru_into_run_log()  # compressed-tensors logs through loguru
+
+
+# Libraries that warn on every call (bitsandbytes: "MatMul8bitLt: inputs will be cast …" once per
+# layer per batch, ~130 lines a run) or log through their own stderr handlers (torch's pytree
+# deprecations when torchao loads, bitsandbytes' missing optional kernels). Kept in run.log only.
+QUIET_WARNING_SOURCES = ("/bitsandbytes/", "/torchao/", "/compressed_tensors/")
+QUIET_LOGGERS = ("bitsandbytes", "torchao", "torch.utils._pytree", "compressed_tensors")
+
+
+def _not_library_chatter(record) -> bool:
+    text = record.getMessage()
+    return not any(source in text for source in QUIET_WARNING_SOURCES) and "MatMul8bitLt" not in text
