@@ -12,6 +12,7 @@ import torch
 
 from finbench.benchmarks import famma
 from finbench.models.contract import Capabilities, ModelAdapter
+from finbench.models.inputs import ModelInputs
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
 from finbench.runner.judge import judge_run
@@ -55,7 +56,7 @@ class FakeJudge:
 
     def prepare(self, requests):
         prompts = [self.prompt_text(r) for r in requests]
-        return {"prompts": prompts, "attention_mask": torch.ones(len(prompts), 1)}
+        return ModelInputs({"prompts": prompts, "attention_mask": torch.ones(len(prompts), 1)}, texts=prompts)
 
     def to_device(self, inputs):
         return inputs
@@ -333,10 +334,11 @@ def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
     class TextJudge(FakeJudge):
         def prepare(self, requests):
             self.requests = list(requests)
-            return [r.messages[0]["content"][-1]["text"] for r in requests]
+            texts = [r.messages[0]["content"][-1]["text"] for r in requests]
+            return ModelInputs({"prompts": texts}, texts=texts)
 
-        def generate(self, prompts, max_new_tokens):
-            return ["{}"] * len(prompts), [1] * len(prompts)
+        def generate(self, inputs, max_new_tokens):
+            return ["{}"] * len(inputs["prompts"]), [1] * len(inputs["prompts"])
 
     judge = TextJudge()
     judged = judge_run(finmtm.BENCHMARK, [session], {0: Prediction(id="s1", answer=replies, generated_text=replies)},

@@ -4,7 +4,10 @@ cut so that a batch respects both a row cap and a padded-token budget."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from finbench.models.contract import ModelAdapter
 
 
 @dataclass(frozen=True)
@@ -43,3 +46,13 @@ def padding_ratio(items: Sequence[Item], batches: Sequence[Sequence[int]]) -> fl
     real = sum(length[i] for batch in batches for i in batch)
     padded = sum(len(batch) * max(length[i] for i in batch) for batch in batches if batch)
     return padded / real if real else 1.0
+
+
+def too_long(items: Sequence[Item], model: "ModelAdapter") -> list[tuple[Item, str]]:
+    """Prompts (text + image tokens) longer than the model's context, with their error: run, they
+    would be truncated or fail deep inside the model."""
+    context = model.max_context() if items else None
+    if not context:
+        return []
+    return [(item, f"prompt of {item.n_tokens} tokens exceeds the model's context of {context}")
+            for item in items if item.n_tokens > context]

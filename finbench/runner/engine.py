@@ -44,18 +44,19 @@ import torch
 from finbench.benchmarks import get_benchmark, load_matching
 from finbench.models.contract import ModelAdapter
 from finbench.runner import distributed, startup, studies
-from finbench.runner.batching import Item, plan_batches
+from finbench.runner.batching import Item, plan_batches, too_long
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.defaults import size_to_device
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
-from finbench.runner.loop import AUTO_BATCH_START, BatchInterrupted, BatchLoop, first_rows, too_long
+from finbench.runner.loop import AUTO_BATCH_START, BatchInterrupted, BatchLoop, first_rows
 from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
 from finbench.runner.requests import build_requests, decoding_summary
+from finbench.runner.runlog import RunLog
 from finbench.runner.timing import ModelParts, StageTimer
 from finbench.types import Prediction, RunConfig
 
@@ -114,7 +115,7 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     distributed.start(world)
     show_progress = show_progress and world.main
     started = time.time()
-    run_log = startup.RunLog()
+    run_log = RunLog()
     benchmark = get_benchmark(config.benchmark)
     notes: list[str] = []  # warnings that go into results.json
 

@@ -34,7 +34,7 @@ from finbench.requests import Generate
 from finbench.runner.batching import plan_batches
 from finbench.runner.keys import request_payload
 from finbench.runner.defaults import size_to_device
-from finbench.runner.loop import BatchLoop, first_rows, too_long
+from finbench.runner.loop import BatchLoop, first_rows
 from finbench.runner.preprocess import prefetch
 from finbench.runner.timing import StageTimer
 from finbench.types import Prediction, Question, RunConfig

@@ -289,13 +289,3 @@ class BatchLoop:
 def first_rows(config: RunConfig) -> int:
     """The row cap a run starts with: its batch size, or AUTO_BATCH_START for "auto"."""
     return config.batch_size if isinstance(config.batch_size, int) else AUTO_BATCH_START
-
-
-def too_long(items: Sequence[Item], model: ModelAdapter) -> list[tuple[Item, str]]:
-    """Prompts (text + image tokens) longer than the model's context, with their error: run, they
-    would be truncated or fail deep inside the model."""
-    context = model.max_context() if items else None
-    if not context:
-        return []
-    return [(item, f"prompt of {item.n_tokens} tokens exceeds the model's context of {context}")
-            for item in items if item.n_tokens > context]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import logging.handlers
 import os
 import weakref
 from pathlib import Path
@@ -269,35 +268,6 @@ def mark_duplicate_ids(questions: list[Question], notes: list[str]) -> list[Ques
     if repeats:
         notes.append(f"{repeats} question(s) repeat an earlier id; each repeat is a per-sample error")
     return marked
-
-
-class RunLog:
-    """run.log: finbench's log and every library warning (the console shows each once). Records
-    are held in memory from the start of the run and written once the run folder exists, so a run
-    refused at start-up writes nothing."""
-
-    def __init__(self) -> None:
-        self.buffer = logging.handlers.MemoryHandler(capacity=10**6, flushLevel=logging.CRITICAL + 1)
-        self._attach(self.buffer)
-        log.setLevel(logging.INFO)
-
-    @staticmethod
-    def _attach(handler: logging.Handler) -> None:
-        for logger in (log, logging.getLogger("py.warnings")):
-            for old in [h for h in logger.handlers
-                        if isinstance(h, (logging.FileHandler, logging.handlers.MemoryHandler))]:
-                logger.removeHandler(old)
-                old.close()
-            logger.addHandler(handler)
-
-    def open(self, path: Path) -> None:
-        """Start writing to `path`, with everything logged so far."""
-        handler = logging.FileHandler(path)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        self.buffer.setTarget(handler)
-        self.buffer.flush()
-        self.buffer.setTarget(None)
-        self._attach(handler)
 
 
 def make_run_folder(out_dir: Path) -> None:
