@@ -32,6 +32,7 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
+from finbench.kernels.compaction import select_rows
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
 import finbench.models.static_decode as static_decode
 from finbench.models.contract import Capabilities
@@ -56,6 +57,18 @@ class DecodeState:
     extras: dict[str, Any]
     next_position: torch.Tensor | None = None
     static: Any = None
+
+    def select(self, rows: torch.Tensor) -> "DecodeState":
+        """The state of `rows` only, in that order (the thinking loop drops finished rows,
+        runner/compaction.py); the cache and the static buffers are narrowed in place."""
+        batch = self.attention_mask.shape[0]
+        if self.cache is not None:
+            self.cache.reorder_cache(rows)  # transformers' batch gather over every layer
+        if self.static:
+            self.static.select(rows)
+        return DecodeState(cache=self.cache, attention_mask=self.attention_mask[rows.to(self.attention_mask.device)],
+                           extras=select_rows(self.extras, rows, batch),
+                           next_position=select_rows(self.next_position, rows, batch), static=self.static)
 
 
 FINBENCH_KEYS = "finbench_"  # prepared-input keys for finbench's own use, never passed to transformers
@@ -434,6 +447,10 @@ class HFVisionLanguageModel:
         head = self.model.get_output_embeddings()
         index = torch.as_tensor(token_ids, device=head.weight.device, dtype=torch.long)
         return head.weight.index_select(0, index)
+
+    def vocabulary_size(self) -> int:
+        """Rows of the LM head (what greedy decoding argmaxes over; runner/compaction.py)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
 
     @torch.inference_mode()
     def score_options(self, inputs: Any, option_token_ids: torch.Tensor) -> torch.Tensor:

@@ -183,6 +183,18 @@ class StaticDecoder:
         self.position.add_(1)
         return hidden
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` of the batch (finished rows dropped, runner/compaction.py): the buffers,
+        the key mask and the positions narrowed; a graph captured for the wider batch is dropped (the
+        next step captures one for this width)."""
+        rows = rows.to(self.kv.key_mask.device)
+        self.kv = StaticKV([k.index_select(0, rows) for k in self.kv.keys], [v.index_select(0, rows) for v in self.kv.values],
+                           self.kv.key_mask.index_select(0, rows), self.kv.length)
+        # positions are [..., B, 1] ([B, 1], or [3, B, 1] for M-RoPE): the batch is next to last
+        self.position = self.position.index_select(self.position.dim() - 2, rows)
+        self.ids = self.ids.index_select(0, rows)
+        self.graph, self.output = None, None
+
     def step(self, token_ids: torch.Tensor) -> torch.Tensor:
         if self.kv.length >= self.kv.capacity:  # outran the buffer: a wider one (and a new graph)
             self.kv, self.graph = self.kv.grown(), None

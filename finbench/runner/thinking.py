@@ -2,8 +2,9 @@
 
 A thinking request's prompt ends inside an open block (`ModelRequest.thinking`: the chat template
 opens it, or the adapter adds the open tag). Then, for a whole batch at once:
-1. greedy generation (left padding, the adapter's `generate_ids`) for at most `budget` tokens; a
-   row finishes early when it emits the close tag or a stop token;
+1. greedy generation (left padding) for at most `budget` tokens; a row finishes early when it emits
+   the close tag or a stop token, and finished rows are dropped from the batch every few steps
+   (runner/compaction.py; `compact_every=0`: the adapter's `generate_ids` instead);
 2. each row keeps its reasoning up to (not including) that tag or stop token; a row that stopped
    without closing, or ran out of budget, gets the close tag appended — the block is always closed;
 3. the batch is rebuilt as prompt + reasoning + close tag + "\\n\\n" + answer prefix, re-packed to
@@ -20,6 +21,7 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
+from finbench.runner.compaction import COMPACT_EVERY, greedy_ids
 
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
 
@@ -37,7 +39,8 @@ def _no_stage(name: str) -> ContextManager[Any]:
 
 @torch.inference_mode()
 def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequence[str],
-          stage: Callable[[str], ContextManager[Any]] = _no_stage) -> tuple[dict[str, Any], list[Reasoning]]:
+          stage: Callable[[str], ContextManager[Any]] = _no_stage,
+          compact_every: int = COMPACT_EVERY) -> tuple[dict[str, Any], list[Reasoning]]:
     """Reason for up to `budget` tokens, close the block, append the answer prefix.
 
     `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
@@ -51,7 +54,10 @@ def think(model: Any, inputs: dict[str, Any], budget: int, answer_prefixes: Sequ
     batch, device = input_ids.shape[0], input_ids.device
     if budget > 0:
         with stage("think"):
-            generated = model.generate_ids(inputs, budget, sorted(set(model.stop_token_ids()) | {close_id}))
+            stops = sorted(set(model.stop_token_ids()) | {close_id})
+            # finished rows dropped every few steps (runner/compaction.py); 0: transformers' generate
+            generated = (greedy_ids(model, inputs, budget, stops, compact_every) if compact_every
+                         else model.generate_ids(inputs, budget, stops))
     else:
         generated = input_ids.new_zeros((batch, 0))
     width = generated.shape[1]
