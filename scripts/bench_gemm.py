@@ -83,22 +83,41 @@ def kernel_names(fn: Any, device: Any) -> list[str]:
     return names[:4]
 
 
-def fp8_gemm(a: Any, b: Any) -> Any:
-    """A callable for e4m3 `a @ b` with unit per-tensor scales, or the reason there is none."""
+def fp8_layers(a: Any, b: Any) -> dict[str, Any] | str:
+    """The fp8 callables to time for `a @ b` (a [M, K] bf16 activations, b [K, N] weights), or the
+    reason there are none: `layer` is the production `--quant fp8` module (models/fp8.py
+    `Fp8Linear`: activation quantization fused by torch.compile, then the row-wise `_scaled_mm`);
+    `layer_unfused` the same with the eager quantization (the old path); `gemm` the `_scaled_mm`
+    alone on activations quantized beforehand; `torchao` torchao's float8 dynamic-activation
+    layer (per-row scales) where torchao is installed."""
     import torch
 
-    if a.device.type != "cuda" or torch.cuda.get_device_capability(a.device) < (8, 9):
-        return "needs a CUDA GPU of compute capability 8.9 or later"
-    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
-        return "this torch has no torch._scaled_mm"
-    a8 = a.to(torch.float8_e4m3fn)
-    b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants the second operand
-    one = torch.ones((), device=a.device)
+    from finbench.models.fp8 import Fp8Linear, SharedActivation, fp8_matmul_unavailable, quantize_rows, rowwise_matmul
+
+    reason = fp8_matmul_unavailable(a.device)
+    if reason:
+        return reason
+    linear = torch.nn.Linear(b.shape[0], b.shape[1], bias=False, device=a.device, dtype=a.dtype)
+    with torch.no_grad():
+        linear.weight.copy_(b.t())
+    layer = Fp8Linear.from_linear(linear)
+    unfused = Fp8Linear(layer.weight, layer.weight_scale, None)
+    unfused.activation = SharedActivation(1, quantize_rows)
+    x_fp8, x_scale = quantize_rows(a)
+    calls: dict[str, Any] = {
+        "layer": lambda: layer(a), "layer_unfused": lambda: unfused(a),
+        "gemm": lambda: rowwise_matmul(x_fp8, x_scale, layer.weight, layer.weight_scale, torch.bfloat16)}
     try:
-        torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    except (RuntimeError, TypeError) as err:
-        return f"{type(err).__name__}: {str(err).splitlines()[0]}"
-    return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
+
+        ao = torch.nn.Sequential(torch.nn.Linear(b.shape[0], b.shape[1], bias=False, device=a.device, dtype=a.dtype))
+        with torch.no_grad():
+            ao[0].weight.copy_(b.t())
+        quantize_(ao, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()))
+        calls["torchao"] = lambda: ao(a)
+    except Exception as err:  # noqa: BLE001 — torchao missing or too old: say so in the row
+        calls["torchao"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return calls
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -127,20 +146,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return payload
 
     for name, m, k, n in (tiny_shapes() if args.tiny else SHAPES):
-        a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+        a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype) / k**0.5
         seconds = time_it(lambda: a @ b, args.repeat)
         row: dict[str, Any] = {"shape": name, "m": m, "k": k, "n": n, "seconds": seconds,
                                "tflops": 2 * m * k * n / seconds / 1e12, "kernels": kernel_names(lambda: a @ b, device)}
-        fp8 = fp8_gemm(a, b)
-        if callable(fp8):
-            row["fp8_seconds"] = time_it(fp8, args.repeat)
-            row["fp8_tflops"] = 2 * m * k * n / row["fp8_seconds"] / 1e12
-            row["fp8_kernels"] = kernel_names(fp8, device)
+        fp8 = fp8_layers(a, b)
+        if isinstance(fp8, dict):
+            with torch.inference_mode():
+                for kind, call in fp8.items():
+                    if isinstance(call, str):
+                        row[f"fp8_{kind}"] = call
+                        continue
+                    row[f"fp8_{kind}_seconds"] = time_it(call, args.repeat)
+                    row[f"fp8_{kind}_vs_bf16"] = row[f"fp8_{kind}_seconds"] / seconds
+                    row[f"fp8_{kind}_kernels"] = kernel_names(call, device)
+            row["fp8_tflops"] = 2 * m * k * n / row["fp8_layer_seconds"] / 1e12
         else:
             row["fp8"] = fp8
         rows.append(row)
         print(f"{name:32s} {m:6d}x{k:5d}x{n:5d}  {row['tflops']:8.3g} TFLOP/s"
-              + (f"  fp8 {row['fp8_tflops']:8.3g}" if "fp8_tflops" in row else f"  fp8: {row['fp8']}")
+              + (f"  fp8 layer {row['fp8_layer_vs_bf16']:.2f}x of bf16 (unfused {row['fp8_layer_unfused_vs_bf16']:.2f}x, "
+                 f"gemm {row['fp8_gemm_vs_bf16']:.2f}x, torchao {row.get('fp8_torchao_vs_bf16', float('nan')):.2f}x)"
+                 if "fp8_layer_seconds" in row else f"  fp8: {row['fp8']}")
               + f"  {row['kernels'][:1]}", flush=True)
         write()
         del a, b

@@ -394,6 +394,96 @@ def compared(samples: Any, reference: Any) -> dict[str, Any]:
             "max_confidence_diff": float((joined["confidence"] - joined["confidence_ref"]).abs().max())}
 
 
+HBM_BYTES_PER_S = 4.8e12  # H200 HBM3e peak bandwidth
+
+
+class _Thinker:
+    """The run's adapter as a thinking model for the `think` row: the 7B instruct model has no
+    thinking block, so two single-token markers stand for its tags (random weights: only the shapes
+    and the loop are measured). Everything else is the adapter's."""
+
+    TAGS = ("<|box_start|>", "<|box_end|>")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.capabilities = dataclasses.replace(inner.capabilities, thinking=True, thinking_tags=self.TAGS)
+
+    def thinking_token_ids(self) -> tuple[int, int]:
+        open_id, close_id = (self.inner.single_token_ids([tag])[0] for tag in self.TAGS)
+        return open_id, close_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def decode_bytes_per_step(config: Any, weight_bytes: int, rows: int, context: float, kv_bytes: int = 2) -> float:
+    """Bytes one decode step must move at least: every language-model weight once (the LM head
+    included) and each row's keys and values over its `context` tokens."""
+    text = getattr(config, "text_config", config)
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    kv = 2 * text.num_hidden_layers * text.num_key_value_heads * head_dim * kv_bytes
+    return weight_bytes + rows * context * kv
+
+
+def think_section(check: Check) -> dict[str, Any]:
+    """Reasoning at the bandwidth limit: a batch of `--think-batch` items through the thinking step
+    (runner/thinking.py `think`: the greedy loop with compaction, `--think-budget` tokens) and then
+    the constrained single-choice answer, each timed device-exact. Decode tokens/s, ms per step, and
+    the fraction of the HBM roofline (bytes per step from the shapes / 4.8 TB/s per step time)."""
+    import torch
+
+    from finbench.benchmarks import finmme
+    from finbench.runner.decoding import AnswerVocabulary, decode_single
+    from finbench.runner.preprocess import decode_images
+    from finbench.runner.requests import first_prompt, render
+    from finbench.runner.thinking import think
+
+    adapter = getattr(check, "headline", None) or check.adapter(check.paths)
+    rows = check.args.think_batch
+    singles = [q for q in finmme.load_questions(str(check.data)) if q.kind == "single"]
+    questions = (singles * (rows // max(len(singles), 1) + 1))[:rows]
+    requests = [render(finmme.BENCHMARK, first_prompt(finmme.request(q, "constrained")), decode_images(q), False)
+                for q in questions]
+    inputs = dict(adapter.to_device(adapter.prepare(requests)))
+    cuda = adapter.device.type == "cuda"
+    seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def stage(name: str) -> Iterator[None]:
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        yield
+        if cuda:
+            torch.cuda.synchronize()
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
+
+    thinker, budget = _Thinker(adapter), check.args.think_budget
+    think(thinker, dict(inputs), min(budget, 4), ["Answer:"] * len(requests))  # warm-up (graphs, allocator)
+    with stage("prefill"):
+        adapter.prefill(dict(inputs))
+    rebuilt, reasoning = think(thinker, dict(inputs), budget, ["Answer:"] * len(requests), stage)
+    with stage("answer"):
+        answers = decode_single(adapter, rebuilt, torch.tensor([len(q.options) for q in questions]),
+                                AnswerVocabulary.for_model(adapter))
+    decode_s = max(seconds["think"] - seconds["prefill"], 1e-9)
+    tokens = sum(r.tokens for r in reasoning)
+    steps = max(r.tokens for r in reasoning)
+    language_model = adapter.model.model.language_model
+    weight_bytes = sum(p.numel() * p.element_size() for p in language_model.parameters()) + sum(
+        p.numel() * p.element_size() for p in adapter.model.get_output_embeddings().parameters())
+    context = float(inputs["attention_mask"].sum(-1).float().mean()) + steps / 2
+    per_step = decode_bytes_per_step(check.config, weight_bytes, len(requests), context)
+    ms_per_step = 1e3 * decode_s / max(steps - 1, 1)  # the prefill gives the first token
+    return {"batch": len(requests), "budget": budget, "tokens": tokens, "steps": steps, "decode_s": decode_s,
+            "tokens_per_s": tokens / decode_s, "ms_per_step": ms_per_step, "bytes_per_step": per_step,
+            "roofline_ms_per_step": 1e3 * per_step / HBM_BYTES_PER_S,
+            "roofline_fraction": (1e3 * per_step / HBM_BYTES_PER_S) / ms_per_step,
+            "stages_s": seconds, "answers": len(answers), "cut": sum(r.cut for r in reasoning),
+            "note": "random weights: rows seldom stop, so the batch decodes at full width; the roofline "
+                    "counts LM weights + KV over the mean context, at 4.8 TB/s"}
+
+
 def compiled_modules(model: Any) -> dict[Any, Any]:
     """The modules `module.compile()` compiled in place, with their compiled call."""
     return {module: module._compiled_call_impl for module in model.modules()
@@ -624,8 +714,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ab-items", type=int, default=96)
     parser.add_argument("--baseline-items", type=int, default=8)
     parser.add_argument("--pairs", type=int, default=3, help="interleaved (default, variant) runs per A/B row")
-    parser.add_argument("--think-budget", type=int, default=256, help="reasoning tokens of the think row (0: no row)")
-    parser.add_argument("--think-batch", default="64", help="rows of the think row's batch")
+    parser.add_argument("--think-budget", type=int, default=None, help="reasoning tokens of the think row "
+                        "(default 256, 16 with --tiny; 0: no row)")
+    parser.add_argument("--think-batch", type=int, default=None, help="rows of the think row's batch (default 64, 4 with --tiny)")
     parser.add_argument("--profile-items", type=int, default=None, help="default: one full batch of the run")
     parser.add_argument("--batch-size", default=None, help="default: finbench run's (auto on CUDA)")
     parser.add_argument("--token-budget", type=int, default=None, help="default: finbench run's for this GPU")
@@ -640,6 +731,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"--ab: unknown variant(s) {', '.join(sorted(unknown))}")
     args.device = "cpu" if args.tiny else "cuda"
+    args.think_budget = (16 if args.tiny else 256) if args.think_budget is None else args.think_budget
+    args.think_batch = (4 if args.tiny else 64) if args.think_batch is None else args.think_batch
     if args.budget is None and not args.tiny:
         args.budget = 420.0
     return args
