@@ -51,7 +51,7 @@ section() {  # section NAME SECONDS COMMAND...: one line when it fails or times 
 if [ -n "$TINY" ]; then
   section gemm 120 "$PYTHON" scripts/bench_gemm.py --tiny --out "$OUT" --repeat 2 --sustain 1
   section attention 120 "$PYTHON" scripts/bench_attention.py --tiny --out "$OUT" --repeat 2
-  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" --n-items 16 --ab-items 8 "$@"
+  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" --n-items 8 --ab-items 4 "$@"
 else
   section gemm 70 "$PYTHON" scripts/bench_gemm.py --out "$OUT"
   section attention 40 "$PYTHON" scripts/bench_attention.py --out "$OUT"

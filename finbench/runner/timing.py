@@ -58,6 +58,7 @@ class ModelParts:
 
     def __enter__(self) -> "ModelParts":
         sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+        capturing = torch.cuda.is_current_stream_capturing if torch.cuda.is_available() else (lambda: False)
         try:
             parts = self.adapter.timed_parts() if self.enabled else []
         except Exception:  # noqa: BLE001 — timing never fails a run
@@ -69,6 +70,8 @@ class ModelParts:
             self.seconds[name] = 0.0
 
             def timed(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+                if capturing():  # a CUDA graph capture (a decode step): no sync may run inside it
+                    return _original(*args, **kwargs)
                 sync()
                 started = time.perf_counter()
                 try:
