@@ -89,6 +89,9 @@ def decode_attention(device: torch.device) -> ContextManager[Any]:
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
+DECODE_ATTENTION_CUDA = "sdpa:flash,efficient,math"  # the fingerprint's name for `decode_attention` on CUDA
+
+
 def pinned(tensor: torch.Tensor) -> torch.Tensor:
     """`tensor` in page-locked host memory (a copy unless it is there already), so that a
     non-blocking copy to the GPU overlaps with work queued before it."""
@@ -601,6 +604,8 @@ class HFVisionLanguageModel:
             **({"padded_widths": self.padded_widths} if self.padded_widths else {}),
             **({"fast_paths": kernels} if (kernels := [p for p in self.fast.on()
                                                        if p in ("causal_prefill", "static_decode")]) else {}),
+            # decode steps and generate run without cuDNN's attention on CUDA (`decode_attention`)
+            **({"decode_attention": DECODE_ATTENTION_CUDA} if self.device.type == "cuda" else {}),
         }
 
 
