@@ -148,14 +148,18 @@ def block_kernel(device: str) -> str:
 
 
 # ---- activation quantization, fused and shared ---------------------------------------------------
-@functools.lru_cache(maxsize=None)
+_FUSED: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
 def fused_quantize_rows(device_type: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """`quantize_rows` for activations on `device_type`: compiled on CUDA (one fused kernel: row amax,
     scale, divide, clamp, cast), the eager reference elsewhere (torch._scaled_mm's CPU path is the
-    exact reference the tests pin)."""
+    exact reference the tests pin). A plain dict, not lru_cache: `--compile-lm` traces through it."""
     if device_type != "cuda":
         return quantize_rows
-    return torch.compile(quantize_rows, dynamic=True, fullgraph=True)
+    if device_type not in _FUSED:
+        _FUSED[device_type] = torch.compile(quantize_rows, dynamic=True, fullgraph=True)
+    return _FUSED[device_type]
 
 
 class SharedActivation:
