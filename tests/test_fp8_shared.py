@@ -106,3 +106,18 @@ def test_the_compiled_quantization_gives_the_eager_fp8_values_and_scales():
         got_q, got_s = compiled(rows)
         assert got_q.dtype == want_q.dtype and torch.equal(got_q.view(torch.uint8), want_q.view(torch.uint8))
         assert torch.equal(got_s, want_s)
+
+
+@pytest.mark.skipif(compile_unavailable(torch.device("cpu")) is not None, reason="no C++ compiler for torch.compile")
+def test_a_compiled_mlp_keeps_the_shared_quantization_and_the_outputs():
+    """`--compile-lm` compiles the MLP modules in place: with fp8 layers inside, gate/up still share
+    one quantization per input and the outputs stay the eager ones bit for bit."""
+    model = _quantized()
+    x = torch.randn(2, 3, 64)
+    want = model(x)
+    mlp = model.language_model[0]["mlp"]
+    for layer in model.language_model:
+        layer["mlp"].compile(dynamic=True)
+    before = mlp.gate_proj.activation.calls
+    assert torch.equal(model(x), want) and torch.equal(model(x), want)
+    assert mlp.gate_proj.activation.calls == before + 2  # one quantization per forward for gate and up
