@@ -120,6 +120,71 @@ def fp8_layers(a: Any, b: Any) -> dict[str, Any] | str:
     return calls
 
 
+LM_LAYER = {"hidden": 3584, "q": 3584, "kv": 512, "mlp": 18944, "tokens": 16384}  # one Qwen2.5-VL-7B decoder layer
+
+
+def decoder_linears(device: Any, dtype: Any, tiny: bool) -> Any:
+    """The seven linear layers of one language-model decoder layer as a module that calls them the
+    way the layer does: q/k/v on one input, o on another, gate/up on a third, down on their product.
+    Returns (module, inputs) with inputs (x, attention output, post-norm x)."""
+    import torch
+
+    shape = {k: max(8, v // 32) for k, v in LM_LAYER.items()} if tiny else LM_LAYER
+    h, q, kv, mlp = shape["hidden"], shape["q"], shape["kv"], shape["mlp"]
+
+    make = lambda i, o: torch.nn.Linear(i, o, bias=False, device=device, dtype=dtype)  # noqa: E731
+
+    class Linears(torch.nn.Module):  # the parents as in transformers: self_attn and mlp
+        def __init__(self) -> None:
+            super().__init__()
+            self.self_attn, self.mlp = torch.nn.Module(), torch.nn.Module()
+            for name, (i, o) in {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h)}.items():
+                self.self_attn.add_module(name, make(i, o))
+            for name, (i, o) in {"gate_proj": (h, mlp), "up_proj": (h, mlp), "down_proj": (mlp, h)}.items():
+                self.mlp.add_module(name, make(i, o))
+
+        def forward(self, x: Any, attended: Any, normed: Any) -> Any:
+            a, m = self.self_attn, self.mlp
+            a.q_proj(x), a.k_proj(x), a.v_proj(x)
+            a.o_proj(attended)
+            return m.down_proj(m.gate_proj(normed) * m.up_proj(normed))
+
+    torch.manual_seed(0)
+    module = Linears()
+    for linear in module.modules():
+        if isinstance(linear, torch.nn.Linear):
+            torch.nn.init.normal_(linear.weight, std=linear.in_features ** -0.5)
+    tokens = shape["tokens"]
+    inputs = tuple(torch.randn(tokens, width, device=device, dtype=dtype) for width in (h, q, h))
+    return module, inputs
+
+
+def layer_row(device: Any, dtype: Any, tiny: bool, time_it: Any, repeat: int) -> dict[str, Any]:
+    """One decoder layer's linears, bf16 vs `--quant fp8` (the same `quantize_loaded` call: shared,
+    fused activation quantization) — the figure the issue's goal (fp8 ≤ 0.6× bf16) is about."""
+    import copy
+
+    import torch
+
+    from finbench.models.fp8 import fp8_matmul_unavailable
+    from finbench.models.quant import quantize_loaded
+
+    module, inputs = decoder_linears(device, dtype, tiny)
+    row: dict[str, Any] = {"shape": "lm decoder layer, 7 linears", "tokens": inputs[0].shape[0]}
+    with torch.inference_mode():
+        row["bf16_seconds"] = time_it(lambda: module(*inputs), repeat)
+        reason = fp8_matmul_unavailable(device)
+        if reason:
+            row["fp8"] = reason
+            return row
+        holder = torch.nn.Module()
+        holder.language_model = copy.deepcopy(module)  # quantize_loaded quantizes the language model
+        quantize_loaded(holder, "fp8", device)
+        row["fp8_seconds"] = time_it(lambda: holder.language_model(*inputs), repeat)
+        row["fp8_vs_bf16"] = row["fp8_seconds"] / row["bf16_seconds"]
+    return row
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
@@ -171,6 +236,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               + f"  {row['kernels'][:1]}", flush=True)
         write()
         del a, b
+    layer = layer_row(device, dtype, args.tiny, time_it, args.repeat)
+    print(f"{layer['shape']}: bf16 {1e3 * layer['bf16_seconds']:.2f} ms"
+          + (f", fp8 {layer['fp8_vs_bf16']:.2f}x of it" if "fp8_vs_bf16" in layer else f", fp8: {layer['fp8']}"), flush=True)
+    write({"decoder_layer": layer})
     name, m, k, n = next(s for s in (tiny_shapes() if args.tiny else SHAPES) if s[0] == SUSTAINED)
     a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
     per_second: list[float] = []
@@ -187,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         per_second.append(2 * m * k * n * calls / (time.perf_counter() - started) / 1e12)
     sustained = {"shape": name, "seconds": args.sustain, "tflops_per_second": per_second}
     print(f"sustained {name}: " + " ".join(f"{t:.0f}" for t in per_second) + " TFLOP/s, second by second", flush=True)
-    return write({"sustained": sustained})
+    return write({"decoder_layer": layer, "sustained": sustained})
 
 
 if __name__ == "__main__":

@@ -200,3 +200,23 @@ def test_bench_gemm_times_the_production_fp8_layer(monkeypatch):
     want = production(a)
     assert torch.equal(calls["layer"](), want) and torch.equal(calls["layer_unfused"](), want)
     assert torch.equal(calls["gemm"](), want)
+
+
+def test_bench_gemm_s_decoder_layer_row_times_the_quantize_loaded_layers(monkeypatch):
+    """The goal's figure (fp8 ≤ 0.6× bf16 for the LM's linears): one decoder layer's seven linears
+    in bf16 and after `quantize_loaded(..., "fp8")` (shared q/k/v and gate/up quantization)."""
+    import finbench.models.fp8 as fp8
+    from finbench.models import quant
+
+    bench_gemm = _load("bench_gemm")
+    cpu = torch.device("cpu")
+    row = bench_gemm.layer_row(cpu, torch.bfloat16, True, bench_gemm.timer(cpu), 1)
+    assert "FP8 matmuls need a CUDA GPU" in row["fp8"] and row["bf16_seconds"] > 0  # CPU: why, no figure
+    monkeypatch.setattr(fp8, "fp8_matmul_unavailable", lambda device: None)
+    shared = []
+    real = quant.quantize_loaded
+    monkeypatch.setattr(quant, "quantize_loaded", lambda model, *a, **k: (real(model, *a, **k), shared.extend(
+        {id(m.activation) for m in model.modules() if isinstance(m, fp8.Fp8Linear) and m.activation})))
+    row = bench_gemm.layer_row(cpu, torch.bfloat16, True, bench_gemm.timer(cpu), 1)
+    assert row["fp8_vs_bf16"] == row["fp8_seconds"] / row["bf16_seconds"] and row["tokens"] == 512
+    assert len(shared) == 2  # q/k/v (with o) share one quantizer, gate/up another
