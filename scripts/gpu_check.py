@@ -469,9 +469,12 @@ def think_section(check: Check) -> dict[str, Any]:
     decode_s = max(seconds["think"] - seconds["prefill"], 1e-9)
     tokens = sum(r.tokens for r in reasoning)
     steps = max(r.tokens for r in reasoning)
-    language_model = adapter.model.model.language_model
-    weight_bytes = sum(p.numel() * p.element_size() for p in language_model.parameters()) + sum(
-        p.numel() * p.element_size() for p in adapter.model.get_output_embeddings().parameters())
+    # read every step: the decoder's weights and the LM head, not the input embedding (rows gathered)
+    read = {id(p): p for p in adapter.model.model.language_model.parameters()}
+    for p in adapter.model.get_input_embeddings().parameters():
+        read.pop(id(p), None)
+    read.update({id(p): p for p in adapter.model.get_output_embeddings().parameters()})
+    weight_bytes = sum(p.numel() * p.element_size() for p in read.values())
     context = float(inputs["attention_mask"].sum(-1).float().mean()) + steps / 2
     per_step = decode_bytes_per_step(check.config, weight_bytes, len(requests), context)
     ms_per_step = 1e3 * decode_s / max(steps - 1, 1)  # the prefill gives the first token

@@ -35,17 +35,25 @@ def greedy_ids(model: Any, inputs: Any, budget: int, stop_token_ids: Sequence[in
     out = torch.full((batch, max(budget, 0)), pad, dtype=torch.long, device=device)
     rows = torch.arange(batch, device=device)  # the original row of each row still in the batch
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    ends = torch.full((batch,), max(budget, 0), dtype=torch.long, device=device)  # tokens up to the stop
     width = 0
     for step in range(budget):
         token = torch.where(finished, pad, project_rows(hidden, head).argmax(-1))
         out[rows, step] = token
         width = step + 1
-        finished = finished | torch.isin(token, stops)
-        if step == budget - 1 or bool(finished.all()):
+        stopped = torch.isin(token, stops) & ~finished
+        ends[rows] = torch.where(stopped, step + 1, ends[rows])
+        finished = finished | stopped
+        if step == budget - 1:
             break
-        if compaction_due(step, every) and worth_compacting(int(finished.sum()), len(rows)):
-            keep = live_rows(finished)
-            state, hidden, rows, finished, token = (state.select(keep), hidden[keep], rows[keep], finished[keep],
-                                                    token[keep])
+        # the host looks (a sync) only every `every` steps: the steps between queue up on the device
+        if not every or compaction_due(step, every):
+            if bool(finished.all()):
+                break
+            if every and worth_compacting(int(finished.sum()), len(rows)):
+                keep = live_rows(finished)
+                state, hidden, rows, finished, token = (state.select(keep), hidden[keep], rows[keep],
+                                                        finished[keep], token[keep])
         hidden = model.decode_step(state, token)
-    return out[:, :width]
+    # as generate: as wide as the longest row (a batch that finished between looks drops the pads)
+    return out[:, :min(width, int(ends.max())) if batch else width]
