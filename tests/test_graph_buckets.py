@@ -96,3 +96,26 @@ def test_compacting_a_bucketed_decoder_moves_the_kept_rows_into_a_narrower_bucke
         d.select(torch.tensor([0, 2]))
     assert decoder.kv.key_mask.shape == (2, 128) and decoder.bucket.kv is decoder.kv
     assert all(torch.equal(a, b) for a, b in zip(steps(decoder, [[4, 6], [5, 5]]), steps(reference, [[4, 6], [5, 5]])))
+
+
+def test_the_profile_timer_never_synchronises_inside_a_graph_capture(monkeypatch):
+    """`--profile` wraps the language model's forward with device syncs; a decode step captured into
+    a CUDA graph runs that forward inside the capture, where a sync is illegal: the wrapper then
+    calls through untimed (simulated here: CUDA reported present, the stream capturing)."""
+    from finbench.runner.timing import ModelParts
+
+    class Owner:
+        def forward(self, x):
+            return x + 1
+
+    owner = Owner()
+    adapter = type("Adapter", (), {"device": torch.device("cpu"), "timed_parts": lambda self: [("lm", owner, "forward")]})()
+    synced = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: synced.append(1))
+    capturing = [True]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    with ModelParts(adapter, synchronize=True) as parts:
+        assert owner.forward(1) == 2 and synced == [] and parts.seconds["lm"] == 0.0
+        capturing[0] = False
+        assert owner.forward(2) == 3 and synced == [1, 1] and parts.seconds["lm"] > 0
