@@ -569,6 +569,7 @@ def ab_section(check: Check, variant: str) -> dict[str, Any]:
             check.run(adapter, f"{variant}-warmup", min(8, check.args.ab_items), **changes)
             compile_s = time.perf_counter() - started
             compiled = compiled_modules(adapter.model)
+            set_compiled(compiled, False)  # eager for the default runs; on again for each variant run
 
         def run_variant(i: int) -> Any:
             set_compiled(compiled, True)
