@@ -220,3 +220,17 @@ def test_bench_gemm_s_decoder_layer_row_times_the_quantize_loaded_layers(monkeyp
     row = bench_gemm.layer_row(cpu, torch.bfloat16, True, bench_gemm.timer(cpu), 1)
     assert row["fp8_vs_bf16"] == row["fp8_seconds"] / row["bf16_seconds"] and row["tokens"] == 512
     assert len(shared) == 2  # q/k/v (with o) share one quantizer, gate/up another
+
+
+def test_a_compile_row_switches_its_compiled_modules_off_for_the_interleaved_default_runs():
+    gpu_check = _load("gpu_check")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    model[1].compile(dynamic=True)  # nothing is compiled before the first call
+    compiled = gpu_check.compiled_modules(model)
+    assert list(compiled) == [model[1]]
+    gpu_check.set_compiled(compiled, False)
+    assert model[1]._compiled_call_impl is None and gpu_check.compiled_modules(model) == {}
+    gpu_check.set_compiled(compiled, True)
+    assert model[1]._compiled_call_impl is compiled[model[1]]
+    gpu_check.uncompiled(model)
+    assert gpu_check.compiled_modules(model) == {}
