@@ -97,3 +97,27 @@ def test_thinking_with_compaction_gives_the_same_reasoning_and_answers(thinker, 
     assert compacted == plain and torch.equal(inputs2["input_ids"], plain_inputs["input_ids"])
     assert [p.answer for p in answers] == [p.answer for p in plain_answers]
     assert [p.option_logprobs for p in answers] == [p.option_logprobs for p in plain_answers]
+
+
+@pytest.mark.parametrize("family", ["qwen3.5"])
+def test_compaction_narrows_a_hybrid_linear_attention_cache_exactly(family, tmp_path, monkeypatch):
+    """Qwen3.5's cache also carries linear-attention states (conv and recurrent): narrowed by
+    transformers' own batch gather, the loop still equals the plain one and generate."""
+    from finbench.models import load_model
+    from finbench.models.base import DecodeState
+    from finbench.offline.tiny import make_tiny, tiny_family_available
+
+    if not tiny_family_available(family):
+        pytest.skip(f"this transformers has no {family}")
+    model = load_model(str(make_tiny(family, tmp_path / family)), dtype="float32", device="cpu")
+    encoded = model.tokenizer(["hello there how are", "a much longer prompt with more words", "short one"],
+                              padding=True, return_tensors="pt")
+    inputs = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
+    free = greedy_ids(model, dict(inputs), 8, [-1], every=0)
+    stop = int(free[0, 1])  # row 0 stops at step 1 (others only where they emit the same token)
+    widths, select = [], DecodeState.select
+    monkeypatch.setattr(DecodeState, "select", lambda self, rows: widths.append(len(rows)) or select(self, rows))
+    compacted = greedy_ids(model, dict(inputs), 8, [stop], every=2)
+    assert widths and widths[0] < 3
+    assert torch.equal(compacted, greedy_ids(model, dict(inputs), 8, [stop], every=0))
+    assert torch.equal(compacted, model.generate_ids(dict(inputs), 8, [stop]))
