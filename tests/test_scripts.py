@@ -234,3 +234,25 @@ def test_a_compile_row_switches_its_compiled_modules_off_for_the_interleaved_def
     assert model[1]._compiled_call_impl is compiled[model[1]]
     gpu_check.uncompiled(model)
     assert gpu_check.compiled_modules(model) == {}
+
+
+def test_the_fp8_row_quantizes_the_seeded_weights_in_memory_and_runs_interleaved(tmp_path, monkeypatch):
+    """The `quant-fp8` row on the CPU (torch._scaled_mm runs there; only the GPU check is lifted):
+    the same seeded weights quantized by `quantize_loaded` in memory — no checkpoint written — and
+    three (default, fp8) pairs, compared answer by answer with the reference."""
+    from finbench.models import quant
+
+    gpu_check = _load("gpu_check")
+    monkeypatch.setattr(quant, "quant_unavailable", lambda name, device: None)
+    args = gpu_check.parse_args(["--tiny", "--out", str(tmp_path), "--n-items", "4", "--ab-items", "4",
+                                 "--baseline-items", "0"])
+    check = gpu_check.Check(args, tmp_path / "work")
+    (tmp_path / "work").mkdir()
+    check.report = gpu_check.Report(tmp_path, "check", args)
+    check.build()
+    gpu_check.ab_section(check, "reference")
+    row = gpu_check.quant_section(check, "fp8")
+    assert row["quant"] == "fp8" and row["compared"] == 4 and row["pairs"] == 3
+    assert len(row["samples_per_s_runs"]) == len(row["default_samples_per_s_runs"]) == 3
+    assert row["load_s"] > check.load_s and not (tmp_path / "work" / "checkpoint").exists()
+    assert 0 < row["memory_gib"] * 2**30 < sum(p.numel() * 4 for p in check.unpadded_model().parameters())
