@@ -487,17 +487,28 @@ def think_section(check: Check) -> dict[str, Any]:
                     "counts LM weights + KV over the mean context, at 4.8 TB/s"}
 
 
+ROTARY = "compiled rotary"  # compiled_modules' value for a language model whose rotary is compiled
+
+
 def compiled_modules(model: Any) -> dict[Any, Any]:
-    """The modules `module.compile()` compiled in place, with their compiled call."""
-    return {module: module._compiled_call_impl for module in model.modules()
-            if getattr(module, "_compiled_call_impl", None) is not None}
+    """The modules `module.compile()` compiled in place, with their compiled call, and the language
+    models whose rotary application runs compiled (models/compile.py `compile_rotary`)."""
+    found = {module: module._compiled_call_impl for module in model.modules()
+             if getattr(module, "_compiled_call_impl", None) is not None}
+    found.update({module: ROTARY for module in model.modules() if getattr(module, "finbench_compiled_rotary", False)})
+    return found
 
 
 def set_compiled(modules: dict[Any, Any], on: bool) -> None:
     """Switch the compiled modules of a compile row on (their compiled call) or off (eager), so that
     the default runs interleaved with it run eagerly on the same, shared model."""
+    from finbench.models.compile import set_rotary
+
     for module, impl in modules.items():
-        module._compiled_call_impl = impl if on else None
+        if impl is ROTARY:
+            set_rotary(module, on)
+        else:
+            module._compiled_call_impl = impl if on else None
 
 
 def uncompiled(model: Any) -> None:
