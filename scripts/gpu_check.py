@@ -12,12 +12,18 @@ section, each under its own time limit and written to the JSON as soon as it is 
    prefill TFLOP/s and MFU against 790 TFLOP/s) under torch.profiler (the top kernels by device
    time to gpu_profile_<model>.txt);
 3. `baseline`: a short generate(batch 1)+regex baseline (`--baseline-items`) and the ratio;
-4. `ab`: `--ab-items` items per lever on the same seeded weights — `reference` (every fast path
-   off, widths unpadded), `default` (all on), then one change each (a path off, a compiler on,
-   the cuDNN SDPA backend off, a quantization from `--quant-ab`), each compared answer by answer
-   with `reference` (answers equal, largest option-probability difference).
-A section that runs out of time or fails records why; the others go on, in that order, while the
-overall `--budget` lasts.
+4. `think`: `--think-batch` items through the thinking step (`--think-budget` greedy tokens with
+   finished rows compacted, runner/compaction.py) and the constrained answer: decode tokens/s, ms
+   per step, the fraction of the HBM roofline;
+5. the A/B rows, `--ab-items` items on the same seeded weights: `reference` (every fast path off,
+   widths unpadded) once, then each change — the cheap levers (a path off, the cuDNN SDPA backend
+   off), then the quantized rows (`--quant-ab`, quantized in memory), then the compilers — as
+   `--pairs` interleaved (default, variant) runs, judged only outside their spreads
+   (`verdict`), answers compared one by one with `reference`.
+Every section runs under its own limit (cut to what `--budget` leaves) and is recorded, in run
+order, as {name, limit_s, elapsed_s, status: done | timed_out | skipped | failed} in the JSON's
+`sections` list; its figures go to `results` (or `ab`). A section that runs out of time or fails
+records why; the others go on while the budget lasts.
 
     python scripts/gpu_check.py --out benchmarks/results            # the H200 run (scripts/gpu_check.sh)
     python scripts/gpu_check.py --tiny --out /tmp/gpu-check          # CPU mode: same logic, tiny shapes
