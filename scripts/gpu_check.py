@@ -644,10 +644,12 @@ def quant_section(check: Check, quant: str) -> dict[str, Any]:
         adapter = load_model(str(folder), dtype="float32" if check.args.tiny else "bfloat16",
                              device=check.args.device, quant=quant)
         load_s = time.perf_counter() - started
+    started = time.perf_counter()  # fp8's fused quantization compiles here: charged like a compiler's
     check.run(adapter, f"{quant}-warmup", min(8, check.args.ab_items))
+    warmup_s = time.perf_counter() - started
     row, result = interleaved(check, f"quant-{quant}",
                               lambda i: check.run(adapter, f"{quant}-{i}", check.args.ab_items), check.args.pairs,
-                              load_s=load_s)
+                              compile_s=warmup_s, load_s=load_s)
     report = {**row, "load_s": load_s, "quant": adapter.fingerprint().get("quant"),
               "memory_gib": (adapter.memory_footprint() or 0) / 2**30,
               **compared(result.samples, check.reference_samples)}
