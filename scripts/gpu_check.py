@@ -71,8 +71,9 @@ AB_VARIANTS: dict[str, dict[str, Any]] = {
 }
 # seconds each section may take on the H200 (within the --budget gpu_check.sh gives this script;
 # the warm-up runs inside "run")
-# (an A/B row is 3 pairs of 64-item runs, ~5 s each on the H200 at the last run's rates; the
-# budget reaches fp8 and the first compiler with the default --ab list: trim it to reach both)
+# (an A/B row is 3 pairs of 64-item runs, ~5 s each on the H200 at the last run's rates, ~30 s a
+# row: on paper the 440-s budget reaches fp8 with the default --ab list; trim --ab to reach the
+# compilers)
 SECTION_SECONDS = {"build": 90, "run": 120, "profile": 60, "baseline": 40, "think": 40, "ab": 40,
                    "ab-compile": 100, "ab-quant": 75}
 
