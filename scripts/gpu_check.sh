@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared H200 check, at most 9 minutes by its timeouts, every section under its own and each
+# One prepared H200 check, at most 9.5 minutes by its timeouts (570 s; the run tool allows 600), every section under its own and each
 # writing its results as it goes (a later timeout keeps them):
 #   0. nvidia-smi samples clocks, power, temperature and utilisation every second in the background
 #      ($OUT/gpu_check_smi.csv), for the whole check;
@@ -7,11 +7,13 @@
 #      language model's), bf16 vs fp8, kernel names, a 10-s sustained loop → bench_gemm_h200.json;
 #   2. scripts/bench_attention.py (40 s): masked vs causal vs packed prefill attention and the decode
 #      step's, host cost of a first shape vs a repeated one → bench_attention_h200.json;
-#   3. scripts/gpu_check.py (400 s, its own 380-s budget and per-section limits): Qwen2.5-VL-7B shapes
-#      with random bf16 weights, 512 FinMME-like items through `finbench run`'s own CUDA defaults, one
-#      full batch profiled (gpu_profile_qwen2.5-vl-7b.txt), a short generate+regex baseline, then
-#      256 items per lever A/B, each compared answer by answer with the reference on the same seeded
-#      weights → gpu_check_h200.{json,md}.
+#   3. scripts/gpu_check.py (460 s, its own 440-s budget and per-section limits, each section's
+#      {name, limit_s, elapsed_s, status} in the JSON's `sections` list): Qwen2.5-VL-7B shapes with
+#      random bf16 weights, 512 FinMME-like items through `finbench run`'s own CUDA defaults, one
+#      full batch profiled (gpu_profile_qwen2.5-vl-7b.txt), a short generate+regex baseline, the
+#      `think` row (batch 64, 256 reasoning tokens, vs the HBM roofline), then the A/B rows — cheap
+#      levers, fp8, the compilers, in that order — each 3 interleaved pairs of 64 items with the
+#      default, compared answer by answer with the reference → gpu_check_h200.{json,md}.
 # Known things are not re-measured (the fp32 tower check, the full 3B run, the long baseline).
 # Runs on the GPU machine's own Python; wheels placed in .wheels/ are installed first. Call it as
 #   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (timeout_s 600)
@@ -49,9 +51,9 @@ section() {  # section NAME SECONDS COMMAND...: one line when it fails or times 
 if [ -n "$TINY" ]; then
   section gemm 120 "$PYTHON" scripts/bench_gemm.py --tiny --out "$OUT" --repeat 2 --sustain 1
   section attention 120 "$PYTHON" scripts/bench_attention.py --tiny --out "$OUT" --repeat 2
-  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" "$@"
+  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" --n-items 8 --ab-items 4 "$@"
 else
   section gemm 70 "$PYTHON" scripts/bench_gemm.py --out "$OUT"
   section attention 40 "$PYTHON" scripts/bench_attention.py --out "$OUT"
-  section gpu_check 400 "$PYTHON" scripts/gpu_check.py --out "$OUT" --budget 380 "$@"
+  section gpu_check 460 "$PYTHON" scripts/gpu_check.py --out "$OUT" --budget 440 "$@"
 fi

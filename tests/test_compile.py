@@ -232,10 +232,11 @@ def test_only_the_language_model_s_norms_mlps_and_rotary_are_compiled(tiny_qwen_
     model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
     layers = model.model.config.text_config.num_hidden_layers
     compiled = model.compile_language_model()
-    assert compiled == {"Qwen2_5_VLRMSNorm": 2 * layers + 1, "Qwen2MLP": layers, "Qwen2_5_VLRotaryEmbedding": 1}
+    assert compiled == {"Qwen2_5_VLRMSNorm": 2 * layers + 1, "Qwen2MLP": layers, "Qwen2_5_VLRotaryEmbedding": 1,
+                        "apply_rotary_pos_emb": layers}  # the rotary application, called by each attention
     assert model.compile_language_model() is compiled  # idempotent
     marked = {type(m).__name__ for m in model.model.modules() if getattr(m, "_compiled_call_impl", None) is not None}
-    assert marked == set(compiled)  # attention, decoder layers and caches stay eager
+    assert marked == set(compiled) - {"apply_rotary_pos_emb"}  # attention, decoder layers and caches stay eager
     vision = model.model.model.visual
     assert all(getattr(m, "_compiled_call_impl", None) is None for m in vision.modules())  # the tower's norms too
     assert model.fingerprint()["compiled"] == sorted(compiled)
@@ -257,3 +258,38 @@ def test_compile_lm_without_a_compiler_fails_at_start_up_in_one_line(tiny_model,
     notes: list[str] = []
     compile_parts(tiny_model, replace(config, compile_lm=False), notes)  # nothing asked: nothing checked
     assert notes == [] and tiny_model.compiled_language_model == {}
+
+
+@needs_compiler
+def test_the_compiled_rotary_runs_only_inside_the_language_model_that_asked_for_it(tiny_qwen_dir, monkeypatch):
+    """`--compile-lm`'s rotary application is a function of the modeling file, shared by every model
+    of the family in the process: it runs compiled only during the compiled language model's
+    forward, and gives the eager prefill bit for bit on the CPU."""
+    import sys
+
+    from finbench.models import compile as compile_module
+    from finbench.models import load_model
+
+    compiled_model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    eager_model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    ids = compiled_model.tokenizer(["a short prompt", "a longer prompt with a few more words"], padding=True,
+                                   return_tensors="pt")
+    inputs = {"input_ids": ids["input_ids"], "attention_mask": ids["attention_mask"]}
+    want, _ = eager_model.prefill(dict(inputs))
+    lm = compiled_model.model.model.language_model
+    assert compile_module.compile_rotary(lm) == {"apply_rotary_pos_emb": len(lm.layers)}
+    rotary = sys.modules[type(lm.layers[0].self_attn).__module__].apply_rotary_pos_emb
+    assert isinstance(rotary, compile_module.CompiledRotary)
+    got, _ = compiled_model.prefill(dict(inputs))  # the real compiled rotary
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    used, original = [], rotary.original
+    monkeypatch.setattr(rotary, "compiled", lambda *a, **k: used.append("compiled") or original(*a, **k))
+    monkeypatch.setattr(rotary, "original", lambda *a, **k: used.append("eager") or original(*a, **k))
+    compiled_model.prefill(dict(inputs))
+    assert used == ["compiled"] * len(lm.layers)
+    used.clear()
+    assert torch.equal(eager_model.prefill(dict(inputs))[0], want) and used == ["eager"] * len(lm.layers)
+    compile_module.set_rotary(lm, False)  # gpu_check's interleaved default runs
+    used.clear()
+    compiled_model.prefill(dict(inputs))
+    assert used == ["eager"] * len(lm.layers)

@@ -149,7 +149,7 @@ def test_early_finish_stop_token_and_cut_are_booked_exactly(thinker, questions):
     chosen = [q for q in questions if q.kind == "single"][:3]
     requests = [finmme_request(q) for q in chosen]
     inputs = thinker.prepare([type(r)(messages=r.messages, images=r.images, answer_prefix="") for r in requests])
-    rebuilt, reasoning = think(scripted, inputs, 4, ["Answer:"] * 3)
+    rebuilt, reasoning = think(scripted, inputs, 4, ["Answer:"] * 3, compact_every=0)  # scripted generate_ids
     assert [r.tokens for r in reasoning] == [2, 3, 4]
     assert [r.cut for r in reasoning] == [False, False, True]
     suffix = thinker.tokenizer.encode("</think>" + AFTER_CLOSE + "Answer:", add_special_tokens=False)

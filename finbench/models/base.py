@@ -34,8 +34,8 @@ import finbench.models.static_decode as static_decode
 from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.fast_paths import FastPaths, last_real, right_aligned
 # the decode helpers and the loading functions live in their own files; named here for the families
-from finbench.models.generation import (DecodeState, cache_of, decode_attention, finished_rows,  # noqa: F401
-                                        generated_counts, last_tokens)
+from finbench.models.generation import (DECODE_ATTENTION_CUDA, DecodeState, cache_of, decode_attention,  # noqa: F401
+                                        finished_rows, generated_counts, last_tokens)
 from finbench.models.inputs import ModelInputs, pinned  # noqa: F401
 from finbench.models.identity import file_sha256, fingerprint_of, weights_digest  # noqa: F401
 from finbench.models.loading import attention_implementation, load_auto, resolve_device, resolve_dtype  # noqa: F401
@@ -303,6 +303,10 @@ class HFVisionLanguageModel:
         head = self.model.get_output_embeddings()
         index = torch.as_tensor(token_ids, device=head.weight.device, dtype=torch.long)
         return head.weight.index_select(0, index)
+
+    def vocabulary_size(self) -> int:
+        """Rows of the LM head (what greedy decoding argmaxes over; runner/compaction.py)."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
 
     @torch.inference_mode()
     def score_options(self, inputs: Any, option_token_ids: torch.Tensor) -> torch.Tensor:

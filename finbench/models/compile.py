@@ -20,12 +20,19 @@ elementwise chains between GEMMs — RMSNorm (cast, square, mean, rsqrt, scale, 
 the MLP (its GEMMs stay cuBLAS calls; Inductor fuses the activation and the gate product around
 them) and the rotary embedding (cos/sin of the positions) — and leaves attention and the caches
 eager. In the H200 profile of Qwen2.5-VL-7B these chains were ~9–11 ms per item of the prefill.
+The rotary *application* (q·cos + rotate_half(q)·sin, the same for k: casts, a negated half-swap,
+two products, a sum per tensor) is no module but a function of the family's modeling file that
+the attention calls; `--compile-lm` compiles it too, and it runs compiled only while a language
+model that asked for it runs (a forward hook; any other model in the process keeps the eager one).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
+import sys
+import threading
 from typing import Any
 
 import torch
@@ -57,15 +64,15 @@ LANGUAGE_MODEL_SUFFIXES = ("RMSNorm", "MLP", "RotaryEmbedding")  # module classe
 
 def compile_language_model(language_model: Any) -> dict[str, int]:
     """Compile in place the RMSNorm, MLP and rotary-embedding modules of `language_model` (the
-    decoder stack); returns {module class: count} ({} when it has none). Attention, caches and the
-    decoder layers themselves stay eager."""
+    decoder stack) and its rotary application (`compile_rotary`); returns {module class or
+    function: count} ({} when it has none). Attention, caches and the decoder layers stay eager."""
     compiled: dict[str, int] = {}
     for module in language_model.modules():
         name = type(module).__name__
         if name.endswith(LANGUAGE_MODEL_SUFFIXES):
             module.compile(dynamic=True)
             compiled[name] = compiled.get(name, 0) + 1
-    return compiled
+    return {**compiled, **compile_rotary(language_model)}
 
 
 def compile_unavailable(device: torch.device) -> str | None:
@@ -75,3 +82,56 @@ def compile_unavailable(device: torch.device) -> str | None:
     if device.type == "cpu" and not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         return "no C++ compiler (g++ or clang++) for torch.compile's CPU code generator"
     return None
+
+
+ROTARY_FUNCTIONS = ("apply_rotary_pos_emb", "apply_multimodal_rotary_pos_emb")  # transformers' names
+_ROTARY = threading.local()  # whether the running language model asked for the compiled rotary
+
+
+class CompiledRotary:
+    """Stands in for a modeling file's rotary function: the compiled one while a language model
+    compiled with `compile_rotary` runs (in this thread), the original otherwise."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+        self.compiled = torch.compile(original, dynamic=True)
+        functools.update_wrapper(self, original)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return (self.compiled if getattr(_ROTARY, "on", False) else self.original)(*args, **kwargs)
+
+
+def _rotary_on(module: Any, args: Any) -> None:
+    _ROTARY.on = bool(getattr(module, "finbench_compiled_rotary", False))
+
+
+def _rotary_off(module: Any, args: Any, output: Any) -> None:
+    _ROTARY.on = False
+
+
+def compile_rotary(language_model: Any) -> dict[str, int]:
+    """Compile the rotary functions the attention modules of `language_model` call, for this
+    language model only; returns {function: attention modules calling it} ({} when none)."""
+    found: dict[str, int] = {}
+    for module in language_model.modules():
+        if not type(module).__name__.endswith("Attention"):
+            continue
+        modeling = sys.modules.get(type(module).__module__)
+        for name in ROTARY_FUNCTIONS:
+            function = getattr(modeling, name, None)
+            if function is None:
+                continue
+            if not isinstance(function, CompiledRotary):
+                setattr(modeling, name, CompiledRotary(function))
+            found[name] = found.get(name, 0) + 1
+    if found and not hasattr(language_model, "finbench_compiled_rotary"):
+        language_model.register_forward_pre_hook(_rotary_on)
+        language_model.register_forward_hook(_rotary_off, always_call=True)
+    if found:
+        set_rotary(language_model, True)
+    return found
+
+
+def set_rotary(language_model: Any, on: bool) -> None:
+    """Switch `language_model`'s compiled rotary on or off (gpu_check's interleaved A/B runs)."""
+    language_model.finbench_compiled_rotary = on

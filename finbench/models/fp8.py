@@ -11,6 +11,14 @@
   it). transformers would instead call a Triton kernel downloaded from the hub, which no machine of
   this project can fetch.
 
+Activation quantization (`--quant fp8`) is one pass per distinct input: the layers that read the
+same tensor (q/k/v of an attention block, gate/up of an MLP: siblings with the same input width)
+share one `SharedActivation`, which quantizes the first call's input and hands the same fp8 rows and
+scales to the others. On CUDA the quantization is `torch.compile`d into one fused reduction+cast
+kernel (in eager PyTorch it is about seven fp32 passes over [M, K], which cost as much as the fp8
+GEMMs save); elsewhere the eager `quantize_rows` runs, and the compiled function gives the same
+values (tests/test_fp8_shared.py).
+
 Shapes: activations x [M, K]; weights w [N, K] (row-major, as nn.Linear stores them, passed to
 `_scaled_mm` as the column-major view w.t()); out [M, N]. FP8 is float8_e4m3fn (max 448).
 """
@@ -18,6 +26,8 @@ Shapes: activations x [M, K]; weights w [N, K] (row-major, as nn.Linear stores t
 from __future__ import annotations
 
 import functools
+import weakref
+from typing import Any, Callable
 
 import torch
 
@@ -137,6 +147,81 @@ def block_kernel(device: str) -> str:
     return "blockwise" if close else "kblocks"
 
 
+# ---- activation quantization, fused and shared ---------------------------------------------------
+_FUSED: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def fused_quantize_rows(device_type: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """`quantize_rows` for activations on `device_type`: compiled on CUDA (one fused kernel: row amax,
+    scale, divide, clamp, cast), the eager reference elsewhere (torch._scaled_mm's CPU path is the
+    exact reference the tests pin). A plain dict, not lru_cache: `--compile-lm` traces through it."""
+    if device_type != "cuda":
+        return quantize_rows
+    if device_type not in _FUSED:
+        _FUSED[device_type] = torch.compile(quantize_rows, dynamic=True, fullgraph=True)
+    return _FUSED[device_type]
+
+
+class SharedActivation:
+    """One activation quantization for the `users` layers that read the same input: the first call
+    with a new input quantizes it, the next `users - 1` calls with that same tensor reuse the result,
+    then it is dropped (nothing outlives the step). Identity is the tensor object itself (a weak
+    reference, so a freed input never matches a new one) and its version counter (an in-place
+    change is a new input)."""
+
+    def __init__(self, users: int, quantize: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None) -> None:
+        self.users = users
+        self.quantize = quantize
+        self.calls = 0  # quantizations actually run (tests/test_fp8_shared.py counts them)
+        self._source: Any = None
+        self._version = -1
+        self._value: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._left = 0
+
+    def __call__(self, x: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(fp8 rows, scales) of `rows` (= `x` viewed as [M, K]); `x` is what the layer was given."""
+        if self._left > 0 and self._source is not None and self._source() is x and x._version == self._version:
+            value = self._value
+        else:
+            quantize = self.quantize or fused_quantize_rows(rows.device.type)
+            value = quantize(rows)
+            self.calls += 1
+            self._source, self._version, self._left = weakref.ref(x, self._drop), x._version, self.users
+        self._left -= 1
+        if self._left > 0:
+            self._value = value
+        else:
+            self._source = self._value = None
+        return value
+
+    def _drop(self, source: Any) -> None:
+        # the input was freed (e.g. o_proj's, read by no sibling): its quantized copy goes with it
+        if self._source is source:
+            self._source = self._value = None
+            self._left = 0
+
+
+def share_activations(model: torch.nn.Module) -> list[SharedActivation]:
+    """Give the `Fp8Linear` siblings of every module that have the same input width one
+    `SharedActivation` (q/k/v; gate/up). A sibling with that width that reads another tensor
+    (o_proj after attention) simply misses: it quantizes its own input, as before. Returns the
+    shared quantizers made (a group of one keeps its own). A missed entry is held only as long as
+    its input tensor lives."""
+    made = []
+    for parent in model.modules():
+        groups: dict[int, list[Fp8Linear]] = {}
+        for child in parent.children():
+            if isinstance(child, Fp8Linear):
+                groups.setdefault(child.in_features, []).append(child)
+        for layers in groups.values():
+            if len(layers) > 1:
+                shared = SharedActivation(len(layers))
+                for layer in layers:
+                    layer.activation = shared
+                made.append(shared)
+    return made
+
+
 # ---- layers ------------------------------------------------------------------------------------
 class Fp8Linear(torch.nn.Module):
     """`--quant fp8`: an nn.Linear as FP8 weights with one scale per output row (computed once),
@@ -148,6 +233,7 @@ class Fp8Linear(torch.nn.Module):
         self.register_buffer("weight", weight)  # fp8 [N, K]
         self.register_buffer("weight_scale", weight_scale)  # fp32 [1, N]
         self.register_buffer("bias", bias)  # bf16 [N] (the dtype _scaled_mm adds in) or None
+        self.activation: SharedActivation | None = None  # set by `share_activations`
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear) -> "Fp8Linear":
@@ -157,7 +243,10 @@ class Fp8Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
-        x_fp8, x_scale = quantize_rows(rows)
+        if self.activation is not None:
+            x_fp8, x_scale = self.activation(x, rows)
+        else:
+            x_fp8, x_scale = fused_quantize_rows(rows.device.type)(rows)
         out = rowwise_matmul(x_fp8, x_scale, self.weight, self.weight_scale, torch.bfloat16, self.bias)
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 

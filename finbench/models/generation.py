@@ -10,6 +10,8 @@ from typing import Any, ContextManager, Sequence
 
 import torch
 
+from finbench.kernels.compaction import select_rows
+
 
 @dataclass
 class DecodeState:
@@ -22,6 +24,18 @@ class DecodeState:
     extras: dict[str, Any]
     next_position: torch.Tensor | None = None
     static: Any = None
+
+    def select(self, rows: torch.Tensor) -> "DecodeState":
+        """The state of `rows` only, in that order (the thinking loop drops finished rows,
+        runner/compaction.py); the cache and the static buffers are narrowed in place."""
+        batch = self.attention_mask.shape[0]
+        if self.cache is not None:
+            self.cache.reorder_cache(rows)  # transformers' batch gather over every layer
+        if self.static:
+            self.static.select(rows)
+        return DecodeState(cache=self.cache, attention_mask=self.attention_mask[rows.to(self.attention_mask.device)],
+                           extras=select_rows(self.extras, rows, batch),
+                           next_position=select_rows(self.next_position, rows, batch), static=self.static)
 
 
 def decode_attention(device: torch.device) -> ContextManager[Any]:
@@ -37,6 +51,9 @@ def decode_attention(device: torch.device) -> ContextManager[Any]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
+DECODE_ATTENTION_CUDA = "sdpa:flash,efficient,math"  # the fingerprint's name for `decode_attention` on CUDA
 
 
 def cache_of(outputs: Any) -> Any:

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from finbench.models.generation import DECODE_ATTENTION_CUDA
+
 
 def file_sha256(path: Path) -> str:
     with path.open("rb") as handle:
@@ -57,4 +59,6 @@ def fingerprint_of(adapter: Any, file_digest: Callable[[Path], str] | None = Non
         **({"padded_widths": adapter.padded_widths} if adapter.padded_widths else {}),
         **({"fast_paths": kernels} if (kernels := [p for p in adapter.fast.on()
                                                    if p in ("causal_prefill", "static_decode")]) else {}),
+        # decode steps and generate run without cuDNN's attention on CUDA (`decode_attention`)
+        **({"decode_attention": DECODE_ATTENTION_CUDA} if adapter.device.type == "cuda" else {}),
     }

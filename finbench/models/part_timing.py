@@ -15,16 +15,21 @@ import torch
 
 class PartClock:
     """Seconds per part name. `synchronize` is called at each part's start and end (on CUDA, so
-    that a part is charged its kernels, not only their launches)."""
+    that a part is charged its kernels, not only their launches). While `capturing()` (a CUDA
+    graph capture of a decode step, where a sync is illegal) a part runs untimed."""
 
-    def __init__(self, synchronize: Callable[[], None] = lambda: None) -> None:
-        self.synchronize = synchronize
+    def __init__(self, synchronize: Callable[[], None] = lambda: None,
+                 capturing: Callable[[], bool] = lambda: False) -> None:
+        self.synchronize, self.capturing = synchronize, capturing
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def region(self, name: str) -> Iterator[None]:
         """Time a block of the adapter's own code as part `name`."""
         self.seconds.setdefault(name, 0.0)
+        if self.capturing():
+            yield
+            return
         self.synchronize()
         started = time.perf_counter()
         try:
@@ -40,15 +45,21 @@ class PartClock:
         handles = []
         for name, module in parts:
             self.seconds.setdefault(name, 0.0)
-            depth: list[float] = []
+            depth: list[float | None] = []
 
-            def start(_module: Any, _args: Any, _depth: list[float] = depth) -> None:
+            def start(_module: Any, _args: Any, _depth: list[float | None] = depth) -> None:
+                if self.capturing():
+                    _depth.append(None)
+                    return
                 if not _depth:
                     self.synchronize()
                 _depth.append(time.perf_counter())
 
-            def stop(_module: Any, _args: Any, _output: Any, _depth: list[float] = depth, _name: str = name) -> None:
+            def stop(_module: Any, _args: Any, _output: Any, _depth: list[float | None] = depth,
+                     _name: str = name) -> None:
                 started = _depth.pop()
+                if started is None:  # called inside a graph capture: untimed
+                    return
                 if not _depth:
                     self.synchronize()
                     self.seconds[_name] += time.perf_counter() - started

@@ -147,11 +147,12 @@ def quantize_loaded(model: torch.nn.Module, quant: str, device: torch.device, qu
 
         quantize_(model, _torchao_config(quant, device), filter_fn=wanted)
     elif quant == "fp8":
-        from finbench.models.fp8 import Fp8Linear
+        from finbench.models.fp8 import Fp8Linear, share_activations
 
         for name, module in list(model.named_modules()):
             if type(module) is torch.nn.Linear and in_scope(name, quant_vision) and fits(module, quant):
                 model.set_submodule(name, Fp8Linear.from_linear(module))
+        share_activations(model)  # q/k/v and gate/up quantize their shared input once
 
 
 def fits(linear: torch.nn.Linear, quant: str) -> bool:

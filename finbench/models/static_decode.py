@@ -17,7 +17,9 @@ step) is the floor; the host should not be.
   H_q / H_kv query heads that share a KV head are one [G, D] block of queries (what `repeat_kv`
   spells out with copies), one SDPA call.
 - `StaticDecoder.step`: the step eagerly, or on CUDA replayed from a graph captured at the batch's
-  second step. The first capture an adapter makes is checked against the eager step it replaces
+  second step. With graphs on, a batch decodes in the `Bucket` of its (rows, KV capacity rounded
+  up to `KV_BUCKET`, position shape): persistent buffers its state is copied into, so the graph
+  captured for the first such batch is replayed by every later one (`GraphState.reuses`). The first capture an adapter makes is checked against the eager step it replaces
   (same slot, same inputs); a capture that fails or differs turns graphs off for that adapter with
   one warning, and the eager static step goes on.
 The attention of a step is exact (masked keys get zero weight); the buffer holds the same keys and
@@ -35,6 +37,8 @@ import torch
 import torch.nn.functional as F
 
 NAME = "finbench_one_query"  # the language model's attention during a static decode step
+KV_BUCKET = 128  # KV capacities of graph buckets are multiples of this (bucket_capacity)
+MAX_BUCKETS = 4  # graph buckets kept per adapter (each holds one batch's KV buffers)
 ROOM = 32  # extra slots per batch: a multi-answer set takes at most 29 steps, a number 12 by default
 GRAPH_CHECK_TOLERANCE = 1e-3  # relative, the first graph replay against the eager step
 log = logging.getLogger("finbench")
@@ -148,16 +152,66 @@ class StaticKV:
 StepFunction = Callable[[torch.Tensor, StaticKV, torch.Tensor], torch.Tensor]
 
 
+def bucket_capacity(slots: int, step: int = KV_BUCKET) -> int:
+    """KV slots of the bucket that holds `slots`: rounded up to a multiple of `step`, so batches whose
+    prompts differ by a few tokens share buffers and one captured graph."""
+    return -(-slots // step) * step
+
+
+class Bucket:
+    """The persistent tensors one captured graph reads and writes, for one (rows, KV capacity,
+    position shape): the KV buffers, the fed ids, the positions; and the graph and its output once
+    captured. A new batch of that shape copies its state in and replays the same graph."""
+
+    def __init__(self, kv: StaticKV, ids: torch.Tensor, position: torch.Tensor) -> None:
+        self.kv, self.ids, self.position = kv, ids, position
+        self.graph: Any = None
+        self.output: torch.Tensor | None = None
+
+
 class GraphState:
     """Per adapter: whether CUDA graphs are (still) used, whether the first capture was checked,
-    and the memory pool every capture shares."""
+    the memory pool and side stream every capture shares, and the buckets (at most `MAX_BUCKETS`,
+    the least recently used dropped first: each holds a batch's KV buffers)."""
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.checked = False
         self.pool: Any = None
+        self.stream: Any = None
         self.captures = 0
+        self.reuses = 0  # batches that replayed a graph captured for an earlier batch
         self.failure: str | None = None
+        self.buckets: dict[tuple[int, ...], Bucket] = {}
+
+    def bucket(self, kv: StaticKV, position: torch.Tensor) -> Bucket:
+        """The bucket for `kv`'s rows and (bucketed) capacity, created on first use, with `kv`'s keys,
+        values, key mask and write slot and `position` copied in (slots past `kv`'s capacity masked)."""
+        rows, capacity = kv.key_mask.shape[0], bucket_capacity(kv.capacity)
+        key = (rows, capacity, *position.shape)
+        bucket = self.buckets.pop(key, None)
+        if bucket is None:
+            def empty(t: torch.Tensor) -> torch.Tensor:
+                return t.new_zeros(*t.shape[:2], capacity, t.shape[3])
+
+            buffers = StaticKV([empty(k) for k in kv.keys], [empty(v) for v in kv.values],
+                               kv.key_mask.new_zeros(rows, capacity), kv.length)
+            bucket = Bucket(buffers, torch.zeros(rows, 1, dtype=torch.long, device=kv.key_mask.device),
+                            torch.empty_like(position))
+            while len(self.buckets) >= MAX_BUCKETS:
+                self.buckets.pop(next(iter(self.buckets)))
+        elif bucket.graph is not None:
+            self.reuses += 1
+        self.buckets[key] = bucket  # most recently used last
+        width = kv.capacity
+        for target, source in zip(bucket.kv.keys + bucket.kv.values, kv.keys + kv.values):
+            target[:, :, :width].copy_(source)
+        bucket.kv.key_mask.zero_()
+        bucket.kv.key_mask[:, :width].copy_(kv.key_mask)
+        bucket.kv.length = kv.length
+        bucket.kv.slot.fill_(kv.length)
+        bucket.position.copy_(position)
+        return bucket
 
     def disable(self, reason: str) -> None:
         self.enabled, self.failure = False, reason
@@ -171,11 +225,23 @@ class StaticDecoder:
     advanced by one after each step (in place, so a captured graph advances it too)."""
 
     def __init__(self, forward: StepFunction, kv: StaticKV, position: torch.Tensor, graphs: GraphState) -> None:
-        self.forward, self.kv, self.position, self.graphs = forward, kv, position.clone(), graphs
-        self.ids = torch.zeros(kv.key_mask.shape[0], 1, dtype=torch.long, device=kv.key_mask.device)
+        self.forward, self.graphs = forward, graphs
         self.graph: Any = None
         self.output: torch.Tensor | None = None
         self.steps = 0
+        self._adopt(kv, position)
+
+    def _adopt(self, kv: StaticKV, position: torch.Tensor) -> None:
+        """Decode over `kv` from `position`: with graphs on, in the bucket of its shape (its graph,
+        if one was captured for an earlier batch, is replayed from the next step); else as given."""
+        if self.graphs.enabled:
+            bucket = self.graphs.bucket(kv, position)
+            self.kv, self.ids, self.position = bucket.kv, bucket.ids, bucket.position
+            self.graph, self.output, self.bucket = bucket.graph, bucket.output, bucket
+        else:
+            self.kv, self.position, self.bucket = kv, position.clone(), None
+            self.ids = torch.zeros(kv.key_mask.shape[0], 1, dtype=torch.long, device=kv.key_mask.device)
+            self.graph, self.output = None, None
 
     def _eager(self) -> torch.Tensor:
         hidden = self.forward(self.ids, self.kv, self.position)
@@ -183,9 +249,19 @@ class StaticDecoder:
         self.position.add_(1)
         return hidden
 
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only `rows` of the batch (finished rows dropped, runner/compaction.py): the buffers,
+        the key mask and the positions narrowed; a graph captured for the wider batch is dropped (the
+        next step captures one for this width)."""
+        rows = rows.to(self.kv.key_mask.device)
+        kv = StaticKV([k.index_select(0, rows) for k in self.kv.keys], [v.index_select(0, rows) for v in self.kv.values],
+                      self.kv.key_mask.index_select(0, rows), self.kv.length)
+        # positions are [..., B, 1] ([B, 1], or [3, B, 1] for M-RoPE): the batch is next to last
+        self._adopt(kv, self.position.index_select(self.position.dim() - 2, rows))
+
     def step(self, token_ids: torch.Tensor) -> torch.Tensor:
-        if self.kv.length >= self.kv.capacity:  # outran the buffer: a wider one (and a new graph)
-            self.kv, self.graph = self.kv.grown(), None
+        if self.kv.length >= self.kv.capacity:  # outran the buffer: a wider one (another bucket, graph)
+            self._adopt(self.kv.grown(), self.position)
         self.ids.copy_(token_ids.reshape(-1, 1))
         if self.graph is None and self.steps >= 1 and self.graphs.enabled and self.ids.is_cuda:
             hidden = self._capture()
@@ -210,9 +286,21 @@ class StaticDecoder:
         try:
             if self.graphs.pool is None:
                 self.graphs.pool = torch.cuda.graph_pool_handle()
+                self.graphs.stream = torch.cuda.Stream(device=self.ids.device)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.graphs.pool):
-                output = self._eager()
+            # The capture API directly, not `torch.cuda.graph(...)`: that context synchronises and
+            # empties the allocator's cache on every entry. Thread-local error mode: the worker
+            # threads' pinned-memory allocations are legal meanwhile (PyTorch #175425), while any
+            # forbidden call from this thread still fails the capture.
+            stream = self.graphs.stream
+            stream.wait_stream(torch.cuda.current_stream(self.ids.device))
+            with torch.cuda.stream(stream):
+                graph.capture_begin(pool=self.graphs.pool, capture_error_mode="thread_local")
+                try:
+                    output = self._eager()
+                finally:
+                    graph.capture_end()
+            torch.cuda.current_stream(self.ids.device).wait_stream(stream)
             graph.replay()
         except Exception as err:  # noqa: BLE001 — a capture the step cannot take: eager from here on
             self.graphs.disable(f"capture failed: {type(err).__name__}: {err}")
@@ -230,4 +318,6 @@ class StaticDecoder:
                 self.graphs.disable(f"the replayed step differs from the eager one by {difference:.3g}")
                 return expected
         self.graph, self.output = graph, output
+        if self.bucket is not None:  # the next batch of this shape replays it
+            self.bucket.graph, self.bucket.output = graph, output
         return output.clone()

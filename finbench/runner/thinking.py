@@ -2,8 +2,9 @@
 
 A thinking request's prompt ends inside an open block (`ModelRequest.thinking`: the chat template
 opens it, or the adapter adds the open tag). Then, for a whole batch at once:
-1. greedy generation (left padding, the adapter's `generate_ids`) for at most `budget` tokens; a
-   row finishes early when it emits the close tag or a stop token;
+1. greedy generation (left padding) for at most `budget` tokens; a row finishes early when it emits
+   the close tag or a stop token, and finished rows are dropped from the batch every few steps
+   (runner/compaction.py; `compact_every=0`: the adapter's `generate_ids` instead);
 2. each row keeps its reasoning up to (not including) that tag or stop token; a row that stopped
    without closing, or ran out of budget, gets the close tag appended — the block is always closed;
 3. the batch is rebuilt as prompt + reasoning + close tag + "\\n\\n" + answer prefix, re-packed to
@@ -24,7 +25,7 @@ import torch
 
 from finbench.models.contract import ModelAdapter
 from finbench.models.inputs import ModelInputs
-
+from finbench.runner.compaction import COMPACT_EVERY, greedy_ids
 
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
 
@@ -42,7 +43,8 @@ def _no_stage(name: str) -> ContextManager[Any]:
 
 @torch.inference_mode()
 def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes: Sequence[str],
-          stage: Callable[[str], ContextManager[Any]] = _no_stage) -> tuple[ModelInputs, list[Reasoning]]:
+          stage: Callable[[str], ContextManager[Any]] = _no_stage,
+          compact_every: int = COMPACT_EVERY) -> tuple[ModelInputs, list[Reasoning]]:
     """Reason for up to `budget` tokens, close the block, append the answer prefix.
 
     `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
@@ -56,7 +58,10 @@ def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes
     batch, device = input_ids.shape[0], input_ids.device
     if budget > 0:
         with stage("think"):
-            generated = model.generate_ids(inputs, budget, sorted(set(model.stop_token_ids()) | {close_id}))
+            stops = sorted(set(model.stop_token_ids()) | {close_id})
+            # finished rows dropped every few steps (runner/compaction.py); 0: transformers' generate
+            generated = (greedy_ids(model, inputs, budget, stops, compact_every) if compact_every
+                         else model.generate_ids(inputs, budget, stops))
     else:
         generated = input_ids.new_zeros((batch, 0))
     width = generated.shape[1]

@@ -56,7 +56,9 @@ class ModelParts:
     def __init__(self, adapter: ModelAdapter, synchronize: bool = True) -> None:
         self.adapter = adapter
         self.enabled = synchronize or adapter.device.type != "cuda"
-        self.clock = PartClock(torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None))
+        cuda = torch.cuda.is_available()
+        self.clock = PartClock(torch.cuda.synchronize if cuda else (lambda: None),
+                               torch.cuda.is_current_stream_capturing if cuda else (lambda: False))
         self._timing: contextlib.ExitStack | None = None
 
     @property
