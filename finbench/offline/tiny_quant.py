@@ -220,7 +220,7 @@ def _torchao_int8wo(source: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForImageTextToText, TorchAoConfig
 
-    from finbench.models.quant import quiet_library_import
+    from finbench.models.library_logs import quiet_library_import
 
     with quiet_library_import():
         from torchao.quantization import Int8WeightOnlyConfig

@@ -52,7 +52,7 @@ def configure_output(progress: bool, verbose: bool) -> None:
             pass
     logging.getLogger("py.warnings").addHandler(shown)
     if not verbose:
-        from finbench.models.quant import keep_in_run_log, loguru_into_run_log
+        from finbench.models.library_logs import keep_in_run_log, loguru_into_run_log
 
         shown.addFilter(_not_library_chatter)
         keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
