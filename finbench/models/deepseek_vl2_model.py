@@ -133,6 +133,9 @@ class DeepseekVL2Config:
 
 
 
+NEWLINE, SEPARATOR = -2, -1  # image_source codes: the learned newline / view-separator rows
+
+
 class DeepseekVL2Model(nn.Module):
     _no_split_modules = ["_VisionBlock", "DecoderLayer"]  # the repeated blocks, as transformers declares them
 

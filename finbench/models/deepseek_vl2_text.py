@@ -281,5 +281,3 @@ class Language(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # The whole model
 # ---------------------------------------------------------------------------------------------
-
-NEWLINE, SEPARATOR = -2, -1  # image_source codes: the learned newline / view-separator rows

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from finbench.benchmarks.base import Benchmark
 from finbench.models.contract import ModelAdapter
 from finbench.requests import Generate
-from finbench.runner.batching import plan_batches
+from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.keys import request_payload
 from finbench.runner.defaults import size_to_device
 from finbench.runner.loop import BatchLoop, first_rows
