@@ -44,7 +44,7 @@ import torch
 from finbench.benchmarks import get_benchmark, load_matching
 from finbench.models.contract import ModelAdapter
 from finbench.runner import distributed, startup, studies
-from finbench.runner.batching import Item, plan_batches, too_long
+from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.defaults import size_to_device
