@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from finbench.report.console import model_name
-from finbench.report.format import headline_score, interval_text
+from finbench.report.format import headline_score, interval_text, power_line
 from finbench.types import RESULTS_FILE
 
 FORMATS = (".csv", ".md", ".html")
@@ -124,7 +124,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
         for i, c in zip(others, comparison["comparisons"]):
             delta = c["delta"][primary]["value"]
             rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta, p_holm=c["p_holm"],
-                           stars=stars(c["p_holm"]), n_shared=c["n"])
+                           stars=stars(c["p_holm"]), n_shared=c["n"], comparison=power_entry(c))
         rows[base].update(reference="(reference)", n_shared=comparison["n_shared"])
         notes += comparison.get("notes", [])
         protocols = {rows[i]["protocol"] for i in members}
@@ -174,6 +174,14 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     return write_leaderboard_report(board, path)
 
 
+POWER_FIELDS = ("run", "baseline", "diff", "se_diff", "ci_diff", "mde", "cluster_by", "n_clusters")
+
+
+def power_entry(comparison: dict[str, Any]) -> dict[str, Any]:
+    """A row's paired difference against its reference (0–1 scale, clustered SE, `mde`)."""
+    return {k: comparison.get(k) for k in POWER_FIELDS}
+
+
 def score_cell(row: dict[str, Any]) -> str:
     return interval_text(row["score"], row["ci_low"], row["ci_high"])
 
@@ -193,5 +201,8 @@ def print_board(board: dict[str, Any], console: Any) -> None:
                       r["reference"] if r["reference"] == "(reference)" else
                       ("" if r["delta"] is None else f"{r['delta']:+.2f}"), r["stars"])
     console.print(table)
+    for r in board["rows"]:
+        if r.get("comparison") and (line := power_line(r["comparison"])):
+            console.print(line, markup=False)
     for note in board["notes"]:
         console.print(f"note: {note}", markup=False)

@@ -316,6 +316,7 @@ def study_rows(variants: Sequence[dict[str, Any]], comparison: dict[str, Any], d
             "primary": primary, "delta": c["delta"][primary]["value"], "delta_ci": c["delta"][primary].get("ci"),
             "right_to_wrong": c["mcnemar"]["baseline_only"], "wrong_to_right": c["mcnemar"]["run_only"],
             "mcnemar_p": c["mcnemar"]["p"], "p_holm": c.get("p_holm"),
+            "comparison": {k: c.get(k) for k in ("diff", "se_diff", "ci_diff", "mde", "cluster_by", "n_clusters")},
             "kl_mean": d.get("kl_mean"), "agreement": d.get("agreement"), "gold_shift_mean": d.get("gold_shift_mean"),
             "ece": variant["calibration"].get("ece"),
             "ece_delta": _difference(variant["calibration"].get("ece"), reference["calibration"].get("ece")),

@@ -90,6 +90,27 @@ def rotated_options(question: Question, shift: int) -> Question | None:
     return dataclasses.replace(question, options=question.options[shift:] + question.options[:shift], gold=gold)
 
 
+def cluster_key(field: str, question: Question) -> str:
+    """The cluster a question belongs to under a benchmark's `cluster_field`: `id` — its own;
+    `image` — a digest of its images' bytes (questions asked of the same picture share it); any
+    other name — that meta (or fields) value. A question without that value is its own cluster
+    (prefixed so that it cannot collide with a real value)."""
+    if field == "image":
+        if not question.images:
+            return f"id:{question.id}"
+        import hashlib
+
+        digest = hashlib.sha256()
+        for image in question.images:
+            digest.update(hashlib.sha256(bytes(image)).digest())
+        return "image:" + digest.hexdigest()[:20]
+    if field != "id":
+        value = question.meta.get(field, question.fields.get(field))
+        if value is not None and str(value) != "":
+            return str(value)
+    return f"id:{question.id}"
+
+
 def options_not_rendered(question: Question, shift: int) -> Question | None:
     """A benchmark whose prompt carries the options inside its own text: no rotation."""
     return None
@@ -140,7 +161,10 @@ class Benchmark:
       `Question.options` (FinMTM's objective items carry them inside the question text);
     - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart),
       `group_columns` → its breakdowns, `leaderboard_breakdown` → the one the leaderboard shows
-      per benchmark (empty: `domain_field`)."""
+      per benchmark (empty: `domain_field`);
+    - `cluster_field` → what its questions cluster on (`cluster_key`: `id`, `image` or a meta
+      field): samples.parquet's `cluster` column, the clustered SEs of `scores.clustered` and the
+      cluster bootstrap of its headlines (scoring/clustered.py)."""
 
     name: str
     title: str
@@ -165,6 +189,7 @@ class Benchmark:
     metrics: str = ""
     demo: "Demo | None" = None
     leaderboard_breakdown: str = ""
+    cluster_field: str = "id"  # each question its own cluster unless the benchmark says otherwise
 
     @property
     def breakdown_column(self) -> str:

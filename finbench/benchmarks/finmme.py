@@ -339,6 +339,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, prepare_images=prepare_images,
+    cluster_field="image",  # several questions are asked of one chart; the records carry no image id: its bytes' digest
     metrics="FinScore = F × (1 − P_H) (official eval.py); F, P_H, accuracy; by domain, question type, asset class, "
             "chart type, cognitive dimension; paper variant via `finbench score --variant paper`",
     demo=Demo(module="finbench.offline.finmme_synthetic", sizes="FinMME items (72)", in_home=True,

@@ -315,5 +315,6 @@ BENCHMARK = Benchmark(
     load=load_questions, request=request, answer=answer, rule_judgements=rule_judgements,
     judge_requests=judge_requests, read_judgement=read_judgement, rotate=options_not_rendered, forms=FORMS,
     protocols=PROTOCOLS, protocol_names=PROTOCOL_NAMES, metrics=METRICS,
+    cluster_field="image",  # the image set: pages of one source document (4226-1..3.png), shared by its questions
     demo=Demo(module="finbench.offline.finmmr_synthetic", sizes="FinMMR items per difficulty (4)",
               self_judge=True, judge_max_new_tokens=8))

@@ -128,6 +128,29 @@ def bootstrap_segment_sums(values: torch.Tensor, segments: torch.Tensor, n_segme
     return torch.cat(parts)
 
 
+def cluster_bootstrap_segment_sums(values: torch.Tensor, segments: torch.Tensor, n_segments: int,
+                                   clusters: torch.Tensor, n_clusters: int, n_resamples: int, seed: int = 0,
+                                   chunk_size: int | None = None) -> torch.Tensor:
+    """Segment sums [R, S, C] for R resamples that draw the G clusters with replacement (`clusters`
+    [N]: dense ids 0..G-1): a question counts as often as its cluster was drawn — the bootstrap of
+    questions that are not independent (sub-questions of one main question, questions of one image)."""
+    values = values.to(torch.float64)
+    if values.dim() == 1:
+        values = values[:, None]
+    n = values.shape[0]
+    generator = make_generator(seed, values.device)
+    if n == 0 or n_resamples <= 0 or n_clusters <= 0:
+        return torch.zeros(max(n_resamples, 0), n_segments, values.shape[1], dtype=torch.float64)
+    if chunk_size is None:
+        chunk_size = max(1, DEFAULT_CHUNK_ELEMENTS // max(n, n_clusters))
+    clusters = clusters.to(values.device)
+    parts = []
+    for draws in resample_indices(n_clusters, n_resamples, generator, chunk_size):
+        weights = indices_to_counts(draws, n_clusters)[:, clusters]  # [r, N]: each question's cluster's draws
+        parts.append(weighted_segment_sums(weights.to(torch.float64), values, segments, n_segments))
+    return torch.cat(parts)
+
+
 def percentile_ci(samples: torch.Tensor, level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval (linear interpolation, as numpy.percentile); NaN samples are
     ignored (a resample where the statistic is undefined)."""

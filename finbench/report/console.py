@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import headline_score, part_cells, plural, score_text, scored_parts
+from finbench.report.format import headline_score, part_cells, plural, power_line, score_text, scored_parts
 from finbench.report.studies import baseline_line, study_lines
 from finbench.scoring.stats import LOWER_IS_BETTER
 
@@ -305,6 +305,9 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
                   f"{c['mcnemar']['p']:.3g}", f"{c['p_holm']:.3g}"]
         table.add_row(*cells)
     con.print(table)
+    for c in result["comparisons"]:
+        if line := power_line(c):
+            con.print(line, markup=False)
     distributions = result.get("distributions")
     if distributions and distributions.get("runs"):
         shift = Table(title=f"option distributions vs {distributions['reference']} ({distributions['items']})")

@@ -86,6 +86,20 @@ def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
             "high": None, "n": scores.get("n")}
 
 
+def power_line(c: dict[str, Any]) -> str:
+    """A paired comparison in one sentence a reader can act on: the difference of the mean
+    per-question score with its clustered 95% interval, and the smallest difference the set
+    detects (`mde`, scoring/clustered.py); '' for comparisons written before they had one."""
+    if c.get("mde") is None or c.get("diff") is None:
+        return ""
+    ci = c.get("ci_diff") or {}
+    interval = f" [{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}]" if ci.get("low") is not None else ""
+    verdict = "" if abs(c["diff"]) >= c["mde"] else " — smaller than that: this set cannot tell"
+    return (f"{c['run']} vs {c['baseline']}: Δ score {100 * c['diff']:+.2f} points{interval} (SE "
+            f"{100 * (c.get('se_diff') or 0):.2f}, clustered by {c.get('cluster_by', 'id')}, {c.get('n_clusters')} "
+            f"clusters); this set detects differences ≥ {100 * c['mde']:.1f} points (80% power, α = 0.05){verdict}")
+
+
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
     """'12.34 [8.10, 15.20]' (values already ×100), without the interval when it is missing, '–'
     for a missing value."""

@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import HEADLINE_LABELS, headline_score, num, part_cells, pct, scored_parts
+from finbench.report.format import HEADLINE_LABELS, headline_score, num, part_cells, pct, power_line, scored_parts
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
@@ -200,6 +200,7 @@ def write_sweep_report(out: str | Path, summary: dict[str, Any]) -> Path:
         distributions=summary["distributions"], flips=summary["flip_matrix"],
         robustness=compare_rows({v["name"]: v.get("studies") or {} for v in variants})
         if any(v.get("studies") for v in variants) else None,
+        power=[line for line in map(power_line, summary["comparison"]["comparisons"]) if line],
         browser_json=_script_json([]), out=out)
     path = out / "report.html"
     _write(path, page)
@@ -231,6 +232,7 @@ def write_leaderboard_report(board: dict[str, Any], path: str | Path) -> Path:
                for benchmark in benchmarks}
     page = _environment().get_template("leaderboard.html.j2").render(
         board=board, by_benchmark=by_benchmark,
+        power=[line for r in board["rows"] if r.get("comparison") and (line := power_line(r["comparison"]))],
         plots=_uris({name: figure for name, figure in figures.items() if figure is not None}))
     _write(path, page)
     return path

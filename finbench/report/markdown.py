@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, score_text,
-                                    scored_parts)
+from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, power_line,
+                                    score_text, scored_parts)
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
 
@@ -107,9 +107,16 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         f"## Against {summary['reference']} (×100; paired bootstrap CI, exact McNemar, Holm)",
         _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}" for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
+        *_power_markdown(summary["comparison"]["comparisons"]),
         *_study_markdown(summary),
         *_robustness_markdown(summary),
     ]) + "\n"
+
+
+def _power_markdown(comparisons: list[dict[str, Any]]) -> list[str]:
+    """One line per comparison: its clustered difference and the smallest one the set detects."""
+    lines = [f"- {line}" for line in map(power_line, comparisons) if line]
+    return ["\n".join(lines)] if lines else []
 
 
 def _robustness_markdown(summary: dict[str, Any]) -> list[str]:
@@ -160,7 +167,8 @@ def leaderboard_markdown(board: dict[str, Any]) -> str:
     parts = ["# finbench leaderboard",
              _table(["run", "model", "quant", "thinking", "protocol", "benchmark", "metric", "score ×100 [95% CI]",
                      "accuracy ×100", "n", "errors", "samples/s", "Δ vs reference"], rows),
-             board["stars"] + "."]
+             board["stars"] + ".",
+             *_power_markdown([r["comparison"] for r in board["rows"] if r.get("comparison")])]
     for benchmark in dict.fromkeys(r["benchmark"] for r in board["rows"]):
         members = [r for r in board["rows"] if r["benchmark"] == benchmark]
         domains = sorted({d for r in members for d in r["domains"]})

@@ -23,6 +23,8 @@ SAMPLE_COLUMNS = {
     "seconds": "float — wall time share of this sample",
     "n_generated_tokens": "int — tokens generated for this sample",
     "sample_key": "str — cache key",
+    "cluster": "str — the cluster the question's error bars group it in (its benchmark's `cluster_field`: the "
+    "main question, the image's digest, or 'id:<id>' for a question on its own)",
     "question": "str — the question text (for the report's sample browser)",
     "options": "list<str> — the option texts, in letter order",
     "prompt": "str — the rendered prompt the model saw (chat template applied, image placeholders "

@@ -24,8 +24,14 @@ log = logging.getLogger("finbench")
 
 
 def samples_table(questions: Sequence[Question], predictions: dict[int, Prediction], keys: Sequence[str]) -> Any:
+    """One row per question; `cluster` is what the question's error bars cluster on (its
+    benchmark's `cluster_field`, benchmarks/base.py `cluster_key`)."""
     import pandas as pd
 
+    from finbench.benchmarks import BENCHMARKS
+    from finbench.benchmarks.base import cluster_key
+
+    fields = {name: BENCHMARKS[name].cluster_field if name in BENCHMARKS else "id" for name in {q.benchmark for q in questions}}
     rows = []
     for index, question in enumerate(questions):
         p = predictions[index]
@@ -38,7 +44,8 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
             "reasoning_text": p.reasoning_text, "reasoning_tokens": p.reasoning_tokens, "budget_cut": p.budget_cut,
             "tolerance": math.nan if question.tolerance is None else question.tolerance,
             "error": p.error or "", "seconds": p.seconds, "n_generated_tokens": p.n_generated_tokens,
-            "sample_key": keys[index], **dict(question.meta),
+            "sample_key": keys[index], "cluster": cluster_key(fields[question.benchmark], question),
+            **dict(question.meta),
         })
     return pd.DataFrame(rows)
 

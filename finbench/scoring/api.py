@@ -14,6 +14,7 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
+from finbench.scoring.clustered import clustered_summary, paired_difference
 from finbench.scoring.parts import Part
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
@@ -59,6 +60,30 @@ def _table_rows(df: pd.DataFrame, table: ScoreTable) -> pd.DataFrame:
     """The rows of `df` the table scores, in table order (FinMTM scores objective rows only)."""
     rows = table.info.get("rows")
     return df if rows is None else df.iloc[rows]
+
+
+def _clusters(rows: pd.DataFrame, spec: Any) -> tuple[str, torch.Tensor, int]:
+    """(what the questions cluster on, dense cluster ids [N], G) for the table's rows: the samples'
+    `cluster` column (runs written since it exists), else the benchmark's `cluster_field` when the
+    table has it as a column (FAMMA's main_question_id), else each question its own cluster. A
+    question without a value is its own cluster."""
+    field = spec.cluster_field
+    by, keys = ("cluster", rows["cluster"]) if "cluster" in rows.columns else \
+        (field, rows[field]) if field in rows.columns else ("id", rows["id"])
+    own = "id:" + rows["id"].astype(str)
+    keys = keys.astype(object).where(keys.notna() & (keys.astype(str) != ""), own).astype(str)
+    ids, uniques = factorize(keys.reset_index(drop=True))
+    return (field if by == "cluster" else by), ids, len(uniques)
+
+
+def clustered_scores(rows: pd.DataFrame, table: ScoreTable, spec: Any) -> dict[str, Any]:
+    """results.json's `scores.clustered`: the clustered SE, iid SE, design effect and 95% interval
+    of every mean-type metric — accuracy, and the per-question score where it is not 0/1."""
+    by, ids, n_clusters = _clusters(rows, spec)
+    metrics = {"accuracy": table.correct.cpu()}
+    if not torch.equal(table.score, table.correct):
+        metrics["score"] = table.score.cpu()
+    return clustered_summary(metrics, ids, by, n_clusters)
 
 
 def per_question_correct(df: pd.DataFrame, benchmark: str | None = None) -> np.ndarray:
@@ -226,11 +251,18 @@ def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str =
     out.update(point_estimates(table))
     out["headline"] = list(table.headline)
     out["primary"] = table.primary
+    if table.n > 0:
+        out["clustered"] = clustered_scores(rows, table, spec)
     if n_bootstrap > 0:
+        # Clusters are resampled when the run says what its questions cluster on (a `cluster`
+        # column) and some share one; otherwise the question bootstrap, whose numbers stay as before.
+        clusters = _clusters(rows, spec)[1:] if "cluster" in rows.columns and table.n else None
+        clusters = clusters if clusters is not None and clusters[1] < table.n else None
         out["bootstrap"] = {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
-                            "unit": "question", "method": "percentile"}
+                            "unit": "question" if clusters is None else "cluster", "method": "percentile"}
         if table.n > 0:
-            out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level)
+            clusters = None if clusters is None else (clusters[0].to(table.values.device), clusters[1])
+            out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level, clusters=clusters)
     out.update(spec.scorer.summary(df, table, out))  # after the CIs: a rule's side scores take the same settings
     if "correct" in rows.columns:
         stored = pd.to_numeric(rows["correct"], errors="coerce").to_numpy(np.float64)
@@ -275,6 +307,7 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
                                             values=t.subset(p).values)
                         for t, p in zip(tables[1:], positions[1:])]
     scores = {name: point_estimates(t) for name, t in zip(names, aligned)}
+    by, cluster_ids, n_clusters = _clusters(_table_rows(dfs[0], tables[0]).iloc[positions[0]], _benchmark(benchmark))
     comparisons = []
     for k, (name, table) in enumerate(zip(names[1:], aligned[1:]), start=1):
         mc = mcnemar(base.correct, table.correct)
@@ -284,7 +317,12 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
                  for m in base.headline}
         comparisons.append({"run": name, "baseline": names[0], "n": base.n, "delta": delta,
                             "mcnemar": {"baseline_only": mc["a_only"], "run_only": mc["b_only"], "p": mc["p"]},
-                            "flipped": flipped_ids(base, table)})
+                            "flipped": flipped_ids(base, table),
+                            # the mean per-question score's paired difference, its clustered SE and the
+                            # smallest difference this set detects (80% power, α = 0.05)
+                            **{k: v for k, v in paired_difference(table.score.cpu(), base.score.cpu(), cluster_ids,
+                                                                  n_clusters).items() if k != "n"},
+                            "cluster_by": by, "n_clusters": n_clusters})
     for comparison, p in zip(comparisons, holm([c["mcnemar"]["p"] for c in comparisons])):
         comparison["p_holm"] = p
     notes = _gold_disagreements(dfs, names, shared)

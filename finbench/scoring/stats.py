@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
+from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
 from finbench.kernels.segments import segment_sum, weighted_segment_sums
 from finbench.scoring.parts import Part
 
@@ -90,12 +90,17 @@ def ci_dict(low: float, high: float, level: float) -> dict[str, float | None]:
     return {"low": _finite_or_none(low), "high": _finite_or_none(high), "level": level}
 
 
-def bootstrap_cis(table: ScoreTable, n_bootstrap: int, seed: int = 0, level: float = 0.95,
-                  method: str = "auto") -> dict[str, dict[str, float | None]]:
-    """Seeded percentile bootstrap CI of every statistic: questions are resampled with replacement
-    and the whole statistic (domain normalisation, P_H, ...) is recomputed inside each resample."""
-    sums = bootstrap_segment_sums(table.values, table.segments, table.n_segments, n_bootstrap,
-                                  seed=seed, method=method)
+def bootstrap_cis(table: ScoreTable, n_bootstrap: int, seed: int = 0, level: float = 0.95, method: str = "auto",
+                  clusters: tuple[torch.Tensor, int] | None = None) -> dict[str, dict[str, float | None]]:
+    """Seeded percentile bootstrap CI of every statistic: questions (or, given `clusters` = (dense
+    ids [N], G), whole clusters) are resampled with replacement and the whole statistic (domain
+    normalisation, P_H, ...) is recomputed inside each resample."""
+    if clusters is not None:
+        sums = cluster_bootstrap_segment_sums(table.values, table.segments, table.n_segments, clusters[0],
+                                              clusters[1], n_bootstrap, seed=seed)
+    else:
+        sums = bootstrap_segment_sums(table.values, table.segments, table.n_segments, n_bootstrap,
+                                      seed=seed, method=method)
     samples = table.statistic(sums)
     return {k: ci_dict(*percentile_ci(v, level), level) for k, v in samples.items()}
 

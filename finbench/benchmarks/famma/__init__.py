@@ -38,4 +38,5 @@ BENCHMARK = Benchmark(
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    cluster_field="main_question_id",  # sub-questions share their main question's images and context
     demo=Demo(module="finbench.offline.famma_synthetic", sizes="FAMMA main questions of two sub-questions (12)"))

@@ -43,5 +43,6 @@ BENCHMARK = Benchmark(
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     rotate=options_not_rendered,  # objective items carry their options inside the question text
     leaderboard_breakdown="question_type",
+    cluster_field="image",  # a session is one question; objective items and sessions on one image share it
     demo=Demo(module="finbench.offline.finmtm_synthetic", sizes="FinMTM objective items per file (12)", self_judge=True,
               judge_max_new_tokens=48))
