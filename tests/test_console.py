@@ -227,3 +227,60 @@ def test_every_headline_metric_is_shown_x100_and_an_mme_finance_comparison_print
     delta = result["comparisons"][0]["delta"]["binary_accuracy"]["value"]
     assert delta == pytest.approx(7 / 8 - 1 / 2)
     assert "Δ binary_accuracy [CI]" in text and f"{100 * delta:.2f} [" in text and " 87.50 │" in text
+
+
+def test_famma_without_a_judge_says_how_many_answers_finbenchs_own_rules_scored():
+    """No --judge: the open answers are decided by finbench's rules, not FAMMA's LLM judge. The
+    caption (and report.md) say so, with the counts of `correct_sources`; with a judge verdict on
+    every open answer it is the benchmark's official rule alone."""
+    import numpy as np
+    from rich.console import Console
+    from test_scoring_other import famma_frame
+
+    from finbench.report.markdown import run_markdown
+    from finbench.scoring import score_samples
+    from finbench.scoring.commands import print_scores
+
+    frame = famma_frame(40, 5)
+    is_open = (frame["kind"] == "open").to_numpy()
+    frame["judge_score"] = np.nan
+    frame["rule_score"] = np.where(is_open, 1.0, np.nan)
+    scores = score_samples(frame, benchmark="famma", n_bootstrap=0)
+    sources = scores["correct_sources"]
+    own = sources["rules"] + sources["rule_fallback"]
+    assert own == int(is_open.sum()) > 0
+    console = Console(file=io.StringIO(), width=400)
+    print_scores(scores, console)
+    expected = (f"scored by the benchmark's official rule for {40 - own} of 40 answers; the other {own} by "
+                "finbench's own rules")
+    assert expected in " ".join(console.file.getvalue().split())
+    assert expected in " ".join(run_markdown({"scores": scores, "protocol": "constrained", "benchmark": "famma", "config": {"model": "m"},
+                                                    "n_questions": 40, "errors": {"count": 0}}).split())
+
+    frame["judge_score"] = np.where(is_open, 1.0, np.nan)
+    judged = score_samples(frame, benchmark="famma", n_bootstrap=0)
+    console = Console(file=io.StringIO(), width=400)
+    print_scores(judged, console)
+    text = " ".join(console.file.getvalue().split())
+    assert "scored by the benchmark's official rule;" in text and "own rules" not in text
+
+
+def test_mme_finance_small_sample_note_counts_the_binary_items_only():
+    """The binary accuracy rests on the binary items, not on every scored question."""
+    import pandas as pd
+    from rich.console import Console
+
+    from finbench.scoring import score_samples
+    from finbench.scoring.commands import print_scores
+
+    binary = binary_frame("ABAB")
+    open_items = pd.DataFrame([{"id": f"o{k}", "benchmark": "mme-finance", "kind": "open", "gold": "x", "answer": "y",
+                                "options": [], "judge_score": 3.0, "error": "", "task_category": "OCR"}
+                               for k in range(20)])
+    scores = score_samples(pd.concat([binary, open_items], ignore_index=True), benchmark="mme-finance",
+                           n_bootstrap=200)
+    assert scores["n_binary"] == 4 and scores["n"] == 24
+    console = Console(file=io.StringIO(), width=400)
+    print_scores(scores, console)
+    notes = [line for line in console.file.getvalue().splitlines() if line.startswith("note: the CI of binary")]
+    assert notes and all("rests on 4 binary items" in line for line in notes)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import headline_score, part_cells, plural, power_line, score_text, scored_parts
+from finbench.report.format import headline_score, part_cells, plural, power_line, score_text, scored_by, scored_parts
 from finbench.report.studies import baseline_line, study_lines
 from finbench.scoring.stats import LOWER_IS_BETTER
 
@@ -102,8 +102,10 @@ def _fmt_ci(name: str, ci: dict[str, Any] | None) -> str:
     return f"[{_fmt(name, ci['low'])}, {_fmt(name, ci['high'])}]"
 
 
-RULE_NAMES = {"official": "the benchmark's official rule", "paper": "the paper's formula (not the headline)"}
 SMALL_N = 30  # below this many items a headline CI is shown with a word of caution
+# A headline metric computed on a subset of the scored items: the count the scorer reports for it.
+ITEMS_BEHIND = {"p_h": ("n_multi_answer", "multi-answer item"), "binary_accuracy": ("n_binary", "binary item"),
+                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item")}
 
 
 def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 30, verbose: bool = True,
@@ -153,8 +155,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
     from rich.table import Table
 
     n = int(scores.get("n") or 0)
-    rule = RULE_NAMES.get(scores.get("variant"), f"variant {scores.get('variant')}")
-    how = (f"protocol {protocol}, " if protocol else "") + f"scored by {rule}"
+    how = (f"protocol {protocol}, " if protocol else "") + f"scored by {scored_by(scores)}"
     title = f"{scores.get('label', scores.get('benchmark'))}"
     if n == 0:
         con.print(f"{title}: no item of this run is scored by this rule ({how})", markup=False, soft_wrap=True)
@@ -260,11 +261,13 @@ def _small_sample_notes(scores: dict[str, Any]) -> list[str]:
         interval = ci.get(name) or {}
         if interval.get("low") is None:
             continue
-        items = scores.get("n_multi_answer") if name == "p_h" else scores.get("n")
+        count, what = ITEMS_BEHIND.get(name, ("n", "scored question"))
+        if scores.get(count) is None:  # a scorer that does not count that subset: all it scored
+            count, what = "n", "scored question"
+        items = scores.get(count)
         whole_scale = interval["low"] <= 0 and interval["high"] >= 1
-        if items is None or not (whole_scale or (name == "p_h" and items < SMALL_N)):
+        if items is None or not (whole_scale or (count != "n" and items < SMALL_N)):
             continue
-        what = "multi-answer item" if name == "p_h" else "scored question"
         notes.append(f"the CI of {name} {_fmt_ci(name, interval)} rests on {plural(int(items), what)}: at this "
                      "size it says little")
     return notes

@@ -111,3 +111,22 @@ def interval_text(value: float | None, low: float | None, high: float | None) ->
 def score_text(headline: dict[str, Any]) -> str:
     """'FinScore 12.34 [8.10, 15.20]' (×100), '–' for a missing value."""
     return f"{headline['label']} {interval_text(headline['value'], headline['low'], headline['high'])}"
+
+
+RULE_NAMES = {"official": "the benchmark's official rule", "paper": "the paper's formula (not the headline)"}
+# Sources of a scorer's `correct_sources` that are finbench's own rules, not the benchmark's:
+# a rule stands in where the official code asks an LLM judge and no --judge was given.
+OWN_RULE_SOURCES = ("rules", "rule_fallback")
+
+
+def scored_by(scores: dict[str, Any]) -> str:
+    """What really scored the answers: the rule's name, and, where the scorer counts them, how
+    many answers finbench's own rules decided in the official judge's place."""
+    rule = RULE_NAMES.get(scores.get("variant"), f"variant {scores.get('variant')}")
+    sources = scores.get("correct_sources") or {}
+    own = sum(int(sources.get(k) or 0) for k in OWN_RULE_SOURCES)
+    if not own:
+        return rule
+    total = sum(int(v or 0) for v in sources.values())
+    return (f"{rule} for {total - own} of {total} answers; the other {own} by finbench's own rules "
+            "(a number within tolerance, the option's letter or text), not the official judge (--judge)")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, power_line,
-                                    score_text, scored_parts)
+                                    score_text, scored_by, scored_parts)
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
 
@@ -39,7 +39,8 @@ def run_markdown(results: dict[str, Any]) -> str:
                   _table(["metric", "value ×100", "95% CI ×100"],
                          [[HEADLINE_LABELS.get(k, k) + (" (penalty: lower is better)" if k in LOWER_IS_BETTER else ""),
                            pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))] for k in scores.get("headline", [])]),
-                  f"{scores['n']} scored questions, {scores.get('n_errors', 0)} of them with an error (scored as wrong)."]
+                  f"{scores['n']} scored questions, {scores.get('n_errors', 0)} of them with an error (scored as wrong); "
+                  f"scored by {scored_by(scores)}."]
     else:
         parts += [f"No item of this run is scored by this rule ({scores.get('label', '')})."]
     for part, found in scored_parts(scores):
