@@ -453,7 +453,7 @@ def think_section(check: Check) -> dict[str, Any]:
     questions = (singles * (rows // max(len(singles), 1) + 1))[:rows]
     requests = [render(finmme.BENCHMARK, first_prompt(finmme.request(q, "constrained")), decode_images(q), False)
                 for q in questions]
-    inputs = dict(adapter.to_device(adapter.prepare(requests)))
+    inputs = adapter.to_device(adapter.prepare(requests))
     cuda = adapter.device.type == "cuda"
     seconds: dict[str, float] = {}
 
@@ -468,10 +468,10 @@ def think_section(check: Check) -> dict[str, Any]:
         seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - started
 
     thinker, budget = _Thinker(adapter), check.args.think_budget
-    think(thinker, dict(inputs), min(budget, 4), ["Answer:"] * len(requests))  # warm-up (graphs, allocator)
+    think(thinker, inputs, min(budget, 4), ["Answer:"] * len(requests))  # warm-up (graphs, allocator)
     with stage("prefill"):
         adapter.prefill(dict(inputs))
-    rebuilt, reasoning = think(thinker, dict(inputs), budget, ["Answer:"] * len(requests), stage)
+    rebuilt, reasoning = think(thinker, inputs, budget, ["Answer:"] * len(requests), stage)
     with stage("answer"):
         answers = decode_single(adapter, rebuilt, torch.tensor([len(q.options) for q in questions]),
                                 AnswerVocabulary.for_model(adapter))

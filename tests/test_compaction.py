@@ -44,13 +44,13 @@ def thinker(tmp_path_factory):
 def batch(thinker, questions):
     chosen = [q for q in questions if q.kind == "single"][:4]
     inputs = thinker.to_device(thinker.prepare([finmme_request(q, thinking=True) for q in chosen]))
-    return chosen, dict(inputs)
+    return chosen, inputs
 
 
 def _staggered_stops(thinker, inputs):
     """Stop tokens that end the rows at different steps: each row's own token at steps 1, 3, 5 (the
     last row runs to the budget), chosen from a free run without stops."""
-    free = greedy_ids(thinker, dict(inputs), BUDGET, [-1], every=0)
+    free = greedy_ids(thinker, inputs, BUDGET, [-1], every=0)
     stops = set()
     for row, step in zip(free.tolist(), (1, 3, 5)):
         stops.add(row[step])
@@ -68,17 +68,17 @@ def test_compacted_greedy_ids_equal_the_plain_loop_and_generate(thinker, batch, 
                                                          fast_paths=paths)
     _, inputs = batch
     _, stops = _staggered_stops(thinker, inputs)
-    plain = greedy_ids(model, dict(inputs), BUDGET, stops, every=0)
+    plain = greedy_ids(model, inputs, BUDGET, stops, every=0)
     ends = _finish_steps(plain, stops, thinker.pad_token_id)
     assert len({e for e in ends if e is not None}) >= 2 and min(e for e in ends if e is not None) < 2
     from finbench.models.base import DecodeState
 
     widths, select = [], DecodeState.select
     monkeypatch.setattr(DecodeState, "select", lambda self, rows: widths.append(len(rows)) or select(self, rows))
-    compacted = greedy_ids(model, dict(inputs), BUDGET, stops, every=2)
+    compacted = greedy_ids(model, inputs, BUDGET, stops, every=2)
     assert widths and widths[0] < 4  # compacted: finished rows left the batch
     assert torch.equal(compacted, plain)
-    assert torch.equal(plain, thinker.generate_ids(dict(inputs), BUDGET, stops))
+    assert torch.equal(plain, thinker.generate_ids(inputs, BUDGET, stops))
 
 
 def test_thinking_with_compaction_gives_the_same_reasoning_and_answers(thinker, batch, monkeypatch):
@@ -90,7 +90,7 @@ def test_thinking_with_compaction_gives_the_same_reasoning_and_answers(thinker, 
     n_options = torch.tensor([len(q.options) for q in chosen])
     results = []
     for every in (0, 2):
-        rebuilt, reasoning = think(thinker, dict(inputs), BUDGET, ["Answer:"] * len(chosen), compact_every=every)
+        rebuilt, reasoning = think(thinker, inputs, BUDGET, ["Answer:"] * len(chosen), compact_every=every)
         results.append((rebuilt, reasoning, decode_single(thinker, rebuilt, n_options, vocab)))
     (plain_inputs, plain, plain_answers), (inputs2, compacted, answers) = results
     assert len({r.tokens for r in plain}) >= 2  # rows finished at different steps
@@ -113,11 +113,11 @@ def test_compaction_narrows_a_hybrid_linear_attention_cache_exactly(family, tmp_
     encoded = model.tokenizer(["hello there how are", "a much longer prompt with more words", "short one"],
                               padding=True, return_tensors="pt")
     inputs = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
-    free = greedy_ids(model, dict(inputs), 8, [-1], every=0)
+    free = greedy_ids(model, inputs, 8, [-1], every=0)
     stop = int(free[0, 1])  # row 0 stops at step 1 (others only where they emit the same token)
     widths, select = [], DecodeState.select
     monkeypatch.setattr(DecodeState, "select", lambda self, rows: widths.append(len(rows)) or select(self, rows))
-    compacted = greedy_ids(model, dict(inputs), 8, [stop], every=2)
+    compacted = greedy_ids(model, inputs, 8, [stop], every=2)
     assert widths and widths[0] < 3
-    assert torch.equal(compacted, greedy_ids(model, dict(inputs), 8, [stop], every=0))
-    assert torch.equal(compacted, model.generate_ids(dict(inputs), 8, [stop]))
+    assert torch.equal(compacted, greedy_ids(model, inputs, 8, [stop], every=0))
+    assert torch.equal(compacted, model.generate_ids(inputs, 8, [stop]))

@@ -199,6 +199,7 @@ def binary_frame(answers: str) -> "pd.DataFrame":
 
     return pd.DataFrame([{"id": f"b{k}", "benchmark": "mme-finance", "kind": "single", "gold": "AB"[k % 2],
                           "answer": a, "options": ["是", "否"], "judge_score": float("nan"), "error": "",
+                          "option_probs": [0.6, 0.4] if a == "A" else [0.4, 0.6],  # read by the letter decoder
                           "task_category": "Binary"} for k, a in enumerate(answers)])
 
 

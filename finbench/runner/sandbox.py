@@ -38,6 +38,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from signal import SIGXCPU
 from typing import Sequence
 
 PRELOAD = ("math", "cmath", "decimal", "fractions", "statistics", "datetime", "random", "itertools", "functools",
@@ -217,9 +218,10 @@ def _serve() -> None:
             answer = {}
         if not isinstance(answer, dict) or not answer:
             signal = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-            answer = {"ok": False, "reason": reason or (f"killed by signal {signal} (a crash, or the CPU or memory "
-                                                       "limit)" if signal not in (0, 9) else
-                                                       "no result (the program ended its process)")}
+            answer = {"ok": False, "reason": reason or (
+                f"timed out: CPU limit of {settings['cpu_seconds']:g} s (signal {signal})" if signal == SIGXCPU else
+                f"killed by signal {signal} (a crash, or the memory limit)" if signal not in (0, 9) else
+                "no result (the program ended its process)")}
         fields = {k: str(answer.get(k, "")) for k in ("kind", "value", "first_kind", "reason")}
         out.write(json.dumps({"index": index, "ok": answer.get("ok") is True, **fields}) + "\n")
 
