@@ -295,3 +295,24 @@ def test_finmtm_pages_show_the_dialogue_and_agent_parts_and_f2(tiny_model, tiny_
     dom, errors = open_page(tmp_path / "run" / "report.html", tmp_path / "chromium", screenshot=tmp_path / "finmtm.png")
     assert errors == [] and 'data-plot="FinMTM agent"' in dom
     assert all(plot_borders(dom).values())
+
+
+def test_a_thinking_sweep_has_no_quantization_study_section():
+    """The study rows of a sweep whose variants all run unquantized say "not quantized" in every
+    row: shown only when quantization is an axis (or the variants run as different formats)."""
+    from finbench.report.format import quantization_study
+    from finbench.report.markdown import _study_markdown
+
+    row = {"name": "think_budget-256", "quant_label": "none", "quantized": "not quantized", "delta": 0.1,
+           "delta_ci": None, "right_to_wrong": 1, "wrong_to_right": 2, "mcnemar_p": 0.5, "p_holm": 0.5,
+           "kl_mean": 0.1, "agreement": 0.9, "gold_shift_mean": 0.0, "ece": 0.1, "ece_delta": 0.0,
+           "domains_losing_most": [], "memory_ratio": 1.0, "speed_ratio": 1.0, "primary": "finscore"}
+    thinking = {"reference": "think_budget-0", "axes": {"think_budget": [0, 256]}, "study": [row],
+                "variants": [{"name": "think_budget-0", "quant_label": "none"},
+                             {"name": "think_budget-256", "quant_label": "none"}]}
+    assert quantization_study(thinking) == []
+    assert not any("Quantization study" in part for part in _study_markdown(thinking))
+    quant = {**thinking, "axes": {"quant": ["none", "8bit"]},
+             "variants": [{"name": "quant-none", "quant_label": "none"}, {"name": "quant-8bit", "quant_label": "8bit"}]}
+    assert quantization_study(quant) == [row]
+    assert any(part.startswith("## Quantization study (against think_budget-0") for part in _study_markdown(quant))

@@ -130,3 +130,11 @@ def scored_by(scores: dict[str, Any]) -> str:
     total = sum(int(v or 0) for v in sources.values())
     return (f"{rule} for {total - own} of {total} answers; the other {own} by finbench's own rules "
             "(a number within tolerance, the option's letter or text), not the official judge (--judge)")
+
+
+def quantization_study(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """A sweep's quantization study rows, only where quantization varies: a thinking or dtype
+    sweep's rows would all say "not quantized"."""
+    quant = {v.get("quant_label") or v.get("quant") or "none" for v in summary.get("variants", [])}
+    varies = len(set((summary.get("axes") or {}).get("quant") or [])) > 1 or len(quant) > 1
+    return (summary.get("study") or []) if varies else []

@@ -26,8 +26,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+<<<<<<< HEAD
 from finbench.report.format import (HEADLINE_LABELS, headline_score, num, part_cells, pct, power_line, scored_by,
                                     scored_parts)
+=======
+from finbench.report.format import HEADLINE_LABELS, headline_score, num, part_cells, pct, quantization_study, scored_by, scored_parts
+>>>>>>> firsthour
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
@@ -197,6 +201,7 @@ def write_sweep_report(out: str | Path, summary: dict[str, Any]) -> Path:
     comparisons = {c["run"]: c for c in summary["comparison"]["comparisons"]}
     page = _environment().get_template("sweep.html.j2").render(
         summary=summary, variants=variants, comparisons=comparisons, labels=HEADLINE_LABELS,
+        study=quantization_study(summary),
         headline=summary["comparison"]["headline"], plots=_uris(sweep_figures(summary)),
         distributions=summary["distributions"], flips=summary["flip_matrix"],
         robustness=compare_rows({v["name"]: v.get("studies") or {} for v in variants})

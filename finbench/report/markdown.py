@@ -7,8 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+<<<<<<< HEAD
 from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, power_line,
                                     score_text, scored_by, scored_parts)
+=======
+from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, quantization_study, score_text, scored_by,
+                                    scored_parts)
+>>>>>>> firsthour
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
 
@@ -131,7 +136,7 @@ def _robustness_markdown(summary: dict[str, Any]) -> list[str]:
 
 def _study_markdown(summary: dict[str, Any]) -> list[str]:
     """The quantization study and per-domain sensitivity tables (sweeps written since they exist)."""
-    study, domains = summary.get("study") or [], (summary.get("domain_sensitivity") or {}).get("domains") or []
+    study, domains = quantization_study(summary), (summary.get("domain_sensitivity") or {}).get("domains") or []
     parts = []
     if study:
         rows = [[r["name"], r["quant_label"], r["quantized"], f"{pct(r['delta'])} {_ci(r.get('delta_ci'))}",
