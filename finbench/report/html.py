@@ -26,12 +26,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-<<<<<<< HEAD
-from finbench.report.format import (HEADLINE_LABELS, headline_score, num, part_cells, pct, power_line, scored_by,
-                                    scored_parts)
-=======
-from finbench.report.format import HEADLINE_LABELS, headline_score, num, part_cells, pct, quantization_study, scored_by, scored_parts
->>>>>>> firsthour
+from finbench.report.format import (HEADLINE_LABELS, headline_score, num, part_cells, pct, power_line,
+                                    quantization_study, scored_by, scored_parts)
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,

@@ -7,13 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-<<<<<<< HEAD
 from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, power_line,
-                                    score_text, scored_by, scored_parts)
-=======
-from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, quantization_study, score_text, scored_by,
-                                    scored_parts)
->>>>>>> firsthour
+                                    quantization_study, score_text, scored_by, scored_parts)
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
 
