@@ -98,6 +98,11 @@ class Prediction:
     reasoning_tokens: int = 0  # tokens generated inside the thinking block, never above the budget
     budget_cut: bool = False  # the thinking budget ran out before the model closed the block
     prompt: str = ""  # the rendered prompt the model saw (or "sha256:<hex>" with --no-log-prompts)
+    # what answering cost (runner/loop.py `row_costs`), kept with the sample in the cache; None: not
+    # counted (rows cached before these existed, a batch whose accounting failed)
+    prompt_tokens: int | None = None  # real tokens prefilled for this row, image placeholders included
+    image_tokens: int | None = None  # of those, image placeholder tokens
+    generated_tokens: int | None = None  # tokens decoded: reasoning + answer (0 for a scored choice)
 
 
 @dataclass(frozen=True)

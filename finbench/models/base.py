@@ -1,5 +1,4 @@
-"""The model contract (models/contract.py), implemented once for Hugging Face image-text-to-text
-models.
+"""The model contract (models/contract.py), implemented once for Hugging Face image-text-to-text models.
 
 A family file subclasses `HFVisionLanguageModel`, declares its `capabilities` and overrides only
 what its architecture does differently (decode-step positions, image-token counting, processor
@@ -135,9 +134,13 @@ class HFVisionLanguageModel:
 
     def count_image_tokens(self, inputs: Any) -> int:
         """Image placeholder tokens in a prepared batch (the processor expands one per token)."""
-        config = self.model.config
+        return int(sum(self.image_tokens_per_row(inputs)))
+
+    def image_tokens_per_row(self, inputs: Any) -> list[int]:
+        """`count_image_tokens` of each row (a sample's cost: runner/loop.py `row_costs`)."""
+        config, ids = self.model.config, inputs["input_ids"]
         token = getattr(config, "image_token_id", None) or getattr(config, "image_token_index", None)
-        return int((inputs["input_ids"] == token).sum()) if token is not None else 0
+        return (ids == token).sum(1).tolist() if token is not None else [0] * int(ids.shape[0])
 
     def prefill_flops(self, inputs: Any) -> float | None:
         """Analytic FLOPs of one prefill over `inputs` (models/flops.py: vision tower, every decoder

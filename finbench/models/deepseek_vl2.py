@@ -318,6 +318,9 @@ class DeepSeekVL2(HFVisionLanguageModel):
     def count_image_tokens(self, inputs: Any) -> int:
         return int(inputs["images_seq_mask"].sum())
 
+    def image_tokens_per_row(self, inputs: Any) -> list[int]:
+        return inputs["images_seq_mask"].sum(1).tolist()
+
     def prefill_flops(self, inputs: Any) -> float | None:
         """No analytic count yet: with MoE routing it depends on the data."""
         return None

@@ -95,6 +95,9 @@ class TextChatModel(HFVisionLanguageModel):
     def count_image_tokens(self, inputs: Any) -> int:
         return 0  # it is never given any
 
+    def image_tokens_per_row(self, inputs: Any) -> list[int]:
+        return [0] * int(inputs["input_ids"].shape[0])
+
     def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]:
         # the judge's cache keys since text judges exist: kept, so that cached verdicts stay valid
         return {"source": self.source, "model_type": self.model.config.model_type,

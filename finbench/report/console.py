@@ -3,7 +3,8 @@
 In order: the headline table (with CIs), the parts a rule scores apart (its `Scorer.parts`: FinMTM's dialogue
 and agent; or one line saying why a part is unscored), the breakdown whose groups differ most (every
 breakdown with `--verbose-tables`), the best prior baseline beside the model's accuracy and a line
-per robustness study (report/studies.py), the errors, the throughput, where the files went, and a last
+per robustness study (report/studies.py), the clustered SE against the iid one and the cost
+(report/run_sections.py), the errors, the throughput, where the files went, and a last
 line that repeats model · benchmark · protocol · headline score [CI] · n · errors, so the end of
 the scroll-back says what was run and what came out. The tables of `finbench score` and
 `finbench compare` (`print_scores`, `print_comparison`) are drawn here too.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.format import headline_score, part_cells, plural, power_line, score_text, scored_by, scored_parts
+from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
 from finbench.scoring.stats import LOWER_IS_BETTER
 
@@ -74,7 +76,7 @@ def files_line(out_dir: Path) -> str:
 def print_run(results: dict[str, Any], out_dir: Path, console: Any, verbose_tables: bool = False) -> None:
     """The summary of one finished run, on `console` (its last line last)."""
     print_scores(results["scores"], console=console, verbose=verbose_tables, protocol=results["protocol"])
-    for line in [baseline_line(results), *study_lines(results)]:  # beside the headline: what a prior gets
+    for line in [baseline_line(results), *study_lines(results), clustered_line(results), cost_line(results)]:
         if line:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in (errors_line(results), throughput_line(results), files_line(out_dir)):

@@ -20,8 +20,14 @@ SAMPLE_COLUMNS = {
     "tolerance": "float — absolute tolerance of numerical items, NaN when absent",
     "correct": "float — per-question official correctness (0/1); errors count as 0",
     "error": "str — per-sample error message, '' when none",
-    "seconds": "float — wall time share of this sample",
+    "seconds": "float — this sample's share of its batch's wall seconds, split by tokens processed (prompt + "
+    "generated; runner/cost.py); a cached sample keeps the share of the run that computed it",
     "n_generated_tokens": "int — tokens generated for this sample",
+    "prompt_tokens": "int — real tokens prefilled for this sample (text and image placeholders, every session "
+    "turn's); null when not counted (cached before counts existed)",
+    "image_tokens": "int — of those, image placeholder tokens (0 for a question shown no image); null when not counted",
+    "generated_tokens": "int — tokens decoded: reasoning + answer (0 for a single choice read from option scores); "
+    "null when not counted",
     "sample_key": "str — cache key",
     "cluster": "str — the cluster the question's error bars group it in (its benchmark's `cluster_field`: the "
     "main question, the image's digest, or 'id:<id>' for a question on its own)",

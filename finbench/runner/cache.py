@@ -238,6 +238,7 @@ def _are_numbers(values: Any) -> bool:
 _FIELD_CHECKS: dict[str, Any] = {
     **dict.fromkeys(("id", "answer", "generated_text", "reasoning_text", "prompt"), lambda v: isinstance(v, str)),
     **dict.fromkeys(("n_generated_tokens", "reasoning_tokens"), lambda v: isinstance(v, int)),
+    **dict.fromkeys(("prompt_tokens", "image_tokens", "generated_tokens"), lambda v: v is None or isinstance(v, int)),
     "seconds": _is_number, "budget_cut": lambda v: isinstance(v, bool),
     "confidence": lambda v: v is None or _is_number(v), "error": lambda v: v is None or isinstance(v, str),
     "option_logprobs": _are_numbers, "step_logprobs": lambda steps: all(map(_are_numbers, steps)),

@@ -25,8 +25,9 @@ answers it. Order of work:
 5. judge open answers (the benchmark's rules; a `--judge` model's requests through the same batch
    loop, its replies cached too; a call failing after its retries scores its question 0), score,
    write samples.parquet (the run's questions only), variants.parquet (the studies' variants),
-   results.json, report.html and report.md together (runner/outputs.py; a rerun served entirely
-   from the cache keeps the throughput of the run that computed them).
+   results.json (with each sample's tokens and seconds totalled: runner/cost.py), report.html and
+   report.md together (runner/outputs.py; a rerun served entirely from the cache keeps the
+   throughput of the run that computed them).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from finbench.models.contract import ModelAdapter
 from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.cache import CacheWriteError, PredictionCache
+from finbench.runner.cost import cost_summary
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.defaults import size_to_device
 from finbench.runner.judge import judge_run
@@ -246,6 +248,7 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
         "scores": scores,
         "judge": judged.summary,
         "throughput": throughput,
+        "cost": cost_summary(samples, judged.cost, variants),  # runner/cost.py: tokens and seconds per kind
         "notes": notes,
         "errors": error_summary(samples),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,

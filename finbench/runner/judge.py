@@ -32,6 +32,7 @@ from finbench.benchmarks.base import Benchmark
 from finbench.models.contract import ModelAdapter
 from finbench.requests import Generate
 from finbench.runner.batching import plan_batches, too_long
+from finbench.runner.cost import prediction_rows, totals
 from finbench.runner.keys import request_payload
 from finbench.runner.defaults import size_to_device
 from finbench.runner.loop import BatchLoop, first_rows
@@ -60,6 +61,7 @@ class Judged:
     columns: dict[str, list[Any]]
     summary: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # for results.json: judge failures, scored 0
+    cost: dict[str, Any] | None = None  # the judge calls' tokens and seconds (runner/cost.py `totals`)
 
 
 @dataclass(frozen=True)
@@ -113,14 +115,14 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
             if not sees_images:
                 request = text_only(request)
             calls.append(_Call(i, request, judge_key(fingerprint, request_payload(request, questions[i]))))
-    replies: dict[str, str] = {}
-    if cache is not None:
-        replies.update({k: v.generated_text for k, v in cache.get_many([c.key for c in calls]).items()})
+    found = cache.get_many([c.key for c in calls]) if cache is not None else {}
+    replies = {k: v.generated_text for k, v in found.items()}
     n_cached = sum(1 for c in calls if c.key in replies)
     todo = list({c.key: c for c in calls if c.key not in replies}.values())  # one call per distinct request
     config = size_to_device(config or RunConfig(model=judge_name, benchmark=benchmark.name), judge.device)
     answered, failed, oom_retries = _answer(judge, benchmark, questions, todo, cache, config)
-    replies.update(answered)
+    replies.update({k: p.generated_text for k, p in answered.items()})
+    cost = totals(prediction_rows({**found, **answered}.values()))  # each distinct call once, cached ones too
     by_question: dict[int, list[_Call]] = {}
     for call in calls:
         by_question.setdefault(call.index, []).append(call)
@@ -152,7 +154,7 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
     notes = [f"judge: {len(failed_items)} judged question(s) scored 0, a judge call failing after its retries "
              f"({', '.join(failed_items[:5])}{', …' if len(failed_items) > 5 else ''}; first: "
              f"{next(iter(failed.values()))})"] if failed_items else []
-    return Judged(_columns(rule_score, judge_score, outputs, details), summary, notes)
+    return Judged(_columns(rule_score, judge_score, outputs, details), summary, notes, cost)
 
 
 def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
@@ -172,7 +174,7 @@ def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predic
 
 
 def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call], cache: Any,
-            config: RunConfig) -> tuple[dict[str, str], dict[str, str], int]:
+            config: RunConfig) -> tuple[dict[str, Prediction], dict[str, str], int]:
     """(replies, errors, out-of-memory retries) by call key: the calls answered by the batch loop
     (each one a row, shown its question's images when its prompt names them), each batch's replies
     committed to the cache as it finishes."""
@@ -182,7 +184,7 @@ def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Quest
              for c in calls]  # a prompt that names no image decodes none
     loop = BatchLoop(judge, benchmark, shown, [c.request for c in calls], dataclasses.replace(config, gen_kwargs=()),
                      None, StageTimer(judge.device), read_answers=False)
-    replies: dict[str, str] = {}
+    replies: dict[str, Prediction] = {}
     errors: dict[str, str] = {}
     items = loop.items(range(len(calls)))
     for item, error in too_long(items, judge):
@@ -192,11 +194,13 @@ def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Quest
     for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
                              ahead=loop.copy_ahead):
         done = loop.run(prepared)
-        new = {calls[k].key: p.generated_text for k, p in done.items() if not p.error}
+        new = {calls[k].key: p for k, p in done.items() if not p.error}
         errors.update({calls[k].key: f"judge error: {p.error}" for k, p in done.items() if p.error})
         replies.update(new)
-        if cache is not None:
-            cache.put_many((k, Prediction(id=k, answer="", generated_text=t)) for k, t in new.items())
+        if cache is not None:  # the reply and what it cost (runner/cost.py), nothing of the question's
+            cache.put_many((k, Prediction(id=k, answer="", generated_text=p.generated_text, seconds=p.seconds,
+                                          prompt_tokens=p.prompt_tokens, image_tokens=p.image_tokens,
+                                          generated_tokens=p.generated_tokens)) for k, p in new.items())
     return replies, errors, loop.throughput.oom_retries
 
 

@@ -23,6 +23,7 @@ from finbench.models.contract import GenerationInterrupted, ModelAdapter
 from finbench.models.inputs import ModelInputs
 from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
 from finbench.runner.batching import Item
+from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, prepare_batch
 from finbench.runner.requests import batch_kind, first_prompt, render, text_of, thinking
@@ -199,6 +200,7 @@ class BatchLoop:
         first = requests[0]  # a batch holds one kind: one decoder, one set of settings
         started = time.perf_counter()
         stage = self.timer.stage
+        self._counts = RowCounts(self.model, prepared.inputs)  # a session's later turns add theirs (`_ask`)
         with stage("h2d"):
             inputs = self._on_device(prepared)
         reasoning = None
@@ -234,14 +236,16 @@ class BatchLoop:
 
     def _predictions(self, prepared: PreparedBatch, decoded: dict[int, Prediction], started: float) -> dict[int, Prediction]:
         """Question index → prediction for the batch rows in `decoded` (row → decoder output), each
-        with its question's id, share of the batch's seconds, logged prompt and read answer."""
-        share = (time.perf_counter() - started) / len(prepared.indices)
+        with its question's id, token counts and share of the batch's seconds (runner/cost.py),
+        logged prompt and read answer."""
+        costed = with_costs(decoded, [self.requests[i] for i in prepared.indices], self._counts.counts,
+                            time.perf_counter() - started, len(prepared.indices))
         out = {}
-        for row, p in decoded.items():
+        for row, p in costed.items():
             i = prepared.indices[row]
             question = self.questions[i]
             out[i] = self.finish(question, self.requests[i], dataclasses.replace(
-                p, id=question.id, seconds=share, prompt=prepared.prompts.get(i, "")))
+                p, id=question.id, prompt=prepared.prompts.get(i, "")))
         return out
 
     def _generate(self, request: Generate | Session, inputs: Any) -> tuple[list[str], list[int]]:
@@ -272,6 +276,7 @@ class BatchLoop:
                                          {i: t for i, (_, _, t) in go.items()}, prepared.images)
             errors.update({go[i][0]: message for i, message in batch.errors.items()})
             if batch.inputs is not None:
+                self._counts.add([go[i][0] for i in batch.indices], batch.inputs)
                 texts, counts = self._generate(request, self.model.to_device(batch.inputs))
                 replies = {go[i][0]: (t, n) for i, t, n in zip(batch.indices, texts, counts)}
         return ([replies[k][0] if k in replies else None for k in rows],

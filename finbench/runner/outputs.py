@@ -44,10 +44,15 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
             "reasoning_text": p.reasoning_text, "reasoning_tokens": p.reasoning_tokens, "budget_cut": p.budget_cut,
             "tolerance": math.nan if question.tolerance is None else question.tolerance,
             "error": p.error or "", "seconds": p.seconds, "n_generated_tokens": p.n_generated_tokens,
+            "prompt_tokens": p.prompt_tokens, "image_tokens": p.image_tokens, "generated_tokens": p.generated_tokens,
             "sample_key": keys[index], "cluster": cluster_key(fields[question.benchmark], question),
             **dict(question.meta),
         })
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    for column in ("prompt_tokens", "image_tokens", "generated_tokens"):  # integers, null where not counted
+        if column in table:
+            table[column] = table[column].astype("Int64")
+    return table
 
 
 def _confidence(question: Question, p: Prediction) -> float:
