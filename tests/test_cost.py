@@ -119,8 +119,10 @@ def test_seconds_add_up_to_the_batches_and_stay_within_the_compute_time(costed):
 
 def test_seconds_are_split_by_tokens_processed():
     """Two rows of one batch: 300 + 0 and 100 + 100 tokens processed share 1 s as 0.6 and 0.4."""
-    rows = {0: Prediction(id="", answer="A", n_generated_tokens=1), 1: Prediction(id="", answer="12", n_generated_tokens=100)}
-    requests = [Choose(prompt=Prompt(messages=()), n_options=4), Generate(prompt=Prompt(messages=()), max_new_tokens=200)]
+    rows = {0: Prediction(id="", answer="A", n_generated_tokens=1),
+            1: Prediction(id="", answer="12", n_generated_tokens=100)}
+    requests = [Choose(prompt=Prompt(messages=()), n_options=4),
+                Generate(prompt=Prompt(messages=()), max_new_tokens=200)]
     out = with_costs(rows, requests, ([300, 100], [50, 0]), 1.0, 2)
     assert [out[r].generated_tokens for r in (0, 1)] == [0, 100]
     assert [out[r].seconds for r in (0, 1)] == pytest.approx([0.6, 0.4])
@@ -155,7 +157,8 @@ def test_a_cache_written_before_counts_existed_reads_as_null(costed, tiny_model,
     assert written[list(COLUMNS[:3])].isna().all().all()
     assert written["seconds"].tolist() == pytest.approx(samples["seconds"].tolist())  # stored before: kept
     total = result.results["cost"]["total"]
-    assert total["n_counted"] == 0 and total["prompt_tokens"] is None and result.results["cost"]["per_correct"]["tokens"] is None
+    assert total["n_counted"] == 0 and total["prompt_tokens"] is None
+    assert result.results["cost"]["per_correct"]["tokens"] is None
     assert "their tokens are not counted" in (tmp_path / "run" / "report.md").read_text()
 
 
@@ -181,3 +184,47 @@ def test_judge_calls_are_their_own_kind():
     assert cost["total"]["prompt_tokens"] == 40 and cost["total"]["seconds"] == pytest.approx(0.8)
     assert cost["per_correct"]["tokens"] == pytest.approx(48.0)
     assert cost_summary(samples.assign(correct=0.0))["per_correct"] == {"correct": 0.0, "tokens": None, "seconds": None}
+
+
+def test_a_judged_run_counts_the_judge_calls_and_each_shared_generation_once(tiny_model, tiny_qwen_dir, tmp_path):
+    """FAMMA's official protocol asks one grouped call per main question (two sub-questions share a
+    sample key) and a --judge model judges the open answers through the same batch loop."""
+    from finbench.offline import famma_synthetic
+
+    data = famma_synthetic.write_parquet(tmp_path / "famma.parquet", famma_synthetic.records(None))
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
+                       device="cpu", dtype="float32", protocol="official", max_new_tokens=8,
+                       judge=str(tiny_qwen_dir), judge_max_new_tokens=8, bootstrap=0)
+    first = run_benchmark(config, tiny_model, show_progress=False)
+    samples = pd.read_parquet(tmp_path / "run" / "samples.parquet")
+    cost = first.results["cost"]
+    judge = cost["by_kind"]["judge"]
+    assert judge["n"] == judge["n_counted"] == first.results["judge"]["n_calls"] > 0
+    assert judge["prompt_tokens"] > 0 and 0 < judge["generated_tokens"] <= 8 * judge["n"]
+    computed = samples[samples["error"] == ""]
+    distinct = computed.drop_duplicates("sample_key")
+    assert len(distinct) < len(computed)  # a shared generation, shown on each of its questions' rows
+    assert sum(c["n_counted"] for k, c in cost["by_kind"].items() if k != "judge") == len(distinct)
+    assert cost["total"]["generated_tokens"] == int(distinct["generated_tokens"].sum()) + judge["generated_tokens"]
+    assert (distinct["generated_tokens"] == distinct["n_generated_tokens"]).all()  # free text: every token decoded
+    again = run_benchmark(config, tiny_model, show_progress=False)
+    assert again.results["judge"]["n_computed"] == 0 and again.results["cost"] == json.loads(json.dumps(cost))
+
+
+def _image_tokens_per_row_check(model, questions):
+    from helpers import finmme_request
+
+    shown, blind = finmme_request(questions[0]), finmme_request(questions[1], images=[])
+    batch = model.prepare([shown, blind])
+    per_row = model.image_tokens_per_row(batch)
+    alone = [model.count_image_tokens(model.prepare([r])) for r in (shown, blind)]
+    assert per_row == alone and per_row[0] > 0 and per_row[1] == 0
+    assert sum(per_row) == model.count_image_tokens(batch)
+
+
+def test_image_tokens_per_row_are_each_rows_own_count(tiny_model, questions):
+    _image_tokens_per_row_check(tiny_model, questions)
+
+
+def test_image_tokens_per_row_in_the_other_families(other_family, questions):
+    _image_tokens_per_row_check(other_family, questions)

@@ -97,7 +97,8 @@ def cost_line(results: dict[str, Any]) -> str | None:
     if not cost or not cost.get("by_kind"):
         return None
     total, per = cost["total"], cost.get("per_correct") or {}
-    tokens = None if total.get("prompt_tokens") is None else total["prompt_tokens"] + (total.get("generated_tokens") or 0)
+    prompt = total.get("prompt_tokens")
+    tokens = None if prompt is None else prompt + (total.get("generated_tokens") or 0)
     return (f"cost: {_count(tokens)} tokens ({_count(total.get('image_tokens'))} image, "
             f"{_count(total.get('generated_tokens'))} generated), {num(total.get('seconds'))} s; per correct answer "
             f"{num(per.get('tokens'))} tokens, {num(per.get('seconds'))} s")

@@ -25,7 +25,8 @@ SAMPLE_COLUMNS = {
     "n_generated_tokens": "int — tokens generated for this sample",
     "prompt_tokens": "int — real tokens prefilled for this sample (text and image placeholders, every session "
     "turn's); null when not counted (cached before counts existed)",
-    "image_tokens": "int — of those, image placeholder tokens (0 for a question shown no image); null when not counted",
+    "image_tokens": "int — of those, image placeholder tokens (0 for a question shown no image); null when not "
+    "counted",
     "generated_tokens": "int — tokens decoded: reasoning + answer (0 for a single choice read from option scores); "
     "null when not counted",
     "sample_key": "str — cache key",

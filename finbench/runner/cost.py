@@ -17,12 +17,14 @@ run that computed it; one cached before they existed has none, null):
 
 results.json's `cost` (`cost_summary`) totals them per kind, the judge's calls under "judge"
 (they go through the same batch loop), each distinct request once (questions sharing one
-request — one sample key — were computed once), and per correct answer: (prompt + generated)
-tokens and seconds over the sum of the `correct` column; null when nothing is correct.
+request — one sample key — were computed once: it counts under its first question's kind), and
+per correct answer: (prompt + generated) tokens and seconds over the sum of the `correct` column;
+null when nothing is correct.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -71,8 +73,6 @@ def with_costs(decoded: Mapping[int, Prediction], requests: Sequence[Request | N
                counts: tuple[list[int], list[int]] | None, seconds: float, n_rows: int) -> dict[int, Prediction]:
     """The batch rows in `decoded` (row → prediction; `requests` and `counts` by row) with their
     token counts and their share of the batch's `seconds` (the module docstring says how)."""
-    import dataclasses
-
     out: dict[int, Prediction] = {}
     for row, p in decoded.items():
         generated = generated_tokens(requests[row], p)
@@ -115,8 +115,9 @@ def cost_summary(samples: Any, judge: Mapping[str, Any] | None = None, variants:
     """results.json's `cost`: {"by_kind": {KIND: totals}, "total", "per_correct": {"tokens",
     "seconds"}}, over the run's questions and the judge's calls (`judge`: their totals); the
     robustness studies' variants (variants.parquet) in `variants`, apart."""
-    by_kind = {str(kind): totals(_distinct(group).to_dict("records"))
-               for kind, group in samples.groupby("kind", sort=True)} if len(samples) else {}
+    distinct = _distinct(samples)  # a request shared by questions of two kinds: under its first question's
+    by_kind = {str(kind): totals(group.to_dict("records"))
+               for kind, group in distinct.groupby("kind", sort=True)} if len(distinct) else {}
     if judge and judge.get("n"):
         by_kind[JUDGE_KIND] = dict(judge)
     total = _sum(list(by_kind.values()))
