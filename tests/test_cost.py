@@ -228,3 +228,34 @@ def test_image_tokens_per_row_are_each_rows_own_count(tiny_model, questions):
 
 def test_image_tokens_per_row_in_the_other_families(other_family, questions):
     _image_tokens_per_row_check(other_family, questions)
+
+
+def test_a_sessions_prompt_tokens_add_every_turns_prefill(tiny_model, tiny_qwen_dir, tmp_path):
+    """Each turn of a FinMTM session is prefilled again with its history: the session's prompt
+    tokens are the sum of its turns' batch rows, recorded here as the adapter prepared them."""
+    from test_finmtm import write_fixtures
+
+    data = write_fixtures(tmp_path / "data")
+    lengths: list[tuple[str, int]] = []  # (the rendered prompt, its real tokens) of every row prepared
+    original = tiny_model.prepare
+
+    def recording(requests):
+        inputs = original(requests)
+        lengths.extend((r.text or tiny_model.prompt_text(r), int(n))
+                       for r, n in zip(requests, inputs["attention_mask"].sum(1).tolist()))
+        return inputs
+
+    tiny_model.prepare = recording
+    try:
+        config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
+                           dtype="float32", device="cpu", max_new_tokens=6, bootstrap=0)
+        run_benchmark(config, tiny_model, show_progress=False)
+    finally:
+        tiny_model.prepare = original
+    session = pd.read_parquet(tmp_path / "run" / "samples.parquet").set_index("id").loc["s1"]
+    turns = len(json.loads(session["raw_output"]))
+    mine = [n for text, n in lengths if "Revenue in 2023?" in text]  # s1's first question, in every turn's history
+    assert next(text for text, _ in lengths if "Revenue in 2023?" in text) == session["prompt"]
+    assert turns == 3 and len(mine) == turns
+    assert session["prompt_tokens"] == sum(mine) > mine[0]
+    assert 0 < session["generated_tokens"] <= 6 * turns and session["image_tokens"] > 0
