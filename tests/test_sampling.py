@@ -55,7 +55,8 @@ def sampled(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
 def test_the_sampling_block_holds_its_numbers_and_agrees_with_the_files(sampled):
     root, first, results, _ = sampled
     block = results["sampling"]
-    assert set(block) == {"k", "n", "mean", "se", "maj_at_k", "pass_at_k", "agreement", "by"}
+    assert set(block) == {"k", "n", "mean", "se", "maj_at_k", "pass_at_k", "agreement", "n_unscored", "by"}
+    assert block["n_unscored"] == 0
     assert block["k"] == 3 and block["n"] == LIMIT
     assert 0 <= block["mean"] <= block["pass_at_k"] <= 1 and 1 / 3 <= block["agreement"] <= 1
     assert 0 <= block["maj_at_k"] <= block["pass_at_k"]
@@ -173,3 +174,28 @@ def test_thinking_samples_its_reasoning_only_when_asked(tmp_path_factory, synthe
     reasoning = list(sampled.samples["reasoning_text"]) + list(variants["reasoning_text"])
     assert len(set(reasoning)) > len(set(greedy.samples["reasoning_text"]))  # the blocks are drawn, not argmaxed
     assert not any("deterministic" in note for note in sampled.results["notes"])
+
+
+def test_a_mixed_run_samples_its_open_answers_only(tiny_model, tiny_qwen_dir, tmp_path):
+    """FAMMA's constrained protocol: choice items read from the logits (asked once, one note), open
+    questions generated (sampled K times); a question without gold is sampled but not scored."""
+    from finbench.offline import famma_synthetic
+    from finbench.runner.engine import run_benchmark
+    from finbench.types import RunConfig
+
+    path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", famma_synthetic.records(None))
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="famma", data=str(path), limit=6, out=str(tmp_path / "run"),
+                       dtype="float32", device="cpu", bootstrap=0, max_new_tokens=4, samples=3,
+                       gen_kwargs=(("temperature", 0.9),))
+    results, samples = run_benchmark(config, tiny_model, show_progress=False)
+    variants = pd.read_parquet(tmp_path / "run" / "variants.parquet")
+    opened = samples[samples["id"].isin(set(variants["id"]))]
+    constrained = samples[~samples["id"].isin(set(variants["id"])) & (samples["error"] == "")]
+    assert len(opened) and len(constrained) and set(constrained["kind"]) <= {"single", "multi", "numerical"}
+    assert "open" in set(opened["kind"]) or set(opened["kind"]) - {"single", "multi", "numerical"}
+    assert len(variants) == 2 * len(opened) and set(variants["study"]) == {"sampling"}
+    assert any(f"{len(constrained)} constrained answer(s)" in note and "deterministic" in note
+               for note in results["notes"])
+    block = results["sampling"]
+    unscored = int((opened["gold"] == "").sum())
+    assert block["n"] + block["n_unscored"] == len(opened) and block["n_unscored"] == unscored

@@ -22,7 +22,10 @@ def sampling_line(results: dict[str, Any]) -> str | None:
     if not found:
         return None
     if not found["n"]:
-        return f"repeated sampling (K {found['k']}): no generated answer sampled (see the notes)"
+        unscored = found.get("n_unscored") or 0
+        return (f"repeated sampling (K {found['k']}): {unscored} sampled questions, none with a per-question score "
+                "(variants.parquet holds the samples)" if unscored
+                else f"repeated sampling (K {found['k']}): no generated answer sampled (see the notes)")
     n, mean, half, maj, passed, agree = _row(found)
     return (f"repeated sampling (K {found['k']}, {n} questions, ×100): mean {mean} ± {half} · maj@k {maj} · "
             f"pass@k {passed} · agreement {agree}")

@@ -17,7 +17,8 @@ def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Re
     system prompt first; the numeric budget; the generation budget (`--gen-kwargs
     max_new_tokens`, else `--max-new-tokens`, else the benchmark's official one) and sampling
     (with its seed; none for greedy decoding);
-    the thinking budget of constrained answers (None: no thinking block)."""
+    the thinking budget of constrained answers (None: no thinking block) and, only with --samples
+    > 1, the sampling of their thinking block (runner/sampling.py; greedy otherwise)."""
     generation = dict(config.gen_kwargs)
     budget = generation.pop("max_new_tokens", None) or config.max_new_tokens
     # greedy ignores top_p/top_k; a sampled answer depends on the seed, so the seed is part of it

@@ -15,7 +15,8 @@ answer when the rule's extracted answers (the `answer` column) are equal. Then, 
   same answer).
 
 The same numbers per group of every breakdown the benchmark's score has (`by`). A question some
-sample's rule does not score (NaN) is left out of every number.
+sample's rule gives no per-question score (NaN: an open answer without a judge, a row the rule
+scores only as a whole) is left out of every number and counted in `n_unscored`.
 """
 
 from __future__ import annotations
@@ -50,16 +51,16 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> 
     n_rows = len(frames[0]) if frames else 0
     if n_rows == 0:
         return {"k": k, "n": 0, "mean": None, "se": None, "maj_at_k": None, "pass_at_k": None, "agreement": None,
-                "by": {}}
+                "n_unscored": 0, "by": {}}
     correct = torch.from_numpy(np.stack([sample_scores(f, benchmark) for f in frames], axis=1))  # [N, K]
     texts = pd.Series(np.concatenate([f["answer"].fillna("").astype(str).to_numpy() for f in frames]))
     answers = factorize(texts)[0].reshape(len(frames), n_rows).T.contiguous()  # [N, K]: equal code, equal answer
     keep = ~torch.isnan(correct).any(1)
-    out = repeated_sampling(answers[keep], correct[keep])
+    out = {**repeated_sampling(answers[keep], correct[keep]), "n_unscored": int((~keep).sum())}
     spec = _benchmark(benchmark)
     rows = _group_frame(frames[0].reset_index(drop=True), spec.scorer)[keep.numpy()]
     out["by"] = {}
-    for column in [c for c in spec.group_columns if c in rows.columns]:
+    for column in [c for c in spec.group_columns if c in rows.columns and len(rows)]:  # (none scored: no groups)
         values = rows[column]
         ids, labels = factorize(values.astype(object).where(values.isna(), values.astype(str)))
         groups = {}
