@@ -71,6 +71,7 @@ class Choose:
     multi: bool = False
     think_budget: int | None = None
     rotation: int = 0
+    sampling: tuple[tuple[str, Any], ...] = ()  # the thinking block sampled (--samples: runner/sampling.py)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Number:
     prompt: Prompt
     budget: int = DEFAULT_NUMERIC_BUDGET
     think_budget: int | None = None
+    sampling: tuple[tuple[str, Any], ...] = ()  # the thinking block sampled (--samples: runner/sampling.py)
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ def run(
                                      "results.json['circular'], variants.parquet."),
     image_ablation: str = typer.Option("", help="Image ablation: the same items again with every image blank, "
                                        "noise or none (removed); comma-separated; results.json['image_ablation']."),
+    samples: int = typer.Option(1, help="Repeated sampling: every generated request K times, seeds seed…seed+K−1, "
+                                "sampled as --gen-kwargs says (a temperature is needed); results.json['sampling']."),
     revision: Optional[str] = typer.Option(None, help="Hub branch, tag or commit of --model (in the cache key)."),
     trust_remote_code: bool = typer.Option(False, help="Allow the checkpoint's own Python code to run (off: "
                                            "nothing remote runs)."),
@@ -118,6 +120,7 @@ def run(
                        bootstrap=bootstrap, seed=seed,
                        think_budget=think_budget, judge=judge, judge_max_new_tokens=judge_max_new_tokens, revision=revision,
                        trust_remote_code=trust_remote_code, permutations=permutations, image_ablation=image_ablation,
+                       samples=samples,
                        attn_implementation=attn_implementation, chat_template=chat_template,
                        system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(gen_kwargs), log_prompts=log_prompts)
     except ValueError as err:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from finbench.report.format import HEADLINE_LABELS, pct
+from finbench.report.sampling import sampling_line, sampling_section
 
 BASELINE_NAMES = {"majority_answer": "majority answer", "always_a": "always A",
                   "most_frequent_position": "most frequent position"}
@@ -57,7 +58,7 @@ def study_lines(results: dict[str, Any]) -> list[str]:
                      f"{pct(found['score'])} (retained {_ratio(found['retained'])}) · accuracy "
                      f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} (retained "
                      f"{_ratio(found['retained_accuracy'])})")
-    return lines
+    return lines + [line for line in [sampling_line(results)] if line]
 
 
 def study_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -115,7 +116,7 @@ def study_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
             "note": "The items that show an image, asked again with every image white (blank), uniform noise seeded "
                     "by the image (noise) or removed from the prompt (none); retained = ablated / base on the same "
                     "items: what survives without the chart is answered from the text alone."})
-    return sections
+    return sections + [section for section in [sampling_section(results)] if section]
 
 
 def compare_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:

@@ -10,12 +10,13 @@ rows of its batch, so the result equals the loop without compaction (tests/test_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
 from finbench.kernels.compaction import compaction_due, live_rows, worth_compacting
 from finbench.kernels.option_logits import project_rows
+from finbench.runner.sampling import next_tokens
 
 if TYPE_CHECKING:
     from finbench.models.contract import ModelAdapter
@@ -25,10 +26,11 @@ COMPACT_EVERY = 8  # steps between compactions in the thinking loop
 
 @torch.inference_mode()
 def greedy_ids(model: "ModelAdapter", inputs: Any, budget: int, stop_token_ids: Sequence[int],
-               every: int = COMPACT_EVERY) -> torch.Tensor:
+               every: int = COMPACT_EVERY, sampling: Mapping[str, Any] | None = None) -> torch.Tensor:
     """Greedy token ids [B, ≤ budget] after each prompt of `inputs` (a prepared batch on the device),
     a row stopping at any of `stop_token_ids` (its later positions hold the pad token): the result
-    of `generate_ids`. `every`: steps between compactions (0: never compact)."""
+    of `generate_ids`. `every`: steps between compactions (0: never compact). `sampling`
+    (temperature > 0, top_p, top_k) draws each token instead (runner/sampling.py `next_tokens`)."""
     hidden, state = model.prefill(inputs)
     device = hidden.device
     head = model.output_rows(torch.arange(model.vocabulary_size(), device=device))
@@ -41,7 +43,8 @@ def greedy_ids(model: "ModelAdapter", inputs: Any, budget: int, stop_token_ids: 
     ends = torch.full((batch,), max(budget, 0), dtype=torch.long, device=device)  # tokens up to the stop
     width = 0
     for step in range(budget):
-        token = torch.where(finished, pad, project_rows(hidden, head).argmax(-1))
+        logits = project_rows(hidden, head)
+        token = torch.where(finished, pad, next_tokens(logits, sampling) if sampling else logits.argmax(-1))
         out[rows, step] = token
         width = step + 1
         stopped = torch.isin(token, stops) & ~finished

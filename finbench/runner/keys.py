@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from finbench.requests import Request, Session
+from finbench.requests import Choose, Number, Request, Session
 from finbench.types import Question, RunConfig
 
 # How the constrained decoders read the vocabulary (runner/decoding.py); bump when that changes.
@@ -52,6 +52,8 @@ def request_payload(request: Request, question: Question) -> dict[str, Any]:
     payload = {"type": type(request).__name__, **dataclasses.asdict(request), "image_digests": digests}
     if not payload.get("rotation"):
         payload.pop("rotation", None)
+    if isinstance(request, (Choose, Number)) and not payload.get("sampling"):  # greedy thinking, or none
+        payload.pop("sampling", None)
     if isinstance(payload.get("prompt"), dict) and not payload["prompt"].get("ablation"):
         payload["prompt"].pop("ablation", None)
     return payload

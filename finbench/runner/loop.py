@@ -27,6 +27,7 @@ from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, prepare_batch
 from finbench.runner.requests import batch_kind, first_prompt, render, text_of, thinking
+from finbench.runner.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
@@ -62,6 +63,7 @@ class BatchLoop:
         self._planned: dict[int, str] = {}  # first prompts rendered for planning, until prepared (rendered once)
         if dict(config.gen_kwargs).get("temperature"):
             torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
+        self.streams = SeedStreams(config.seed)  # --samples: each other seed its own stream
 
     # ---- planning ---------------------------------------------------------------------------
     def items(self, indices: Sequence[int]) -> list[Item]:
@@ -205,8 +207,9 @@ class BatchLoop:
             inputs = self._on_device(prepared)
         reasoning = None
         if thinking(first):
-            inputs, reasoning = think(self.model, inputs, first.think_budget,
-                                      [r.prompt.answer_prefix for r in requests], stage)
+            with self.streams.use(seed_of(first.sampling)):  # sampled reasoning only with --samples > 1
+                inputs, reasoning = think(self.model, inputs, first.think_budget, [r.prompt.answer_prefix for r in
+                                          requests], stage, sampling={k: v for k, v in first.sampling if k != "seed"})
             self.throughput.reasoning_tokens += sum(r.tokens for r in reasoning)
         if isinstance(first, Choose):
             n_options = torch.tensor([r.n_options for r in requests])
@@ -249,10 +252,11 @@ class BatchLoop:
         return out
 
     def _generate(self, request: Generate | Session, inputs: Any) -> tuple[list[str], list[int]]:
-        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed is set once, in __init__
-        if sampling:
-            return self.model.generate(inputs, request.max_new_tokens, sampling)
-        return self.model.generate(inputs, request.max_new_tokens)  # greedy: the plain contract
+        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed: its stream (runner/sampling.py)
+        with self.streams.use(seed_of(request.sampling)):
+            if sampling:
+                return self.model.generate(inputs, request.max_new_tokens, sampling)
+            return self.model.generate(inputs, request.max_new_tokens)  # greedy: the plain contract
 
     def _ask(self, prepared: PreparedBatch, request: Session, rows: list[int],
              prompts: list[Prompt]) -> tuple[list[str | None], list[int], dict[int, str]]:

@@ -21,10 +21,13 @@ from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import IMAGE_ABLATIONS, Choose, Request, Session
+from finbench.runner import sampling
 from finbench.runner.outputs import samples_table
 from finbench.runner.requests import for_run
+from finbench.runner.sampling import sample_frames, sample_variants
 from finbench.scoring.robustness import (ABLATION, CIRCULAR, ablation_summary, circular_summary,
                                          majority_baselines)
+from finbench.scoring.sampling import SAMPLING, sampling_summary
 from finbench.types import OPTION_LETTERS, Prediction, Question, RunConfig
 
 
@@ -46,19 +49,24 @@ def check_options(config: RunConfig) -> None:
                          f"expected {', '.join(IMAGE_ABLATIONS)} (comma-separated)")
     if len(set(config.image_ablation)) != len(config.image_ablation):
         raise ValueError(f"--image-ablation {','.join(config.image_ablation)}: a mode is named twice")
+    sampling.check(config)  # --samples
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One more asking of the question at `base`: rotated by `rotation`, or with its images ablated."""
+    """One more asking of the question at `base`: rotated by `rotation`, with its images ablated, or
+    sampled again with seed + `sample` (repeated sampling, runner/sampling.py)."""
 
     base: int
-    study: str  # CIRCULAR or ABLATION
+    study: str  # CIRCULAR, ABLATION or SAMPLING
     rotation: int = 0
     ablation: str = ""
+    sample: int = 0
 
     @property
     def name(self) -> str:
+        if self.study == SAMPLING:
+            return f"sample-{self.sample}"
         return f"rotation-{self.rotation}" if self.study == CIRCULAR else f"ablation-{self.ablation}"
 
 
@@ -98,7 +106,8 @@ class Studies:
         from finbench.scoring import per_question_correct
 
         studied: dict[str, Any] = {"majority_baseline": majority_baselines(samples)}
-        if self.config is None or not (self.config.permutations or self.config.image_ablation):
+        if self.config is None or not (self.config.permutations or self.config.image_ablation or
+                                       self.config.samples > 1):
             return studied, None
         n = self.n_base
         table = samples_table(self.questions[n:], {j: predictions[n + j] for j in range(len(self.variants))},
@@ -107,7 +116,8 @@ class Studies:
             table[column] = list(values[n:])
         for position, (column, values) in enumerate((
                 ("variant", [v.name for v in self.variants]), ("study", [v.study for v in self.variants]),
-                ("rotation", [v.rotation for v in self.variants]), ("ablation", [v.ablation for v in self.variants]))):
+                ("rotation", [v.rotation for v in self.variants]), ("ablation", [v.ablation for v in self.variants]),
+                ("sample", [v.sample for v in self.variants]))):
             table.insert(1 + position, column, values)
         table["correct"] = per_question_correct(table, benchmark.name) if len(table) else []
         if self.config.permutations:
@@ -115,6 +125,9 @@ class Studies:
                                                    self.n_not_rotatable)
         if self.config.image_ablation:
             studied["image_ablation"] = ablation_summary(samples, table, benchmark.name, benchmark.domain_field)
+        if self.config.samples > 1:
+            studied["sampling"] = sampling_summary(sample_frames(samples, table, [v.base for v in self.variants], [
+                v.sample for v in self.variants], self.config.samples), benchmark.name, self.config.samples)
         studied["variants"] = {"n": len(self.variants), "n_cached": sum(1 for key in keys[n:] if key in cached),
                                "n_computed": sum(1 for i in todo if i >= n),
                                "n_errors": int((table["error"] != "").sum()) if len(table) else 0,
@@ -128,7 +141,9 @@ def expand(benchmark: Benchmark, questions: Sequence[Question], requests: Sequen
     ValueError (a start-up line) for --permutations above every rotatable item's option count."""
     studies = Studies(len(questions), list(questions), list(requests), dict(errors), config=config)
     rotations, studies.n_not_rotatable = _rotations(benchmark, questions, requests, config, think_budget, notes)
-    for variant, question, make in [*rotations, *_ablations(questions, requests, config, notes)]:
+    samples = [(Variant(i, SAMPLING, sample=j), question, lambda request=request: request)
+               for i, j, question, request in sample_variants(questions, requests, config, notes)]
+    for variant, question, make in [*rotations, *_ablations(questions, requests, config, notes), *samples]:
         index = len(studies.questions)
         studies.variants.append(variant)
         studies.questions.append(question)

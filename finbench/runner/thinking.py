@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
@@ -44,12 +44,15 @@ def _no_stage(name: str) -> ContextManager[Any]:
 @torch.inference_mode()
 def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes: Sequence[str],
           stage: Callable[[str], ContextManager[Any]] = _no_stage,
-          compact_every: int = COMPACT_EVERY) -> tuple[ModelInputs, list[Reasoning]]:
+          compact_every: int = COMPACT_EVERY,
+          sampling: Mapping[str, Any] | None = None) -> tuple[ModelInputs, list[Reasoning]]:
     """Reason for up to `budget` tokens, close the block, append the answer prefix.
 
     `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
     Returns the rebuilt inputs (`ModelInputs.extend`) and one `Reasoning`
-    per row. With budget 0 nothing is generated: the block is closed at once."""
+    per row. With budget 0 nothing is generated: the block is closed at once. `sampling`
+    (temperature, top_p, top_k; --samples > 1 only, runner/sampling.py) samples the reasoning
+    instead of taking the argmax."""
     tags = model.thinking_token_ids()
     if tags is None:
         raise ValueError(f"{model.source}: this model has no thinking block")
@@ -60,7 +63,7 @@ def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes
         with stage("think"):
             stops = sorted(set(model.stop_token_ids()) | {close_id})
             # finished rows dropped every few steps (runner/compaction.py); 0: transformers' generate
-            generated = (greedy_ids(model, inputs, budget, stops, compact_every) if compact_every
+            generated = (greedy_ids(model, inputs, budget, stops, compact_every, sampling) if compact_every or sampling
                          else model.generate_ids(inputs, budget, stops))
     else:
         generated = input_ids.new_zeros((batch, 0))

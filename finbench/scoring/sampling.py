@@ -1,0 +1,72 @@
+"""Repeated sampling (`--samples K`) scored from a run's tables alone: results.json's `sampling`.
+
+The K samples of a question are its row in samples.parquet (sample 0) and its K−1 rows of
+variants.parquet with `study` == "sampling" (`sample` 1…K−1; runner/sampling.py). Each sample is
+scored by the benchmark's own rule (its `Scorer`, the per-question score the headline averages;
+a row the rule leaves to a judge keeps its stored `correct`), and two samples give the same
+answer when the rule's extracted answers (the `answer` column) are equal. Then, with
+`clustered.repeated_sampling`:
+
+- `mean`: the mean score over all N × K samples; `se`: the SE of the N per-question means, which
+  holds the within-question variance (Miller, "Adding Error Bars to Evals", §4);
+- `maj_at_k`: the score of each question's most frequent answer (a tie: the earliest sample's);
+- `pass_at_k`: the score of each question's best sample (any sample right);
+- `agreement`: the mean share of a question's samples that give its modal answer (1: always the
+  same answer).
+
+The same numbers per group of every breakdown the benchmark's score has (`by`). A question some
+sample's rule gives no per-question score (NaN: an open answer without a judge, a row the rule
+scores only as a whole) is left out of every number and counted in `n_unscored`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from finbench.kernels.segments import MISSING_LABEL, factorize
+from finbench.scoring.api import _benchmark, _group_frame, _jsonable, build_table
+from finbench.scoring.clustered import repeated_sampling
+
+SAMPLING = "sampling"  # the `study` column of variants.parquet
+
+
+def sample_scores(frame: pd.DataFrame, benchmark: str) -> np.ndarray:
+    """The benchmark's per-question score of each row of `frame` [N] (float; NaN: not scored)."""
+    table = build_table(frame, benchmark)
+    out = pd.to_numeric(frame["correct"], errors="coerce").to_numpy(np.float64).copy() if "correct" in frame.columns \
+        else np.full(len(frame), np.nan)
+    rows = table.info.get("rows")
+    out[np.arange(len(frame)) if rows is None else np.asarray(rows, dtype=np.int64)] = \
+        table.score.cpu().numpy().astype(np.float64)
+    return out
+
+
+def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> dict[str, Any]:
+    """results.json's `sampling`: {k, n, mean, se, maj_at_k, pass_at_k, agreement, by: {breakdown:
+    {group: the same}}} over `frames`, the K tables of the same questions in the same order."""
+    n_rows = len(frames[0]) if frames else 0
+    if n_rows == 0:
+        return {"k": k, "n": 0, "mean": None, "se": None, "maj_at_k": None, "pass_at_k": None, "agreement": None,
+                "n_unscored": 0, "by": {}}
+    correct = torch.from_numpy(np.stack([sample_scores(f, benchmark) for f in frames], axis=1))  # [N, K]
+    texts = pd.Series(np.concatenate([f["answer"].fillna("").astype(str).to_numpy() for f in frames]))
+    answers = factorize(texts)[0].reshape(len(frames), n_rows).T.contiguous()  # [N, K]: equal code, equal answer
+    keep = ~torch.isnan(correct).any(1)
+    out = {**repeated_sampling(answers[keep], correct[keep]), "n_unscored": int((~keep).sum())}
+    spec = _benchmark(benchmark)
+    rows = _group_frame(frames[0].reset_index(drop=True), spec.scorer)[keep.numpy()]
+    out["by"] = {}
+    for column in [c for c in spec.group_columns if c in rows.columns and len(rows)]:  # (none scored: no groups)
+        values = rows[column]
+        ids, labels = factorize(values.astype(object).where(values.isna(), values.astype(str)))
+        groups = {}
+        for j, label in enumerate([*map(str, labels), MISSING_LABEL]):
+            member = ids == (j if j < len(labels) else -1)  # one mask per group: breakdowns have few groups
+            if bool(member.any()):
+                groups[label] = repeated_sampling(answers[keep][member], correct[keep][member])
+        out["by"][column] = groups
+    return _jsonable(out)
