@@ -223,12 +223,12 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     agent, with n, CIs and `part_scales`), the breakdowns (n, accuracy, Wilson CI), and what the
     console prints beside them: the robustness studies (`studies`), the majority and prior
     baselines (`baselines`) and the calibration (`calibration`, `selective`)."""
-    from finbench.report.format import headline_score
+    from finbench.report.format import run_headlines
     from finbench.scoring.api import score_parts
 
     scores = results["scores"]
-    headline = headline_score(scores)
-    full = headline.get("full") or 100.0
+    headline = run_headlines(scores, also=())[0]  # headline_score's, with the top of its scale (`full`)
+    full = headline.pop("full") or 100.0
     headline = {**headline, "scale": "percent" if full == 100.0 else f"0–{full:g}",
                 "fraction": {k: None if headline[k] is None else headline[k] / full for k in ("value", "low", "high")}}
     metrics = set(scores.get("headline") or ())

@@ -93,11 +93,16 @@ def _part_entry(part: "Part", found: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
-    """The one number a run is known by, on the 0–100 scale with its CI (`full`: the top of the
-    scale its value is on, 100, or a part metric's own full scale): the rule's primary metric
+    """The one number a run is known by, on the 0–100 scale with its CI: the rule's primary metric
     (FinScore, accuracy, FinMTM's Eq. 1 score); for a run whose primary metric scored nothing (a
     FinMTM run of sessions or agent items only) the headline metric of the first part its
     `Scorer` declares that has one (FinMTM: the dialogue score, else the agent F2)."""
+    return {k: v for k, v in _headline_entry(scores).items() if k != "full"}
+
+
+def _headline_entry(scores: dict[str, Any]) -> dict[str, Any]:
+    """`headline_score` with `full`, the top of the scale its value is on (100, or a part
+    metric's own full scale)."""
     primary = scores.get("primary", "accuracy")
     if scores.get(primary) is not None:
         return _metric_entry(scores, primary)
@@ -115,10 +120,10 @@ def _items_behind(scores: dict[str, Any], name: str) -> Any:
 
 def run_headlines(scores: dict[str, Any], also: tuple[str, ...] = ("accuracy",)) -> list[dict[str, Any]]:
     """Every number a run is known by, each as `headline_score` gives it (×100 or on its part's
-    own scale, with CI): the headline first, then the metrics `also` names (the benchmark's
+    own scale, with CI), with `full`, the top of that scale: the headline first, then the metrics `also` names (the benchmark's
     `leaderboard_metrics`, 0–1 keys of `scores`) the score holds, then the headline metric of
     each part its `Scorer` scored apart (FinMTM: the dialogue score, the agent tool F2)."""
-    out = [headline_score(scores)]
+    out = [_headline_entry(scores)]
     candidates = [{**_metric_entry(scores, name), "n": _items_behind(scores, name)} for name in also
                   if scores.get(name) is not None]
     candidates += [e for part, found in scored_parts(scores) if (e := _part_entry(part, found)) is not None]
