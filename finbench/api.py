@@ -194,26 +194,58 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
                                 validated=True) for name, config in configs.items()}
     if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
         return MultiRunResult(Path(out), runs, {})
-    summary = {"model": source, "benchmarks": {name: run_summary(run.results, run.out_dir) for name, run in runs.items()}}
+    summary = summary_file(source, runs)
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
     return MultiRunResult(Path(out), runs, summary)
 
 
 SUMMARY_PARTS = ("ci", "dialogue", "agent", "breakdowns", "bootstrap")  # beside the numbers, in summary.json
+SUMMARY_STUDIES = ("circular", "image_ablation")  # results.json's robustness studies, as the console reads them
+SUMMARY_SCALE = "fraction"
+SUMMARY_SCALE_NOTE = ("every score, CI, accuracy, rate and share in this file is on 0–1, as results.json holds it, "
+                      "except where an entry names its own scale: each `headline` (value, low, high ×100, as the "
+                      "console prints them; `headline.fraction` holds them on 0–1) and the metrics of the parts a "
+                      "rule scores apart, on the scales `part_scales` names; ratios (`retained`) and counts are "
+                      "what they are")
+
+
+def summary_file(model: str, runs: Mapping[str, Any]) -> dict[str, Any]:
+    """SUMMARY_FILE: the model, the one scale its numbers are on, and each benchmark's entry."""
+    return {"model": model, "scale": SUMMARY_SCALE, "scale_note": SUMMARY_SCALE_NOTE,
+            "benchmarks": {name: run_summary(run.results, run.out_dir) for name, run in runs.items()}}
 
 
 def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """One benchmark's entry of summary.json: where it is, its counts, its headline score with CI,
-    every number of its scores with their CIs, and the parts scored apart (FinMTM dialogue and
-    agent, with n and CIs) and breakdowns (n, accuracy, Wilson CI)."""
-    from finbench.report.format import headline_score
+    """One benchmark's entry of summary.json: where it is, its counts, its headline score with CI
+    (×100, and on 0–1 under `fraction`), the rule's headline metrics and counts (0–1; the ×100
+    copies a scorer keeps beside them are left out), the parts scored apart (FinMTM dialogue and
+    agent, with n, CIs and `part_scales`), the breakdowns (n, accuracy, Wilson CI), and what the
+    console prints beside them: the robustness studies (`studies`), the majority and prior
+    baselines (`baselines`) and the calibration (`calibration`, `selective`)."""
+    from finbench.report.format import run_headlines
+    from finbench.scoring.api import score_parts
 
     scores = results["scores"]
-    return {"out": str(out_dir), "protocol": results["protocol"], "n_questions": results["n_questions"],
-            "errors": results["errors"]["count"], "headline": headline_score(scores),
-            "scores": {k: v for k, v in scores.items() if isinstance(v, (int, float)) or v is None},
-            **{k: scores[k] for k in SUMMARY_PARTS if k in scores}}
+    headline = run_headlines(scores, also=())[0]  # headline_score's, with the top of its scale (`full`)
+    full = headline.pop("full") or 100.0
+    headline = {**headline, "scale": "percent" if full == 100.0 else f"0–{full:g}",
+                "fraction": {k: None if headline[k] is None else headline[k] / full for k in ("value", "low", "high")}}
+    metrics = set(scores.get("headline") or ())
+    entry = {"out": str(out_dir), "protocol": results["protocol"], "n_questions": results["n_questions"],
+             "errors": results["errors"]["count"], "headline": headline,
+             "scores": {k: v for k, v in scores.items() if (isinstance(v, (int, float)) or v is None)
+                        and (k in metrics or k == "n" or k.startswith("n_"))},
+             **{k: scores[k] for k in SUMMARY_PARTS if k in scores}}
+    parts = {part.name: {m.key: "fraction" if m.percent else f"0–{m.full:g}" for m in part.metrics}
+             for part in score_parts(scores.get("benchmark")) if scores.get(part.name)}
+    if parts:
+        entry["part_scales"] = parts
+    entry["studies"] = {k: results[k] for k in SUMMARY_STUDIES if results.get(k)}
+    entry["baselines"] = results.get("majority_baseline")
+    entry["calibration"] = scores.get("calibration")
+    entry["selective"] = scores.get("selective")
+    return entry
 
 
 def _check_data(name: str, config: RunConfig) -> None:

@@ -1,7 +1,10 @@
 """`finbench leaderboard RUN_DIR...`: finished runs side by side, one row each.
 
 A row: the run, model, quantization, thinking budget, protocol, benchmark, the headline score
-with its CI (report/format.py `headline_score`), accuracy, n, sample errors, samples/s, and the
+with its CI (report/format.py `headline_score`), accuracy, n, sample errors, samples/s, the
+other headlines its benchmark declares (`headlines`, report/format.py `run_headlines`: the
+`Benchmark.leaderboard_metrics` the score holds, MME-Finance's binary accuracy, and each scored
+part's headline, FinMTM's dialogue score and agent tool F2), and the
 paired test against a reference run on the same benchmark: `scoring.compare_runs` over the
 questions both answered (exact McNemar on per-question correctness, Holm over the runs of that
 benchmark), shown as stars (* p < 0.05, ** p < 0.01, *** p < 0.001 after Holm). The reference is
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from finbench.report.console import model_name
-from finbench.report.format import headline_score, interval_text, power_line
+from finbench.report.format import also_text, headline_label, interval_text, power_line, run_headlines
 from finbench.types import RESULTS_FILE
 
 FORMATS = (".csv", ".md", ".html")
@@ -31,15 +34,27 @@ COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "ben
            "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "p_holm", "stars", "n_shared")
 
 
-def breakdown_column(benchmark: str) -> str | None:
-    """The breakdown a benchmark's `Benchmark` puts on the leaderboard; None for a benchmark not
-    registered in this process (its run shows its first breakdown)."""
+def _declared(benchmark: str) -> Any:
     from finbench.benchmarks import get_benchmark
 
     try:
-        return get_benchmark(benchmark).breakdown_column
+        return get_benchmark(benchmark)
     except ValueError:
         return None
+
+
+def breakdown_column(benchmark: str) -> str | None:
+    """The breakdown a benchmark's `Benchmark` puts on the leaderboard; None for a benchmark not
+    registered in this process (its run shows its first breakdown)."""
+    declared = _declared(benchmark)
+    return None if declared is None else declared.breakdown_column
+
+
+def leaderboard_metrics(benchmark: str) -> tuple[str, ...]:
+    """The metrics a benchmark's `Benchmark` shows beside its headline (`leaderboard_metrics`);
+    accuracy for a benchmark not registered in this process."""
+    declared = _declared(benchmark)
+    return ("accuracy",) if declared is None else declared.leaderboard_metrics
 
 
 def run_folders(paths: Sequence[str | Path]) -> list[Path]:
@@ -76,23 +91,27 @@ def _names(folders: Sequence[Path]) -> list[str]:
 
 def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
     scores = results["scores"]
-    headline = headline_score(scores)
+    headlines = run_headlines(scores, leaderboard_metrics(results["benchmark"]))
+    headline = headlines[0]
     thinking = results.get("thinking")
     throughput = results.get("throughput", {})
     column = breakdown_column(results["benchmark"])
     breakdowns = scores.get("breakdowns", {})
     domains = breakdowns.get(column) or next(iter(breakdowns.values()), {})
-    return {"run": name, "path": str(folder), "model": model_name(results), "model_source": results["config"]["model"],
-            "quant": results.get("fingerprint", {}).get("quant") or results["config"].get("quant", "none"),
-            "thinking": f"budget {thinking['budget']}" if thinking else "off", "protocol": results["protocol"],
-            "benchmark": results["benchmark"], "metric": headline["label"], "score": headline["value"],
-            "ci_low": headline["low"], "ci_high": headline["high"],
-            "accuracy": 100 * scores["accuracy"] if scores.get("accuracy") is not None else None,
-            "n": headline["n"], "errors": results["errors"]["count"], "samples_per_s": throughput.get("samples_per_s"),
-            "all_from_cache": bool(throughput.get("all_from_cache")),
-            "domain_column": column if column in breakdowns else next(iter(breakdowns), None),
-            "domains": {label: {"n": g["n"], "accuracy": 100 * g["accuracy"]} for label, g in domains.items()},
-            "reference": None, "delta": None, "p_holm": None, "stars": "", "n_shared": None}
+    row = {"run": name, "path": str(folder), "model": model_name(results), "model_source": results["config"]["model"],
+              "quant": results.get("fingerprint", {}).get("quant") or results["config"].get("quant", "none"),
+              "thinking": f"budget {thinking['budget']}" if thinking else "off", "protocol": results["protocol"],
+              "benchmark": results["benchmark"], "metric": headline["label"], "score": headline["value"],
+              "ci_low": headline["low"], "ci_high": headline["high"],
+              "accuracy": 100 * scores["accuracy"] if scores.get("accuracy") is not None else None,
+              "n": headline["n"], "errors": results["errors"]["count"], "samples_per_s": throughput.get("samples_per_s"),
+              "all_from_cache": bool(throughput.get("all_from_cache")),
+              "domain_column": column if column in breakdowns else next(iter(breakdowns), None),
+              "domains": {label: {"n": g["n"], "accuracy": 100 * g["accuracy"]} for label, g in domains.items()},
+              "headlines": headlines,  # the headline, then what the benchmark declares beside it (format.run_headlines)
+              "reference": None, "delta": None, "p_holm": None, "stars": "", "n_shared": None}
+    row["also"] = also_text(row)
+    return row
 
 
 def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> dict[str, Any]:
@@ -137,15 +156,18 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
 
 
 def to_csv(board: dict[str, Any], path: Path) -> Path:
-    """One line per run: the columns above, then the accuracy (×100) of each group of each
-    benchmark's domain breakdown, as `<breakdown>:<group>` columns (`domain:Banking`,
-    `subfield:equity`)."""
+    """One line per run: the columns above, then the other headlines of each run (`headline:<metric>`,
+    `headline:binary_accuracy`, `headline:dialogue.score`, ×100 or on their part's scale), then the
+    accuracy (×100) of each group of each benchmark's domain breakdown, as `<breakdown>:<group>`
+    columns (`domain:Banking`, `subfield:equity`)."""
     groups = sorted({(r["domain_column"], d) for r in board["rows"] for d in r["domains"]})
+    also = list(dict.fromkeys(h["metric"] for r in board["rows"] for h in r.get("headlines", [])[1:]))
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow([*COLUMNS, *(f"{column}:{d}" for column, d in groups)])
+        writer.writerow([*COLUMNS, *(f"headline:{m}" for m in also), *(f"{column}:{d}" for column, d in groups)])
         for row in board["rows"]:
-            writer.writerow([_csv_value(row[c]) for c in COLUMNS]
+            shown = {h["metric"]: h["value"] for h in row.get("headlines", [])[1:]}
+            writer.writerow([_csv_value(row[c]) for c in COLUMNS] + [_csv_value(shown.get(m)) for m in also]
                             + [_csv_value(row["domains"].get(d, {}).get("accuracy")) if row["domain_column"] == column
                                else "" for column, d in groups])
     return path
@@ -186,22 +208,67 @@ def score_cell(row: dict[str, Any]) -> str:
     return interval_text(row["score"], row["ci_low"], row["ci_high"])
 
 
+IDENTITY = ("model", "quant", "thinking", "protocol")  # a column only where the runs differ in it
+OPTIONAL = ("errors", "samples/s")  # shown only where they fit the console's width
+MAX_WORD = 12  # a longer word of a name or label folds; a shorter one wraps whole
+
+
+def _board_lines(r: dict[str, Any]) -> list[dict[str, str]]:
+    """The console lines of one run: one per headline (format.run_headlines), the run's own cells
+    on its first line."""
+    delta = "ref" if r["reference"] == "(reference)" else "" if r["delta"] is None else f"{r['delta']:+.2f}"
+    first = {"run": r["run"], **{k: str(r[k]) for k in IDENTITY}, "benchmark": r["benchmark"],
+             "Δ vs ref": f"{delta} {r['stars']}".strip(), "errors": str(r["errors"]),
+             "samples/s": "–" if not r["samples_per_s"] else f"{r['samples_per_s']:.2f}"}
+    lines = []
+    for i, h in enumerate(r.get("headlines") or [{"label": r["metric"], "value": r["score"], "low": r["ci_low"],
+                                                  "high": r["ci_high"], "n": r["n"]}]):
+        line = dict(first) if i == 0 else {}
+        line.update({"metric": headline_label(h), "score [CI]": interval_text(h["value"], h["low"], h["high"]),
+                     "n": "–" if h.get("n") is None else str(h["n"])})
+        lines.append(line)
+    return lines
+
+
 def print_board(board: dict[str, Any], console: Any) -> None:
+    """One row per run and headline (its benchmark's declared headlines: format.run_headlines),
+    fitted to the console's width: the settings every run shares (model, quantization, thinking,
+    protocol) go into the title, not a column; names and labels wrap; every number is whole
+    (its column never narrower than its widest value), and the optional columns (errors,
+    samples/s) are left out where they would not fit."""
     from rich.table import Table
 
-    table = Table(title="leaderboard (scores ×100)", caption=board["stars"])
-    for name in ("run", "model", "quant", "thinking", "protocol", "benchmark", "metric"):
-        table.add_column(name, overflow="fold")
-    for name in ("score [CI]", "accuracy", "n", "errors", "samples/s", "Δ vs ref", ""):
-        table.add_column(name, justify="right")
-    for r in board["rows"]:
-        table.add_row(r["run"], r["model"], r["quant"], r["thinking"], r["protocol"], r["benchmark"], r["metric"],
-                      score_cell(r), "–" if r["accuracy"] is None else f"{r['accuracy']:.2f}", str(r["n"]),
-                      str(r["errors"]), "–" if not r["samples_per_s"] else f"{r['samples_per_s']:.2f}",
-                      r["reference"] if r["reference"] == "(reference)" else
-                      ("" if r["delta"] is None else f"{r['delta']:+.2f}"), r["stars"])
+    rows = board["rows"]
+    shared = [k for k in IDENTITY if len({str(r[k]) for r in rows}) <= 1]
+    lines = [_board_lines(r) for r in rows]
+    numeric = ["score [CI]", "n", "Δ vs ref", *OPTIONAL]
+    columns = ["run", *[k for k in IDENTITY if k not in shared], "benchmark", "metric", *numeric]
+    if not any(run[0]["Δ vs ref"] for run in lines):  # no benchmark has two runs: nothing compared
+        columns.remove("Δ vs ref")
+
+    def width(name: str) -> int:  # the narrowest the column can be: no number cut, no header word folded
+        cells = [line.get(name, "") for run in lines for line in run]
+        longest = max(map(len, cells)) if name in numeric else \
+            min(MAX_WORD, max((len(word) for cell in cells for word in cell.split()), default=0))
+        return max(len(name) if name in numeric else max(map(len, name.split())), longest)  # numbers: no_wrap
+
+    for name in reversed(OPTIONAL):  # the least needed goes first
+        if sum(width(c) for c in columns) + 3 * len(columns) + 1 > console.width:
+            columns.remove(name)
+    title = "leaderboard (scores ×100 unless a metric names its scale)"
+    if rows and shared:
+        title += ": " + " · ".join(f"{k} {rows[0][k]}" for k in shared)
+    table = Table(title=title, caption=board["stars"])
+    for name in columns:
+        if name in numeric:
+            table.add_column(name, justify="right", no_wrap=True, min_width=width(name))
+        else:
+            table.add_column(name, overflow="fold")
+    for run in lines:
+        for i, line in enumerate(run):
+            table.add_row(*(line.get(c, "") for c in columns), end_section=i == len(run) - 1)
     console.print(table)
-    for r in board["rows"]:
+    for r in rows:
         if r.get("comparison") and (line := power_line(r["comparison"])):
             console.print(line, markup=False)
     for note in board["notes"]:

@@ -161,7 +161,8 @@ class Benchmark:
       `Question.options` (FinMTM's objective items carry them inside the question text);
     - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart),
       `group_columns` → its breakdowns, `leaderboard_breakdown` → the one the leaderboard shows
-      per benchmark (empty: `domain_field`);
+      per benchmark (empty: `domain_field`), `leaderboard_metrics` → the metrics of its score (0–1
+      keys of `scores`) it shows beside the headline, with each scored part's headline metric;
     - `cluster_field` → what its questions cluster on (`cluster_key`: `id`, `image` or a meta
       field): samples.parquet's `cluster` column, the clustered SEs of `scores.clustered` and the
       cluster bootstrap of its headlines (scoring/clustered.py)."""
@@ -189,6 +190,7 @@ class Benchmark:
     metrics: str = ""
     demo: "Demo | None" = None
     leaderboard_breakdown: str = ""
+    leaderboard_metrics: tuple[str, ...] = ("accuracy",)  # shown beside the headline where the score has them
     cluster_field: str = "id"  # each question its own cluster unless the benchmark says otherwise
 
     @property

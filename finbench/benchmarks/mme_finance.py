@@ -322,6 +322,7 @@ BENCHMARK = Benchmark(
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, judge_requests=judge_requests,
     read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    leaderboard_metrics=("binary_accuracy",),  # beside the judge score ×20: the binary set's own headline
     cluster_field="image",  # MME-Finance asks several questions of one image (records share image files)
     demo=Demo(module="finbench.offline.mme_finance_synthetic", sizes="MME-Finance open questions per language (8)",
               self_judge=True))

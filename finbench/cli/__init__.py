@@ -13,9 +13,10 @@ from __future__ import annotations
 from finbench.cli import evaluate, scores, tools
 from finbench.cli.common import app, data_app, models_app
 
+CLASSES = {evaluate.demo: evaluate.DemoCommand}  # a command whose help is read from the registry when asked for
 for command in (evaluate.run, evaluate.demo, scores.score, scores.compare, evaluate.sweep, scores.report,
                 scores.leaderboard):
-    app.command()(command)
+    app.command(cls=CLASSES.get(command))(command)
 data_app.command("check")(tools.data_check)
 models_app.command("make-tiny", cls=tools.MakeTinyCommand)(tools.make_tiny_command)
 models_app.command("list")(tools.list_models)

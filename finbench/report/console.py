@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import headline_score, part_cells, plural, power_line, score_text, scored_by, scored_parts
+from finbench.report.format import ITEMS_BEHIND, headline_score, part_cells, plural, power_line, score_text, scored_by, scored_parts
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
 from finbench.scoring.stats import LOWER_IS_BETTER
@@ -105,9 +105,6 @@ def _fmt_ci(name: str, ci: dict[str, Any] | None) -> str:
 
 
 SMALL_N = 30  # below this many items a headline CI is shown with a word of caution
-# A headline metric computed on a subset of the scored items: the count the scorer reports for it.
-ITEMS_BEHIND = {"p_h": ("n_multi_answer", "multi-answer item"), "binary_accuracy": ("n_binary", "binary item"),
-                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item")}
 
 
 def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 30, verbose: bool = True,

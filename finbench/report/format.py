@@ -11,7 +11,12 @@ if TYPE_CHECKING:
 
 HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised accuracy (F)",
                    "p_h": "multi-answer error rate (P_H)", "accuracy": "accuracy", "domain_score": "domain score",
-                   "score": "score", "strict_accuracy": "strict accuracy"}
+                   "score": "score", "strict_accuracy": "strict accuracy", "binary_accuracy": "binary accuracy",
+                   "binary_f1": "binary F1", "execution_rate": "execution rate"}
+
+# A headline metric computed on a subset of the scored items: the count the scorer reports for it.
+ITEMS_BEHIND = {"p_h": ("n_multi_answer", "multi-answer item"), "binary_accuracy": ("n_binary", "binary item"),
+                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item")}
 
 
 def plural(n: int, word: str) -> str:
@@ -60,30 +65,85 @@ def part_cells(part: "Part", found: dict[str, Any]) -> list[tuple[str, str, str]
     return cells
 
 
+def _interval(ci: Any, factor: float) -> tuple[float | None, float | None]:
+    if not ci or ci.get("low") is None:
+        return None, None
+    return ci["low"] * factor, ci["high"] * factor
+
+
+def _metric_entry(scores: dict[str, Any], name: str) -> dict[str, Any]:
+    """A 0–1 metric of the rule as the reports show it: ×100, with its CI."""
+    low, high = _interval((scores.get("ci") or {}).get(name), 100.0)
+    value = scores.get(name)
+    return {"metric": name, "label": HEADLINE_LABELS.get(name, name), "value": None if value is None else 100.0 * value,
+            "low": low, "high": high, "n": scores.get("n"), "full": 100.0}
+
+
+def _part_entry(part: "Part", found: dict[str, Any]) -> dict[str, Any] | None:
+    """A part's headline metric (its declaration's `headline`) on its shown scale; None when the
+    part declares none or scored nothing."""
+    metric = next((m for m in part.metrics if m.key == part.headline), None)
+    if metric is None or found.get(metric.key) is None:
+        return None
+    factor = 100.0 if metric.percent else 1.0
+    low, high = _interval((found.get("ci") or {}).get(metric.key), factor)
+    return {"metric": f"{part.name}.{metric.key}", "label": part.headline_label or metric.label,
+            "value": factor * found[metric.key], "low": low, "high": high, "n": found.get("n_scored"),
+            "full": 100.0 if metric.percent else metric.full}
+
+
 def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
     """The one number a run is known by, on the 0–100 scale with its CI: the rule's primary metric
     (FinScore, accuracy, FinMTM's Eq. 1 score); for a run whose primary metric scored nothing (a
     FinMTM run of sessions or agent items only) the headline metric of the first part its
     `Scorer` declares that has one (FinMTM: the dialogue score, else the agent F2)."""
-    def interval(ci: Any, factor: float) -> tuple[float | None, float | None]:
-        if not ci or ci.get("low") is None:
-            return None, None
-        return ci["low"] * factor, ci["high"] * factor
+    return {k: v for k, v in _headline_entry(scores).items() if k != "full"}
 
+
+def _headline_entry(scores: dict[str, Any]) -> dict[str, Any]:
+    """`headline_score` with `full`, the top of the scale its value is on (100, or a part
+    metric's own full scale)."""
     primary = scores.get("primary", "accuracy")
     if scores.get(primary) is not None:
-        low, high = interval((scores.get("ci") or {}).get(primary), 100.0)
-        return {"metric": primary, "label": HEADLINE_LABELS.get(primary, primary), "value": 100.0 * scores[primary],
-                "low": low, "high": high, "n": scores.get("n")}
+        return _metric_entry(scores, primary)
     for part, found in scored_parts(scores):
-        metric = next((m for m in part.metrics if m.key == part.headline), None)
-        if metric is not None and found.get(metric.key) is not None:
-            factor = 100.0 if metric.percent else 1.0
-            low, high = interval((found.get("ci") or {}).get(metric.key), factor)
-            return {"metric": f"{part.name}.{metric.key}", "label": part.headline_label or metric.label,
-                    "value": factor * found[metric.key], "low": low, "high": high, "n": found.get("n_scored")}
-    return {"metric": primary, "label": HEADLINE_LABELS.get(primary, primary), "value": None, "low": None,
-            "high": None, "n": scores.get("n")}
+        if (entry := _part_entry(part, found)) is not None:
+            return entry
+    return _metric_entry(scores, primary)
+
+
+def _items_behind(scores: dict[str, Any], name: str) -> Any:
+    """How many items a metric rests on: its subset's count where the scorer reports one."""
+    count = ITEMS_BEHIND.get(name, ("n", ""))[0]
+    return scores.get(count) if scores.get(count) is not None else scores.get("n")
+
+
+def run_headlines(scores: dict[str, Any], also: tuple[str, ...] = ("accuracy",)) -> list[dict[str, Any]]:
+    """Every number a run is known by, each as `headline_score` gives it (×100 or on its part's
+    own scale, with CI), with `full`, the top of that scale: the headline first, then the metrics `also` names (the benchmark's
+    `leaderboard_metrics`, 0–1 keys of `scores`) the score holds, then the headline metric of
+    each part its `Scorer` scored apart (FinMTM: the dialogue score, the agent tool F2)."""
+    out = [_headline_entry(scores)]
+    candidates = [{**_metric_entry(scores, name), "n": _items_behind(scores, name)} for name in also
+                  if scores.get(name) is not None]
+    candidates += [e for part, found in scored_parts(scores) if (e := _part_entry(part, found)) is not None]
+    for entry in candidates:
+        if entry["metric"] not in {e["metric"] for e in out}:
+            out.append(entry)
+    return out
+
+
+def headline_label(entry: dict[str, Any]) -> str:
+    """A headline's label, with its scale where it is not ×100 (a part metric on 0–10)."""
+    full = entry.get("full") or 100.0
+    return entry["label"] if full == 100.0 else f"{entry['label']} (0–{full:g})"
+
+
+def also_text(row: dict[str, Any]) -> str:
+    """The run's other headlines in one cell of the Markdown and HTML tables:
+    'binary accuracy 50.00 [0.00, 100.00] (n 6); …', '–' where it has none."""
+    return "; ".join(f"{headline_label(h)} {interval_text(h['value'], h['low'], h['high'])} (n {h['n']})"
+                     for h in row.get("headlines", [])[1:]) or "–"
 
 
 def power_line(c: dict[str, Any]) -> str:

@@ -23,6 +23,7 @@ import base64
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from finbench.report.plots import (breakdown_figure, flip_figure, headline_figur
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
                                    stages_figure, tradeoff_figure)
 from finbench.scoring.stats import LOWER_IS_BETTER
+from finbench.types import OPTION_LETTERS
 
 MAX_THUMBNAILS = 200
 THUMBNAIL_SIDE = 96
@@ -125,6 +127,13 @@ def _write(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
+def option_label(letter: str, text: str) -> str:
+    """An option as the sample browser shows it: 'A. text', or the text alone where it already
+    begins with its own letter ('A. Government bonds', 'A) …', '(A) …', 'A：…'), as some data
+    sets store their options."""
+    return text if re.match(rf"\s*\(?{re.escape(letter)}\s*[.)、:：]", text) else f"{letter}. {text}"
+
+
 def _browser_rows(samples: Any, thumbnails: dict[str, str]) -> list[dict[str, Any]]:
     import numpy as np
 
@@ -141,7 +150,8 @@ def _browser_rows(samples: Any, thumbnails: dict[str, str]) -> list[dict[str, An
         rows.append({
             "id": str(record.get("id", "")), "kind": str(record.get("kind", "")),
             "domain": str(record.get("domain", "") or ""), "question": str(record.get("question", "") or ""),
-            "options": [str(o) for o in (record.get("options") if record.get("options") is not None else [])],
+            "options": [option_label(letter, str(o)) for letter, o in  # lettered once (option_label)
+                        zip(OPTION_LETTERS, record.get("options") if record.get("options") is not None else [])],
             "probs": [float(p) for p in probs] if probs is not None else [],
             "answer": str(record.get("answer", "")), "gold": str(record.get("gold", "")),
             "correct": clean(record.get("correct")), "confidence": clean(record.get("confidence")),

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (HEADLINE_LABELS, headline_score, interval_text, num, part_cells, pct, power_line,
-                                    quantization_study, score_text, scored_by, scored_parts)
+from finbench.report.format import (HEADLINE_LABELS, also_text, headline_score, interval_text, num, part_cells, pct,
+                                    power_line, quantization_study, score_text, scored_by, scored_parts)
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
@@ -161,14 +161,15 @@ def write_sweep_markdown(out: str | Path, summary: dict[str, Any]) -> Path:
 
 
 def leaderboard_markdown(board: dict[str, Any]) -> str:
-    """The leaderboard's tables: one row per run, then per benchmark the accuracy by domain."""
+    """The leaderboard's tables: one row per run (its headline, then the other headlines its
+    benchmark declares: format.also_text), then per benchmark the accuracy by domain."""
     rows = [[r["run"], r["model"], r["quant"], r["thinking"], r["protocol"], r["benchmark"], r["metric"],
-             _board_score(r), _number(r["accuracy"]), str(r["n"]), str(r["errors"]), num(r["samples_per_s"]),
+             _board_score(r), also_text(r), str(r["n"]), str(r["errors"]), num(r["samples_per_s"]),
              "reference" if r["reference"] == "(reference)" else f"{_number(r['delta'], signed=True)} {r['stars']}".strip()]
             for r in board["rows"]]
     parts = ["# finbench leaderboard",
              _table(["run", "model", "quant", "thinking", "protocol", "benchmark", "metric", "score ×100 [95% CI]",
-                     "accuracy ×100", "n", "errors", "samples/s", "Δ vs reference"], rows),
+                     "also ×100 [95% CI]", "n", "errors", "samples/s", "Δ vs reference"], rows),
              board["stars"] + ".",
              *_power_markdown([r["comparison"] for r in board["rows"] if r.get("comparison")])]
     for benchmark in dict.fromkeys(r["benchmark"] for r in board["rows"]):
