@@ -201,7 +201,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
 
 
 SUMMARY_PARTS = ("ci", "dialogue", "agent", "breakdowns", "bootstrap")  # beside the numbers, in summary.json
-SUMMARY_STUDIES = ("circular", "image_ablation")  # results.json's robustness studies, as the console reads them
+SUMMARY_STUDIES = ("circular", "image_ablation", "sampling")  # results.json's robustness studies, as the console reads them
 SUMMARY_SCALE = "fraction"
 SUMMARY_SCALE_NOTE = ("every score, CI, accuracy, rate and share in this file is on 0–1, as results.json holds it, "
                       "except where an entry names its own scale: each `headline` (value, low, high ×100, as the "
