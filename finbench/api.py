@@ -61,10 +61,11 @@ def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
     for name in ("domains", "question_types"):
         if name in options and not isinstance(options[name], tuple):
             options[name] = tuple([options[name]] if isinstance(options[name], str) else options[name])
-    if isinstance(options.get("image_ablation"), str):  # the command line's "blank,noise"
-        options["image_ablation"] = tuple(m.strip() for m in options["image_ablation"].split(",") if m.strip())
-    elif options.get("image_ablation") is not None and not isinstance(options["image_ablation"], tuple):
-        options["image_ablation"] = tuple(options["image_ablation"])
+    for name in ("image_ablation", "probes"):
+        if isinstance(options.get(name), str):  # the command line's "blank,noise"
+            options[name] = tuple(m.strip() for m in options[name].split(",") if m.strip())
+        elif options.get(name) is not None and not isinstance(options[name], tuple):
+            options[name] = tuple(options[name])
     if "gen_kwargs" in options:
         options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
     if isinstance(options.get("data"), Path):

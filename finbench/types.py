@@ -147,4 +147,5 @@ class RunConfig:
     # robustness studies (runner/studies.py; scored in scoring/robustness.py): more requests, same run
     permutations: int = 0  # circular evaluation: each choice item asked in K rotations of its options (0: off)
     image_ablation: tuple[str, ...] = ()  # the same items with every image blank, noise or none (removed)
+    probes: tuple[str, ...] = ()  # contamination probes: none-of-the-above, open-ended (runner/probes.py)
     sized: tuple[str, ...] = ()  # the settings start-up sized to the device (batch_size, token_budget, workers)

@@ -38,14 +38,16 @@ SAMPLE_COLUMNS = {
 }
 
 
-# variants.parquet (runs with --permutations / --image-ablation): the columns of samples.parquet for
+# variants.parquet (runs with --permutations / --image-ablation / --probe): the columns of samples.parquet for
 # each variant of a question (runner/studies.py), plus these, right after `id`.
 VARIANT_COLUMNS = {
-    "variant": "str — rotation-R (circular evaluation) or ablation-MODE (image ablation)",
-    "study": "str — circular | image_ablation",
+    "variant": "str — rotation-R (circular evaluation), ablation-MODE (image ablation) or probe-NAME (probes)",
+    "study": "str — circular | image_ablation | probe",
     "rotation": "int — positions the options are rotated by (0 for ablation rows): letter j shows the published "
     "option (j + rotation) mod n",
     "ablation": "str — blank | noise | none ('' for rotation rows)",
+    "probe": "str — none-of-the-above | open-ended ('' for the other studies' rows); open-ended rows: `answer` is "
+    "the free text, `correct` whether it names the gold option's text",
     "gold": "str — the gold as asked: the letters of the gold options in this variant's order",
     "correct": "float — this variant's official correctness (0/1)",
 }

@@ -6,6 +6,8 @@
   letters, its `request` renders them, and the rotation is a field of the request), and
 - per image ablation mode (`--image-ablation blank,noise,none`: the prompt's `ablated`; "none"
   shows no image part and decodes no image),
+and one per contamination probe of a constrained single-answer choice item (`--probe`,
+runner/probes.py: its gold option's text replaced by "None of the above", or asked open-ended),
 so the engine computes base and variant requests in one batch loop (they batch by kind), each
 cached under its own key. `Studies.finish` splits the answers: the base ones go to
 samples.parquet exactly as without studies, the variants to variants.parquet (one row per
@@ -22,9 +24,11 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import IMAGE_ABLATIONS, Choose, Request, Session
 from finbench.runner.outputs import samples_table
+from finbench.runner.probes import check_probes, probe_variants
 from finbench.runner.requests import for_run
 from finbench.scoring.robustness import (ABLATION, CIRCULAR, ablation_summary, circular_summary,
                                          majority_baselines)
+from finbench.scoring.probes import PROBE, probe_summary, probe_verdicts
 from finbench.types import OPTION_LETTERS, Prediction, Question, RunConfig
 
 
@@ -46,19 +50,24 @@ def check_options(config: RunConfig) -> None:
                          f"expected {', '.join(IMAGE_ABLATIONS)} (comma-separated)")
     if len(set(config.image_ablation)) != len(config.image_ablation):
         raise ValueError(f"--image-ablation {','.join(config.image_ablation)}: a mode is named twice")
+    check_probes(config)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One more asking of the question at `base`: rotated by `rotation`, or with its images ablated."""
+    """One more asking of the question at `base`: rotated by `rotation`, with its images ablated,
+    or as a contamination `probe`."""
 
     base: int
-    study: str  # CIRCULAR or ABLATION
+    study: str  # CIRCULAR, ABLATION or PROBE
     rotation: int = 0
     ablation: str = ""
+    probe: str = ""
 
     @property
     def name(self) -> str:
+        if self.study == PROBE:
+            return f"probe-{self.probe}"
         return f"rotation-{self.rotation}" if self.study == CIRCULAR else f"ablation-{self.ablation}"
 
 
@@ -73,6 +82,7 @@ class Studies:
     variants: list[Variant] = field(default_factory=list)
     config: RunConfig | None = None
     n_not_rotatable: int = 0  # choice items whose options name other options: asked once
+    not_probed: dict[str, dict[str, int]] = field(default_factory=dict)  # per probe: {reason: items}
 
     def counts(self, keys: Sequence[str], cached: Mapping[str, Any], todo: Sequence[int]) -> dict[str, int]:
         """results.json's n_cached and n_computed: of the run's own questions (the variants' are
@@ -98,7 +108,7 @@ class Studies:
         from finbench.scoring import per_question_correct
 
         studied: dict[str, Any] = {"majority_baseline": majority_baselines(samples)}
-        if self.config is None or not (self.config.permutations or self.config.image_ablation):
+        if self.config is None or not (self.config.permutations or self.config.image_ablation or self.config.probes):
             return studied, None
         n = self.n_base
         table = samples_table(self.questions[n:], {j: predictions[n + j] for j in range(len(self.variants))},
@@ -107,14 +117,20 @@ class Studies:
             table[column] = list(values[n:])
         for position, (column, values) in enumerate((
                 ("variant", [v.name for v in self.variants]), ("study", [v.study for v in self.variants]),
-                ("rotation", [v.rotation for v in self.variants]), ("ablation", [v.ablation for v in self.variants]))):
+                ("rotation", [v.rotation for v in self.variants]), ("ablation", [v.ablation for v in self.variants]),
+                ("probe", [v.probe for v in self.variants]))):
             table.insert(1 + position, column, values)
-        table["correct"] = per_question_correct(table, benchmark.name) if len(table) else []
+        if len(table):  # the open-ended probe's free answers are matched to the gold text here
+            table = probe_verdicts(table, per_question_correct(table, benchmark.name))
+        else:
+            table["correct"] = []
         if self.config.permutations:
             studied["circular"] = circular_summary(samples, table, self.config.permutations, benchmark.domain_field,
                                                    self.n_not_rotatable)
         if self.config.image_ablation:
             studied["image_ablation"] = ablation_summary(samples, table, benchmark.name, benchmark.domain_field)
+        if self.config.probes:
+            studied["probes"] = probe_summary(samples, table, self.config.probes, self.not_probed)
         studied["variants"] = {"n": len(self.variants), "n_cached": sum(1 for key in keys[n:] if key in cached),
                                "n_computed": sum(1 for i in todo if i >= n),
                                "n_errors": int((table["error"] != "").sum()) if len(table) else 0,
@@ -128,7 +144,9 @@ def expand(benchmark: Benchmark, questions: Sequence[Question], requests: Sequen
     ValueError (a start-up line) for --permutations above every rotatable item's option count."""
     studies = Studies(len(questions), list(questions), list(requests), dict(errors), config=config)
     rotations, studies.n_not_rotatable = _rotations(benchmark, questions, requests, config, think_budget, notes)
-    for variant, question, make in [*rotations, *_ablations(questions, requests, config, notes)]:
+    probes, studies.not_probed = probe_variants(benchmark, questions, requests, config, think_budget, notes,
+                                                lambda base, probe: Variant(base, PROBE, probe=probe))
+    for variant, question, make in [*rotations, *_ablations(questions, requests, config, notes), *probes]:
         index = len(studies.questions)
         studies.variants.append(variant)
         studies.questions.append(question)
