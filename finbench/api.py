@@ -61,10 +61,11 @@ def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
     for name in ("domains", "question_types"):
         if name in options and not isinstance(options[name], tuple):
             options[name] = tuple([options[name]] if isinstance(options[name], str) else options[name])
-    if isinstance(options.get("image_ablation"), str):  # the command line's "blank,noise"
-        options["image_ablation"] = tuple(m.strip() for m in options["image_ablation"].split(",") if m.strip())
-    elif options.get("image_ablation") is not None and not isinstance(options["image_ablation"], tuple):
-        options["image_ablation"] = tuple(options["image_ablation"])
+    for name in ("image_ablation", "probes"):
+        if isinstance(options.get(name), str):  # the command line's "blank,noise"
+            options[name] = tuple(m.strip() for m in options[name].split(",") if m.strip())
+        elif options.get(name) is not None and not isinstance(options[name], tuple):
+            options[name] = tuple(options[name])
     if "gen_kwargs" in options:
         options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
     if isinstance(options.get("data"), Path):
@@ -201,7 +202,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
 
 
 SUMMARY_PARTS = ("ci", "dialogue", "agent", "breakdowns", "bootstrap")  # beside the numbers, in summary.json
-SUMMARY_STUDIES = ("circular", "image_ablation", "sampling")  # results.json's robustness studies, as the console reads them
+SUMMARY_STUDIES = ("circular", "image_ablation", "sampling", "probes")  # results.json's robustness studies, as the console reads them
 SUMMARY_SCALE = "fraction"
 SUMMARY_SCALE_NOTE = ("every score, CI, accuracy, rate and share in this file is on 0–1, as results.json holds it, "
                       "except where an entry names its own scale: each `headline` (value, low, high ×100, as the "

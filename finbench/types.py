@@ -153,4 +153,5 @@ class RunConfig:
     permutations: int = 0  # circular evaluation: each choice item asked in K rotations of its options (0: off)
     image_ablation: tuple[str, ...] = ()  # the same items with every image blank, noise or none (removed)
     samples: int = 1  # repeated sampling: every generated request asked K times, seeds seed … seed+K−1
+    probes: tuple[str, ...] = ()  # contamination probes: none-of-the-above, open-ended (runner/probes.py)
     sized: tuple[str, ...] = ()  # the settings start-up sized to the device (batch_size, token_budget, workers)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from finbench.requests import Request
+from finbench.requests import Prompt, Request, user_message
 from finbench.scoring.stats import Scorer
 from finbench.types import PROTOCOLS, Prediction, Question
 
@@ -111,6 +111,26 @@ def cluster_key(field: str, question: Question) -> str:
     return f"id:{question.id}"
 
 
+# The open-ended probe's instruction (runner/probes.py): the answer itself, which is matched to the
+# gold option's text; finbench's own text, in the cache key through the request.
+OPEN_INSTRUCTION = "Answer with the answer itself in a few words or a number, not a letter."
+OPEN_ANSWER_PREFIX = "Answer:"
+
+
+def question_alone(question: Question) -> Prompt | None:
+    """Default prompt of the open-ended probe: the question's text without its options, its
+    images first, for a benchmark whose choice prompt renders `Question.options` apart from the
+    text (a benchmark with more prompt material renders its own stem)."""
+    images = tuple(range(len(question.images)))
+    return Prompt(messages=(user_message(f"{question.text.rstrip()}\n{OPEN_INSTRUCTION}", len(images)),),
+                  images=images, answer_prefix=OPEN_ANSWER_PREFIX)
+
+
+def no_open_prompt(question: Question) -> Prompt | None:
+    """A benchmark whose question text carries the options: no stem without them."""
+    return None
+
+
 def options_not_rendered(question: Question, shift: int) -> Question | None:
     """A benchmark whose prompt carries the options inside its own text: no rotation."""
     return None
@@ -159,6 +179,10 @@ class Benchmark:
     - `rotate(question, shift)` → the question with its options rotated and its gold moved, whose
       `request` renders them so (circular evaluation), or None when its prompt does not render
       `Question.options` (FinMTM's objective items carry them inside the question text);
+    - `open_prompt(question)` → a choice question's prompt without its options, answered as free
+      text (the open-ended probe, runner/probes.py), or None where the text carries the options;
+      `language_field` → the meta field holding a question's language ("": English), in which
+      the none-of-the-above probe writes its option;
     - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart),
       `group_columns` → its breakdowns, `leaderboard_breakdown` → the one the leaderboard shows
       per benchmark (empty: `domain_field`), `leaderboard_metrics` → the metrics of its score (0–1
@@ -192,6 +216,8 @@ class Benchmark:
     leaderboard_breakdown: str = ""
     leaderboard_metrics: tuple[str, ...] = ("accuracy",)  # shown beside the headline where the score has them
     cluster_field: str = "id"  # each question its own cluster unless the benchmark says otherwise
+    open_prompt: Callable[[Question], Prompt | None] = question_alone
+    language_field: str = ""  # the meta field of a question's language ("": every question in English)
 
     @property
     def breakdown_column(self) -> str:

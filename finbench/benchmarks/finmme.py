@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark, Demo, as_decoded
+from finbench.benchmarks.base import OPEN_INSTRUCTION, Benchmark, Demo, as_decoded
 from finbench.benchmarks.records import (RawRecord, as_text, local_file, missing_columns, open_table, readable_label, select,
                                         skipped_note)
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
@@ -290,6 +290,15 @@ def request(question: Question, protocol: str) -> Request:
     return Choose(prompt, n_options=len(question.options), multi=question.kind == MULTI)
 
 
+def open_prompt(question: Question) -> Prompt:
+    """The constrained prompt without its options, answered in free text (the open-ended probe)."""
+    images = tuple(range(len(question.images)))
+    text = CONSTRAINED_TEMPLATE.format(verified_caption=question.fields.get("verified_caption", ""),
+                                       related_sentences=question.fields.get("related_sentences", ""),
+                                       question=question.text, choices="", instruction=OPEN_INSTRUCTION)
+    return Prompt(messages=(user_message(text, len(images)),), images=images, answer_prefix=ANSWER_PREFIX)
+
+
 def prepare_images(rule: str, images: Sequence[Any]) -> list[Any]:
     """The decoded images as a prompt's `image_rule` asks: eval.py's JPEG path, or as they are."""
     if rule == OFFICIAL_IMAGE_RULE:
@@ -338,7 +347,7 @@ def answer(question: Question, text: str, protocol: str) -> str:
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
-    load=load_questions, request=request, answer=answer, prepare_images=prepare_images,
+    load=load_questions, request=request, answer=answer, prepare_images=prepare_images, open_prompt=open_prompt,
     cluster_field="image",  # several questions are asked of one chart; the records carry no image id: its bytes' digest
     metrics="FinScore = F × (1 − P_H) (official eval.py); F, P_H, accuracy; by domain, question type, asset class, "
             "chart type, cognitive dimension; paper variant via `finbench score --variant paper`",

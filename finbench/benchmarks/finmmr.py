@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark, Demo, Judgement, options_not_rendered
+from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
 from finbench.scoring import finmmr as scoring
@@ -313,7 +313,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
     load=load_questions, request=request, answer=answer, rule_judgements=rule_judgements,
-    judge_requests=judge_requests, read_judgement=read_judgement, rotate=options_not_rendered, forms=FORMS,
+    judge_requests=judge_requests, read_judgement=read_judgement, rotate=options_not_rendered, open_prompt=no_open_prompt, forms=FORMS,
     protocols=PROTOCOLS, protocol_names=PROTOCOL_NAMES, metrics=METRICS,
     cluster_field="image",  # the image set: pages of one source document (4226-1..3.png), shared by its questions
     demo=Demo(module="finbench.offline.finmmr_synthetic", sizes="FinMMR items per difficulty (4)",

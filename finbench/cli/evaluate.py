@@ -98,6 +98,9 @@ def run(
                                        "noise or none (removed); comma-separated; results.json['image_ablation']."),
     samples: int = typer.Option(1, help="Repeated sampling: every generated request K times, seeds seed…seed+K−1, "
                                 "sampled as --gen-kwargs says (a temperature is needed); results.json['sampling']."),
+    probe: str = typer.Option("", help="Contamination probes of the constrained single-answer choice items: "
+                              "none-of-the-above (the gold option's text replaced by \"None of the above\"), "
+                              "open-ended (asked without options); comma-separated; results.json['probes']."),
     revision: Optional[str] = typer.Option(None, help="Hub branch, tag or commit of --model (in the cache key)."),
     trust_remote_code: bool = typer.Option(False, help="Allow the checkpoint's own Python code to run (off: "
                                            "nothing remote runs)."),
@@ -145,6 +148,7 @@ def run(
                        think_budget=think_budget, judge=judge, judge_max_new_tokens=judge_max_new_tokens, revision=revision,
                        trust_remote_code=trust_remote_code, permutations=permutations, image_ablation=image_ablation,
                        samples=samples,
+                       probes=probe,
                        attn_implementation=attn_implementation, chat_template=chat_template,
                        system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(gen_kwargs), log_prompts=log_prompts)
     except ValueError as err:
@@ -219,6 +223,8 @@ def sweep(
                             "sweep.json, report.html, report.md."),
     permutations: int = typer.Option(0, help="Circular evaluation in every variant (see `finbench run`)."),
     image_ablation: str = typer.Option("", help="Image ablation in every variant: blank,noise,none (see `finbench run`)."),
+    probe: str = typer.Option("", help="Contamination probes in every variant: none-of-the-above,open-ended (see "
+                              "`finbench run`)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples (CIs and paired deltas)."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
     progress: bool = typer.Option(True, help="Show progress bars (--no-progress: none at all, model loading "
@@ -247,7 +253,7 @@ def sweep(
                          device=device,
                          max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
                          quant_vision=quant_vision, allow_dequantized=allow_dequantized, permutations=permutations,
-                         image_ablation=tuple(parse_axis(image_ablation)))
+                         image_ablation=tuple(parse_axis(image_ablation)), probes=tuple(parse_axis(probe)))
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
     from finbench.scoring.commands import print_comparison
 

@@ -45,16 +45,18 @@ SAMPLE_COLUMNS = {
 }
 
 
-# variants.parquet (runs with --permutations / --image-ablation / --samples): the columns of samples.parquet for
+# variants.parquet (runs with --permutations / --image-ablation / --samples / --probe): the columns of samples.parquet for
 # each variant of a question (runner/studies.py), plus these, right after `id`.
 VARIANT_COLUMNS = {
-    "variant": "str — rotation-R (circular evaluation), ablation-MODE (image ablation) or sample-J (repeated "
-    "sampling)",
-    "study": "str — circular | image_ablation | sampling",
+    "variant": "str — rotation-R (circular evaluation), ablation-MODE (image ablation) sample-J (repeated "
+    "sampling) or probe-NAME (probes)",
+    "study": "str — circular | image_ablation | sampling | probe",
     "rotation": "int — positions the options are rotated by (0 for ablation rows): letter j shows the published "
     "option (j + rotation) mod n",
     "ablation": "str — blank | noise | none ('' for rotation rows)",
     "sample": "int — the sample J = 1…K−1 of repeated sampling, drawn with seed --seed + J (0 for other rows)",
+    "probe": "str — none-of-the-above | open-ended ('' for the other studies' rows); open-ended rows: `answer` is "
+    "the free text, `correct` whether it names the gold option's text",
     "gold": "str — the gold as asked: the letters of the gold options in this variant's order",
     "correct": "float — this variant's official correctness (0/1)",
 }

@@ -1,5 +1,5 @@
 """The robustness studies as the reports show them: one section each (majority and prior baselines,
-circular evaluation, image ablation), built once from results.json and rendered by report.html,
+circular evaluation, image ablation, contamination probes), built once from results.json and rendered by report.html,
 report.md and the console alike. Values ×100 where a header says so (accuracies, rates, shares);
 `retained` is a ratio (ablated / base)."""
 
@@ -58,7 +58,37 @@ def study_lines(results: dict[str, Any]) -> list[str]:
                      f"{pct(found['score'])} (retained {_ratio(found['retained'])}) · accuracy "
                      f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} (retained "
                      f"{_ratio(found['retained_accuracy'])})")
+    for probe, found in (results.get("probes") or {}).items():
+        lines.append(f"probe {probe}: no item probed (see the notes)" if not found["n"]
+                     else f"probe {probe} ({found['n']} items, {found['n_not_probed']} not probed, ×100): accuracy "
+                          f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} ({_signed(found['diff'])}"
+                          f"{_interval(found.get('paired'))}) · kept when right {pct(found['kept_when_right'])}")
     return lines + [line for line in [sampling_line(results)] if line]
+
+
+def _interval(paired: Any) -> str:
+    ci = (paired or {}).get("ci_diff") or {}
+    return "" if ci.get("low") is None else f", 95% CI {_signed(ci['low'])} … {_signed(ci['high'])}"
+
+
+PROBE_MEANINGS = {"none-of-the-above": "the gold option's text replaced by \"None of the above\" in the item's "
+                                       "language, the gold letter unchanged: accuracy is the share that picked it",
+                  "open-ended": "asked without its options; the free answer right when it names the gold "
+                                "option's text (or its number) and no other option's"}
+
+
+def _probe_section(probes: dict[str, Any]) -> dict[str, Any]:
+    rows = [[probe, str(f["n"]), str(f["n_not_probed"]), pct(f["base_accuracy"]), pct(f["accuracy"]),
+             _signed(f["diff"]), _interval(f.get("paired")).removeprefix(", 95% CI ") or "–",
+             pct(f["kept_when_right"])] for probe, f in probes.items()]
+    skipped = sorted({reason for f in probes.values() for reason in f.get("not_probed", {})})
+    return {"id": "probes", "title": "Contamination probes (accuracy ×100)",
+            "tables": [{"header": ["probe", "n", "not probed", "base accuracy", "probe accuracy", "probe − base",
+                                   "95% CI (clustered)", "kept when right"], "rows": rows}],
+            "note": "Single-answer choice items asked again: " + "; ".join(
+                f"{probe}: {PROBE_MEANINGS.get(probe, probe)}" for probe in probes) + ". A model that reads the "
+                "item keeps its accuracy; one that remembers the answer's text loses it. Not probed: "
+                + (", ".join(reason.replace("_", " ") for reason in skipped) or "none") + "."}
 
 
 def study_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -116,19 +146,26 @@ def study_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
             "note": "The items that show an image, asked again with every image white (blank), uniform noise seeded "
                     "by the image (noise) or removed from the prompt (none); retained = ablated / base on the same "
                     "items: what survives without the chart is answered from the text alone."})
+    if results.get("probes"):
+        sections.append(_probe_section(results["probes"]))
     return sections + [section for section in [sampling_section(results)] if section]
 
 
 def compare_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """(header, one row per run) of the studies side by side, for `finbench compare` and sweeps."""
     modes = sorted({mode for s in summaries.values() for mode in (s.get("image_ablation") or {})})
+    probes = sorted({probe for s in summaries.values() for probe in (s.get("probes") or {})})
     header = ["run", "best baseline ×100", "model − best ×100", "circular accuracy ×100", "position bias ×100",
-              "option consistency ×100", *[f"{mode}: retained" for mode in modes]]
+              "option consistency ×100", *[f"{mode}: retained" for mode in modes],
+              *[f"{probe}: accuracy ×100 (probe − base)" for probe in probes]]
     rows = []
     for name, s in summaries.items():
         m, c, a = s.get("majority_baseline") or {}, s.get("circular") or {}, s.get("image_ablation") or {}
+        p = s.get("probes") or {}
         rows.append([name, pct(m.get("best_accuracy")), _signed(m.get("above_best")), pct(c.get("circular_accuracy")),
                      pct(c.get("position_bias")), pct(c.get("option_consistency")),
-                     *[_ratio((a.get(mode) or {}).get("retained")) for mode in modes]])
+                     *[_ratio((a.get(mode) or {}).get("retained")) for mode in modes],
+                     *[f"{pct((p.get(probe) or {}).get('accuracy'))} ({_signed((p.get(probe) or {}).get('diff'))})"
+                       for probe in probes]])
     return header, rows
 

@@ -46,12 +46,13 @@ def request_images(request: Request) -> tuple[int, ...]:
 
 def request_payload(request: Request, question: Question) -> dict[str, Any]:
     """Everything of `request` that reaches the model, as JSON-ready data: images by content.
-    The studies' fields (a rotation of the options, an image ablation: runner/studies.py) are in
-    it only when set, so the requests of a run without studies keep the keys they always had."""
+    The studies' fields (a rotation of the options, an image ablation, a probe: runner/studies.py)
+    are in it only when set, so the requests of a run without studies keep the keys they always had."""
     digests = [hashlib.sha256(question.images[i]).hexdigest() for i in request_images(request)]
     payload = {"type": type(request).__name__, **dataclasses.asdict(request), "image_digests": digests}
-    if not payload.get("rotation"):
-        payload.pop("rotation", None)
+    for name in ("rotation", "probe"):
+        if not payload.get(name):
+            payload.pop(name, None)
     if isinstance(request, (Choose, Number)) and not payload.get("sampling"):  # greedy thinking, or none
         payload.pop("sampling", None)
     if isinstance(payload.get("prompt"), dict) and not payload["prompt"].get("ablation"):

@@ -6,6 +6,8 @@
   letters, its `request` renders them, and the rotation is a field of the request), and
 - per image ablation mode (`--image-ablation blank,noise,none`: the prompt's `ablated`; "none"
   shows no image part and decodes no image),
+and one per contamination probe of a constrained single-answer choice item (`--probe`,
+runner/probes.py: its gold option's text replaced by "None of the above", or asked open-ended),
 so the engine computes base and variant requests in one batch loop (they batch by kind), each
 cached under its own key. `Studies.finish` splits the answers: the base ones go to
 samples.parquet exactly as without studies, the variants to variants.parquet (one row per
@@ -23,11 +25,13 @@ from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import IMAGE_ABLATIONS, Choose, Request, Session
 from finbench.runner import sampling
 from finbench.runner.outputs import samples_table
+from finbench.runner.probes import check_probes, probe_variants
 from finbench.runner.requests import for_run
 from finbench.runner.sampling import sample_frames, sample_variants
 from finbench.scoring.robustness import (ABLATION, CIRCULAR, ablation_summary, circular_summary,
                                          majority_baselines)
 from finbench.scoring.sampling import SAMPLING, sampling_summary
+from finbench.scoring.probes import PROBE, probe_summary, probe_verdicts
 from finbench.types import OPTION_LETTERS, Prediction, Question, RunConfig
 
 
@@ -50,23 +54,28 @@ def check_options(config: RunConfig) -> None:
     if len(set(config.image_ablation)) != len(config.image_ablation):
         raise ValueError(f"--image-ablation {','.join(config.image_ablation)}: a mode is named twice")
     sampling.check(config)  # --samples
+    check_probes(config)
 
 
 @dataclass(frozen=True)
 class Variant:
-    """One more asking of the question at `base`: rotated by `rotation`, with its images ablated, or
-    sampled again with seed + `sample` (repeated sampling, runner/sampling.py)."""
+    """One more asking of the question at `base`: rotated by `rotation`, with its images ablated,
+    sampled again with seed + `sample` (repeated sampling, runner/sampling.py), or as a contamination
+    `probe` (runner/probes.py)."""
 
     base: int
-    study: str  # CIRCULAR, ABLATION or SAMPLING
+    study: str  # CIRCULAR, ABLATION, SAMPLING or PROBE
     rotation: int = 0
     ablation: str = ""
     sample: int = 0
+    probe: str = ""
 
     @property
     def name(self) -> str:
         if self.study == SAMPLING:
             return f"sample-{self.sample}"
+        if self.study == PROBE:
+            return f"probe-{self.probe}"
         return f"rotation-{self.rotation}" if self.study == CIRCULAR else f"ablation-{self.ablation}"
 
 
@@ -81,6 +90,7 @@ class Studies:
     variants: list[Variant] = field(default_factory=list)
     config: RunConfig | None = None
     n_not_rotatable: int = 0  # choice items whose options name other options: asked once
+    not_probed: dict[str, dict[str, int]] = field(default_factory=dict)  # per probe: {reason: items}
 
     def counts(self, keys: Sequence[str], cached: Mapping[str, Any], todo: Sequence[int]) -> dict[str, int]:
         """results.json's n_cached and n_computed: of the run's own questions (the variants' are
@@ -107,7 +117,7 @@ class Studies:
 
         studied: dict[str, Any] = {"majority_baseline": majority_baselines(samples)}
         if self.config is None or not (self.config.permutations or self.config.image_ablation or
-                                       self.config.samples > 1):
+                                       self.config.samples > 1 or self.config.probes):
             return studied, None
         n = self.n_base
         table = samples_table(self.questions[n:], {j: predictions[n + j] for j in range(len(self.variants))},
@@ -117,9 +127,13 @@ class Studies:
         for position, (column, values) in enumerate((
                 ("variant", [v.name for v in self.variants]), ("study", [v.study for v in self.variants]),
                 ("rotation", [v.rotation for v in self.variants]), ("ablation", [v.ablation for v in self.variants]),
-                ("sample", [v.sample for v in self.variants]))):
+                ("sample", [v.sample for v in self.variants]),
+                ("probe", [v.probe for v in self.variants]))):
             table.insert(1 + position, column, values)
-        table["correct"] = per_question_correct(table, benchmark.name) if len(table) else []
+        if len(table):  # the open-ended probe's free answers are matched to the gold text here
+            table = probe_verdicts(table, per_question_correct(table, benchmark.name))
+        else:
+            table["correct"] = []
         if self.config.permutations:
             studied["circular"] = circular_summary(samples, table, self.config.permutations, benchmark.domain_field,
                                                    self.n_not_rotatable)
@@ -128,6 +142,8 @@ class Studies:
         if self.config.samples > 1:
             studied["sampling"] = sampling_summary(sample_frames(samples, table, [v.base for v in self.variants], [
                 v.sample for v in self.variants], self.config.samples), benchmark.name, self.config.samples)
+        if self.config.probes:
+            studied["probes"] = probe_summary(samples, table, self.config.probes, self.not_probed)
         studied["variants"] = {"n": len(self.variants), "n_cached": sum(1 for key in keys[n:] if key in cached),
                                "n_computed": sum(1 for i in todo if i >= n),
                                "n_errors": int((table["error"] != "").sum()) if len(table) else 0,
@@ -143,7 +159,10 @@ def expand(benchmark: Benchmark, questions: Sequence[Question], requests: Sequen
     rotations, studies.n_not_rotatable = _rotations(benchmark, questions, requests, config, think_budget, notes)
     samples = [(Variant(i, SAMPLING, sample=j), question, lambda request=request: request)
                for i, j, question, request in sample_variants(questions, requests, config, notes)]
-    for variant, question, make in [*rotations, *_ablations(questions, requests, config, notes), *samples]:
+    probes, studies.not_probed = probe_variants(benchmark, questions, requests, config, think_budget, notes,
+                                                lambda base, probe: Variant(base, PROBE, probe=probe))
+    for variant, question, make in [*rotations, *_ablations(questions, requests, config, notes), *samples,
+                                    *probes]:
         index = len(studies.questions)
         studies.variants.append(variant)
         studies.questions.append(question)

@@ -316,7 +316,8 @@ def _shortened(text: str) -> str:
 
 # ---- what compare and sweep show side by side ---------------------------------------------------
 def study_summary(results: dict[str, Any]) -> dict[str, Any]:
-    """The studies' headline numbers of one results.json (for `finbench compare` and sweep.json)."""
+    """The studies' headline numbers of one results.json (for `finbench compare` and sweep.json),
+    contamination probes (scoring/probes.py) included."""
     out: dict[str, Any] = {}
     circular = results.get("circular")
     if circular:
@@ -327,6 +328,10 @@ def study_summary(results: dict[str, Any]) -> dict[str, Any]:
         out["image_ablation"] = {mode: {k: found.get(k) for k in ("n", "metric", "base_score", "score", "retained",
                                                                    "base_accuracy", "accuracy", "retained_accuracy")}
                                  for mode, found in ablation.items()}
+    if results.get("probes"):
+        out["probes"] = {probe: {k: found.get(k) for k in ("n", "n_not_probed", "base_accuracy", "accuracy", "diff",
+                                                           "kept_when_right")}
+                         for probe, found in results["probes"].items()}
     majority = (results.get("majority_baseline") or {}).get("all")
     if majority:
         out["majority_baseline"] = {k: majority.get(k) for k in ("n", "best_baseline", "best_accuracy",

@@ -3,6 +3,7 @@ and the official grouped call."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 from finbench.benchmarks.famma.texts import (ANSWER_PREFIX, CONSTRAINED_INSTRUCTIONS, OFFICIAL_MAX_NEW_TOKENS,
@@ -34,6 +35,12 @@ def request(question: Question, protocol: str) -> Request:
         return Generate(Prompt(messages=messages, images=tuple(ordered)), max_new_tokens=OFFICIAL_MAX_NEW_TOKENS)
     return Choose(Prompt(messages=messages, images=tuple(ordered), answer_prefix=ANSWER_PREFIX),
                   n_options=len(question.options), multi=question.kind == MULTI)
+
+
+def open_prompt(question: Question) -> Prompt:
+    """A choice sub-question asked as an open one (the open-ended probe): context, images where
+    they stand, no options, the open instruction."""
+    return request(replace(question, kind=OPEN, options=(), gold=""), "constrained").prompt
 
 
 def _interleave(text: str, by_slot: Mapping[int, int], parts: list, ordered: list) -> set[int]:

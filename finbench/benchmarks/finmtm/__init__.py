@@ -20,7 +20,7 @@ replay).
 
 from __future__ import annotations
 
-from finbench.benchmarks.base import Benchmark, Demo, options_not_rendered
+from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt, options_not_rendered
 from finbench.benchmarks.finmtm.judge import (judge_requests, match_calls, parse_judge_json, read_judgement, replies,
                                              rule_judgement, tool_calls, unique_calls)
 from finbench.benchmarks.finmtm.loader import canonical_gold, load_questions, record_to_question
@@ -42,6 +42,7 @@ BENCHMARK = Benchmark(
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     rotate=options_not_rendered,  # objective items carry their options inside the question text
+    open_prompt=no_open_prompt,  # (so no stem without them: no open-ended probe)
     leaderboard_breakdown="question_type",
     cluster_field="image",  # a session is one question; objective items and sessions on one image share it
     demo=Demo(module="finbench.offline.finmtm_synthetic", sizes="FinMTM objective items per file (12)", self_judge=True,

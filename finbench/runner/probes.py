@@ -1,0 +1,153 @@
+"""Contamination probes as more requests of the same run (`--probe`, beside the studies of
+runner/studies.py): does the model read the item, or remember its answer?
+
+- `none-of-the-above`: a constrained single-answer choice item asked again with its gold option's
+  text replaced by "None of the above" in the item's language (`NONE_OF_THE_ABOVE`, the
+  benchmark's `language_field`), the gold letter unchanged. A model that reads the options picks
+  it; one that remembers the gold text finds it gone and picks another.
+- `open-ended`: the same items asked without their options (the benchmark's `open_prompt`), as
+  free text; the answer is matched to the gold option's text by rule (scoring/probes.py).
+
+Only single-answer items are probed: a multi-answer item has no one gold text to take away or to
+name. Items whose options already name other options ("All of the above", 以上都是), a
+benchmark whose prompt shows no option apart from its text, and multi-answer items are counted
+as not probed, by reason (results.json `probes[...].not_probed`). The probe is a field of each
+request (`Choose.probe`, `Generate.probe`), so of its cache key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import replace
+from typing import Any, Sequence
+
+from finbench.benchmarks.base import Benchmark, names_other_options
+from finbench.requests import PROBES, Choose, Generate, Request
+from finbench.runner.requests import for_run
+from finbench.types import SINGLE, Question, RunConfig
+
+NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
+OPEN_ENDED_MAX_NEW_TOKENS = 32  # a short answer: the probe matches it to an option's text
+
+# "None of the above" as a choice item in each language writes it; keyed by ISO 639-1 code, with the
+# languages' English names as data sets spell them (LANGUAGE_CODES). An unknown language: English.
+NONE_OF_THE_ABOVE = {
+    "en": "None of the above",
+    "zh": "以上都不是",
+    "fr": "Aucune des réponses ci-dessus",
+    "de": "Keine der obigen Antworten",
+    "es": "Ninguna de las anteriores",
+    "it": "Nessuna delle precedenti",
+    "pt": "Nenhuma das anteriores",
+    "ja": "上記のいずれでもない",
+    "ko": "위의 어느 것도 아님",
+}
+LANGUAGE_CODES = {"english": "en", "chinese": "zh", "mandarin": "zh", "french": "fr", "german": "de",
+                  "spanish": "es", "italian": "it", "portuguese": "pt", "japanese": "ja", "korean": "ko"}
+
+
+def language_code(language: Any) -> str:
+    """'en', 'zh', … from a code ('zh', 'zh-CN', 'ZH') or an English name ('Chinese'); '' unknown."""
+    text = str(language or "").strip().lower().replace("_", "-")
+    code = LANGUAGE_CODES.get(text, text.split("-")[0])
+    return code if code in NONE_OF_THE_ABOVE else ""
+
+
+def none_of_the_above_text(language: Any) -> str:
+    """The option text in `language` (English when it is unknown or none)."""
+    return NONE_OF_THE_ABOVE[language_code(language) or "en"]
+
+
+def with_none_of_the_above(question: Question, language: Any = "") -> Question | None:
+    """`question` with its gold option's text replaced by "None of the above" in `language`, the
+    gold letter unchanged; None for an item that cannot be probed so: not single-answer, no gold
+    or options, or an option that already names the others."""
+    letters = question.letters
+    if question.kind != SINGLE or len(question.gold) != 1 or question.gold not in letters or len(letters) < 2:
+        return None
+    if names_other_options(question.options, letters):
+        return None
+    options = list(question.options)
+    options[letters.index(question.gold)] = none_of_the_above_text(language)
+    return dataclasses.replace(question, options=tuple(options))
+
+
+def check_probes(config: RunConfig) -> None:
+    """--probe, checked with the other options (one ValueError line)."""
+    unknown = [name for name in config.probes if name not in PROBES]
+    if unknown:
+        raise ValueError(f"--probe {','.join(config.probes)}: unknown probe {unknown[0]!r}; expected "
+                         f"{', '.join(PROBES)} (comma-separated)")
+    if len(set(config.probes)) != len(config.probes):
+        raise ValueError(f"--probe {','.join(config.probes)}: a probe is named twice")
+    if config.probes and config.protocol != "constrained":
+        raise ValueError("--probe applies to the constrained protocol: the official prompts write the options "
+                         "themselves")
+
+
+def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests: Sequence[Request | None],
+                   config: RunConfig, think_budget: int | None, notes: list[str],
+                   variant: Any) -> tuple[list[tuple[Any, Question, Any]], dict[str, dict[str, int]]]:
+    """((variant, probed question, its request's maker) for every probe of every constrained
+    single-answer choice item, {probe: {reason: items not probed}}); `variant(base, probe)` makes
+    the Variant (runner/studies.py)."""
+    out: list[tuple[Any, Question, Any]] = []
+    not_probed: dict[str, dict[str, int]] = {}
+    choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]
+    if config.probes and not choices:
+        notes.append("contamination probes (--probe): this run has no constrained choice item to probe")
+    multi = [i for i in choices if questions[i].kind != SINGLE or len(questions[i].gold) != 1]
+    single = [i for i in choices if i not in set(multi)]
+    for probe in config.probes:
+        skipped = {"multi_answer": len(multi)} if multi else {}
+        made = _none_of_the_above if probe == NONE_OF_THE_ABOVE_PROBE else _open_ended
+        for i in single:
+            found = made(benchmark, questions[i], requests[i], config, think_budget)
+            if isinstance(found, str):
+                skipped[found] = skipped.get(found, 0) + 1
+                continue
+            question, make = found
+            out.append((variant(i, probe), question, make))
+        not_probed[probe] = skipped
+        if skipped:
+            notes.append(f"probe {probe}: {sum(skipped.values())} choice item(s) not probed ("
+                         + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in skipped.items()) + ")")
+    return out, not_probed
+
+
+def _none_of_the_above(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
+                       think_budget: int | None) -> tuple[Question, Any] | str:
+    """(the probed question, its request's maker), or why the item is not probed."""
+    language = question.meta.get(benchmark.language_field, "") if benchmark.language_field else ""
+    probed = with_none_of_the_above(question, language)
+    if probed is None:
+        return "names_other_options"
+    try:
+        request = replace(for_run(benchmark.request(probed, config.protocol), config, think_budget),
+                          probe=NONE_OF_THE_ABOVE_PROBE)
+    except Exception as err:  # noqa: BLE001 — raised again by the maker: that variant's error
+        return probed, _raises(err)
+    if request.prompt == base.prompt:  # the prompt does not show Question.options apart from the text
+        return "options_not_rendered"
+    return probed, lambda: request
+
+
+def _open_ended(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
+                think_budget: int | None) -> tuple[Question, Any] | str:
+    """(the question, its free-generation request's maker), or why the item is not probed."""
+    if names_other_options(question.options, question.letters):  # "All of the above" has no text to say
+        return "names_other_options"
+    try:
+        prompt = benchmark.open_prompt(question)
+    except Exception as err:  # noqa: BLE001 — that variant's error
+        return question, _raises(err)
+    if prompt is None:
+        return "options_not_rendered"
+    request = Generate(prompt, max_new_tokens=OPEN_ENDED_MAX_NEW_TOKENS, probe=OPEN_ENDED_PROBE)
+    return question, lambda: for_run(request, config, think_budget)
+
+
+def _raises(err: Exception) -> Any:
+    def make() -> Any:
+        raise err
+    return make

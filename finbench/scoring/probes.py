@@ -1,0 +1,153 @@
+"""Contamination probes scored from a run's tables alone (no model, CPU): results.json's `probes`.
+
+The probe rows of variants.parquet (`study` "probe", `probe` none-of-the-above or open-ended;
+runner/probes.py) against the base run's rows of the same items:
+
+- none-of-the-above: the gold option's text replaced by "None of the above", the gold letter
+  unchanged, so `accuracy` is the share of probed items whose answer is the gold letter — now
+  "None of the above". A model that reads picks it; one that remembers the gold text does not.
+- open-ended: the item asked without its options; the free answer is right when it names the gold
+  option's text (`option_matches`: normalized containment, or the same number for an option that
+  is a number) and no other option's.
+
+Per probe: `n` probed items, `not_probed` by reason (multi-answer items, options that name the
+others, prompts that show no option apart from the text), `accuracy` on the probed items beside
+`base_accuracy` on the same items, their paired difference (`paired`: clustered SE on the run's
+`cluster` column, 95% interval, minimum detectable effect; scoring/clustered.py) and
+`kept_when_right`: of the items right in the base run, the share still right under the probe.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from finbench.kernels.segments import factorize
+from finbench.scoring.api import _jsonable
+from finbench.scoring.clustered import paired_difference
+from finbench.scoring.stats import error_mask, float_column, str_column
+from finbench.types import OPTION_LETTERS
+
+PROBE = "probe"  # the `study` column of variants.parquet
+OPEN_ENDED = "open-ended"  # the probe whose rows are scored here by rule (runner/probes.py)
+
+_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+_MARKUP = re.compile(r"\\boxed\{|\\text\{|[*_`$\\{}]")
+_WORD = re.compile(r"[^\w.%]+|(?<!\d)\.|\.(?!\d)")  # separators; a decimal point inside a number stays
+_UNIT_WORDS = {"%", "percent", "usd", "us", "eur", "rmb", "cny", "yuan", "dollars", "dollar", "million", "millions",
+               "billion", "billions", "thousand", "thousands", "k", "m", "bn", "mn", "x", "times", "years", "year",
+               "days", "day", "months", "month", "bp", "bps"}
+
+
+def normalized(text: Any) -> str:
+    """Case-folded NFKC text, markdown and LaTeX marks removed, words separated by one space."""
+    text = unicodedata.normalize("NFKC", str(text or "")).casefold()
+    text = _MARKUP.sub(" ", text).replace("%", " % ")
+    return " ".join(w for w in _WORD.split(text) if w)
+
+
+def numbers(text: Any) -> list[float]:
+    """The numbers written in `text` ('1,200.5' is one number), in order."""
+    return [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(unicodedata.normalize("NFKC", str(text or "")))]
+
+
+def _numeric_option(option: str) -> float | None:
+    """The option's number when the option is a number with at most a unit ('8.81%', '$1,200 million')."""
+    found = numbers(option)
+    if len(found) != 1:
+        return None
+    rest = normalized(_NUMBER.sub(" ", unicodedata.normalize("NFKC", option)))
+    return found[0] if all(w in _UNIT_WORDS for w in rest.split()) else None
+
+
+def option_matches(answer: Any, option: Any) -> bool:
+    """Whether a free answer names `option`: the same number for an option that is a number (with
+    at most a unit), else the option's normalized text inside the answer's, on word boundaries
+    (plain containment for text without spaces between words, e.g. Chinese)."""
+    option = str(option or "")
+    wanted = normalized(option)
+    if not wanted:
+        return False
+    number = _numeric_option(option)
+    if number is not None:
+        return any(abs(found - number) <= 1e-9 * max(1.0, abs(number)) for found in numbers(answer))
+    said = normalized(answer)
+    if re.search(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]", wanted):
+        return wanted.replace(" ", "") in said.replace(" ", "")
+    return f" {wanted} " in f" {said} "
+
+
+def names_gold(answer: Any, options: Sequence[Any], gold: str) -> bool:
+    """Whether a free answer names the gold option (one letter) and no other option, an option
+    contained in the gold's own text aside ('revenue' in 'revenue growth')."""
+    options = [str(o) for o in (options if options is not None else ())]
+    index = OPTION_LETTERS.find(gold) if len(gold) == 1 else -1
+    if not 0 <= index < len(options) or not option_matches(answer, options[index]):
+        return False
+    gold_text = normalized(options[index])
+    return not any(option_matches(answer, o) and not option_matches(gold_text, o)
+                   for j, o in enumerate(options) if j != index and normalized(o) != gold_text)
+
+
+def probe_verdicts(table: pd.DataFrame, correct: Sequence[Any]) -> pd.DataFrame:
+    """The variants table with each open-ended row's `answer` its free text (stripped) and its
+    `correct` the rule's verdict (errors 0); other rows keep `correct` as scored."""
+    out = table.assign(correct=np.asarray(correct, dtype=np.float64))
+    if "probe" not in out.columns:
+        return out
+    rows = np.flatnonzero(str_column(out, "probe") == OPEN_ENDED)
+    if not len(rows):
+        return out
+    text = str_column(out, "raw_output")[rows]
+    options, golds = out["options"].to_numpy(dtype=object)[rows], str_column(out, "gold")[rows]
+    verdict = np.array([names_gold(t, o, g) for t, o, g in zip(text, options, golds)], dtype=np.float64)
+    verdict[error_mask(out)[rows]] = 0.0
+    out.iloc[rows, out.columns.get_loc("answer")] = [str(t).strip() for t in text]
+    out.iloc[rows, out.columns.get_loc("correct")] = verdict
+    return out
+
+
+def _hits(df: pd.DataFrame) -> np.ndarray:
+    """Per-row 0/1 correctness, errors wrong, NaN where not scored."""
+    correct = float_column(df, "correct")
+    return np.where(error_mask(df), np.where(np.isnan(correct), np.nan, 0.0), correct)
+
+
+def probe_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, probes: Sequence[str],
+                  not_probed: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
+    """results.json's `probes`: per probe asked, its numbers on the probed items (module docstring)."""
+    out: dict[str, Any] = {}
+    rows_all = variants if variants is not None and "probe" in variants.columns else pd.DataFrame()
+    base = samples.drop_duplicates("id").set_index(samples.drop_duplicates("id")["id"].astype(str))
+    for probe in probes:
+        skipped = dict(not_probed.get(probe, {}))
+        entry: dict[str, Any] = {"n": 0, "n_errors": 0, "not_probed": skipped, "n_not_probed": sum(skipped.values()),
+                                 "accuracy": None, "base_accuracy": None, "diff": None, "kept_when_right": None,
+                                 "n_base_right": 0, "paired": None}
+        rows = rows_all[str_column(rows_all, "probe") == probe] if len(rows_all) else rows_all
+        ids = str_column(rows, "id") if len(rows) else np.array([], dtype=object)
+        keep = np.isin(ids, base.index.to_numpy(dtype=object))
+        rows, ids = (rows[keep], ids[keep]) if len(rows) else (rows, ids)
+        if len(rows):
+            probed = torch.from_numpy(_hits(rows))
+            before = torch.from_numpy(_hits(base.loc[list(ids)]))
+            right = before == 1
+            clusters = str_column(rows, "cluster") if "cluster" in rows.columns else ids
+            cluster_ids, labels = factorize(pd.Series(np.where(clusters == "", ids, clusters), dtype=object))
+            paired = paired_difference(probed, before, cluster_ids, len(labels))
+            entry.update({"n": int(len(rows)), "n_errors": int(error_mask(rows).sum()),
+                          "accuracy": _nanmean(probed), "base_accuracy": _nanmean(before), "diff": paired["diff"],
+                          "kept_when_right": _nanmean(probed[right]), "n_base_right": int(right.sum()),
+                          "paired": paired})
+        out[probe] = entry
+    return _jsonable(out)
+
+
+def _nanmean(values: torch.Tensor) -> float | None:
+    known = values[~torch.isnan(values)]
+    return float(known.mean()) if known.numel() else None

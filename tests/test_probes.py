@@ -1,0 +1,232 @@
+"""Contamination probes (--probe none-of-the-above,open-ended): the pure replacement and matching
+rules, FAMMA's non-English option, and a tiny model's run through the CLI (variants rows, the
+results block, the reports, a rerun served from the cache)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pandas as pd
+import pytest
+
+import finbench
+from finbench.benchmarks import famma, finmme, finmtm
+from finbench.offline import famma_synthetic
+from finbench.requests import Choose, Generate
+from finbench.runner.keys import request_payload
+from finbench.runner.probes import language_code, none_of_the_above_text, with_none_of_the_above
+from finbench.runner.requests import build_requests
+from finbench.runner.studies import expand
+from finbench.scoring.probes import names_gold, option_matches, probe_summary
+from finbench.types import OPTION_LETTERS, Question, RunConfig
+
+LIMIT = 8
+
+
+def _question(**overrides):
+    return Question(**{"id": "q", "benchmark": "x", "kind": "single", "text": "Which?", "options": ("red", "blue", "green"),
+                       "gold": "B", **overrides})
+
+
+# ---- the pure rules -------------------------------------------------------------------------------
+def test_the_gold_option_text_is_replaced_in_the_items_language_and_the_gold_letter_kept():
+    probed = with_none_of_the_above(_question(), "chinese")
+    assert probed.options == ("red", "以上都不是", "green") and probed.gold == "B"
+    assert with_none_of_the_above(_question(), "fr").options[1] == "Aucune des réponses ci-dessus"
+    assert with_none_of_the_above(_question(), "").options[1] == "None of the above"
+    assert none_of_the_above_text("klingon") == "None of the above" and language_code("zh-CN") == "zh"
+
+
+@pytest.mark.parametrize("question", [
+    _question(kind="multi", gold="AB"),  # no one gold text
+    _question(gold=""),  # no gold
+    _question(options=("red",), gold="A"),  # nothing to choose from
+    _question(options=("red", "blue", "All of the above")),  # an option names the others
+])
+def test_items_that_cannot_be_probed_are_none(question):
+    assert with_none_of_the_above(question, "en") is None
+
+
+@pytest.mark.parametrize("answer, option, expected", [
+    ("The second bar.", "second", True),
+    ("**Second**", "second", True),
+    ("secondary", "second", False),  # word boundaries
+    ("8.81%", "8.81 %", True),
+    ("about 8.8", "8.81%", False),  # a number is matched exactly
+    ("$1,200 million", "1200", True),
+    ("12000", "1200", False),
+    ("答案是营业收入增长", "营业收入", True),
+    ("anything", "", False),
+    ("", "second", False),
+])
+def test_option_matches(answer, option, expected):
+    assert option_matches(answer, option) is expected
+
+
+def test_the_gold_is_named_only_when_no_other_option_is():
+    options = ["first", "second", "third"]
+    assert names_gold("second", options, "B")
+    assert not names_gold("first or second", options, "B")  # a list of options is no answer
+    assert not names_gold("first", options, "B")
+    assert names_gold("revenue growth", ["revenue", "revenue growth"], "B")  # "revenue" is inside the gold's text
+    assert not names_gold("revenue growth", ["revenue", "revenue growth"], "A")
+    assert not names_gold("second", options, "AB") and not names_gold("second", options, "")
+
+
+def test_the_summary_against_the_base_rows_by_hand():
+    samples = pd.DataFrame({"id": ["a", "b", "c", "d"], "correct": [1.0, 1.0, 0.0, 1.0], "error": [""] * 4,
+                            "cluster": ["a", "b", "c", "d"]})
+    variants = pd.DataFrame({"id": ["a", "b", "c"], "probe": ["open-ended"] * 3, "correct": [1.0, 0.0, 1.0],
+                             "error": ["", "", ""], "cluster": ["a", "b", "c"]})
+    found = probe_summary(samples, variants, ("open-ended", "none-of-the-above"), {"open-ended": {"multi_answer": 2}})
+    entry = found["open-ended"]
+    assert entry["n"] == 3 and entry["n_not_probed"] == 2 and entry["not_probed"] == {"multi_answer": 2}
+    assert entry["accuracy"] == pytest.approx(2 / 3) and entry["base_accuracy"] == pytest.approx(2 / 3)
+    assert entry["diff"] == pytest.approx(0.0) and entry["kept_when_right"] == pytest.approx(0.5)
+    assert entry["n_base_right"] == 2 and entry["paired"]["n"] == 3
+    assert found["none-of-the-above"]["n"] == 0 and found["none-of-the-above"]["accuracy"] is None
+
+
+# ---- the variants each benchmark makes ----------------------------------------------------------------
+def test_famma_probes_write_the_option_in_the_items_language_and_ask_the_stem_alone(tmp_path):
+    records = famma_synthetic.records(None)
+    choice = next(r for r in records if r["options"] == ["left", "right", "neither"])  # "neither" names the others
+    records += [dict(choice, options=["left", "right", "equal"], language=language, question_id=f"probe-{language}",
+                     main_question_id=900 + k) for k, language in enumerate(("english", "chinese", "french"))]
+    path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", records)
+    questions = [q for q in famma.load_questions(str(path)) if not q.error]
+    config = RunConfig(model="m", benchmark="famma", probes=("none-of-the-above", "open-ended"))
+    requests, errors = build_requests(famma.BENCHMARK, questions, config, None, None)
+    notes: list[str] = []
+    study = expand(famma.BENCHMARK, questions, requests, errors, config, None, notes)
+    nota = [(v, q, r) for v, q, r in zip(study.variants, study.questions[len(questions):],
+                                          study.requests[len(questions):]) if v.probe == "none-of-the-above"]
+    assert nota and all(isinstance(r, Choose) and r.probe == "none-of-the-above" for _, _, r in nota)
+    languages = set()
+    for variant, question, request in nota:
+        base = questions[variant.base]
+        language = base.meta["language"]
+        languages.add(language)
+        expected = {"chinese": "以上都不是", "french": "Aucune des réponses ci-dessus"}.get(language, "None of the above")
+        gold = OPTION_LETTERS.index(base.gold)
+        assert question.options[gold] == expected and question.gold == base.gold
+        text = "".join(p.get("text", "") for p in request.prompt.messages[-1]["content"])
+        assert f"{base.gold}. {expected}\n" in text and f"{base.gold}. {base.options[gold]}\n" not in text
+    assert languages == {"english", "chinese", "french"}
+    assert study.not_probed["none-of-the-above"] == {"names_other_options": 1}
+    opened = [(v, r) for v, r in zip(study.variants, study.requests[len(questions):]) if v.probe == "open-ended"]
+    assert opened and all(isinstance(r, Generate) and r.probe == "open-ended" for _, r in opened)
+    for variant, request in opened:
+        text = "".join(p.get("text", "") for p in request.prompt.messages[-1]["content"])
+        assert questions[variant.base].text in text and "A. " not in text
+        assert request_payload(request, questions[variant.base])["probe"] == "open-ended"
+
+
+def test_finmtm_has_no_stem_without_its_options_and_counts_its_items_as_not_probed(tmp_path):
+    from test_finmtm import write_fixtures
+
+    questions = [q for q in finmtm.load_questions(str(write_fixtures(tmp_path))) if not q.error]
+    config = RunConfig(model="m", benchmark="finmtm", probes=("none-of-the-above", "open-ended"))
+    requests, errors = build_requests(finmtm.BENCHMARK, questions, config, None, None)
+    study = expand(finmtm.BENCHMARK, questions, requests, errors, config, None, [])
+    assert not study.variants
+    choices = sum(1 for r in requests if isinstance(r, Choose) and r.n_options >= 2)
+    assert choices and study.not_probed["open-ended"].get("options_not_rendered")
+    for probe in ("none-of-the-above", "open-ended"):  # every choice item counted, by reason
+        assert sum(study.not_probed[probe].values()) == choices
+
+
+def test_base_requests_keep_their_keys():
+    from finbench.requests import Prompt, user_message
+    from finbench.runner.keys import sample_key
+
+    question = _question()
+    plain = Choose(Prompt(messages=(user_message("Which?"),)), n_options=3)
+    assert "probe" not in request_payload(plain, question)  # a run without probes keeps the keys it had
+    probed = Choose(plain.prompt, n_options=3, probe="none-of-the-above")
+    assert sample_key({}, "v", plain, question) != sample_key({}, "v", probed, question)
+
+
+# ---- through the CLI ---------------------------------------------------------------------------------
+def _cli(tiny_qwen_dir, data, out, *extra):
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    return CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--data", str(data), "--out", str(out),
+                                    "--limit", str(LIMIT), "--device", "cpu", "--dtype", "float32", "--bootstrap", "0",
+                                    "--no-progress", "--max-new-tokens", "8", *extra], env={"COLUMNS": "300"})
+
+
+@pytest.fixture(scope="module")
+def probed(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
+    out = tmp_path_factory.mktemp("probed") / "run"
+    first = _cli(tiny_qwen_dir, synthetic_parquet, out, "--probe", "none-of-the-above,open-ended")
+    assert first.exit_code == 0, first.output[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    again = _cli(tiny_qwen_dir, synthetic_parquet, out, "--probe", "none-of-the-above,open-ended")
+    assert again.exit_code == 0, again.output[-3000:]
+    return out, first, results, json.loads((out / "results.json").read_text())
+
+
+def test_both_probes_through_the_cli(probed, questions):
+    out, first, results, rerun = probed
+    variants = pd.read_parquet(out / "variants.parquet")
+    samples = pd.read_parquet(out / "samples.parquet")
+    assert set(variants["study"]) == {"probe"} and set(variants["probe"]) == {"none-of-the-above", "open-ended"}
+    single = samples[(samples["kind"] == "single") & (samples["error"] == "")]
+    for probe in ("none-of-the-above", "open-ended"):
+        rows = variants[variants["probe"] == probe]
+        found = results["probes"][probe]
+        assert found["n"] == len(rows) and 0 < len(rows) <= len(single)
+        assert found["n"] + found["n_not_probed"] == int((samples["kind"].isin(["single", "multi"])).sum())
+        base = samples.set_index("id").loc[rows["id"]]
+        assert found["base_accuracy"] == pytest.approx(float(np.mean(base["correct"])))
+        assert found["accuracy"] == pytest.approx(float(np.mean(rows["correct"])))
+        assert (rows["variant"] == f"probe-{probe}").all()
+    nota = variants[variants["probe"] == "none-of-the-above"]
+    for _, row in nota.iterrows():  # the gold letter shows "None of the above", the answer is a letter
+        assert list(row["options"])[OPTION_LETTERS.index(row["gold"])] == "None of the above"
+        assert row["correct"] == float(row["answer"] == row["gold"])
+    opened = variants[variants["probe"] == "open-ended"]
+    by_id = {q.id: q for q in questions}
+    for _, row in opened.iterrows():  # the rule restated: the free text names the gold option's text
+        question = by_id[row["id"]]
+        assert row["answer"] == row["raw_output"].strip()
+        assert row["correct"] == float(names_gold(row["raw_output"], question.options, question.gold))
+        assert "A. " not in row["prompt"]
+    jsonschema.validate(results, json.loads((Path(finbench.__file__).parent / "report" / "results.schema.json").read_text()))
+    assert "probe none-of-the-above (" in first.output and "probe open-ended (" in first.output
+    assert 'id="probes"' in (out / "report.html").read_text()
+    assert "## Contamination probes" in (out / "report.md").read_text()
+    assert results["variants"]["n"] == len(variants) == results["variants"]["n_computed"]
+    assert rerun["variants"]["n_computed"] == 0 and rerun["variants"]["n_cached"] == len(variants)
+    assert rerun["n_computed"] == 0 and rerun["probes"] == results["probes"]
+
+
+def test_compare_and_sweep_show_the_probes(probed):
+    from finbench.report.markdown import sweep_markdown
+    from finbench.report.studies import compare_rows
+    from finbench.sweep import summarize
+
+    out, _, results, _ = probed
+    summary = summarize([out, out], ["a", "b"], n_bootstrap=0)
+    assert summary["variants"][0]["studies"]["probes"]["open-ended"]["accuracy"] == results["probes"]["open-ended"]["accuracy"]
+    header, rows = compare_rows({v["name"]: v["studies"] for v in summary["variants"]})
+    assert "none-of-the-above: accuracy ×100 (probe − base)" in header and len(rows[0]) == len(header)
+    assert "none-of-the-above: accuracy" in sweep_markdown(summary)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (("--probe", "none-of-the-above,memory"), "--probe none-of-the-above,memory: unknown probe 'memory'"),
+    (("--probe", "open-ended", "--protocol", "official"), "--probe applies to the constrained protocol"),
+])
+def test_bad_probes_fail_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parquet, tmp_path, extra, message):
+    done = _cli(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", *extra)
+    assert done.exit_code == 2, done.output[-2000:]
+    errors = [line for line in done.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], done.output
+    assert not (tmp_path / "run").exists()
