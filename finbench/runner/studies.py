@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import IMAGE_ABLATIONS, Choose, Request, Session
-from finbench.runner.outputs import samples_table
-from finbench.runner.requests import for_run
-from finbench.scoring.robustness import (ABLATION, CIRCULAR, ablation_summary, circular_summary,
-                                         majority_baselines)
 from finbench.types import OPTION_LETTERS, Prediction, Question, RunConfig
+
+if TYPE_CHECKING:
+    from finbench.benchmarks.base import Benchmark
+
+# the benchmark contract, the outputs and the robustness scores (pandas, torch) are imported where
+# a study runs: `check_options` is one of the start-up checks that run before torch is imported
 
 
 def check_options(config: RunConfig) -> None:
@@ -59,6 +60,8 @@ class Variant:
 
     @property
     def name(self) -> str:
+        from finbench.scoring.robustness import CIRCULAR
+
         return f"rotation-{self.rotation}" if self.study == CIRCULAR else f"ablation-{self.ablation}"
 
 
@@ -95,7 +98,9 @@ class Studies:
                todo: Sequence[int]) -> tuple[dict[str, Any], Any]:
         """(results.json's study entries, the variants table or None). `samples` is the scored base
         table; `judged_columns` the judging columns of every question, base and variants."""
+        from finbench.runner.outputs import samples_table
         from finbench.scoring import per_question_correct
+        from finbench.scoring.robustness import ablation_summary, circular_summary, majority_baselines
 
         studied: dict[str, Any] = {"majority_baseline": majority_baselines(samples)}
         if self.config is None or not (self.config.permutations or self.config.image_ablation):
@@ -145,6 +150,10 @@ def _rotations(benchmark: Benchmark, questions: Sequence[Question], requests: Se
                notes: list[str]) -> tuple[list[tuple[Variant, Question, Any]], int]:
     """((variant, rotated question, its request's maker) for every rotation of every choice item,
     the number of choice items not rotated because an option names other options)."""
+    from finbench.benchmarks.base import names_other_options
+    from finbench.runner.requests import for_run
+    from finbench.scoring.robustness import CIRCULAR
+
     k = config.permutations
     choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]
     if k < 2:
@@ -207,6 +216,8 @@ def _ablations(questions: Sequence[Question], requests: Sequence[Request | None]
                notes: list[str]) -> list[tuple[Variant, Question, Any]]:
     """(variant, question, its request's maker) for every ablation mode of every item that shows an
     image; a "none" variant's question carries no image, so none is decoded."""
+    from finbench.scoring.robustness import ABLATION
+
     if not config.image_ablation:
         return []
     shown = [i for i, r in enumerate(requests) if r is not None and not isinstance(r, Session) and r.prompt.images]
