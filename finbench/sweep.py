@@ -168,8 +168,10 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> d
     variant's checkpoint record (runner/startup.py `check_family`), for its load. Last, each
     quantized variant's share of the language model its format would quantize, from the module
     tree alone (models/quant_share.py): every variant below the load's threshold in one message."""
-    from finbench.runner.startup import check_family, validate
+    from finbench.runner.startup import check_family, validate, validate_options
 
+    for _, config in variants:  # what the options alone decide, every variant's, before torch is imported
+        validate_options(config)
     for _, config in variants:
         validate(config)
     checked = {}

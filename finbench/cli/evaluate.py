@@ -167,7 +167,6 @@ def demo(
         data_path, wrote = demo_data(benchmark, folder, Path(out), n_items, overwrite)
     if wrote:
         console.print(f"generated synthetic {benchmark} data into {data_path}", markup=False)
-    out_console.print(DEMO_NOTICE)
     options = demo_options(benchmark, model_dir)
     run_and_report(lambda: evaluate(str(model_dir), benchmark, data=str(data_path), batch_size=batch_size,
                                     dtype="float32", device="cpu", out=out, overwrite=overwrite,

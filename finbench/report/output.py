@@ -52,11 +52,12 @@ is imported here."""
         warnings.simplefilter("always")  # every occurrence reaches run.log; the console filter keeps one
     logging.getLogger("py.warnings").addHandler(shown)
     if not verbose:
-        from finbench.models.library_logs import keep_in_run_log, loguru_into_run_log
+        from finbench.models.library_logs import hub_into_run_log, keep_in_run_log, loguru_into_run_log
 
         shown.addFilter(_not_library_chatter)
         keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
         loguru_into_run_log()  # compressed-tensors logs through loguru
+        hub_into_run_log()  # the hub's retries of a model that is not there
 
 
 # Libraries that warn on every call (bitsandbytes: "MatMul8bitLt: inputs will be cast …" once per

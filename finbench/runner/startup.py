@@ -58,7 +58,24 @@ def _protocol_names(benchmark: str) -> tuple[str, ...]:
 
 def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line. First what the
-    options alone decide (no library imported), then what needs the registry, torch or a package."""
+    options alone decide (`validate_options`), then what needs the registry, torch or a package."""
+    validate_options(config)
+    names = _protocol_names(config.benchmark)  # the registry: its scorers import torch
+    if config.protocol not in names:
+        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
+    _validate_device(config.device)
+    if config.quant != "none":  # fp8 off CUDA, a missing package
+        from finbench.models.loading import resolve_device
+        from finbench.models.quant import quant_unavailable
+
+        unavailable = quant_unavailable(config.quant, resolve_device(config.device))
+        if unavailable:
+            raise ValueError(unavailable)
+
+
+def validate_options(config: RunConfig) -> None:
+    """What the options alone decide, with no library imported (a sweep checks every variant's
+    before any variant's library checks)."""
     from finbench.runner.studies import check_options
     from finbench.sources import check_judge_source, looks_like_path
 
@@ -98,17 +115,6 @@ def validate(config: RunConfig) -> None:
     check_options(config)  # --permutations, --image-ablation (runner/studies.py)
     check_judge_source(config.judge)
     check_writable(Path(config.out))
-    names = _protocol_names(config.benchmark)  # the registry: its scorers import torch
-    if config.protocol not in names:
-        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
-    _validate_device(config.device)
-    if config.quant != "none":  # fp8 off CUDA, a missing package
-        from finbench.models.loading import resolve_device
-        from finbench.models.quant import quant_unavailable
-
-        unavailable = quant_unavailable(config.quant, resolve_device(config.device))
-        if unavailable:
-            raise ValueError(unavailable)
 
 
 DEVICE_NAME = re.compile(r"auto|(cpu|mps|cuda)(:\d+)?")
