@@ -209,10 +209,11 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
 
 def _starting(console: Any, source: str, loaded: Any, names: Sequence[str]) -> None:
     """The command's first progress line, once its options are checked and before torch, the data
-    and the model load (seconds on a cold start): what it is loading (rank 0 alone)."""
+    and the model load (seconds on a cold start): what it is loading (rank 0 alone). On a terminal
+    only: a pipe or a log gets a refusal as its one line, and the results as before."""
     import os
 
-    if console is not None and os.environ.get("RANK", "0") == "0":
+    if console is not None and getattr(console, "is_terminal", False) and os.environ.get("RANK", "0") == "0":
         what = "the data" if loaded is not None else f"{source} and the data"
         console.print(f"loading {what} of {', '.join(names)} …", markup=False, highlight=False)
 

@@ -87,8 +87,8 @@ def test_the_pure_checks_agree_with_the_loaders_names():
 def test_a_tiny_run_prints_no_library_bar_or_warning_and_the_disclaimer_once(tmp_path):
     from helpers import run_cli
 
-    done = run_cli("demo", "--n-items", "4", "--out", str(tmp_path / "d"),
-                   env={**ENV, "FINBENCH_HOME": str(tmp_path / "home"), "COLUMNS": "200"})
+    done = run_cli("demo", "--n-items", "4", "--out", str(tmp_path / "d"),  # a terminal, as a user has
+                   env={**ENV, "FINBENCH_HOME": str(tmp_path / "home"), "COLUMNS": "200", "FORCE_COLOR": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     console = done.stdout + done.stderr
     assert "Loading weights" not in console and "Deprecat" not in console and "register_constant" not in console
