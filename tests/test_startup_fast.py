@@ -84,6 +84,7 @@ def test_the_pure_checks_agree_with_the_loaders_names():
     assert set(QUANT_CHOICES) == {"none", *FORMATS}
 
 
+@pytest.mark.slow
 def test_a_tiny_run_prints_no_library_bar_or_warning_and_the_disclaimer_once(tmp_path):
     from helpers import run_cli
 
