@@ -5,6 +5,12 @@ The subpackages are attributes too — `finbench.models.load_model`, `finbench.b
 `finbench.scoring` — imported on first use, so `import finbench` stays light (no torch)."""
 
 from finbench.api import compare, evaluate, score
+from finbench.models.library_logs import keep_in_run_log
+
+# torch's pytree logs two Enum deprecation lines through its own stderr handler whenever torchao
+# is imported — transformers imports it with its quantizers, on every model load or build: they go
+# to run.log (finbench's log), never to the console, for the command line and the API alike
+keep_in_run_log(["torch.utils._pytree"])
 
 __version__ = "0.1.0"
 __all__ = ["benchmarks", "compare", "evaluate", "models", "scoring", "score"]

@@ -96,14 +96,14 @@ def generation_settings(value: Any) -> tuple[tuple[str, Any], ...]:
 
 def data_sources(values: Sequence[str], names: Sequence[str]) -> str | dict[str, str] | None:
     """The command line's --data values: one plain source, or BENCHMARK=SOURCE pairs."""
-    from finbench.benchmarks import BENCHMARKS
-
     pairs = {}
     for value in values:
         if not isinstance(value, (str, Path)):
             raise ValueError(f"data: {value!r} is not a path or hub id")
         value = str(value)
         name, sep, source = value.partition("=")
+        if sep:  # the registry only for BENCHMARK=SOURCE (its scorers import torch)
+            from finbench.benchmarks import BENCHMARKS
         if sep and name.strip().lower() in BENCHMARKS:
             pairs[name.strip().lower()] = source
         elif len(values) == 1 and len(names) == 1:
@@ -159,7 +159,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
     `out/<name>/`, `out/summary.json` holds their scores (headline, CIs, the parts scored apart),
     and a `MultiRunResult` is returned; `data` may then be a mapping benchmark → source. An `out`
     holding another run's results is refused unless `overwrite` (see `RUN_IDENTITY`)."""
-    from finbench.runner.engine import run_benchmark
+    from finbench.runner.startup import validate
 
     names = benchmark_names(benchmark)
     if isinstance(data, (list, tuple)):
@@ -177,16 +177,23 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
         command = f"finbench.evaluate({arguments})"
     if len(names) == 1:
         config = make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out), **options)
+        validate(config)  # before torch is imported: a bad option is refused at once
         refuse_other_results(config, overwrite)
-        return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command)
+        _starting(console, source, loaded, names)
+        from finbench.runner.engine import run_benchmark
+
+        return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
+                             validated=True)
     configs = {name: make_config(source, name, data=_data_for(data, name, single=False),
                                  out=str(Path(out) / name), **options) for name in names}
-    from finbench.runner.distributed import world_from_env
-    from finbench.runner.startup import load_for_run, validate
-
     for config in configs.values():  # every bad option before the model is loaded
         validate(config)
         refuse_other_results(config, overwrite)
+    _starting(console, source, loaded, names)
+    from finbench.runner.distributed import world_from_env
+    from finbench.runner.engine import run_benchmark
+    from finbench.runner.startup import load_for_run
+
     for name, config in configs.items():  # and every unusable data set before the first benchmark runs
         _check_data(name, config)
     if loaded is None:  # the one loader: device map, the rank's device and every loading option
@@ -199,6 +206,17 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str))
     return MultiRunResult(Path(out), runs, summary)
+
+
+def _starting(console: Any, source: str, loaded: Any, names: Sequence[str]) -> None:
+    """The command's first progress line, once its options are checked and before torch, the data
+    and the model load (seconds on a cold start): what it is loading (rank 0 alone). On a terminal
+    only: a pipe or a log gets a refusal as its one line, and the results as before."""
+    import os
+
+    if console is not None and getattr(console, "is_terminal", False) and os.environ.get("RANK", "0") == "0":
+        what = "the data" if loaded is not None else f"{source} and the data"
+        console.print(f"loading {what} of {', '.join(names)} …", markup=False, highlight=False)
 
 
 SUMMARY_PARTS = ("ci", "dialogue", "agent", "breakdowns", "bootstrap")  # beside the numbers, in summary.json

@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+from rich.markup import escape
 
 from finbench.types import RunConfig
 
@@ -165,9 +166,13 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> d
     refuses (from config.json alone, no weights: e.g. a thinking budget on a model without a
     thinking block). A model that cannot be found passes when its variant's run folder records an
     earlier run: it will be served from the cache (`RecordedModel`). Returns each checked
-    variant's checkpoint record (runner/startup.py `check_family`), for its load."""
-    from finbench.runner.startup import check_family, validate
+    variant's checkpoint record (runner/startup.py `check_family`), for its load. Last, each
+    quantized variant's share of the language model its format would quantize, from the module
+    tree alone (models/quant_share.py): every variant below the load's threshold in one message."""
+    from finbench.runner.startup import check_family, validate, validate_options
 
+    for _, config in variants:  # what the options alone decide, every variant's, before torch is imported
+        validate_options(config)
     for _, config in variants:
         validate(config)
     checked = {}
@@ -178,34 +183,65 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> d
             if (out / name / "results.json").is_file() and not Path(config.model).expanduser().exists():
                 continue
             raise ValueError(f"variant {name}: {err}") from None
+    _refuse_unquantizable([(name, config) for name, config in variants
+                           if name in checked and checked[name] is not None and checked[name].declared is None])
     return checked
+
+
+def _refuse_unquantizable(variants: Sequence[tuple[str, RunConfig]]) -> None:
+    if not any(config.quant != "none" for _, config in variants):
+        return
+    from finbench.models.quant_share import share_refusals
+
+    refused = share_refusals(variants)
+    if refused:
+        raise ValueError(f"{len(refused)} variant(s) would run mostly unquantized, so their loads would be refused: "
+                         f"{'; '.join(refused)}. Drop them from --quant, or sweep a model whose linear layers they can "
+                         "quantize (int4wo needs input widths that are multiples of 128: "
+                         "`finbench models make-tiny qwen2.5-vl DIR --quant bf16` builds a tiny one)")
 
 
 def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, *, show_progress: bool = False,
               console: Any = None) -> dict[str, Any]:
     """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
-    from finbench.runner.defaults import size_to_device
+    out = Path(out)
+    cache = Path(base.cache) if base.cache else out / "cache.sqlite"
+    variants = [(name, dataclasses.replace(config, out=str(out / name), cache=str(cache)))
+                for name, config in plan_variants(base, axes)]
+    checked = validate_variants(variants, out)  # once: run_benchmark does not validate them again
+    from finbench.runner.defaults import SIZED, size_to_device
     from finbench.runner.distributed import rank_device, world_from_env
     from finbench.runner.engine import run_benchmark
 
-    out = Path(out)
     # sized once, before any model loads: every variant runs with the same batch settings
-    cache = Path(base.cache) if base.cache else out / "cache.sqlite"
-    variants = [(name, dataclasses.replace(config, out=str(out / name), cache=str(cache)))
-                for name, config in plan_variants(size_to_device(base, rank_device(base.device, world_from_env())), axes)]
-    checked = validate_variants(variants, out)  # once: run_benchmark does not validate them again
-    run_dirs = []
+    sized = size_to_device(base, rank_device(base.device, world_from_env()))
+    variants = [(name, dataclasses.replace(config, **{f: getattr(sized, f) for f in (*SIZED, "sized")}))
+                for name, config in variants]
+    run_dirs, names, failed = [], [], []
     for name, config in variants:
         run_dir = out / name
-        model = _load_or_recorded(config, run_dir, checked.get(name))
+        try:  # a load can still refuse (what only the loaded weights tell): the finished variants are kept
+            model = _load_or_recorded(config, run_dir, checked.get(name))
+        except ValueError as err:
+            failed.append({"variant": name, "error": str(err)})
+            if console is not None:
+                console.print(f"[bold red]variant {name} failed to load:[/] {escape(str(err))}")
+            continue
         if console is not None:
             console.print(f"[bold]variant {name}[/]" + (" (model missing: served from the cache)"
                                                          if isinstance(model, RecordedModel) else ""))
         run_benchmark(config, model=model, show_progress=show_progress, console=console, validated=True)
         del model  # one model in memory at a time
         run_dirs.append(run_dir)
-    summary = summarize(run_dirs, [n for n, _ in variants], n_bootstrap=base.bootstrap, seed=base.seed,
+        names.append(name)
+    if failed and len(run_dirs) < 2:
+        finished = f"; finished: {names[0]} ({run_dirs[0]})" if names else ""
+        raise ValueError("; ".join(f"variant {f['variant']}: {f['error']}" for f in failed)
+                         + f"{finished} — fewer than two variants to compare, so no {SWEEP_FILE}")
+    summary = summarize(run_dirs, names, n_bootstrap=base.bootstrap, seed=base.seed,
                         axes={a: [str(v) for v in vals] for a, vals in axes.items() if vals})
+    if failed:
+        summary["failed"] = failed
     write_sweep(out, summary)
     return summary
 

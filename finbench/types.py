@@ -23,6 +23,11 @@ KINDS = (SINGLE, MULTI, NUMERICAL, OPEN)
 PROTOCOLS = ("constrained", "official")
 DEFAULT_BENCHMARK = "finmme"  # what a run that names no benchmark evaluates (the registry hands it on)
 RESULTS_FILE = "results.json"  # a run folder's results, beside samples.parquet
+# option values checked at start-up before torch is imported (runner/startup.py `validate`); the
+# modules that act on them (models/quant.py, models/loading.py, runner/defaults.py) use these
+QUANT_CHOICES = ("none", "8bit", "4bit", "int8wo", "int4wo", "fp8")
+DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")  # and auto
+AUTO = "auto"  # --batch-size auto: start at 64 rows, halve on out-of-memory (runner/loop.py)
 
 
 def option_letters(n_options: int) -> str:

@@ -52,8 +52,7 @@ def stops_in_one_line() -> Iterator[None]:
     128 + the signal; a cache or outputs that stop taking writes (disk full, the run folder
     removed) say why and exit 1."""
     import signal
-
-    from finbench.runner.engine import Interrupted, Stopped
+    import sys
 
     received: list[int] = []
 
@@ -67,14 +66,20 @@ def stops_in_one_line() -> Iterator[None]:
         previous = None
     try:
         yield
-    except (Interrupted, KeyboardInterrupt) as interrupted:  # the second: outside the batch loop
-        message = str(interrupted) if isinstance(interrupted, Interrupted) else \
-            "interrupted: the answers committed to the cache are kept; rerun the same command to resume"
+    except Exception as err:
+        # the runner's stops exist once it is imported (torch): a command refused before that has none
+        engine = sys.modules.get("finbench.runner.engine")
+        if engine is not None and isinstance(err, engine.Interrupted):
+            console.print(f"[bold yellow]{escape(str(err))}[/]")
+            raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
+        if engine is not None and isinstance(err, engine.Stopped):
+            console.print(f"[bold red]error:[/] {escape(str(err))}")
+            raise typer.Exit(1) from None
+        raise
+    except KeyboardInterrupt:  # outside the batch loop
+        message = "interrupted: the answers committed to the cache are kept; rerun the same command to resume"
         console.print(f"[bold yellow]{escape(message)}[/]")
         raise typer.Exit(128 + (received[0] if received else signal.SIGINT)) from None
-    except Stopped as stopped:
-        console.print(f"[bold red]error:[/] {escape(str(stopped))}")
-        raise typer.Exit(1) from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -84,13 +89,14 @@ def run_and_report(work, verbose_tables: bool = False, notice: str | None = None
     """Run, then print each run's compact summary (report/console.py); the last line of all
     repeats model · benchmark · protocol · headline score [CI] · n · errors."""
     from finbench.api import MultiRunResult
-    from finbench.report.console import last_line, print_run
 
     with stops_in_one_line():
         try:
             result = work()
         except (ValueError, OSError, TypeError) as err:
             fail(str(err))
+    from finbench.report.console import last_line, print_run  # after the work: a refused run imports no torch
+
     runs = list(result.runs.values()) if isinstance(result, MultiRunResult) else [result]
     if any(one.samples is None for one in runs):  # a data-parallel rank other than 0: rank 0 reports
         return

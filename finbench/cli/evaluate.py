@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from finbench.cli.common import console, fail, home, one_line_errors, out_console, run_and_report, stops_in_one_line
 from finbench.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
@@ -180,10 +181,10 @@ def demo(
 
     configure_output(progress, verbose)
     benchmark = benchmark.strip().lower()
-    if benchmark not in demos():
-        fail(f"--benchmark {benchmark}: the demo knows {', '.join(demos())}")
     if n_items is not None and n_items < 1:
         fail(f"--n-items {n_items}: expected a positive number of synthetic items")
+    if benchmark not in demos():  # the registry (its scorers import torch)
+        fail(f"--benchmark {benchmark}: the demo knows {', '.join(demos())}")
     out = out or ("runs/demo" if benchmark == DEFAULT_BENCHMARK else f"runs/demo-{benchmark}")
 
     folder = home()
@@ -260,3 +261,7 @@ def sweep(
     print_comparison({**summary["comparison"], "distributions": summary["distributions"],
                       "studies": {v["name"]: v.get("studies") or {} for v in summary["variants"]}}, console=out_console)
     out_console.print(f"wrote {Path(out) / 'sweep.json'}, {Path(out) / 'report.html'} and {Path(out) / 'report.md'}", markup=False)
+    for failure in summary.get("failed", []):  # the finished variants are compared above; these are not
+        console.print(f"[bold red]error:[/] variant {escape(failure['variant'])} did not run: {escape(failure['error'])}")
+    if summary.get("failed"):
+        raise typer.Exit(1)

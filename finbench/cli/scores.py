@@ -28,8 +28,6 @@ def score(
 ) -> None:
     """Score a finished run (tables + RUN_DIR/scores_<variant>.json), or raw answer strings
     against benchmark data (printed as JSON)."""
-    from finbench.scoring.commands import score_command, score_predictions
-
     if bootstrap < 0:
         fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
     if run_dir is not None:
@@ -38,10 +36,14 @@ def score(
                  "folder is scored from its own samples.parquet — give one or the other")
         if not (run_dir / "samples.parquet").exists():
             fail(f"{run_dir}: no samples.parquet (is it a finbench run folder?)")
+        from finbench.scoring.commands import score_command  # after the checks: a refusal imports no torch
+
         with one_line_errors(str(run_dir)):
             score_command(run_dir, variant, bootstrap, seed, console=out_console)
         return
     if data is not None and predictions is not None:
+        from finbench.scoring.commands import score_predictions
+
         with one_line_errors():
             scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed, console=console,
                                         protocol=protocol, samples_out=samples_out)
@@ -60,8 +62,6 @@ def compare(
 ) -> None:
     """Paired comparison of runs on the same questions (McNemar, paired bootstrap, flips).
     Runs are compared on the questions they share; a note says how many each leaves out."""
-    from finbench.scoring.commands import compare_command
-
     if len(run_dirs) < 2:
         fail("compare needs at least two run folders")
     if bootstrap < 0:
@@ -69,6 +69,8 @@ def compare(
     for run_dir in run_dirs:
         if not (run_dir / "samples.parquet").exists():
             fail(f"{run_dir}: no samples.parquet")
+    from finbench.scoring.commands import compare_command  # after the checks: a refusal imports no torch
+
     with one_line_errors():
         compare_command(run_dirs, out, bootstrap, seed, console=out_console,
                         allow_mixed_protocols=allow_mixed_protocols)
@@ -103,6 +105,9 @@ def leaderboard(
 ) -> None:
     """One row per run: model, quant, thinking, protocol, benchmark, headline score with CI,
     accuracy, n, errors, samples/s, and paired-test stars against a reference run."""
+    for run_dir in run_dirs:  # before the board's imports (torch): a mistyped folder is refused at once
+        if not run_dir.exists():
+            fail(f"{run_dir}: not a finbench run folder (no results.json), nor a folder of run folders")
     from finbench.leaderboard import FORMATS, build, print_board, write
 
     for path in out:

@@ -6,32 +6,42 @@ architectures fail at start-up with one line."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from safetensors import SafetensorError
-
-from finbench.models.base import HFVisionLanguageModel
-from finbench.models.contract import Capabilities, ModelAdapter, refusal
-from finbench.models.deepseek_vl2 import DeepSeekVL2
-from finbench.models.internvl import InternVL
-from finbench.models.qwen2_5_vl import Qwen25VL
-from finbench.models.qwen3_5 import Qwen35
-from finbench.models.qwen3_vl import Qwen3VL
-from finbench.models.qwen3_vl_moe import Qwen3VLMoe
+if TYPE_CHECKING:
+    from finbench.models.base import HFVisionLanguageModel
 
 __all__ = ["FAMILIES", "Capabilities", "Checkpoint", "ModelAdapter", "family_for", "family_of", "load_model",
            "read_checkpoint", "refusal"]
 
-FAMILIES: tuple[type[HFVisionLanguageModel], ...] = (Qwen25VL, Qwen3VL, InternVL, Qwen3VLMoe, Qwen35, DeepSeekVL2)
+# The families (torch, transformers) are imported on first use, not with the package: a torch-free
+# module of it (library_logs) is imported by every command before its options are checked.
+_LAZY = {"Capabilities": "contract", "ModelAdapter": "contract", "refusal": "contract",
+         "HFVisionLanguageModel": "base", "DeepSeekVL2": "deepseek_vl2", "InternVL": "internvl",
+         "Qwen25VL": "qwen2_5_vl", "Qwen35": "qwen3_5", "Qwen3VL": "qwen3_vl", "Qwen3VLMoe": "qwen3_vl_moe"}
+FAMILY_NAMES = ("Qwen25VL", "Qwen3VL", "InternVL", "Qwen3VLMoe", "Qwen35", "DeepSeekVL2")  # FAMILIES, in order
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FAMILIES":
+        value: Any = tuple(__getattr__(family) for family in FAMILY_NAMES)
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(f"finbench.models.{_LAZY[name]}"), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # once: a later lookup (or a test's monkeypatch) finds it here
+    return value
 
 
 def family_for(model_type: str) -> type[HFVisionLanguageModel]:
-    for family in FAMILIES:
+    families = globals().get("FAMILIES") or __getattr__("FAMILIES")
+    for family in families:
         if model_type in family.model_types:
             return family
-    known = ", ".join(t for f in FAMILIES for t in f.model_types)
+    known = ", ".join(t for f in families for t in f.model_types)
     raise ValueError(f"model_type {model_type!r} is not supported yet (supported: {known})")
 
 
@@ -95,6 +105,10 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     where the exact CUDA fast paths would run (models/fast_paths.py). `checkpoint`: the record
     start-up read and checked (runner/startup.py `check_family`): config.json is not read again
     and the family's refusal not repeated; without it both happen here."""
+    from safetensors import SafetensorError
+
+    from finbench.models.contract import refusal
+
     hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
     if checkpoint is None:

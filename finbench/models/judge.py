@@ -13,15 +13,7 @@ from typing import Any, Callable, Sequence
 from finbench.models.base import HFVisionLanguageModel, resolve_device, resolve_dtype, weights_digest
 from finbench.models.contract import Capabilities
 from finbench.models.inputs import ModelInputs
-
-
-def check_judge_source(source: str | None) -> None:
-    """A --judge that is neither a folder nor a hub id is one line, before any model loads: a path
-    (absolute, ./…, ~/…, or with more than one '/') that does not exist is not taken for a hub id."""
-    if not source or Path(source).expanduser().exists():
-        return
-    if source.startswith(("/", ".", "~")) or source.count("/") != 1:
-        raise ValueError(f"--judge {source}: no such model folder (a hub id is written owner/name)")
+from finbench.sources import check_judge_source  # torch-free: start-up checks --judge with it
 
 
 def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: Any = None) -> Any:

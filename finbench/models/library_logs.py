@@ -64,3 +64,19 @@ def loguru_into_run_log() -> None:
         logger.remove(0)
         logger.add(lambda message: logging.getLogger("finbench.library").log(
             message.record["level"].no, message.record["message"]), level="INFO", format="{message}")
+
+
+def hub_into_run_log() -> None:
+    """huggingface_hub logs through a stderr handler of its own (its import adds it): a model that
+    is not there offline printed ten "Retrying in 1s" lines before the one error line. Its records
+    go to run.log instead."""
+    import importlib.util
+
+    if importlib.util.find_spec("huggingface_hub") is None:
+        return
+    import huggingface_hub.utils.logging  # noqa: F401  (light: the package imports lazily)
+
+    hub = logging.getLogger("huggingface_hub")
+    for handler in [h for h in hub.handlers if type(h) is logging.StreamHandler]:
+        hub.removeHandler(handler)
+    keep_in_run_log(["huggingface_hub"])

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from finbench.models.library_logs import quiet_library_import
+from finbench.types import QUANT_CHOICES  # the names: checked at start-up without torch
 
-QUANT_CHOICES = ("none", "8bit", "4bit", "int8wo", "int4wo", "fp8")
 # the model parts a name belongs to (the families' module trees: Qwen-VL `model.visual`, InternVL-hf
 # `model.vision_tower` + `model.multi_modal_projector`, all `model.language_model` and `lm_head`)
 VISION_PARTS = ("visual", "vision_tower", "vision_model", "multi_modal_projector")
@@ -142,17 +142,23 @@ def quantize_loaded(model: torch.nn.Module, quant: str, device: torch.device, qu
         names = {id(m): n for n, m in model.named_modules()}
 
         def wanted(module: torch.nn.Module, name: str) -> bool:
-            return (type(module) is torch.nn.Linear and in_scope(names.get(id(module), name), quant_vision)
-                    and fits(module, quant))
+            return would_quantize(module, names.get(id(module), name), quant, quant_vision)
 
         quantize_(model, _torchao_config(quant, device), filter_fn=wanted)
     elif quant == "fp8":
         from finbench.models.fp8 import Fp8Linear, share_activations
 
         for name, module in list(model.named_modules()):
-            if type(module) is torch.nn.Linear and in_scope(name, quant_vision) and fits(module, quant):
+            if would_quantize(module, name, quant, quant_vision):
                 model.set_submodule(name, Fp8Linear.from_linear(module))
         share_activations(model)  # q/k/v and gate/up quantize their shared input once
+
+
+def would_quantize(module: torch.nn.Module, name: str, quant: str, quant_vision: bool = False) -> bool:
+    """The rule of every on-the-fly format: a plain linear layer in scope whose shape fits the
+    format (bitsandbytes skips by name what is out of scope, and fits every shape). The sweep
+    applies it to the module tree before any weights load (models/quant_share.py)."""
+    return quant != "none" and type(module) is torch.nn.Linear and in_scope(name, quant_vision) and fits(module, quant)
 
 
 def fits(linear: torch.nn.Linear, quant: str) -> bool:
@@ -221,41 +227,57 @@ def _storage_dtype(weight: torch.Tensor) -> str:
 def inspect_quantization(model: torch.nn.Module) -> dict[str, Any]:
     """What the loaded model really holds, per part (language model, vision, LM head): matrix
     layers, how many are quantized, their types and bits; and the share of the language model's
-    matrix elements that are quantized (raw ≥ 2-D parameters outside linear layers — fused MoE
-    experts — count as high precision unless their dtype is a quantized one)."""
+    matrix elements that are quantized (`language_model_share`)."""
     parts: dict[str, dict[str, Any]] = {}
-    lm_elements = Counter()
     covered: set[int] = set()
     for name, module in model.named_modules():
         kind = weight_kind(module)
         if kind is None:
             continue
-        part = part_of(name)
-        entry = parts.setdefault(part, {"layers": 0, "quantized": 0, "types": Counter(), "bits": Counter()})
+        entry = parts.setdefault(part_of(name), {"layers": 0, "quantized": 0, "types": Counter(), "bits": Counter()})
         entry["layers"] += 1
         covered.update(id(p) for p in module.parameters(recurse=False))
-        covered.update(id(b) for b in module.buffers(recurse=False))
-        numel = int(module.in_features * module.out_features) if hasattr(module, "in_features") \
-            else int(module.weight.numel())
         label, bits, _ = kind
         if bits is not None:
             entry["quantized"] += 1
             entry["types"][label] += 1
             entry["bits"][str(bits)] += 1
-        if part == "language_model":
-            lm_elements["quantized" if bits is not None else "high"] += numel
     for name, param in model.named_parameters():
         if id(param) in covered or param.dim() < 2 or part_of(name) != "language_model" or "embed" in name:
             continue
-        quantized = param.dtype in (torch.int8, torch.uint8, torch.int32, torch.float8_e4m3fn)
-        lm_elements["quantized" if quantized else "high"] += int(param.numel())
-        if not quantized:
+        if param.dtype not in QUANTIZED_DTYPES:
             parts.setdefault("language_model", {"layers": 0, "quantized": 0, "types": Counter(), "bits": Counter()}) \
                 .setdefault("unquantized_tensors", Counter())[name.rsplit(".", 1)[-1]] += 1
-    total = sum(lm_elements.values())
     return {"parts": {p: {k: dict(sorted(v.items())) if isinstance(v, Counter) else v for k, v in entry.items()}
                       for p, entry in sorted(parts.items())},
-            "language_model_quantized_share": round(lm_elements["quantized"] / total, 4) if total else 0.0}
+            "language_model_quantized_share": language_model_share(model, lambda _, m: weight_kind(m)[1] is not None)}
+
+
+QUANTIZED_DTYPES = (torch.int8, torch.uint8, torch.int32, torch.float8_e4m3fn)
+
+
+def language_model_share(model: torch.nn.Module, quantized: Any) -> float:
+    """The share of the language model's matrix elements that `quantized(name, module)` says are
+    quantized, over its matrix layers; raw >= 2-D parameters outside them (fused MoE experts)
+    count as high precision unless their dtype is a quantized one. One count for the loaded
+    model's inspection and for the plan made before the load (models/quant_share.py)."""
+    elements = Counter()
+    covered: set[int] = set()
+    for name, module in model.named_modules():
+        if weight_kind(module) is None:
+            continue
+        covered.update(id(p) for p in module.parameters(recurse=False))
+        covered.update(id(b) for b in module.buffers(recurse=False))
+        if part_of(name) == "language_model":
+            numel = int(module.in_features * module.out_features) if hasattr(module, "in_features") \
+                else int(module.weight.numel())
+            elements["quantized" if quantized(name, module) else "high"] += numel
+    for name, param in model.named_parameters():
+        if id(param) in covered or param.dim() < 2 or part_of(name) != "language_model" or "embed" in name:
+            continue
+        elements["quantized" if param.dtype in QUANTIZED_DTYPES else "high"] += int(param.numel())
+    total = sum(elements.values())
+    return round(elements["quantized"] / total, 4) if total else 0.0
 
 
 def untouched_refusal(report: dict[str, Any], label: str) -> str | None:

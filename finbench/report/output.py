@@ -5,30 +5,36 @@ no progress bar at all with --no-progress. Set up once per command, before any m
 from __future__ import annotations
 
 import os
+import sys
 
 
 def configure_output(progress: bool, verbose: bool) -> None:
     """Quiet by default: library warnings go to run.log and are shown once each, the quantization
     libraries' (QUIET_LOGGERS, QUIET_WARNING_SOURCES) only in run.log; --no-progress turns off
-    every progress bar (ours, transformers', huggingface_hub's, datasets')."""
+    every progress bar (ours too; transformers' and huggingface_hub's are always off). Nothing heavy
+is imported here."""
     import logging
     import warnings
 
+    # transformers' and huggingface_hub's own bars ("Loading weights" on every load) are off even
+    # with progress: finbench's bar is the one a run shows. Set in the environment, which they read
+    # when imported, so that a command checks its options before torch or transformers is imported;
+    # and directly where they are imported already (the Python API, tests).
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     if not progress:
-        os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
         os.environ["TQDM_DISABLE"] = "1"
-        try:
-            import transformers
+    if not verbose:
+        os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
 
-            transformers.utils.logging.disable_progress_bar()
-        except ImportError:
-            pass
-        try:
-            from huggingface_hub.utils import disable_progress_bars
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        import transformers
 
-            disable_progress_bars()
-        except ImportError:
-            pass
+        transformers.utils.logging.disable_progress_bar()
+        if not verbose:
+            transformers.utils.logging.set_verbosity_error()
     logging.captureWarnings(True)
     logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback on the console
     shown = logging.StreamHandler()
@@ -44,19 +50,14 @@ def configure_output(progress: bool, verbose: bool) -> None:
 
         shown.addFilter(once)
         warnings.simplefilter("always")  # every occurrence reaches run.log; the console filter keeps one
-        try:
-            import transformers
-
-            transformers.utils.logging.set_verbosity_error()
-        except ImportError:
-            pass
     logging.getLogger("py.warnings").addHandler(shown)
     if not verbose:
-        from finbench.models.library_logs import keep_in_run_log, loguru_into_run_log
+        from finbench.models.library_logs import hub_into_run_log, keep_in_run_log, loguru_into_run_log
 
         shown.addFilter(_not_library_chatter)
         keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
         loguru_into_run_log()  # compressed-tensors logs through loguru
+        hub_into_run_log()  # the hub's retries of a model that is not there
 
 
 # Libraries that warn on every call (bitsandbytes: "MatMul8bitLt: inputs will be cast …" once per

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from finbench.types import RunConfig
+from finbench.types import AUTO, RunConfig  # noqa: F401  (AUTO: --batch-size auto, named here too)
 
 # What the H200 check ran (benchmarks/results/gpu_check_h200.json): batch auto (64, halved on
 # out-of-memory), 98,304 tokens per batch on ~140 GiB and 8 preprocessing threads on 16 CPU cores.
@@ -22,7 +22,6 @@ TOKENS_PER_GIB = 768  # token budget per GiB of GPU memory: 98,304 on 128 GiB an
 MEASURED_TOKEN_BUDGET = 98_304  # the largest budget measured; larger GPUs are not extrapolated to
 MAX_WORKERS = 8  # the largest worker count measured
 SIZED = ("batch_size", "token_budget", "workers")  # the settings a run may leave to the device
-AUTO = "auto"  # --batch-size auto: start at 64 rows, halve on out-of-memory (runner/loop.py)
 
 
 def sized_defaults(device_type: str, gpu_memory_bytes: int | None = None, cpu_count: int | None = None) -> dict[str, Any]:

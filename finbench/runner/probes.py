@@ -72,19 +72,6 @@ def with_none_of_the_above(question: Question, language: Any = "") -> Question |
     return dataclasses.replace(question, options=tuple(options))
 
 
-def check_probes(config: RunConfig) -> None:
-    """--probe, checked with the other options (one ValueError line)."""
-    unknown = [name for name in config.probes if name not in PROBES]
-    if unknown:
-        raise ValueError(f"--probe {','.join(config.probes)}: unknown probe {unknown[0]!r}; expected "
-                         f"{', '.join(PROBES)} (comma-separated)")
-    if len(set(config.probes)) != len(config.probes):
-        raise ValueError(f"--probe {','.join(config.probes)}: a probe is named twice")
-    if config.probes and config.protocol != "constrained":
-        raise ValueError("--probe applies to the constrained protocol: the official prompts write the options "
-                         "themselves")
-
-
 def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests: Sequence[Request | None],
                    config: RunConfig, think_budget: int | None, notes: list[str],
                    variant: Any) -> tuple[list[tuple[Any, Question, Any]], dict[str, dict[str, int]]]:

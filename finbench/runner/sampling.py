@@ -31,13 +31,6 @@ from finbench.requests import Choose, Generate, Number, Request, Session
 from finbench.types import Question, RunConfig
 
 
-def check(config: RunConfig) -> None:
-    """--samples, checked with the other options (one ValueError line)."""
-    if not isinstance(config.samples, int) or config.samples < 1:
-        raise ValueError(f"--samples {config.samples}: give the number of samples per generated request, 1 or more "
-                         "(1: each asked once, as without --samples)")
-
-
 def sampled_settings(config: RunConfig) -> dict[str, Any]:
     """The run's sampling settings (`--gen-kwargs` without the budget), {} when decoding is greedy."""
     generation = {k: v for k, v in config.gen_kwargs if k != "max_new_tokens"}

@@ -12,15 +12,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
 
-from finbench.runner.defaults import AUTO
-from finbench.runner.distributed import World, rank_device
-from finbench.types import PROTOCOLS, Question, RunConfig
+if TYPE_CHECKING:
+    from finbench.runner.distributed import World
+
+# torch, the registry (its scorers import torch) and the model packages are imported by the checks
+# that need them, after every check that needs none: a bad option is refused in a fraction of a
+# second (tests/test_startup_fast.py)
 
 log = logging.getLogger("finbench")
 GENERATION_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
@@ -46,25 +50,35 @@ def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
 
 
 def _protocol_names(benchmark: str) -> tuple[str, ...]:
-    """The --protocol values of the run's benchmark (an unknown one is refused when it is read)."""
+    """The --protocol values of the run's benchmark (an unknown benchmark is one ValueError line)."""
     from finbench.benchmarks import get_benchmark
 
-    try:
-        return get_benchmark(benchmark).protocol_names
-    except ValueError:
-        return PROTOCOLS
+    return get_benchmark(benchmark).protocol_names
 
 
 def validate(config: RunConfig) -> None:
-    """Every option checked before any work: a bad one is one ValueError line."""
-    from finbench.models.base import resolve_device, resolve_dtype
-    from finbench.models.judge import check_judge_source
-    from finbench.models.quant import QUANT_CHOICES, quant_unavailable
-    from finbench.runner.studies import check_options
-
-    names = _protocol_names(config.benchmark)
+    """Every option checked before any work: a bad one is one ValueError line. First what the
+    options alone decide (`validate_options`), then what needs the registry, torch or a package."""
+    validate_options(config)
+    names = _protocol_names(config.benchmark)  # the registry: its scorers import torch
     if config.protocol not in names:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
+    _validate_device(config.device)
+    if config.quant != "none":  # fp8 off CUDA, a missing package
+        from finbench.models.loading import resolve_device
+        from finbench.models.quant import quant_unavailable
+
+        unavailable = quant_unavailable(config.quant, resolve_device(config.device))
+        if unavailable:
+            raise ValueError(unavailable)
+
+
+def validate_options(config: RunConfig) -> None:
+    """What the options alone decide, with no library imported (a sweep checks every variant's
+    before any variant's library checks)."""
+    from finbench.runner.study_options import check_options
+    from finbench.sources import check_judge_source, looks_like_path
+
     if config.batch_size not in (None, AUTO) and not (isinstance(config.batch_size, int) and config.batch_size >= 1):
         raise ValueError(f"--batch-size {config.batch_size}: must be a positive integer or 'auto'")
     if config.think_budget < 0:
@@ -79,15 +93,14 @@ def validate(config: RunConfig) -> None:
     for option, (value, low) in at_least.items():
         if value is not None and value < low:
             raise ValueError(f"{option} {value}: must be at least {low}")
-    _validate_device(config.device)
-    resolve_dtype(config.dtype, torch.device("cpu"))  # the name only (auto is decided at load)
+    if not DEVICE_NAME.fullmatch(config.device):
+        raise ValueError(f"--device {config.device}: expected auto, cpu, cuda or cuda:N")
+    if config.dtype != "auto" and config.dtype not in DTYPE_NAMES:  # the name only (auto is decided at load)
+        raise ValueError(f"--dtype {config.dtype}: expected one of auto, {', '.join(DTYPE_NAMES)}")
     if config.quant not in QUANT_CHOICES:
         raise ValueError(f"--quant {config.quant}: expected one of {', '.join(QUANT_CHOICES)}")
     if config.quant_vision and config.quant == "none":
         raise ValueError("--quant-vision applies with --quant (8bit, 4bit, int8wo, int4wo, fp8)")
-    unavailable = quant_unavailable(config.quant, resolve_device(config.device))  # fp8 off CUDA, a missing package
-    if unavailable:
-        raise ValueError(unavailable)
     if config.device_map not in DEVICE_MAPS:
         raise ValueError(f"--device-map {config.device_map}: expected auto, balanced, balanced_low_0 or sequential")
     if config.chat_template and not Path(config.chat_template).is_file():
@@ -97,28 +110,27 @@ def validate(config: RunConfig) -> None:
             raise ValueError(f"--gen-kwargs: unknown key {key!r} (known: {', '.join(GENERATION_KEYS)})")
         if key in ("max_new_tokens", "top_k") and value < 1 or key in ("temperature", "top_p") and value < 0:
             raise ValueError(f"--gen-kwargs: {key}={value} is out of range")
-    if config.data is not None and not Path(config.data).exists():
-        looks_like_path = Path(config.data).suffix in {".parquet", ".arrow", ".jsonl", ".json"} \
-            or config.data.startswith((".", "/", "~")) or config.data.count("/") != 1
-        if looks_like_path:  # anything else is taken as a hub id ("owner/name")
-            raise ValueError(f"--data {config.data}: no such file or folder")
-    check_options(config)  # --permutations, --image-ablation (runner/studies.py)
+    if config.data is not None and not Path(config.data).exists() and looks_like_path(config.data, DATA_SUFFIXES):
+        raise ValueError(f"--data {config.data}: no such file or folder")  # anything else is a hub id ("owner/name")
+    check_options(config)  # the studies: --permutations, --image-ablation, --samples, --probe
     check_judge_source(config.judge)
     check_writable(Path(config.out))
 
 
+DEVICE_NAME = re.compile(r"auto|(cpu|mps|cuda)(:\d+)?")
+DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json")
+
+
 def _validate_device(device: str) -> None:
-    if device == "auto":
+    """Whether the CUDA device named is there (torch is imported only when one is named)."""
+    if not device.startswith("cuda"):
         return
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N") from None
-    if resolved.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"--device {device}: expected auto, cpu, cuda or cuda:N")
-    if resolved.type == "cuda" and not torch.cuda.is_available():
+    import torch
+
+    resolved = torch.device(device)
+    if not torch.cuda.is_available():
         raise ValueError(f"--device {device}: CUDA is not available on this machine")
-    if resolved.type == "cuda" and resolved.index is not None and resolved.index >= torch.cuda.device_count():
+    if resolved.index is not None and resolved.index >= torch.cuda.device_count():
         raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
@@ -170,6 +182,7 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     rank's device (with several ranks, `auto`/`cuda` means the rank's own GPU). `checkpoint`: the
     record `check_family(config)` returned already (a sweep checks every variant first), or None."""
     from finbench.models import load_model
+    from finbench.runner.distributed import World, rank_device
 
     checkpoint = checkpoint or check_family(config)
     device = rank_device(config.device, world or World())
@@ -188,6 +201,7 @@ def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any
     """The `--judge` adapter (models/judge.py) on this rank's device (the run's `model` when it is
     the same checkpoint); None without --judge, and on ranks but 0 (rank 0 judges alone)."""
     from finbench.models.judge import load_judge
+    from finbench.runner.distributed import World, rank_device
 
     world = world or World()
     return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model) \

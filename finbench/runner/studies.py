@@ -22,39 +22,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
-from finbench.requests import IMAGE_ABLATIONS, Choose, Request, Session
-from finbench.runner import sampling
+from finbench.requests import Choose, Request, Session
 from finbench.runner.outputs import samples_table
-from finbench.runner.probes import check_probes, probe_variants
+from finbench.runner.probes import probe_variants
 from finbench.runner.requests import for_run
 from finbench.runner.sampling import sample_frames, sample_variants
 from finbench.scoring.robustness import (ABLATION, CIRCULAR, ablation_summary, circular_summary,
                                          majority_baselines)
 from finbench.scoring.sampling import SAMPLING, sampling_summary
 from finbench.scoring.probes import PROBE, probe_summary, probe_verdicts
-from finbench.types import OPTION_LETTERS, Prediction, Question, RunConfig
-
-
-def check_options(config: RunConfig) -> None:
-    """--permutations and --image-ablation, checked with the other options (one ValueError line)."""
-    k = config.permutations
-    if k < 0 or k == 1:
-        raise ValueError(f"--permutations {k}: give 2 or more orders of the options (the published one and "
-                         "k−1 rotations), or 0 for none")
-    if k > len(OPTION_LETTERS):
-        raise ValueError(f"--permutations {k}: an item has at most {len(OPTION_LETTERS)} options, so at most "
-                         f"{len(OPTION_LETTERS)} orders")
-    if k and config.protocol != "constrained":
-        raise ValueError("--permutations applies to the constrained protocol: the official prompts write the "
-                         "options themselves")
-    unknown = [mode for mode in config.image_ablation if mode not in IMAGE_ABLATIONS]
-    if unknown:
-        raise ValueError(f"--image-ablation {','.join(config.image_ablation)}: unknown mode {unknown[0]!r}; "
-                         f"expected {', '.join(IMAGE_ABLATIONS)} (comma-separated)")
-    if len(set(config.image_ablation)) != len(config.image_ablation):
-        raise ValueError(f"--image-ablation {','.join(config.image_ablation)}: a mode is named twice")
-    sampling.check(config)  # --samples
-    check_probes(config)
+from finbench.types import Prediction, Question, RunConfig
 
 
 @dataclass(frozen=True)
