@@ -47,6 +47,8 @@ def _probe(*args: str, cwd=None) -> tuple[dict, str, float]:
     (["run", "--model", "x", "--device", "tpu"], "--device tpu: expected auto, cpu, cuda or cuda:N"),
     (["run", "--model", "x", "--batch-size", "0"], "--batch-size 0: must be a positive integer"),
     (["run", "--model", "x", "--permutations", "1"], "--permutations 1: give 2 or more orders"),
+    (["run", "--model", "x", "--samples", "0"], "--samples 0: give the number of samples"),
+    (["run", "--model", "x", "--probe", "bogus"], "--probe bogus: unknown probe 'bogus'"),
     (["run", "--model", "x", "--judge", "/no/such/judge"], "--judge /no/such/judge: no such model folder"),
     (["run", "--model", "x", "--data", "/no/such.parquet"], "--data /no/such.parquet: no such file"),
     (["run", "--model", "x", "--quant-vision"], "--quant-vision applies with --quant"),
