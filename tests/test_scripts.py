@@ -249,7 +249,7 @@ def test_the_fp8_row_quantizes_the_seeded_weights_in_memory_and_runs_interleaved
     gpu_check = _load("gpu_check")
     monkeypatch.setattr(quant, "quant_unavailable", lambda name, device: None)
     args = gpu_check.parse_args(["--tiny", "--out", str(tmp_path), "--n-items", "4", "--ab-items", "4",
-                                 "--baseline-items", "0"])
+                                 "--baseline-items", "0", "--no-run-reports"])
     check = gpu_check.Check(args, tmp_path / "work")
     (tmp_path / "work").mkdir()
     check.report = gpu_check.Report(tmp_path, "check", args)
@@ -260,3 +260,10 @@ def test_the_fp8_row_quantizes_the_seeded_weights_in_memory_and_runs_interleaved
     assert len(row["samples_per_s_runs"]) == len(row["default_samples_per_s_runs"]) == 3
     assert row["load_s"] > check.load_s and not (tmp_path / "work" / "checkpoint").exists()
     assert 0 < row["memory_gib"] * 2**30 < sum(p.numel() * 4 for p in check.unpadded_model().parameters())
+    # --no-run-reports (gpu_check.sh's tiny setting): every run writes its samples and results, no report
+    runs = sorted((tmp_path / "work").glob("run-*"))
+    assert len(runs) >= 7 and all((run / "samples.parquet").is_file() and (run / "results.json").is_file()
+                                  and not (run / "report.html").exists() for run in runs), runs
+    from finbench.report import html
+
+    assert html.write_report.__name__ == "write_report"  # put back after each run
