@@ -314,7 +314,24 @@ class Check:
     def run(self, adapter: Any, name: str, n_items: int, **changes: Any) -> Any:
         from finbench.runner.engine import run_benchmark
 
-        return run_benchmark(self.run_config(name, n_items, **changes), adapter, show_progress=False)
+        with without_reports() if self.args.no_run_reports else contextlib.nullcontext():
+            return run_benchmark(self.run_config(name, n_items, **changes), adapter, show_progress=False)
+
+
+@contextlib.contextmanager
+def without_reports() -> Iterator[None]:
+    """The check's own runs write no report.html / report.md (`--no-run-reports`, the tiny check's
+    setting): nobody reads them, and rendering a run's plots is ~90% of a tiny run on 2 CPU cores
+    (seconds each, dozens of runs). Their samples and results are written as ever; the timed part
+    of a run ends before its outputs."""
+    from finbench.report import html
+
+    real = html.write_report
+    html.write_report = lambda folder, *args, **kwargs: None  # runner/outputs.py imports it per call
+    try:
+        yield
+    finally:
+        html.write_report = real
 
 
 # ---- sections --------------------------------------------------------------------------------
@@ -753,6 +770,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ab", default=",".join(AB_VARIANTS), help=f"A/B rows after the reference ({', '.join(AB_VARIANTS)}; '' = none)")
     parser.add_argument("--quant-ab", default="fp8", help="quantized A/B rows (each if models/quant.py offers it)")
     parser.add_argument("--budget", type=float, default=None, help="seconds for the whole check (default: 440 on CUDA, none with --tiny)")
+    parser.add_argument("--no-run-reports", action="store_true", help="write no report.html/.md for the check's runs "
+                        "(gpu_check.sh's tiny settings: rendering them is most of a tiny run)")
     args = parser.parse_args(argv)
     unknown = set(filter(None, args.ab.split(","))) - set(AB_VARIANTS)
     if unknown:

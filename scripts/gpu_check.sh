@@ -49,9 +49,13 @@ section() {  # section NAME SECONDS COMMAND...: one line when it fails or times 
   return 0
 }
 if [ -n "$TINY" ]; then
-  section gemm 120 "$PYTHON" scripts/bench_gemm.py --tiny --out "$OUT" --repeat 2 --sustain 1
-  section attention 120 "$PYTHON" scripts/bench_attention.py --tiny --out "$OUT" --repeat 2
-  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" --n-items 8 --ab-items 4 "$@"
+  # the smallest settings that still exercise every section: one timed repeat, half a second of
+  # sustained GEMMs, 4 items, 2 interleaved pairs an A/B row, no per-run report (its plots were most
+  # of each tiny run); well under 3 minutes on 2 loaded cores (the tests run it)
+  section gemm 120 "$PYTHON" scripts/bench_gemm.py --tiny --out "$OUT" --repeat 1 --sustain 0.5
+  section attention 120 "$PYTHON" scripts/bench_attention.py --tiny --out "$OUT" --repeat 1
+  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" --n-items 4 --ab-items 4 --baseline-items 1 \
+    --pairs 2 --think-batch 2 --think-budget 8 --no-run-reports "$@"
 else
   section gemm 70 "$PYTHON" scripts/bench_gemm.py --out "$OUT"
   section attention 40 "$PYTHON" scripts/bench_attention.py --out "$OUT"

@@ -25,6 +25,17 @@ def synthetic_parquet(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def finmme_demo(tmp_path_factory):
+    """(run folder, CLI result) of `finbench demo` (FinMME), run once per session in this process
+    with a fresh FINBENCH_HOME; read by the tests of the demo's console, files and answers."""
+    from helpers import cli
+
+    root = tmp_path_factory.mktemp("finmme-demo")
+    done = cli("demo", "--out", str(root / "demo"), "--no-progress", env={"FINBENCH_HOME": str(root / "home")})
+    return root / "demo", done
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tiny_qwen_dir):
     from finbench.models import load_model
 

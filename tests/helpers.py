@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: sharpened tiny models, the CLI in a subprocess, a cache's row count."""
+"""Helpers shared by the tests: sharpened tiny models (built once per session), the CLI in a
+subprocess or in this process, a cache's row count, PNG bytes and FinMME records."""
 
 from __future__ import annotations
 
@@ -17,6 +18,31 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 600, **kwargs) -
                           env=env or ENV, timeout=timeout, **kwargs)
 
 
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`finbench ARGS…` in this process (typer's CliRunner on the same `app` the console script
+    calls), answered as `run_cli` answers: returncode, stdout, stderr. A fresh process costs
+    importing torch and transformers again (seconds on a loaded machine) and adds nothing unless
+    the process itself is what is tested (signals, kill -9, import-time checks) — use `run_cli`
+    there. `env` may be a whole environment (ENV plus changes): only what differs from this
+    process's is set, for the call. An exception that escaped the command is appended to stderr as
+    its traceback, as a process would print it; sys.argv is the command's for the call (a run
+    records it as its provenance)."""
+    import traceback
+    from unittest import mock
+
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+
+    changes = {k: v for k, v in (env or {}).items() if os.environ.get(k) != v}
+    with mock.patch.object(sys, "argv", ["finbench", *args]):
+        done = CliRunner().invoke(app, list(args), env=changes)
+    stderr = done.stderr
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(done.exception))
+    return subprocess.CompletedProcess(["finbench", *args], done.exit_code, done.stdout, stderr)
+
+
 def cache_rows(path: str | Path) -> int:
     """Committed rows of a run's cache, read-only (0 while it does not exist yet)."""
     path = Path(path)
@@ -30,13 +56,19 @@ def cache_rows(path: str | Path) -> int:
 
 
 SHARPEN = 4.0
+_SHARPENED: dict[tuple, Path] = {}  # (session's base temp, family, options) → the built folder
 
 
 def sharpened_tiny_dir(tmp_path_factory, family: str, **tiny_options) -> Path:
     """A tiny model of `family` whose matrices are scaled ×4. At the stock init (std 0.02) a random
     model gives the same answer to every question, which would hide bugs that mix up rows;
     sharpened, its answers depend on the image and text. Saved back, so it loads like a real
-    checkpoint. `tiny_options` go to `make_tiny` (e.g. thinking=True)."""
+    checkpoint. `tiny_options` go to `make_tiny` (e.g. thinking=True). Built once per session and
+    family/options (building and sharpening costs seconds; the fixtures of many files ask for the
+    same ones): callers read the folder, never write into it (copy it first)."""
+    key = (str(tmp_path_factory.getbasetemp()), family, tuple(sorted(tiny_options.items())))
+    if key in _SHARPENED and _SHARPENED[key].is_dir():
+        return _SHARPENED[key]
     import torch
     from transformers import AutoModelForImageTextToText
 
@@ -50,6 +82,7 @@ def sharpened_tiny_dir(tmp_path_factory, family: str, **tiny_options) -> Path:
             if parameter.ndim >= 2:
                 parameter.mul_(SHARPEN)
     model.save_pretrained(path)
+    _SHARPENED[key] = path
     return path
 
 
@@ -72,3 +105,27 @@ def finmme_request(question, images=None, protocol: str = "constrained", thinkin
         prompt = replace(prompt, messages=(*prompt.messages[:-1], {**message, "content": content}),
                          images=tuple(range(len(images))))
     return render(finmme.BENCHMARK, prompt, images, thinking)
+
+
+def png_bytes(width: int = 40, height: int = 30, mode: str = "RGB", fmt: str = "PNG", color=None, **save) -> bytes:
+    """An image file's bytes: one colour (default red, or grey 120 in a one-channel mode), `fmt`
+    with `save` options (e.g. a JPEG's quality)."""
+    import io
+
+    from PIL import Image
+
+    if color is None:
+        color = 120 if mode in ("1", "L", "I;16") else (200, 10, 10)[: len(mode)]
+    buffer = io.BytesIO()
+    Image.new(mode, (width, height), color).save(buffer, format=fmt, **save)
+    return buffer.getvalue()
+
+
+def finmme_record(qid: str = "q1", **fields) -> dict:
+    """A FinMME record: a single-choice question on a bar chart (the image inline), answer C of
+    four, Banking; `fields` replace or add columns."""
+    record = {"id": qid, "image": {"bytes": png_bytes(), "path": "x.png"}, "question_text": "Which bar is highest?",
+              "question_type": "single_choice", "options": ["10", "20", "30", "40"], "answer": "C", "unit": "",
+              "verified_caption": "A bar chart.", "related_sentences": "Sales grew.", "knowledge_domain": "Banking"}
+    record.update(fields)
+    return record

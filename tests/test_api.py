@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers import ENV
+from helpers import cli
 from helpers import run_cli as finbench_cli
 
 import finbench
@@ -57,7 +58,7 @@ def test_evaluate_takes_a_loaded_model_and_rejects_unknown_options(tiny_model, t
 def test_score_and_compare_in_python_equal_the_cli(cli_run, tmp_path):
     out, _ = cli_run
     scores = finbench.score(out, bootstrap=0)
-    done = finbench_cli("score", str(out))
+    done = cli("score", str(out))
     assert done.returncode == 0, done.stderr
     assert scores["finscore"] == pytest.approx(json.loads((out / "scores_official.json").read_text())["finscore"])
     copy = tmp_path / "copy"
@@ -70,10 +71,10 @@ def test_score_and_compare_in_python_equal_the_cli(cli_run, tmp_path):
 
 def test_two_benchmarks_in_one_run_write_both_folders_and_a_summary(tiny_qwen_dir, synthetic_parquet, tmp_path):
     out = tmp_path / "both"
-    done = finbench_cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
-                        "--data", f"finmme={synthetic_parquet}", "--data", f"famma={FAMMA_MOCK}", "--limit", "6",
-                        "--dtype", "float32", "--device", "cpu", "--bootstrap", "0", "--out", str(out),
-                        "--no-progress")
+    done = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
+               "--data", f"finmme={synthetic_parquet}", "--data", f"famma={FAMMA_MOCK}", "--limit", "6",
+               "--dtype", "float32", "--device", "cpu", "--bootstrap", "0", "--out", str(out),
+               "--no-progress")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["benchmarks"]) == {"finmme", "famma"}
@@ -83,15 +84,15 @@ def test_two_benchmarks_in_one_run_write_both_folders_and_a_summary(tiny_qwen_di
         assert summary["benchmarks"][name]["n_questions"] == results["n_questions"]
         assert summary["benchmarks"][name]["scores"]["accuracy"] == pytest.approx(results["scores"]["accuracy"])
     assert json.loads((out / "famma" / "results.json").read_text())["n_questions"] == 5
-    bad = finbench_cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
-                       "--data", str(synthetic_parquet), "--out", str(tmp_path / "bad"), "--no-progress")
+    bad = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
+              "--data", str(synthetic_parquet), "--out", str(tmp_path / "bad"), "--no-progress")
     assert bad.returncode == 2 and "BENCHMARK=SOURCE" in bad.stderr
     # a later benchmark's unusable data stops the run before the first benchmark starts
     truncated = tmp_path / "truncated.parquet"
     truncated.write_bytes(synthetic_parquet.read_bytes()[:2000])
-    late = finbench_cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
-                        "--data", f"finmme={synthetic_parquet}", "--data", f"famma={truncated}", "--limit", "2",
-                        "--out", str(tmp_path / "late"), "--no-progress")
+    late = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "finmme,famma",
+               "--data", f"finmme={synthetic_parquet}", "--data", f"famma={truncated}", "--limit", "2",
+               "--out", str(tmp_path / "late"), "--no-progress")
     assert late.returncode == 2 and "famma:" in late.stderr and "Traceback" not in late.stderr, late.stderr
     assert not (tmp_path / "late" / "finmme" / "results.json").exists()
 
@@ -175,7 +176,7 @@ def test_system_prompt_reaches_the_model(tiny_model, synthetic_parquet, tmp_path
 @pytest.mark.parametrize("value, message", [("temperature", "key=value"), ("beams=2", "key=value"),
                                             ("top_k=many", "not a int")])
 def test_bad_gen_kwargs_are_one_line(value, message, tiny_qwen_dir, tmp_path):
-    done = finbench_cli("run", "--model", str(tiny_qwen_dir), "--gen-kwargs", value, "--out", str(tmp_path / "r"))
+    done = cli("run", "--model", str(tiny_qwen_dir), "--gen-kwargs", value, "--out", str(tmp_path / "r"))
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 

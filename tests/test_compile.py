@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from helpers import SHARPEN, finmme_request, run_cli, sharpened_tiny_dir
+from helpers import SHARPEN, cli, finmme_request, sharpened_tiny_dir
 from typer.testing import CliRunner
 
 from finbench.cli import app
@@ -48,18 +48,31 @@ def _model_dir(family: str, tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def eager_and_compiled(request, tmp_path_factory, synthetic_parquet):
-    family = request.param
-    model, root = _model_dir(family, tmp_path_factory), tmp_path_factory.mktemp(f"compile-{family}")
+_EAGER: dict[str, tuple] = {}  # family → its eager run, shared by the vision and the LM comparisons
+
+
+def _eager_and(family: str, flag: str, tmp_path_factory, synthetic_parquet) -> dict[str, tuple]:
+    """{"eager": ..., "compiled": ...}: (samples, results) of the family's tiny model run through the
+    CLI eagerly (once per module, whichever comparison asks first) and with `flag`."""
+    model = _model_dir(family, tmp_path_factory)
+    root = tmp_path_factory.mktemp(f"compile-{family}{flag.replace('--compile', '')}")
     runs = {}
-    for name, extra in (("eager", []), ("compiled", ["--compile-vision"])):
+    for name, extra in (("eager", []), ("compiled", [flag])):
+        if name == "eager" and family in _EAGER:
+            runs[name] = _EAGER[family]
+            continue
         done = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(synthetic_parquet), *RUN,
                                         "--out", str(root / name), *extra])
         assert done.exit_code == 0, f"{family} {name}: {done.output[-3000:]}"
         runs[name] = (pd.read_parquet(root / name / "samples.parquet"),
                       json.loads((root / name / "results.json").read_text()))
-    return family, runs
+    _EAGER[family] = runs["eager"]
+    return runs
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def eager_and_compiled(request, tmp_path_factory, synthetic_parquet):
+    return request.param, _eager_and(request.param, "--compile-vision", tmp_path_factory, synthetic_parquet)
 
 
 @needs_compiler
@@ -120,15 +133,13 @@ def test_a_model_without_repeated_vision_blocks_runs_uncompiled_with_a_note(tiny
 
 @needs_compiler  # the same run with the compiler hidden
 def test_no_compiler_fails_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parquet, tmp_path):
-    import os
     import sys
 
     bare = tmp_path / "bin"  # a PATH with python and nothing else: no g++ / clang++
     bare.mkdir()
     (bare / "python").symlink_to(sys.executable)
-    done = run_cli("run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), *RUN,
-                   "--out", str(tmp_path / "run"), "--compile-vision", env={**os.environ, "PATH": str(bare),
-                                                                            "HF_HUB_OFFLINE": "1"})
+    done = cli("run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), *RUN,
+               "--out", str(tmp_path / "run"), "--compile-vision", env={"PATH": str(bare)})  # read when it runs
     assert done.returncode != 0
     assert "--compile-vision: no C++ compiler" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr
@@ -198,16 +209,7 @@ LM_FAMILIES = [f for f in ("qwen2.5-vl", "qwen3-vl") if tiny_family_available(f)
 
 @pytest.fixture(scope="module", params=LM_FAMILIES)
 def eager_and_lm_compiled(request, tmp_path_factory, synthetic_parquet):
-    family = request.param
-    model, root = _model_dir(family, tmp_path_factory), tmp_path_factory.mktemp(f"compile-lm-{family}")
-    runs = {}
-    for name, extra in (("eager", []), ("compiled", ["--compile-lm"])):
-        done = CliRunner().invoke(app, ["run", "--model", str(model), "--data", str(synthetic_parquet), *RUN,
-                                        "--out", str(root / name), *extra])
-        assert done.exit_code == 0, f"{family} {name}: {done.output[-3000:]}"
-        runs[name] = (pd.read_parquet(root / name / "samples.parquet"),
-                      json.loads((root / name / "results.json").read_text()))
-    return family, runs
+    return request.param, _eager_and(request.param, "--compile-lm", tmp_path_factory, synthetic_parquet)
 
 
 @needs_compiler

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ENV, run_cli
+from helpers import run_cli
 from test_famma import MOCK
 from test_finmtm import write_fixtures
 
@@ -183,14 +183,13 @@ def test_a_family_s_image_limit_makes_a_per_sample_error(tiny_model, tiny_qwen_d
     assert (result.samples["error"] == "too many images: 1; this model takes at most 0").all()
 
 
-def test_the_demo_answers_are_those_of_before_the_redesign(tmp_path):
+def test_the_demo_answers_are_those_of_before_the_redesign(finmme_demo):
     """`finbench demo` (tiny random Qwen2.5-VL, 72 synthetic FinMME items) gives the answers and
     option probabilities main gave before requests became data (fixture recorded then)."""
     reference = json.loads((Path(__file__).parent / "fixtures" / "demo-answers.json").read_text())  # main @ 95ded3b
-    done = run_cli("demo", "--out", str(tmp_path / "demo"), "--no-progress",
-                   env={**ENV, "FINBENCH_HOME": str(tmp_path / "home")})
+    out, done = finmme_demo
     assert done.returncode == 0, done.stderr[-2000:]
-    samples = pd.read_parquet(tmp_path / "demo" / "samples.parquet").set_index("id")
+    samples = pd.read_parquet(out / "samples.parquet").set_index("id")
     assert sorted(samples.index) == sorted(r["id"] for r in reference)
     for row in reference:
         assert samples.loc[row["id"], "answer"] == row["answer"], row["id"]

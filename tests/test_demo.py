@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
-from helpers import ENV
-from helpers import run_cli as finbench
+from helpers import cli as finbench
 
 LAST = re.compile(r"^tiny-qwen2\.5-vl · (\w+) · constrained · .+ · n \d+ · \d+ errors?$")
 
@@ -24,10 +22,8 @@ def home(tmp_path_factory):
 @pytest.mark.slow
 def test_the_finmtm_demo_shows_objective_dialogue_agent_and_f2(home, tmp_path):
     out = tmp_path / "demo-finmtm"
-    started = time.perf_counter()
     done = finbench("demo", "--benchmark", "finmtm", "--out", str(out), "--no-progress",
-                    env={**ENV, "FINBENCH_HOME": str(home), "COLUMNS": "120"})
-    elapsed = time.perf_counter() - started
+                    env={"FINBENCH_HOME": str(home), "COLUMNS": "120"})
     assert done.returncode == 0, done.stderr[-3000:]
     data = next((out / "data").iterdir())
     assert {p.name for p in data.iterdir()} >= {"OQ", "MTQA", "Agent"} and (data / "OQ" / "SC.jsonl").is_file()
@@ -42,7 +38,6 @@ def test_the_finmtm_demo_shows_objective_dialogue_agent_and_f2(home, tmp_path):
     assert "RANDOM-WEIGHT" in done.stdout
     last = done.stdout.strip().splitlines()[-1]
     assert LAST.match(last) and " · finmtm · " in last, last
-    assert elapsed < 180, f"the FinMTM demo took {elapsed:.0f} s"
     checked = finbench("data", "check", "--benchmark", "finmtm", str(data))
     assert checked.returncode == 0, checked.stdout[-2000:]
 
@@ -51,7 +46,7 @@ def test_the_finmtm_demo_shows_objective_dialogue_agent_and_f2(home, tmp_path):
 def test_the_famma_demo_runs_offline_with_every_breakdown(home, tmp_path):
     out = tmp_path / "demo-famma"
     done = finbench("demo", "--benchmark", "famma", "--out", str(out), "--no-progress", "--verbose-tables",
-                    env={**ENV, "FINBENCH_HOME": str(home), "COLUMNS": "120"})
+                    env={"FINBENCH_HOME": str(home), "COLUMNS": "120"})
     assert done.returncode == 0, done.stderr[-3000:]
     (data,) = (out / "data").rglob("release_basic.parquet")
     results = json.loads((out / "results.json").read_text())
@@ -69,7 +64,7 @@ def test_the_famma_demo_runs_offline_with_every_breakdown(home, tmp_path):
 
 
 def test_an_unknown_demo_is_one_line(tmp_path):
-    done = finbench("demo", "--benchmark", "finqa", "--out", str(tmp_path / "x"), env={**ENV, "FINBENCH_HOME": str(tmp_path)})
+    done = finbench("demo", "--benchmark", "finqa", "--out", str(tmp_path / "x"), env={"FINBENCH_HOME": str(tmp_path)})
     assert done.returncode == 2 and "the demo knows finmme, famma, finmtm" in done.stderr
     assert not (tmp_path / "x").exists()
 

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from helpers import ENV as BASE_ENV
 from helpers import cache_rows as _rows
+from helpers import cli
 
 from finbench.runner.batching import Item
 from finbench.runner.distributed import World, shard
@@ -125,8 +126,7 @@ def test_a_killed_rank_loses_nothing_and_any_world_size_resumes(tiny_model, tiny
     assert process.returncode != 0
     saved = _rows(out / "cache.sqlite")
     assert 4 <= saved < 72
-    resumed = subprocess.run([sys.executable, "-m", "finbench", "run", *args, "--out", str(out)], env=ENV,
-                             capture_output=True, text=True, timeout=600)
+    resumed = cli("run", *args, "--out", str(out))  # one process resumes: no fresh one needed
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     import json
 

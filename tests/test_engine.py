@@ -235,13 +235,18 @@ def test_prefetch_yields_the_pieces_in_order_and_hands_each_next_batch_ahead_onc
 
     from finbench.runner.preprocess import PreparedBatch, prefetch
 
-    started: list[tuple[int, float]] = []
+    started: list[int] = []
     ahead: list[int] = []
     lock = threading.Lock()
+    # the first batch's four pieces meet here: none finishes before all four have started, which
+    # can only happen when they are prepared at once (one after another, the first waits for ever)
+    first_four = threading.Barrier(4, timeout=30)
 
     def work(batch):
         with lock:
-            started.append((batch[0], clock.perf_counter()))
+            started.append(batch[0])
+        if batch[0] < 8:
+            first_four.wait()
         clock.sleep(0.05)
         return PreparedBatch(list(batch), inputs=batch[0])
 
@@ -252,8 +257,7 @@ def test_prefetch_yields_the_pieces_in_order_and_hands_each_next_batch_ahead_onc
         yielded.append(prepared.indices)
     assert yielded == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]
     # the four pieces of the first batch were prepared at once (the fill is one piece's time)
-    first_four = sorted(t for i, t in started if i < 8)
-    assert len(first_four) == 4 and first_four[-1] - first_four[0] < 0.04
+    assert sorted(i for i in started if i < 8) == [0, 2, 4, 6] and not first_four.broken
     assert sorted(ahead) == sorted(set(ahead)) and set(ahead) <= {2, 4, 6, 8, 10} and ahead  # once each, never the first
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 import pandas as pd
 import pytest
+from helpers import finmme_record, png_bytes
 from PIL import Image
 
 from finbench.benchmarks import finmme
@@ -14,19 +14,9 @@ from finbench.runner.requests import render
 from finbench.types import MULTI, NUMERICAL, SINGLE
 
 
-def _png(width: int = 40, height: int = 30) -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (width, height), (200, 10, 10)).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def _record(**overrides):
-    record = {"id": "q1", "image": {"bytes": _png(), "path": "q1.png"}, "question_text": "Which bar is highest?",
-              "question_type": "single_choice", "options": ["10", "20", "30", "40"], "answer": "C",
-              "unit": "", "tolerance": None, "verified_caption": "A bar chart.", "related_sentences": "Sales grew.",
-              "knowledge_domain": "Stock Market"}
-    record.update(overrides)
-    return record
+    return finmme_record("q1", **{"image": {"bytes": png_bytes(), "path": "q1.png"}, "tolerance": None,
+                                  "knowledge_domain": "Stock Market", **overrides})
 
 
 @pytest.mark.parametrize("raw, expected", [

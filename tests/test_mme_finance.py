@@ -224,11 +224,11 @@ def test_the_judge_is_a_vision_language_model_shown_the_chart(tiny_model, tiny_q
 
 @pytest.mark.slow
 def test_the_demo_runs_offline_with_no_errors(tmp_path):
-    from helpers import ENV, run_cli
+    from helpers import cli
 
     out = tmp_path / "demo"
-    done = run_cli("demo", "--benchmark", "mme-finance", "--out", str(out), "--no-progress",
-                   env={**ENV, "FINBENCH_HOME": str(tmp_path / "home")})
+    done = cli("demo", "--benchmark", "mme-finance", "--out", str(out), "--no-progress",
+               env={"FINBENCH_HOME": str(tmp_path / "home")})
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["errors"]["count"] == 0 and results["n_questions"] == 22

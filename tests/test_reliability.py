@@ -25,19 +25,14 @@ import pandas as pd
 import pytest
 from helpers import ENV
 from helpers import cache_rows as _cache_rows
-from helpers import run_cli as finbench
+from helpers import cli as finbench
+from helpers import finmme_record
+from helpers import png_bytes as _image
 from PIL import Image
 
 from finbench.benchmarks import finmme
 from finbench.runner.engine import run_benchmark
 from finbench.types import RunConfig
-
-
-def _image(width=40, height=30, mode="RGB", fmt="PNG", **save) -> bytes:
-    buffer = io.BytesIO()
-    Image.new(mode, (width, height), 120 if mode in ("1", "L", "I;16") else (200, 10, 10)[: len(mode)]
-              ).save(buffer, format=fmt, **save)
-    return buffer.getvalue()
 
 
 def _gif() -> bytes:
@@ -48,12 +43,8 @@ def _gif() -> bytes:
 
 
 def _record(qid: str, **overrides) -> dict:
-    record = {"id": qid, "image": {"path": "ok.png"}, "question_text": "Which bar is highest?",
-              "question_type": "single_choice", "options": ["10", "20", "30", "40"], "answer": "C", "unit": "",
-              "verified_caption": "A bar chart.", "related_sentences": "Sales grew.", "knowledge_domain": "Banking",
-              "asset_class": "Equity", "chart_type": "Bar", "cognitive_dimension": "Perception"}
-    record.update(overrides)
-    return record
+    return finmme_record(qid, **{"image": {"path": "ok.png"}, "asset_class": "Equity", "chart_type": "Bar",
+                                 "cognitive_dimension": "Perception", **overrides})
 
 
 ANSWERED = None  # outcome: answered, no error

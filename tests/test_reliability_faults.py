@@ -6,7 +6,6 @@ and odd columns never change a score; `finbench score` follows eval.py and refus
 from __future__ import annotations
 
 import errno
-import io
 import json
 import math
 import os
@@ -23,7 +22,8 @@ import pytest
 import torch
 from helpers import ENV
 from helpers import cache_rows as _cache_rows
-from PIL import Image
+from helpers import finmme_record as _finmme
+from helpers import png_bytes as _png
 from typer.testing import CliRunner
 
 from finbench.benchmarks import famma, finmme
@@ -31,20 +31,6 @@ from finbench.cli import app
 from finbench.runner.cache import PredictionCache
 from finbench.runner.engine import Stopped, run_benchmark
 from finbench.types import RunConfig
-
-
-def _png() -> bytes:
-    buffer = io.BytesIO()
-    Image.new("RGB", (40, 30), (200, 10, 10)).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def _finmme(qid: str, **overrides) -> dict:
-    record = {"id": qid, "image": {"bytes": _png(), "path": "x.png"}, "question_text": "Which bar is highest?",
-              "question_type": "single_choice", "options": ["10", "20", "30", "40"], "answer": "C", "unit": "",
-              "verified_caption": "A bar chart.", "related_sentences": "Sales grew.", "knowledge_domain": "Banking"}
-    record.update(overrides)
-    return record
 
 
 def _config(tiny_qwen_dir, data, out, **overrides) -> RunConfig:
