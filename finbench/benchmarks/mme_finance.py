@@ -324,5 +324,6 @@ BENCHMARK = Benchmark(
     read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     leaderboard_metrics=("binary_accuracy",),  # beside the judge score ×20: the binary set's own headline
     cluster_field="image",  # MME-Finance asks several questions of one image (records share image files)
+    language_field="language",  # "zh" or "en" (`_language`): a probe's "None of the above" in the item's language
     demo=Demo(module="finbench.offline.mme_finance_synthetic", sizes="MME-Finance open questions per language (8)",
               self_judge=True))

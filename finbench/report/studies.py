@@ -60,7 +60,8 @@ def study_lines(results: dict[str, Any]) -> list[str]:
                      f"{_ratio(found['retained_accuracy'])})")
     for probe, found in (results.get("probes") or {}).items():
         lines.append(f"probe {probe}: no item probed (see the notes)" if not found["n"]
-                     else f"probe {probe} ({found['n']} items, {found['n_not_probed']} not probed, ×100): accuracy "
+                     else f"probe {probe} ({found['n']} items, {found['n_not_probed']} not probed, scored by "
+                          f"{found.get('scored_by') or 'rule'}, ×100): accuracy "
                           f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} ({_signed(found['diff'])}"
                           f"{_interval(found.get('paired'))}) · kept when right {pct(found['kept_when_right'])}")
     return lines + [line for line in [sampling_line(results)] if line]
@@ -74,17 +75,18 @@ def _interval(paired: Any) -> str:
 PROBE_MEANINGS = {"none-of-the-above": "the gold option's text replaced by \"None of the above\" in the item's "
                                        "language, the gold letter unchanged: accuracy is the share that picked it",
                   "open-ended": "asked without its options; the free answer right when it names the gold "
-                                "option's text (or its number) and no other option's"}
+                                "option's text (or its number) and no other option's, by rule or, scored by "
+                                "judge, as the --judge model says"}
 
 
 def _probe_section(probes: dict[str, Any]) -> dict[str, Any]:
     rows = [[probe, str(f["n"]), str(f["n_not_probed"]), pct(f["base_accuracy"]), pct(f["accuracy"]),
              _signed(f["diff"]), _interval(f.get("paired")).removeprefix(", 95% CI ") or "–",
-             pct(f["kept_when_right"])] for probe, f in probes.items()]
+             pct(f["kept_when_right"]), f.get("scored_by") or "rule"] for probe, f in probes.items()]
     skipped = sorted({reason for f in probes.values() for reason in f.get("not_probed", {})})
     return {"id": "probes", "title": "Contamination probes (accuracy ×100)",
             "tables": [{"header": ["probe", "n", "not probed", "base accuracy", "probe accuracy", "probe − base",
-                                   "95% CI (clustered)", "kept when right"], "rows": rows}],
+                                   "95% CI (clustered)", "kept when right", "scored by"], "rows": rows}],
             "note": "Single-answer choice items asked again: " + "; ".join(
                 f"{probe}: {PROBE_MEANINGS.get(probe, probe)}" for probe in probes) + ". A model that reads the "
                 "item keeps its accuracy; one that remembers the answer's text loses it. Not probed: "
@@ -165,7 +167,12 @@ def compare_rows(summaries: dict[str, dict[str, Any]]) -> tuple[list[str], list[
         rows.append([name, pct(m.get("best_accuracy")), _signed(m.get("above_best")), pct(c.get("circular_accuracy")),
                      pct(c.get("position_bias")), pct(c.get("option_consistency")),
                      *[_ratio((a.get(mode) or {}).get("retained")) for mode in modes],
-                     *[f"{pct((p.get(probe) or {}).get('accuracy'))} ({_signed((p.get(probe) or {}).get('diff'))})"
-                       for probe in probes]])
+                     *[_probe_cell(p.get(probe) or {}) for probe in probes]])
     return header, rows
 
+
+def _probe_cell(found: dict[str, Any]) -> str:
+    """Accuracy (probe − base), and "by judge" where the --judge model matched the answers: a
+    judged probe and a rule-matched one are not the same measurement."""
+    judged = " by judge" if found.get("scored_by") == "judge" else ""
+    return f"{pct(found.get('accuracy'))} ({_signed(found.get('diff'))}){judged}"

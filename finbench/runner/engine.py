@@ -218,7 +218,7 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     try:
         with timer.stage("judge"):
             judged = judge_run(benchmark, study.judged_questions(), predictions, judge, cache, config.judge or "",
-                               config.judge_max_new_tokens, config, config.protocol)
+                               config.judge_max_new_tokens, config, config.protocol, study.judging())
         notes.extend(judged.notes)
         cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:

@@ -6,10 +6,14 @@ runner/studies.py): does the model read the item, or remember its answer?
   benchmark's `language_field`), the gold letter unchanged. A model that reads the options picks
   it; one that remembers the gold text finds it gone and picks another.
 - `open-ended`: the same items asked without their options (the benchmark's `open_prompt`), as
-  free text; the answer is matched to the gold option's text by rule (scoring/probes.py).
+  free text; the answer is matched to the gold option's text by rule (scoring/probes.py), or,
+  with `--judge`, by the run's judge (`OPEN_ENDED_JUDGING`: a generic yes/no prompt, its reply
+  read by rule) in place of the benchmark's own judge requests for that row.
 
 Only single-answer items are probed: a multi-answer item has no one gold text to take away or to
-name. Items whose options already name other options ("All of the above", 以上都是), a
+name. A two-option item (yes/no) is not probed with none-of-the-above: with its gold text gone,
+one wrong option is left beside "None of the above", so the probe only tests elimination
+(`two_options`). Items whose options already name other options ("All of the above", 以上都是), a
 benchmark whose prompt shows no option apart from its text, and multi-answer items are counted
 as not probed, by reason (results.json `probes[...].not_probed`). The probe is a field of each
 request (`Choose.probe`, `Generate.probe`), so of its cache key.
@@ -18,13 +22,15 @@ request (`Choose.probe`, `Generate.probe`), so of its cache key.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
-from finbench.requests import PROBES, Choose, Generate, Request
+from finbench.requests import PROBES, Choose, Generate, Prompt, Request, user_message
 from finbench.runner.requests import for_run
-from finbench.types import SINGLE, Question, RunConfig
+from finbench.types import OPTION_LETTERS, SINGLE, Prediction, Question, RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
 OPEN_ENDED_MAX_NEW_TOKENS = 32  # a short answer: the probe matches it to an option's text
@@ -105,6 +111,8 @@ def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests
 def _none_of_the_above(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
                        think_budget: int | None) -> tuple[Question, Any] | str:
     """(the probed question, its request's maker), or why the item is not probed."""
+    if len(question.options) == 2:  # one wrong option beside "None of the above": elimination, not reading
+        return "two_options"
     language = question.meta.get(benchmark.language_field, "") if benchmark.language_field else ""
     probed = with_none_of_the_above(question, language)
     if probed is None:
@@ -138,3 +146,50 @@ def _raises(err: Exception) -> Any:
     def make() -> Any:
         raise err
     return make
+
+
+# ---- the open-ended probe's judge (--judge) --------------------------------------------------------
+JUDGE_MAX_NEW_TOKENS = 8  # "yes" or "no"
+_VERDICT = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
+
+
+def open_ended_judge_prompt(question: Question, answer: str) -> str:
+    """The generic judge prompt: does the free answer name the same thing as the gold option's
+    text? The other options are shown as wrong, so an answer that lists several is no match."""
+    index = OPTION_LETTERS.find(question.gold)
+    others = [o for j, o in enumerate(question.options) if j != index]
+    return ("You check a short answer against a reference answer.\n"
+            f"Question: {question.text.strip()}\n"
+            f"Reference answer: {question.options[index]}\n"
+            + (f"Other choices (wrong): {' | '.join(others)}\n" if others else "")
+            + f"Candidate answer: {answer.strip()}\n"
+            "Does the candidate answer give the reference answer (the same thing, or the same number; "
+            "wording, units and formatting aside) and none of the other choices? Reply with one word: yes or no.")
+
+
+def open_ended_judge_requests(question: Question, prediction: Prediction) -> list[Request]:
+    """One text request per open-ended probe row (no image: the match is of two texts)."""
+    if question.kind != SINGLE or len(question.gold) != 1 or not 0 <= OPTION_LETTERS.find(question.gold) < len(
+            question.options):
+        return []
+    text = open_ended_judge_prompt(question, prediction.generated_text or prediction.answer)
+    return [Generate(Prompt((user_message(text),), ()), max_new_tokens=JUDGE_MAX_NEW_TOKENS)]
+
+
+def judge_verdict(reply: str) -> bool | None:
+    """The reply's first yes/no (or JSON true/false), by rule; None when it has none."""
+    found = _VERDICT.search(str(reply or ""))
+    return None if found is None else found.group(1).lower() in ("yes", "true")
+
+
+def read_open_ended_judgement(question: Question, prediction: Prediction,
+                              replies: Sequence[str]) -> tuple[float | None, dict[str, Any]]:
+    """1 for yes, 0 for no; a reply with neither scores 0, as the benchmarks' official readings do."""
+    if not replies:
+        return None, {}
+    verdict = judge_verdict(replies[0])
+    return float(bool(verdict)), {"probe": OPEN_ENDED_PROBE, "verdict": verdict, "parsed": verdict is not None}
+
+
+# what runner/judge.py asks of an open-ended probe row instead of the benchmark's judge requests
+OPEN_ENDED_JUDGING = SimpleNamespace(judge_requests=open_ended_judge_requests, read_judgement=read_open_ended_judgement)

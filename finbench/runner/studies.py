@@ -24,13 +24,13 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import Choose, Request, Session
 from finbench.runner.outputs import samples_table
-from finbench.runner.probes import probe_variants
+from finbench.runner.probes import OPEN_ENDED_JUDGING, probe_variants
 from finbench.runner.requests import for_run
 from finbench.runner.sampling import sample_frames, sample_variants
 from finbench.scoring.robustness import (ABLATION, CIRCULAR, ablation_summary, circular_summary,
                                          majority_baselines)
 from finbench.scoring.sampling import SAMPLING, sampling_summary
-from finbench.scoring.probes import PROBE, probe_summary, probe_verdicts
+from finbench.scoring.probes import OPEN_ENDED, PROBE, probe_summary, probe_verdicts
 from finbench.types import Prediction, Question, RunConfig
 
 
@@ -85,6 +85,13 @@ class Studies:
             out[index] = dataclasses.replace(out[index], images=self.questions[variant.base].images)
         return out
 
+    def judging(self) -> dict[int, Any]:
+        """{question: what the judge is asked in the benchmark's place}: each open-ended probe row is
+        matched to its gold option's text by a generic prompt (runner/probes.py), not judged as
+        the benchmark judges its own items."""
+        return {self.n_base + offset: OPEN_ENDED_JUDGING for offset, variant in enumerate(self.variants)
+                if variant.study == PROBE and variant.probe == OPEN_ENDED}
+
     def finish(self, benchmark: Benchmark, predictions: Mapping[int, Prediction], keys: Sequence[str],
                judged_columns: Mapping[str, Sequence[Any]], samples: Any, cached: Mapping[str, Any],
                todo: Sequence[int]) -> tuple[dict[str, Any], Any]:
@@ -107,8 +114,8 @@ class Studies:
                 ("sample", [v.sample for v in self.variants]),
                 ("probe", [v.probe for v in self.variants]))):
             table.insert(1 + position, column, values)
-        if len(table):  # the open-ended probe's free answers are matched to the gold text here
-            table = probe_verdicts(table, per_question_correct(table, benchmark.name))
+        if len(table):  # the open-ended probe's free answers are matched to the gold text here (or judged)
+            table = probe_verdicts(table, per_question_correct(table, benchmark.name), bool(self.config.judge))
         else:
             table["correct"] = []
         if self.config.permutations:
@@ -120,7 +127,8 @@ class Studies:
             studied["sampling"] = sampling_summary(sample_frames(samples, table, [v.base for v in self.variants], [
                 v.sample for v in self.variants], self.config.samples), benchmark.name, self.config.samples)
         if self.config.probes:
-            studied["probes"] = probe_summary(samples, table, self.config.probes, self.not_probed)
+            studied["probes"] = probe_summary(samples, table, self.config.probes, self.not_probed,
+                                              bool(self.config.judge))
         studied["variants"] = {"n": len(self.variants), "n_cached": sum(1 for key in keys[n:] if key in cached),
                                "n_computed": sum(1 for i in todo if i >= n),
                                "n_errors": int((table["error"] != "").sum()) if len(table) else 0,

@@ -8,7 +8,8 @@ runner/probes.py) against the base run's rows of the same items:
   "None of the above". A model that reads picks it; one that remembers the gold text does not.
 - open-ended: the item asked without its options; the free answer is right when it names the gold
   option's text (`option_matches`: normalized containment, or the same number for an option that
-  is a number) and no other option's.
+  is a number) and no other option's — or, in a run with --judge, when the judge says so
+  (runner/probes.py's generic prompt; a reply without yes or no scores 0).
 
 Per probe: `n` probed items, `not_probed` by reason (multi-answer items, options that name the
 others, prompts that show no option apart from the text), `accuracy` on the probed items beside
@@ -94,9 +95,10 @@ def names_gold(answer: Any, options: Sequence[Any], gold: str) -> bool:
                    for j, o in enumerate(options) if j != index and normalized(o) != gold_text)
 
 
-def probe_verdicts(table: pd.DataFrame, correct: Sequence[Any]) -> pd.DataFrame:
+def probe_verdicts(table: pd.DataFrame, correct: Sequence[Any], judged: bool = False) -> pd.DataFrame:
     """The variants table with each open-ended row's `answer` its free text (stripped) and its
-    `correct` the rule's verdict (errors 0); other rows keep `correct` as scored."""
+    `correct` the rule's verdict (errors 0) — or, `judged` (a run with --judge), the judge's
+    verdict (`judge_score`) where it gave one; other rows keep `correct` as scored."""
     out = table.assign(correct=np.asarray(correct, dtype=np.float64))
     if "probe" not in out.columns:
         return out
@@ -107,6 +109,9 @@ def probe_verdicts(table: pd.DataFrame, correct: Sequence[Any]) -> pd.DataFrame:
     options, golds = out["options"].to_numpy(dtype=object)[rows], str_column(out, "gold")[rows]
     verdict = np.array([names_gold(t, o, g) for t, o, g in zip(text, options, golds)], dtype=np.float64)
     verdict[error_mask(out)[rows]] = 0.0
+    if judged and "judge_score" in out.columns:
+        by_judge = float_column(out, "judge_score")[rows]
+        verdict = np.where(np.isnan(by_judge), verdict, by_judge)
     out.iloc[rows, out.columns.get_loc("answer")] = [str(t).strip() for t in text]
     out.iloc[rows, out.columns.get_loc("correct")] = verdict
     return out
@@ -119,8 +124,9 @@ def _hits(df: pd.DataFrame) -> np.ndarray:
 
 
 def probe_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, probes: Sequence[str],
-                  not_probed: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
-    """results.json's `probes`: per probe asked, its numbers on the probed items (module docstring)."""
+                  not_probed: Mapping[str, Mapping[str, int]], judged: bool = False) -> dict[str, Any]:
+    """results.json's `probes`: per probe asked, its numbers on the probed items (module docstring);
+    `scored_by` "judge" for the open-ended probe of a run with --judge (`judged`), else "rule"."""
     out: dict[str, Any] = {}
     rows_all = variants if variants is not None and "probe" in variants.columns else pd.DataFrame()
     base = samples.drop_duplicates("id").set_index(samples.drop_duplicates("id")["id"].astype(str))
@@ -128,7 +134,8 @@ def probe_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, probes: 
         skipped = dict(not_probed.get(probe, {}))
         entry: dict[str, Any] = {"n": 0, "n_errors": 0, "not_probed": skipped, "n_not_probed": sum(skipped.values()),
                                  "accuracy": None, "base_accuracy": None, "diff": None, "kept_when_right": None,
-                                 "n_base_right": 0, "paired": None}
+                                 "n_base_right": 0, "paired": None,
+                                 "scored_by": "judge" if judged and probe == OPEN_ENDED else "rule"}
         rows = rows_all[str_column(rows_all, "probe") == probe] if len(rows_all) else rows_all
         ids = str_column(rows, "id") if len(rows) else np.array([], dtype=object)
         keep = np.isin(ids, base.index.to_numpy(dtype=object))

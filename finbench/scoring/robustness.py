@@ -330,7 +330,7 @@ def study_summary(results: dict[str, Any]) -> dict[str, Any]:
                                  for mode, found in ablation.items()}
     if results.get("probes"):
         out["probes"] = {probe: {k: found.get(k) for k in ("n", "n_not_probed", "base_accuracy", "accuracy", "diff",
-                                                           "kept_when_right")}
+                                                           "kept_when_right", "scored_by")}
                          for probe, found in results["probes"].items()}
     majority = (results.get("majority_baseline") or {}).get("all")
     if majority:
