@@ -230,3 +230,12 @@ def test_bad_probes_fail_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parque
     errors = [line for line in done.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], done.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_negated_chinese_answer_does_not_name_the_option():
+    from finbench.scoring.probes import names_gold, option_matches
+
+    assert option_matches("是的，是这样", "是") and option_matches("答案：是", "是")
+    assert not option_matches("不是", "是") and not option_matches("并非如此，没有增长", "增长")
+    assert option_matches("不是，是增长", "增长") and option_matches("不是下降，而是增长", "增长")
+    assert names_gold("否", ["是", "否"], "B") and not names_gold("不是", ["是", "否"], "A")

@@ -40,6 +40,7 @@ OPEN_ENDED = "open-ended"  # the probe whose rows are scored here by rule (runne
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _MARKUP = re.compile(r"\\boxed\{|\\text\{|[*_`$\\{}]")
 _WORD = re.compile(r"[^\w.%]+|(?<!\d)\.|\.(?!\d)")  # separators; a decimal point inside a number stays
+_CJK_NEGATIONS = set("不非没沒未无無否")  # a character (or 没有) that negates the text right after it
 _UNIT_WORDS = {"%", "percent", "usd", "us", "eur", "rmb", "cny", "yuan", "dollars", "dollar", "million", "millions",
                "billion", "billions", "thousand", "thousands", "k", "m", "bn", "mn", "x", "times", "years", "year",
                "days", "day", "months", "month", "bp", "bps"}
@@ -69,7 +70,8 @@ def _numeric_option(option: str) -> float | None:
 def option_matches(answer: Any, option: Any) -> bool:
     """Whether a free answer names `option`: the same number for an option that is a number (with
     at most a unit), else the option's normalized text inside the answer's, on word boundaries
-    (plain containment for text without spaces between words, e.g. Chinese)."""
+    (plain containment for text without spaces between words, e.g. Chinese, unless a negation
+    comes right before it)."""
     option = str(option or "")
     wanted = normalized(option)
     if not wanted:
@@ -79,7 +81,10 @@ def option_matches(answer: Any, option: Any) -> bool:
         return any(abs(found - number) <= 1e-9 * max(1.0, abs(number)) for found in numbers(answer))
     said = normalized(answer)
     if re.search(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]", wanted):
-        return wanted.replace(" ", "") in said.replace(" ", "")
+        # a negation just before the text says the opposite: "不是" does not name "是"
+        wanted, said = wanted.replace(" ", ""), said.replace(" ", "")
+        return any(said[start - 1:start] not in _CJK_NEGATIONS
+                   and said[max(0, start - 2):start] not in ("没有", "沒有") for start in (m.start() for m in re.finditer(re.escape(wanted), said)))
     return f" {wanted} " in f" {said} "
 
 
