@@ -8,8 +8,8 @@ is read. So `import finbench.benchmarks` (names, protocols, declarations) stays 
 mistyped `--benchmark` or `--protocol` is refused at once (tests/test_registry_torch_free.py).
 A module path rather than a split of every scorer into a declaration file and a tensor file: the
 registry needs no scorer field before scoring, and the demo's writer is named the same way
-(`Demo.module`, benchmarks/base.py). A benchmark defined outside finbench may pass its `Scorer`
-itself (tests/toybench.py)."""
+(`Demo.module`, benchmarks/base.py). A benchmark defined outside finbench may name its module
+the same way or pass its `Scorer` itself."""
 
 from __future__ import annotations
 
