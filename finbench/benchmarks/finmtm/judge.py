@@ -98,10 +98,10 @@ def parse_judge_json(text: str) -> dict:
 
 def rule_judgement(question: Question, prediction: Any) -> tuple[float | None, dict]:
     """Agent items: the predicted tool calls of every round against the reference ActionTrace."""
-    from finbench.scoring.finmtm import f_beta_score, tool_score  # as read_judgement: torch, when judging
-
     if question.meta.get("task") != AGENT:
         return None, {}
+    from finbench.scoring.finmtm import f_beta_score, tool_score  # as read_judgement: torch, when judging
+
     predicted = unique_calls([c for reply in replies(prediction) for c in tool_calls(reply)])
     reference = unique_calls(question.fields["reference_calls"])
     pairs = match_calls(predicted, reference)
