@@ -102,7 +102,7 @@ def data_sources(values: Sequence[str], names: Sequence[str]) -> str | dict[str,
             raise ValueError(f"data: {value!r} is not a path or hub id")
         value = str(value)
         name, sep, source = value.partition("=")
-        if sep:  # the registry only for BENCHMARK=SOURCE (its scorers import torch)
+        if sep:  # the registry only for BENCHMARK=SOURCE
             from finbench.benchmarks import BENCHMARKS
         if sep and name.strip().lower() in BENCHMARKS:
             pairs[name.strip().lower()] = source

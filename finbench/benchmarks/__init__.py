@@ -32,7 +32,8 @@ def register(benchmark: Benchmark) -> Benchmark:
 for _builtin in (finmme, famma, finmtm, mme_finance, finmmr):
     register(_builtin.BENCHMARK)
 
-__all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "describe", "get_benchmark", "load_matching", "register"]
+__all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "check_protocol", "describe", "get_benchmark", "load_matching",
+           "register"]
 
 
 def get_benchmark(name: str) -> Benchmark:
@@ -40,6 +41,12 @@ def get_benchmark(name: str) -> Benchmark:
         return BENCHMARKS[name.lower()]
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}") from None
+
+
+def check_protocol(benchmark: Benchmark, protocol: str | None) -> None:
+    """A --protocol the benchmark does not accept is one ValueError line (None: not given)."""
+    if protocol is not None and protocol not in benchmark.protocol_names:
+        raise ValueError(f"--protocol {protocol}: {benchmark.name} has {', '.join(benchmark.protocol_names)}")
 
 
 MAX_VALUES_SHOWN = 30  # filter values listed when nothing matched

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from finbench.requests import Prompt, Request, user_message
-from finbench.scoring.stats import Scorer
+from finbench.scoring.scorer import Scorer, ScorerModule
 from finbench.types import PROTOCOLS, Prediction, Question
 
 Judgement = tuple[float | None, dict[str, Any]]  # (score, or None when there is nothing to judge; details)
@@ -183,7 +183,9 @@ class Benchmark:
       text (the open-ended probe, runner/probes.py), or None where the text carries the options;
       `language_field` → the meta field holding a question's language ("": English), in which
       the none-of-the-above probe writes its option;
-    - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart),
+    - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart), named by
+      its module (`ScorerModule`: imported when something scores, so that the registry imports no
+      torch; scoring/scorer.py) or given as a `Scorer`,
       `group_columns` → its breakdowns, `leaderboard_breakdown` → the one the leaderboard shows
       per benchmark (empty: `domain_field`), `leaderboard_metrics` → the metrics of its score (0–1
       keys of `scores`) it shows beside the headline, with each scored part's headline metric;
@@ -198,7 +200,7 @@ class Benchmark:
     prompt_version: str  # finbench's own prompt; bumped when it changes (it is in the cache key)
     official_max_new_tokens: int  # the official generation budget (--max-new-tokens overrides it)
     group_columns: tuple[str, ...]  # the score's breakdowns, in report order
-    scorer: Scorer
+    scorer: Scorer | ScorerModule
     load: Callable[..., list[Question]]
     request: Callable[[Question, str], Request]
     answer: Callable[[Question, str, str], str] = stripped_text

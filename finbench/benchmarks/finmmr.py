@@ -27,13 +27,13 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
-from finbench.scoring import finmmr as scoring
+from finbench.scoring.scorer import ScorerModule
 from finbench.types import NUMERICAL, Prediction, Question
 
 NAME = "finmmr"
 HUB_ID = "addictedLL/FinMMR"  # a GitHub repository: FinMMR is read from local files only
 DOMAIN_FIELD = "subfield"  # --domain filters subfields; --question-type filters difficulty (easy/medium/hard)
-GROUP_COLUMNS = scoring.GROUP_COLUMNS
+GROUP_COLUMNS = ("difficulty", "language", "source", "subfield", "image_type")  # = the scorer's (execution rate by)
 PROTOCOL_NAMES = ("constrained", "cot", "pot")
 FORMS = ("a FinMMR checkout (its data/test split), a data/<split>/ folder, or one <grade>_<split>.json; "
          "images from the nearest images/ folder above the JSON file",)
@@ -269,6 +269,8 @@ def answer(question: Question, text: str, protocol: str) -> str:
 
 # ---- judging -----------------------------------------------------------------------------------
 def _verdict(text: str, question: Question, source: str) -> Judgement:
+    import finbench.scoring.finmmr as scoring  # the official rule; its module (the score) imports torch
+
     ok = scoring.valid_extraction(text)
     acc = scoring.get_acc(text, question.fields["ground_truth"]) if ok else 0
     return float(acc), {"source": source, "extracted": text, "execution_rate": int(ok)}
@@ -276,6 +278,8 @@ def _verdict(text: str, question: Question, source: str) -> Judgement:
 
 def rule_judgements(questions: Sequence[Question], predictions: Sequence[Prediction], protocol: str) -> list[Judgement]:
     """Every answer's official verdict at once: pot programs run together in the sandbox pool."""
+    import finbench.scoring.finmmr as scoring  # as _verdict
+
     if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
         return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
                          else "answer") for q, p in zip(questions, predictions)]
@@ -311,7 +315,7 @@ def read_judgement(question: Question, prediction: Prediction, replies: Sequence
 
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
-    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
+    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmmr"),
     load=load_questions, request=request, answer=answer, rule_judgements=rule_judgements,
     judge_requests=judge_requests, read_judgement=read_judgement, rotate=options_not_rendered, open_prompt=no_open_prompt, forms=FORMS,
     protocols=PROTOCOLS, protocol_names=PROTOCOL_NAMES, metrics=METRICS,

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, open_table, select
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
-from finbench.scoring import mme_finance as scoring
+from finbench.scoring.scorer import ScorerModule
 from finbench.types import OPEN, SINGLE, Prediction, Question
 
 NAME = "mme-finance"
@@ -319,7 +319,7 @@ def read_judgement(question: Question, prediction: Prediction, replies: Sequence
 
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
-    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
+    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.mme_finance"),
     load=load_questions, request=request, answer=answer, judge_requests=judge_requests,
     read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     leaderboard_metrics=("binary_accuracy",),  # beside the judge score ×20: the binary set's own headline

@@ -183,7 +183,7 @@ def demo(
     benchmark = benchmark.strip().lower()
     if n_items is not None and n_items < 1:
         fail(f"--n-items {n_items}: expected a positive number of synthetic items")
-    if benchmark not in demos():  # the registry (its scorers import torch)
+    if benchmark not in demos():  # the registry (no torch)
         fail(f"--benchmark {benchmark}: the demo knows {', '.join(demos())}")
     out = out or ("runs/demo" if benchmark == DEFAULT_BENCHMARK else f"runs/demo-{benchmark}")
 

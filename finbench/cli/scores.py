@@ -42,9 +42,12 @@ def score(
             score_command(run_dir, variant, bootstrap, seed, console=out_console)
         return
     if data is not None and predictions is not None:
-        from finbench.scoring.commands import score_predictions
+        from finbench.benchmarks import check_protocol, get_benchmark  # the registry imports no torch
 
         with one_line_errors():
+            check_protocol(get_benchmark(benchmark), protocol)  # a typo refused before the scorer's imports
+            from finbench.scoring.commands import score_predictions
+
             scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed, console=console,
                                         protocol=protocol, samples_out=samples_out)
     else:

@@ -22,9 +22,9 @@ from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
 if TYPE_CHECKING:
     from finbench.runner.distributed import World
 
-# torch, the registry (its scorers import torch) and the model packages are imported by the checks
-# that need them, after every check that needs none: a bad option is refused in a fraction of a
-# second (tests/test_startup_fast.py)
+# torch and the model packages are imported by the checks that need them, after every check that
+# needs none (the registry of benchmarks imports neither): a bad option is refused in a fraction of
+# a second (tests/test_startup_fast.py)
 
 log = logging.getLogger("finbench")
 GENERATION_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
@@ -60,9 +60,6 @@ def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line. First what the
     options alone decide (`validate_options`), then what needs the registry, torch or a package."""
     validate_options(config)
-    names = _protocol_names(config.benchmark)  # the registry: its scorers import torch
-    if config.protocol not in names:
-        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
     _validate_device(config.device)
     if config.quant != "none":  # fp8 off CUDA, a missing package
         from finbench.models.loading import resolve_device
@@ -74,11 +71,14 @@ def validate(config: RunConfig) -> None:
 
 
 def validate_options(config: RunConfig) -> None:
-    """What the options alone decide, with no library imported (a sweep checks every variant's
-    before any variant's library checks)."""
+    """What the options and the registry of benchmarks decide, with no library imported (a sweep
+    checks every variant's before any variant's library checks)."""
     from finbench.runner.study_options import check_options
     from finbench.sources import check_judge_source, looks_like_path
 
+    names = _protocol_names(config.benchmark)  # the registry (its scorers are imported when scoring)
+    if config.protocol not in names:
+        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
     if config.batch_size not in (None, AUTO) and not (isinstance(config.batch_size, int) and config.batch_size >= 1):
         raise ValueError(f"--batch-size {config.batch_size}: must be a positive integer or 'auto'")
     if config.think_budget < 0:

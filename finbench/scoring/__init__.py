@@ -12,13 +12,32 @@ Correctness is always recomputed from answer / gold / tolerance (FinMME, FinMTM,
 so a stale `correct` column can never leak into a score. The code lives in `scoring/api.py` (the
 dispatch and statistics), `finmme.py` / `famma.py` / `finmtm.py` (each benchmark's rule, ending in
 its `SCORER`, which the benchmark's contract names: finbench/benchmarks/base.py) and `stats.py`;
-this package only hands the names on.
+this package only hands the names on, each imported when first asked for (`__getattr__`).
 """
 
-from finbench.scoring import famma, finmme, finmtm
-from finbench.scoring.api import (CI_LEVEL, breakdowns, build_table, calibration_summary, compare_runs,
-                                  per_question_correct, score_samples)
-from finbench.scoring.stats import Scorer, option_prob_matrix
+from typing import Any
 
 __all__ = ["CI_LEVEL", "Scorer", "breakdowns", "build_table", "calibration_summary", "compare_runs", "famma",
            "finmme", "finmtm", "option_prob_matrix", "per_question_correct", "score_samples"]
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, imported when one is first asked for: the rules and the statistics import
+    torch and pandas, and the registry (finbench/benchmarks), which reads only `scoring.scorer`,
+    must not (scoring/scorer.py)."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import finbench.scoring.famma
+    import finbench.scoring.finmme
+    import finbench.scoring.finmtm
+    from finbench.scoring.api import (CI_LEVEL, breakdowns, build_table, calibration_summary, compare_runs,
+                                      per_question_correct, score_samples)
+    from finbench.scoring.scorer import Scorer
+    from finbench.scoring.stats import option_prob_matrix
+
+    names = {"CI_LEVEL": CI_LEVEL, "Scorer": Scorer, "breakdowns": breakdowns, "build_table": build_table,
+             "calibration_summary": calibration_summary, "compare_runs": compare_runs,
+             "option_prob_matrix": option_prob_matrix, "per_question_correct": per_question_correct,
+             "score_samples": score_samples}
+    globals().update(names)  # asked once: the next look-up finds the name itself
+    return names.get(name, globals().get(name))

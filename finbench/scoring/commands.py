@@ -190,17 +190,16 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
     questions left unanswered are scored as wrong, and a note (on `console` too) says how many.
     `protocol`: the protocol that produced the answers (where a benchmark's rule depends on it);
     `samples_out`: one JSON line per question saying what the rule read and whether it counted."""
-    from finbench.benchmarks import get_benchmark
+    from finbench.benchmarks import check_protocol, get_benchmark
     from finbench.scoring.api import with_rule_verdicts, write_samples_out
 
     benchmark = get_benchmark(benchmark_name)
+    check_protocol(benchmark, protocol)
     questions = benchmark.load(data)
     answers = read_predictions(predictions)
     unknown = set(answers) - {q.id for q in questions}
     if unknown:
         raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
-    if protocol is not None and protocol not in benchmark.protocol_names:
-        raise ValueError(f"--protocol {protocol}: {benchmark.name} has {', '.join(benchmark.protocol_names)}")
     samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark.name, protocol or "")
     scores = score_samples(samples, benchmark=benchmark.name, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
     if samples_out is not None:

@@ -84,17 +84,13 @@ def statistics(sums: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"accuracy": total[..., 1] / total[..., 0]}
 
 
-# The breakdown columns `group_frame` derives (FAMMA's analyzer tables).
-DERIVED_GROUP_COLUMNS = ("arithmetic", "language×difficulty", "arithmetic×subfield", "arithmetic×difficulty",
-                         "arithmetic×language", "arithmetic×language×difficulty")
-
-
 def group_frame(df: pd.DataFrame) -> pd.DataFrame:
     """The official breakdown columns, derived where FAMMA stores them differently:
     `arithmetic` (arithmetic / non-arithmetic; a missing flag stays missing), `difficulty`,
     `language×difficulty`, and each breakdown again within the arithmetic split
     (`arithmetic×subfield`, `arithmetic×difficulty`, `arithmetic×language`,
-    `arithmetic×language×difficulty`). A None label stays None (missing), "" stays "" ."""
+    `arithmetic×language×difficulty`). A None label stays None (missing), "" stays "" . The benchmark
+    lists these among its breakdowns (benchmarks/famma/texts.py `DERIVED_GROUP_COLUMNS`)."""
     out = pd.DataFrame(index=df.index)
     arithmetic = first_present(df, ARITHMETIC_COLUMNS)
     split = None

@@ -19,7 +19,7 @@ import torch
 
 from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
 from finbench.kernels.segments import segment_sum, weighted_segment_sums
-from finbench.scoring.parts import Part
+from finbench.scoring.scorer import Scorer  # the contract, torch-free; named here too, where it always was
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 LOWER_IS_BETTER = frozenset({"p_h"})  # headline metrics that are penalties (FinMME's multi-answer error rate)
@@ -55,29 +55,6 @@ class ScoreTable:
         return ScoreTable(ids=self.ids[pos.cpu().numpy()], correct=self.correct[pos], score=self.score[pos],
                           values=self.values[pos], segments=self.segments[pos], n_segments=self.n_segments,
                           statistic=self.statistic, headline=self.headline, primary=self.primary, info=self.info)
-
-
-def _no_summary(df: pd.DataFrame, table: ScoreTable, estimates: Mapping[str, Any]) -> dict[str, Any]:
-    return {}
-
-
-def _same_frame(df: pd.DataFrame) -> pd.DataFrame:
-    return df
-
-
-@dataclass(frozen=True)
-class Scorer:
-    """A benchmark's scoring rule as `score_samples` and `compare_runs` call it (scoring/api.py):
-    `build_table(df, variant=..., device=..., **options)` → ScoreTable; `summary(df, table,
-    estimates)` → the rule's own fields of the score (counts, side scores); `group_frame(df)` →
-    df with derived breakdown columns (e.g. FAMMA's arithmetic × language); `parts` → the parts
-    `summary` scores apart, in display order."""
-
-    build_table: Callable[..., ScoreTable]
-    variants: tuple[str, ...] = ("official",)
-    summary: Callable[[pd.DataFrame, ScoreTable, Mapping[str, Any]], dict[str, Any]] = _no_summary
-    group_frame: Callable[[pd.DataFrame], pd.DataFrame] = _same_frame
-    parts: tuple[Part, ...] = ()
 
 
 def point_estimates(table: ScoreTable) -> dict[str, float]:

@@ -26,7 +26,8 @@ from finbench.benchmarks.famma.loader import load_questions
 from finbench.benchmarks.famma.prompts import fill_template, official_prompt, open_prompt, request
 from finbench.benchmarks.famma.record import answer_text, image_bytes, record_to_question
 from finbench.benchmarks.famma.texts import (DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID, JUDGE_MAX_NEW_TOKENS, METRICS,
-                                             NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS, scoring)
+                                             NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS)
+from finbench.scoring.scorer import ScorerModule
 from finbench.types import Question
 
 __all__ = ["BENCHMARK", "Question", "answer", "answer_text", "extract_official", "fill_template", "image_bytes",
@@ -35,7 +36,7 @@ __all__ = ["BENCHMARK", "Question", "answer", "answer_text", "extract_official",
 
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
-    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
+    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.famma"),
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     cluster_field="main_question_id",  # sub-questions share their main question's images and context

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 
-from finbench.scoring import famma as scoring
 from finbench.types import MULTI, OPEN, SINGLE
 
 NAME = "famma"
 HUB_ID = "weaverbirdllm/famma"
 HUB_SPLIT = "release_basic"
-# the score's breakdowns: the record's labels, then the analyzer's derived tables (scoring/famma.py)
-GROUP_COLUMNS = ("question_type", "kind", "language", "difficulty", "subfield", *scoring.DERIVED_GROUP_COLUMNS)
+# the score's breakdowns: the record's labels, then the analyzer's derived tables (the columns the
+# scorer's `group_frame` derives, scoring/famma.py; tests/test_registry_torch_free.py checks they agree)
+DERIVED_GROUP_COLUMNS = ("arithmetic", "language×difficulty", "arithmetic×subfield", "arithmetic×difficulty",
+                         "arithmetic×language", "arithmetic×language×difficulty")
+GROUP_COLUMNS = ("question_type", "kind", "language", "difficulty", "subfield", *DERIVED_GROUP_COLUMNS)
 DOMAIN_FIELD = "subfield"  # the meta field --domain filters on
 FORMS = ("hub Arrow/parquet (image structs)", "downloader JSON (relative image paths)",
          "early JSON (base64 images, options as a python-list string)")

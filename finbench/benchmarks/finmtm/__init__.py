@@ -29,7 +29,7 @@ from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, DOMAIN_FIELD, FOR
                                               JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVELS, METRICS, NAME, OBJECTIVE,
                                               OFFICIAL_MAX_NEW_TOKENS, OPEN_ENDED_SYSTEM_PROMPT, PROMPT_VERSION,
                                               PROTOCOLS)
-from finbench.scoring import finmtm as scoring
+from finbench.scoring.scorer import ScorerModule
 
 __all__ = ["AGENT", "BENCHMARK", "DIALOGUE", "JUDGE_FIELDS", "JUDGE_MAX_NEW_TOKENS", "LEVELS", "OBJECTIVE",
            "OPEN_ENDED_SYSTEM_PROMPT", "after_think", "answer", "canonical_gold", "extract_official",
@@ -38,7 +38,7 @@ __all__ = ["AGENT", "BENCHMARK", "DIALOGUE", "JUDGE_FIELDS", "JUDGE_MAX_NEW_TOKE
 
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
-    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=scoring.SCORER,
+    official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmtm"),
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     rotate=options_not_rendered,  # objective items carry their options inside the question text

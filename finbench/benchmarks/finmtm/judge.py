@@ -10,8 +10,6 @@ from finbench.benchmarks.finmtm.prompts import after_think
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVEL_CHECKLISTS,
                                               SESSION_JUDGE_TEMPLATE, TURN_JUDGE_TEMPLATE)
 from finbench.requests import Generate, Prompt, Request, user_message
-from finbench.scoring.finmtm import (CAPABILITIES, clamp, dialogue_score, f_beta_score, tool_score,
-                                     turn_capability_score)
 from finbench.types import Question
 
 
@@ -55,6 +53,9 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
     """Per turn: the five dimensions clamped to 0–10 and averaged (a reply missing one scores the
     turn 0, as turn_judge.py does); session: the mean of the level's checklist items (0 when one
     is missing); final = (0.5·turn mean + 0.5·session) × 10 on the 0–100 scale."""
+    # the official metrics, restated with the scorer, whose module imports torch: imported when judging
+    from finbench.scoring.finmtm import CAPABILITIES, clamp, dialogue_score, turn_capability_score
+
     turn_scores, capabilities = [], []
     for text in outputs[:-1]:
         parsed = parse_judge_json(text)
@@ -99,6 +100,8 @@ def rule_judgement(question: Question, prediction: Any) -> tuple[float | None, d
     """Agent items: the predicted tool calls of every round against the reference ActionTrace."""
     if question.meta.get("task") != AGENT:
         return None, {}
+    from finbench.scoring.finmtm import f_beta_score, tool_score  # as read_judgement: torch, when judging
+
     predicted = unique_calls([c for reply in replies(prediction) for c in tool_calls(reply)])
     reference = unique_calls(question.fields["reference_calls"])
     pairs = match_calls(predicted, reference)
