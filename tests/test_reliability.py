@@ -477,7 +477,15 @@ def _start_run(tiny_qwen_dir, data, out, *extra):
     return subprocess.Popen([sys.executable, "-m", "finbench.cli", "run", "--model", str(tiny_qwen_dir), "--data",
                              str(data), "--batch-size", "2", "--dtype", "float32", "--device", "cpu",
                              "--no-progress", "--bootstrap", "0", "--out", str(out), *extra],
-                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interruptible)
+
+
+def _interruptible() -> None:
+    """The run hears Ctrl-C as a user's terminal sends it, even when this suite runs as a
+    background job (which starts every child with SIGINT ignored, so Python never installs its
+    KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_rows(process, cache: Path, rows: int, deadline_s: float = 300) -> None:
