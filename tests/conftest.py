@@ -11,6 +11,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 from helpers import sharpened_tiny_dir
 
+# The CLI's consoles are made when finbench.cli.common is first imported, and a rich Console fixes
+# its width if COLUMNS is set then. Made here, before any test invokes the CLI with its own
+# COLUMNS, they follow each invocation's COLUMNS, whichever test file a worker process runs first.
+os.environ.pop("COLUMNS", None)
+import finbench.cli.common  # noqa: E402,F401
+
 
 @pytest.fixture(scope="session")
 def tiny_qwen_dir(tmp_path_factory):
