@@ -22,12 +22,7 @@ def check_options(config: RunConfig) -> None:
     if k and config.protocol != "constrained":
         raise ValueError("--permutations applies to the constrained protocol: the official prompts write the "
                          "options themselves")
-    unknown = [mode for mode in config.image_ablation if mode not in IMAGE_ABLATIONS]
-    if unknown:
-        raise ValueError(f"--image-ablation {','.join(config.image_ablation)}: unknown mode {unknown[0]!r}; "
-                         f"expected {', '.join(IMAGE_ABLATIONS)} (comma-separated)")
-    if len(set(config.image_ablation)) != len(config.image_ablation):
-        raise ValueError(f"--image-ablation {','.join(config.image_ablation)}: a mode is named twice")
+    _check_names("--image-ablation", "mode", config.image_ablation, IMAGE_ABLATIONS)
     _check_samples(config)
     _check_probes(config)
 
@@ -41,12 +36,17 @@ def _check_samples(config: RunConfig) -> None:
 
 def _check_probes(config: RunConfig) -> None:
     """--probe, checked with the other options (one ValueError line)."""
-    unknown = [name for name in config.probes if name not in PROBES]
-    if unknown:
-        raise ValueError(f"--probe {','.join(config.probes)}: unknown probe {unknown[0]!r}; expected "
-                         f"{', '.join(PROBES)} (comma-separated)")
-    if len(set(config.probes)) != len(config.probes):
-        raise ValueError(f"--probe {','.join(config.probes)}: a probe is named twice")
+    _check_names("--probe", "probe", config.probes, PROBES)
     if config.probes and config.protocol != "constrained":
         raise ValueError("--probe applies to the constrained protocol: the official prompts write the options "
                          "themselves")
+
+
+def _check_names(flag: str, kind: str, given: tuple[str, ...], known: tuple[str, ...]) -> None:
+    """A comma-separated list of names: each known, none twice."""
+    unknown = [name for name in given if name not in known]
+    if unknown:
+        raise ValueError(f"{flag} {','.join(given)}: unknown {kind} {unknown[0]!r}; expected {', '.join(known)} "
+                         "(comma-separated)")
+    if len(set(given)) != len(given):
+        raise ValueError(f"{flag} {','.join(given)}: a {kind} is named twice")
