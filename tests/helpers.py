@@ -129,3 +129,12 @@ def finmme_record(qid: str = "q1", **fields) -> dict:
               "verified_caption": "A bar chart.", "related_sentences": "Sales grew.", "knowledge_domain": "Banking"}
     record.update(fields)
     return record
+
+
+def assert_refused_in_one_line(done, message: str, out) -> None:
+    """A CLI result refused at start-up: exit 2, exactly one `error:` line holding `message`, and no
+    run folder made."""
+    assert done.exit_code == 2, done.output[-2000:]
+    errors = [line for line in done.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], done.output
+    assert not out.exists()

@@ -11,6 +11,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import assert_refused_in_one_line
 
 import finbench
 from finbench.benchmarks import famma, finmme, finmtm
@@ -225,11 +226,8 @@ def test_compare_and_sweep_show_the_probes(probed):
     (("--probe", "open-ended", "--protocol", "official"), "--probe applies to the constrained protocol"),
 ])
 def test_bad_probes_fail_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parquet, tmp_path, extra, message):
-    done = _cli(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", *extra)
-    assert done.exit_code == 2, done.output[-2000:]
-    errors = [line for line in done.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and message in errors[0], done.output
-    assert not (tmp_path / "run").exists()
+    assert_refused_in_one_line(_cli(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", *extra), message,
+                               tmp_path / "run")
 
 
 def test_a_negated_chinese_answer_does_not_name_the_option():

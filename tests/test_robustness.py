@@ -13,6 +13,7 @@ import jsonschema
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import assert_refused_in_one_line
 import torch
 
 import finbench
@@ -385,11 +386,8 @@ def test_famma_choice_items_rotate_in_their_own_prompt(tmp_path):
     (("--image-ablation", "blank,blur"), "--image-ablation blank,blur: unknown mode 'blur'"),
 ])
 def test_bad_study_options_fail_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parquet, tmp_path, extra, message):
-    done = _cli(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", *extra)
-    assert done.exit_code == 2, done.output[-2000:]
-    errors = [line for line in done.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and message in errors[0], done.output
-    assert not (tmp_path / "run").exists()
+    assert_refused_in_one_line(_cli(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", *extra), message,
+                               tmp_path / "run")
 
 
 # ---- official vs constrained --------------------------------------------------------------------------
