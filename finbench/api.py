@@ -159,6 +159,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
     `out/<name>/`, `out/summary.json` holds their scores (headline, CIs, the parts scored apart),
     and a `MultiRunResult` is returned; `data` may then be a mapping benchmark → source. An `out`
     holding another run's results is refused unless `overwrite` (see `RUN_IDENTITY`)."""
+    from finbench.runner.lock import folder_lock
     from finbench.runner.startup import validate
 
     names = benchmark_names(benchmark)
@@ -179,16 +180,25 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
         config = make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out), **options)
         validate(config)  # before torch is imported: a bad option is refused at once
         refuse_other_results(config, overwrite)
-        _starting(console, source, loaded, names)
-        from finbench.runner.engine import run_benchmark
+        with folder_lock(Path(out)):  # a second run into the folder is refused here, before torch loads
+            _starting(console, source, loaded, names)
+            from finbench.runner.engine import run_benchmark
 
-        return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
-                             validated=True)
+            return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
+                                 validated=True)
     configs = {name: make_config(source, name, data=_data_for(data, name, single=False),
                                  out=str(Path(out) / name), **options) for name in names}
     for config in configs.values():  # every bad option before the model is loaded
         validate(config)
         refuse_other_results(config, overwrite)
+    with folder_lock(Path(out)):  # summary.json's folder: one multi-benchmark run at a time
+        return _evaluate_each(source, loaded, configs, show_progress, console, command, Path(out))
+
+
+def _evaluate_each(source: str, loaded: Any, configs: Mapping[str, RunConfig], show_progress: bool, console: Any,
+                   command: str, out: Path) -> Any:
+    """evaluate() of several benchmarks, their options checked: the model loaded once, each run."""
+    names = list(configs)
     _starting(console, source, loaded, names)
     from finbench.runner.distributed import world_from_env
     from finbench.runner.engine import run_benchmark

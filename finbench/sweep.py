@@ -209,6 +209,14 @@ def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, 
     variants = [(name, dataclasses.replace(config, out=str(out / name), cache=str(cache)))
                 for name, config in plan_variants(base, axes)]
     checked = validate_variants(variants, out)  # once: run_benchmark does not validate them again
+    from finbench.runner.lock import folder_lock
+
+    with folder_lock(out):  # one sweep per folder: a second is refused before any model loads
+        return _run_variants(base, axes, out, variants, checked, show_progress, console)
+
+
+def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, variants: list[tuple[str, RunConfig]],
+                  checked: dict[str, Any], show_progress: bool, console: Any) -> dict[str, Any]:
     from finbench.runner.defaults import SIZED, size_to_device
     from finbench.runner.distributed import rank_device, world_from_env
     from finbench.runner.engine import run_benchmark

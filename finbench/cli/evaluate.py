@@ -175,8 +175,8 @@ def demo(
     """Build (once) a tiny random Qwen2.5-VL and synthetic data of a benchmark, then run the whole
     path offline: data loading, preprocessing, decoding, cache, judging, scoring, reports."""
     from finbench.api import evaluate
-    from finbench.offline.demo import demo_data, demo_options, demos
-    from finbench.offline.tiny import make_tiny
+    from finbench.offline.demo import demo_data, demo_model, demo_options, demos
+    from finbench.runner.lock import folder_lock
     from finbench.report.output import configure_output
 
     configure_output(progress, verbose)
@@ -188,11 +188,10 @@ def demo(
     out = out or ("runs/demo" if benchmark == DEFAULT_BENCHMARK else f"runs/demo-{benchmark}")
 
     folder = home()
-    model_dir = folder / "tiny-qwen2.5-vl"
-    if not (model_dir / "config.json").exists():
-        console.print(f"building tiny Qwen2.5-VL into {model_dir}", markup=False)
-        make_tiny("qwen2.5-vl", model_dir)
-    with one_line_errors():
+    # two demos sharing FINBENCH_HOME: the second waits while the first builds, then reuses what it built
+    with one_line_errors(), folder_lock(folder, "FINBENCH_HOME", wait=True):
+        model_dir, _ = demo_model(folder, lambda path: console.print(f"building tiny Qwen2.5-VL into {path}",
+                                                                     markup=False))
         data_path, wrote = demo_data(benchmark, folder, Path(out), n_items, overwrite)
     if wrote:
         console.print(f"generated synthetic {benchmark} data into {data_path}", markup=False)

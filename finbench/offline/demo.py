@@ -17,7 +17,7 @@ shown (at chance level: the weights are random).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from finbench.types import RESULTS_FILE
 
@@ -30,6 +30,28 @@ def demos() -> list[str]:
     from finbench.benchmarks import BENCHMARKS
 
     return [name for name, benchmark in BENCHMARKS.items() if benchmark.demo is not None]
+
+
+def demo_model(home: Path, announce: Callable[[Path], None] = lambda folder: None) -> tuple[Path, bool]:
+    """(the demo's tiny model in `home`, whether it was built now). Built once under FINBENCH_HOME's
+    lock: a second process sharing the home waits, then reuses the build. Built beside its folder and
+    renamed into place, so a build killed half way leaves no folder that looks finished."""
+    import shutil
+
+    from finbench.offline.tiny import make_tiny
+    from finbench.runner.lock import folder_lock
+
+    model_dir = home / DEMO_MODEL
+    with folder_lock(home, "FINBENCH_HOME", wait=True):
+        if (model_dir / "config.json").exists():
+            return model_dir, False
+        announce(model_dir)
+        partial = model_dir.with_name(f".{model_dir.name}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        make_tiny("qwen2.5-vl", partial)
+        shutil.rmtree(model_dir, ignore_errors=True)  # a folder without config.json: not a finished build
+        partial.replace(model_dir)
+        return model_dir, True
 
 
 def demo_data(benchmark: str, home: Path, out: Path, n_items: int | None = None,

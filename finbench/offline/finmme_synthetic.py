@@ -150,7 +150,9 @@ def write_parquet(path: str | Path, n_items: int = 72, seed: int = 0) -> Path:
     items = generate_items(n_items, seed)
     table = pa.Table.from_pylist([{k: item[k] for k in COLUMNS} for item in items],
                                  schema=arrow_schema())  # fmt: skip
-    pq.write_table(table, path)
+    partial = path.with_name(f".{path.name}.partial")  # renamed into place: a killed write leaves no such file
+    pq.write_table(table, partial)
+    partial.replace(path)
     return path
 
 

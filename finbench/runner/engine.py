@@ -3,7 +3,8 @@
 It knows neither the benchmark nor the model family: a `Benchmark` (benchmarks/base.py) turns
 each question into one request (finbench/requests.py), a model adapter (models/contract.py)
 answers it. Order of work:
-1. start-up (runner/startup.py): check every option (once), size what was left to the device
+1. start-up (runner/startup.py): check every option (once), take the run folder's lock (a second
+   writer is refused in one line naming the first: runner/lock.py), size what was left to the device
    (runner/defaults.py: batch size, token budget, threads; named in `config.sized`), read the
    data (a bad record becomes that sample's error, unusable data one line), refuse what the
    model's family does not declare (once, from config.json read once), load the model and the
@@ -52,12 +53,13 @@ from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.defaults import size_to_device
 from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
+from finbench.runner.lock import folder_lock
 from finbench.runner.loop import AUTO_BATCH_START, BatchInterrupted, BatchLoop, first_rows
 from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
-from finbench.runner.requests import build_requests, decoding_summary
+from finbench.runner.requests import build_requests, decoding_summary, shared_requests
 from finbench.runner.runlog import RunLog
 from finbench.runner.timing import ModelParts, StageTimer
 from finbench.types import Prediction, RunConfig
@@ -107,6 +109,12 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     every config before the first runs)."""
     if not validated:
         startup.validate(config)
+    with folder_lock(Path(config.out)) as took_over:  # one writer per run folder (runner/lock.py)
+        return _run(config, model, show_progress, console, command, took_over)
+
+
+def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, console: Any, command: str | None,
+         took_over: str) -> RunResult:
     if config.data is not None and Path(config.data).expanduser().exists():
         # results.json records where the data is from anywhere: `finbench report` re-reads the
         # images for its thumbnails, possibly from another working folder
@@ -119,7 +127,9 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     started = time.time()
     run_log = RunLog()
     benchmark = get_benchmark(config.benchmark)
-    notes: list[str] = []  # warnings that go into results.json
+    notes: list[str] = [took_over] if took_over else []  # warnings that go into results.json
+    if took_over:
+        log.warning("%s", took_over)
 
     # 1. start-up: nothing is written until every check has passed
     questions = load_matching(benchmark, config.data, config.limit, config.domains, config.question_types, notes)
@@ -265,18 +275,6 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     log.info("done: %s", {k: scores.get(k) for k in ("finscore", "accuracy")})
     distributed.finish(world)
     return RunResult(out_dir, results, samples)
-
-
-def shared_requests(todo: Sequence[int], keys: Sequence[str]) -> tuple[list[int], dict[int, list[int]]]:
-    """(questions to compute, leader → followers): questions whose requests are identical (one
-    key) get one computation, the first of them leading."""
-    leaders: dict[str, int] = {}
-    followers: dict[int, list[int]] = {}
-    for index in todo:
-        leader = leaders.setdefault(keys[index], index)
-        if leader != index:
-            followers.setdefault(leader, []).append(index)
-    return list(leaders.values()), followers
 
 
 def _with_followers(loop: BatchLoop, batch: dict[int, Prediction], followers: dict[int, list[int]]) -> dict[int, Prediction]:

@@ -143,3 +143,15 @@ def build_requests(benchmark: Benchmark, questions: Sequence[Question], config: 
             request = None
         requests.append(request)
     return requests, errors
+
+
+def shared_requests(todo: Sequence[int], keys: Sequence[str]) -> tuple[list[int], dict[int, list[int]]]:
+    """(questions to compute, leader → followers): questions whose requests are identical (one
+    key) get one computation, the first of them leading."""
+    leaders: dict[str, int] = {}
+    followers: dict[int, list[int]] = {}
+    for index in todo:
+        leader = leaders.setdefault(keys[index], index)
+        if leader != index:
+            followers.setdefault(leader, []).append(index)
+    return list(leaders.values()), followers
