@@ -51,6 +51,9 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
     from finbench.benchmarks.records import data_files
 
     benchmark = get_benchmark(benchmark_name)
+    refusal = benchmark.recognise(source)  # another benchmark's data: "not FinMMR data", not a file of errors
+    if refusal:
+        raise ValueError(refusal)
     local = Path(source).expanduser()
     files = [str(f) for f in data_files(local)] if local.exists() else [str(source)]
     notes: list[str] = []

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from finbench.benchmarks.recognise import Recognise, anything
 from finbench.requests import Prompt, Request, user_message
 from finbench.scoring.scorer import Scorer, ScorerModule
 from finbench.types import PROTOCOLS, Prediction, Question
@@ -175,6 +176,9 @@ class Benchmark:
       judge sees them) it must answer, and its replies read back; `rule_judgements(questions,
       predictions, protocol)`, when given, replaces `rule_judgement` with one call for the whole
       run (verdicts that are cheap only together: FinMMR's programs, run in a sandbox pool);
+    - `recognise(source)` → "" when a --data source looks like this benchmark's data, else one
+      line why not ("…: not FinMMR data — missing …"), asked at start-up before any model loads and
+      by `finbench data check`; cheap (column names, benchmarks/recognise.py builds the usual ones);
     - `demo` → how `finbench demo --benchmark NAME` gets synthetic data in the real format;
     - `rotate(question, shift)` → the question with its options rotated and its gold moved, whose
       `request` renders them so (circular evaluation), or None when its prompt does not render
@@ -220,6 +224,7 @@ class Benchmark:
     cluster_field: str = "id"  # each question its own cluster unless the benchmark says otherwise
     open_prompt: Callable[[Question], Prompt | None] = question_alone
     language_field: str = ""  # the meta field of a question's language ("": every question in English)
+    recognise: Recognise = anything  # "" when a --data source looks like this benchmark's data, else why not
 
     @property
     def breakdown_column(self) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from finbench.benchmarks.base import OPEN_INSTRUCTION, Benchmark, Demo, as_decoded
+from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import (RawRecord, as_text, local_file, missing_columns, open_table, readable_label, select,
                                         skipped_note)
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
@@ -348,6 +349,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmme"),
     load=load_questions, request=request, answer=answer, prepare_images=prepare_images, open_prompt=open_prompt,
+    recognise=requires_columns("FinMME", REQUIRED_COLUMNS),
     cluster_field="image",  # several questions are asked of one chart; the records carry no image id: its bytes' digest
     metrics="FinScore = F × (1 − P_H) (official eval.py); F, P_H, accuracy; by domain, question type, asset class, "
             "chart type, cognitive dimension; paper variant via `finbench score --variant paper`",

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
+from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
 from finbench.scoring.scorer import ScorerModule
@@ -35,6 +36,7 @@ HUB_ID = "addictedLL/FinMMR"  # a GitHub repository: FinMMR is read from local f
 DOMAIN_FIELD = "subfield"  # --domain filters subfields; --question-type filters difficulty (easy/medium/hard)
 GROUP_COLUMNS = ("difficulty", "language", "source", "subfield", "image_type")  # = the scorer's (execution rate by)
 PROTOCOL_NAMES = ("constrained", "cot", "pot")
+REQUIRED_COLUMNS = ("question", "ground_truth")  # what makes a record a FinMMR question
 FORMS = ("a FinMMR checkout (its data/test split), a data/<split>/ folder, or one <grade>_<split>.json; "
          "images from the nearest images/ folder above the JSON file",)
 PROTOCOLS = ("cot (official chain of thought; answer by --judge with the official extraction prompt, or a rule)",
@@ -94,7 +96,7 @@ def record_files(source: str | Path) -> list[Path]:
     files = sorted(p for p in path.rglob("*.json") if RECORD_NAME.fullmatch(p.name))
     files = files or sorted(p for p in path.rglob("*.json") if not p.name.endswith("_prompt.json"))
     if not files:
-        raise DataError(f"--data {path}: no FinMMR JSON files in this folder")
+        raise DataError(f"--data {path}: not FinMMR data — no FinMMR JSON files in this folder")
     return files
 
 
@@ -319,6 +321,7 @@ BENCHMARK = Benchmark(
     load=load_questions, request=request, answer=answer, rule_judgements=rule_judgements,
     judge_requests=judge_requests, read_judgement=read_judgement, rotate=options_not_rendered, open_prompt=no_open_prompt, forms=FORMS,
     protocols=PROTOCOLS, protocol_names=PROTOCOL_NAMES, metrics=METRICS,
+    recognise=requires_columns("FinMMR", REQUIRED_COLUMNS, files=record_files),  # the files a run would read
     cluster_field="image",  # the image set: pages of one source document (4226-1..3.png), shared by its questions
     demo=Demo(module="finbench.offline.finmmr_synthetic", sizes="FinMMR items per difficulty (4)",
               self_judge=True, judge_max_new_tokens=8))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo
+from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, open_table, select
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.scoring.scorer import ScorerModule
@@ -322,6 +323,7 @@ BENCHMARK = Benchmark(
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.mme_finance"),
     load=load_questions, request=request, answer=answer, judge_requests=judge_requests,
     read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    recognise=requires_columns("MME-Finance", REQUIRED_COLUMNS, any_of=("image", "image_path"), per_file=True),
     leaderboard_metrics=("binary_accuracy",),  # beside the judge score ×20: the binary set's own headline
     cluster_field="image",  # MME-Finance asks several questions of one image (records share image files)
     language_field="language",  # "zh" or "en" (`_language`): a probe's "None of the above" in the item's language

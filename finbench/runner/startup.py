@@ -17,6 +17,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from finbench.benchmarks import get_benchmark
 from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
 
 def _protocol_names(benchmark: str) -> tuple[str, ...]:
     """The --protocol values of the run's benchmark (an unknown benchmark is one ValueError line)."""
-    from finbench.benchmarks import get_benchmark
-
     return get_benchmark(benchmark).protocol_names
 
 
@@ -60,6 +59,9 @@ def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line. First what the
     options alone decide (`validate_options`), then what needs the registry, torch or a package."""
     validate_options(config)
+    refusal = get_benchmark(config.benchmark).recognise(config.data)  # another benchmark's data: one line, now
+    if refusal:
+        raise ValueError(refusal)
     _validate_device(config.device)
     if config.quant != "none":  # fp8 off CUDA, a missing package
         from finbench.models.loading import resolve_device

@@ -22,11 +22,12 @@ from __future__ import annotations
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.famma.extraction import _lenient_json, answer, extract_official, parse_grouped_response
 from finbench.benchmarks.famma.judge import judge_requests, read_judgement, rule_judgement, rule_verdict
-from finbench.benchmarks.famma.loader import load_questions
+from finbench.benchmarks.famma.loader import REQUIRED_COLUMNS, load_questions
 from finbench.benchmarks.famma.prompts import fill_template, official_prompt, open_prompt, request
 from finbench.benchmarks.famma.record import answer_text, image_bytes, record_to_question
 from finbench.benchmarks.famma.texts import (DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID, JUDGE_MAX_NEW_TOKENS, METRICS,
                                              NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS)
+from finbench.benchmarks.recognise import requires_columns
 from finbench.scoring.scorer import ScorerModule
 from finbench.types import Question
 
@@ -41,4 +42,5 @@ BENCHMARK = Benchmark(
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     cluster_field="main_question_id",  # sub-questions share their main question's images and context
     open_prompt=open_prompt, language_field="language",  # english, chinese, french
+    recognise=requires_columns("FAMMA", REQUIRED_COLUMNS),
     demo=Demo(module="finbench.offline.famma_synthetic", sizes="FAMMA main questions of two sub-questions (12)"))

@@ -23,7 +23,7 @@ from __future__ import annotations
 from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt, options_not_rendered
 from finbench.benchmarks.finmtm.judge import (judge_requests, match_calls, parse_judge_json, read_judgement, replies,
                                              rule_judgement, tool_calls, unique_calls)
-from finbench.benchmarks.finmtm.loader import canonical_gold, load_questions, record_to_question
+from finbench.benchmarks.finmtm.loader import canonical_gold, load_questions, recognise, record_to_question
 from finbench.benchmarks.finmtm.prompts import after_think, answer, extract_official, request
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID,
                                               JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVELS, METRICS, NAME, OBJECTIVE,
@@ -43,7 +43,7 @@ BENCHMARK = Benchmark(
     judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     rotate=options_not_rendered,  # objective items carry their options inside the question text
     open_prompt=no_open_prompt,  # (so no stem without them: no open-ended probe)
-    leaderboard_breakdown="question_type",
+    leaderboard_breakdown="question_type", recognise=recognise,
     cluster_field="image",  # a session is one question; objective items and sessions on one image share it
     demo=Demo(module="finbench.offline.finmtm_synthetic", sizes="FinMTM objective items per file (12)", self_judge=True,
               judge_max_new_tokens=48))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, HUB_ID, HUB_SPLIT, NAME, OBJECTIVE, _OPTION_LINE)
+from finbench.benchmarks.recognise import columns_by_file
 from finbench.benchmarks.records import local_file, open_table, select
 from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
 
@@ -31,8 +32,7 @@ def load_questions(
     filter cannot read its labels, so `--domain` and `--question-type` leave it out (records.py)."""
     table = open_table(_local(str(source or HUB_ID)), HUB_SPLIT, "FinMTM", notes=notes)
     if not set(KIND_FIELDS) & table.columns:
-        raise ValueError(f"{', '.join(table.sources)}: not FinMTM data — no record has messages (objective), turns "
-                         f"(session) or ActionTrace (agent) (have: {', '.join(sorted(table.columns)) or 'none'})")
+        raise ValueError(_not_finmtm(table.sources, table.columns))
     file_tasks = _file_tasks(table.records)
     questions = []
     for index, raw in select(table.records, _filter_labels, domains, question_types, limit, notes):
@@ -46,6 +46,18 @@ def load_questions(
                                    qid=question.id)
         questions.append(question)
     return questions
+
+
+def recognise(source: Any) -> str:
+    """`Benchmark.recognise`: FinMTM data holds records of at least one of its kinds."""
+    by_file = columns_by_file(source)
+    have = set().union(*by_file.values()) if by_file else set()
+    return _not_finmtm([str(f) for f in by_file], have) if have and not set(KIND_FIELDS) & have else ""
+
+
+def _not_finmtm(sources: Sequence[str], have: set[str]) -> str:
+    return (f"{', '.join(sources)}: not FinMTM data — no record has messages (objective), turns (session) or "
+            f"ActionTrace (agent) (have: {', '.join(sorted(have)) or 'none'})")
 
 
 def _filter_labels(raw: Any) -> tuple[str | None, str | None]:
