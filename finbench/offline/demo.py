@@ -49,7 +49,9 @@ def demo_model(home: Path, announce: Callable[[Path], None] = lambda folder: Non
         partial = model_dir.with_name(f".{model_dir.name}.partial")
         shutil.rmtree(partial, ignore_errors=True)
         make_tiny("qwen2.5-vl", partial)
-        shutil.rmtree(model_dir, ignore_errors=True)  # a folder without config.json: not a finished build
+        if model_dir.is_symlink() or model_dir.is_file():  # without config.json: not a finished build
+            model_dir.unlink()
+        shutil.rmtree(model_dir, ignore_errors=True)
         partial.replace(model_dir)
         return model_dir, True
 
