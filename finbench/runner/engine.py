@@ -23,6 +23,7 @@ answers it. Order of work:
    sessions turn by turn, each turn checked against the context, a thinking step first where
    asked), halving and retrying on CUDA out-of-memory, and commit it to the cache (a cache that
    stops taking writes — a full disk, its folder deleted — stops the run: `Stopped`, one line);
+   progress is a bar on a terminal, plain lines in a pipe, and those lines in run.log (runner/progress.py);
 5. judge open answers (the benchmark's rules; a `--judge` model's requests through the same batch
    loop, its replies cached too; a call failing after its retries scores its question 0), score,
    write samples.parquet (the run's questions only), variants.parquet (the studies' variants),
@@ -39,7 +40,7 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 import torch
 
@@ -55,9 +56,10 @@ from finbench.runner.judge import judge_run
 from finbench.runner.keys import model_arguments, sample_key
 from finbench.runner.lock import folder_lock
 from finbench.runner.loop import AUTO_BATCH_START, BatchInterrupted, BatchLoop, first_rows
-from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, progress, samples_table,
+from finbench.runner.outputs import (OutputsError, error_summary, previous_throughput, samples_table,
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
+from finbench.runner.progress import progress
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
 from finbench.runner.requests import build_requests, decoding_summary, shared_requests
 from finbench.runner.runlog import RunLog

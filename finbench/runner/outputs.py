@@ -1,4 +1,4 @@
-"""A run's outputs: the samples table, its scores, results.json, report.html, and the progress bar.
+"""A run's outputs: the samples table, its scores, results.json, report.html (the progress: runner/progress.py).
 The files of a run (samples.parquet, results.json, report.html, report.md, variants.parquet) are written into
 a staging folder inside the run folder, then renamed into place together: a kill or a full disk
 while writing never leaves a truncated output, nor the previous run's report beside new results."""
@@ -12,9 +12,8 @@ import logging
 import math
 import os
 import shutil
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 from finbench.runner.decoding import answer_confidence
 from finbench.runner.keys import model_identity
@@ -174,26 +173,3 @@ def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants
         else:
             (out_dir / name).unlink(missing_ok=True)  # never an older report beside the new results
     shutil.rmtree(staging, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def progress(show: bool, total: int, console: Any) -> Iterator[Callable[[int], None]]:
-    """A progress bar with the running samples/s; `advance(n)` after each batch."""
-    if not show or total == 0:
-        yield lambda n: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    started = time.perf_counter()
-    with Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]} samples/s"), TimeRemainingColumn(), console=console) as bar:
-        task = bar.add_task("run", total=total, rate="–")
-        done = 0
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            rate = done / max(time.perf_counter() - started, 1e-9)
-            bar.update(task, advance=n, rate=f"{rate:.1f}")
-
-        yield advance
