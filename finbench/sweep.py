@@ -164,7 +164,7 @@ def _load_or_recorded(config: RunConfig, run_dir: Path, checkpoint: Any = None) 
 def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> dict[str, Any]:
     """Every variant checked before any of them runs: its options, then what its model's family
     refuses (from config.json alone, no weights: e.g. a thinking budget on a model without a
-    thinking block). A model that cannot be found passes when its variant's run folder records an
+    thinking block), and the data, read once. A model that cannot be found passes when its variant's run folder records an
     earlier run: it will be served from the cache (`RecordedModel`). Returns each checked
     variant's checkpoint record (runner/startup.py `check_family`), for its load. Last, each
     quantized variant's share of the language model its format would quantize, from the module
@@ -175,6 +175,7 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> d
         validate_options(config)
     for _, config in variants:
         validate(config)
+    _check_data(variants[0][1])  # one data set for every variant
     checked = {}
     for name, config in variants:
         try:
@@ -186,6 +187,15 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> d
     _refuse_unquantizable([(name, config) for name, config in variants
                            if name in checked and checked[name] is not None and checked[name].declared is None])
     return checked
+
+
+def _check_data(config: RunConfig) -> None:
+    """The sweep's data, read before any variant's model loads: a source that cannot be read (a hub
+    set not in the local cache, offline) or that the filters leave empty is one line now, not an
+    error after the first variant's model has loaded."""
+    from finbench.benchmarks import get_benchmark, load_matching
+
+    load_matching(get_benchmark(config.benchmark), config.data, 1, config.domains, config.question_types)
 
 
 def _refuse_unquantizable(variants: Sequence[tuple[str, RunConfig]]) -> None:

@@ -39,6 +39,11 @@ def _outputs(args: list[str]) -> list[str]:
     return outs
 
 
+def _as_bash_expands(arg: str, home: str) -> str:
+    """`~/…` as bash gives it to the command: the user's home in its place."""
+    return home + arg[1:] if arg == "~" or arg.startswith("~/") else arg
+
+
 def _offline(args: list[str], unavailable: set[str]) -> str:
     """Why a command cannot run here ("" when it can)."""
     absolute = [arg for arg in args if arg.startswith("/")]
@@ -63,7 +68,9 @@ def test_every_offline_example_of_the_readme_runs_as_written(tmp_path):
     assert ["demo"] in commands and any(c[0] == "leaderboard" for c in commands)
     unavailable: set[str] = set()
     left_out, ran = [], []
-    env = {**os.environ, "FINBENCH_HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}
+    # a fresh home, where the README's ~ and FINBENCH_HOME's default (~/.cache/finbench) point
+    env = {**os.environ, "HOME": str(tmp_path / "user"), "FINBENCH_HOME": str(tmp_path / "user/.cache/finbench"),
+           "HF_HUB_OFFLINE": "1"}
     here = os.getcwd()
     os.chdir(tmp_path)
     try:
@@ -73,7 +80,7 @@ def test_every_offline_example_of_the_readme_runs_as_written(tmp_path):
                 left_out.append((" ".join(args), reason))
                 unavailable.update(_outputs(args))
                 continue
-            done = cli(*args, env=env)
+            done = cli(*[_as_bash_expands(arg, env["HOME"]) for arg in args], env=env)
             assert done.returncode == 0, f"finbench {' '.join(args)}\n{done.stdout}\n{done.stderr}"
             ran.append((args, done))
             for out in _outputs(args):
@@ -87,7 +94,8 @@ def test_every_offline_example_of_the_readme_runs_as_written(tmp_path):
     # what is left out needs what this machine cannot have, and nothing else
     assert left_out and all(reason.startswith(("needs /", "reads runs/")) for _, reason in left_out)
     names = {args[0] for args, _ in ran}
-    assert {"demo", "report", "score", "leaderboard"} <= names, names
+    assert {"demo", "report", "score", "leaderboard", "sweep"} <= names, names
+    assert any("--permutations" in args for args, _ in ran)  # the studies run as written too
     demos = [args for args, _ in ran if args[0] == "demo"]
     assert len(demos) >= 5  # the default and every benchmark's demo
 

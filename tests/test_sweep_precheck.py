@@ -84,3 +84,19 @@ def test_a_variant_failing_at_its_load_keeps_the_finished_ones(tmp_path, tiny_qw
                                   "error": "float16: refused at its load (what only the loaded weights tell)"}]
     assert "variant dtype-float16 did not run" in " ".join(done.output.split())
     assert (out / "report.html").is_file() and not (out / "dtype-float16").exists()
+
+
+def test_a_sweep_whose_data_cannot_be_read_is_refused_before_any_variant_loads(tmp_path, tiny_qwen_dir, monkeypatch):
+    """No --data: the benchmark's hub set, not in the local cache offline — one line before any model
+    loads (it used to be an error after the first variant's model had loaded)."""
+    monkeypatch.setattr(sweep_module, "_load_or_recorded", _no_model)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "no-datasets"))
+    out = tmp_path / "sweep"
+    done = CliRunner().invoke(app, ["sweep", "--model", str(tiny_qwen_dir), "--dtype", "float32,bfloat16", "--device",
+                                    "cpu", "--out", str(out), "--no-progress"])
+    assert done.exit_code == 2, done.output
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot load this hub data set" in " ".join(done.stderr.split()), done.stderr
+    assert not out.exists()
