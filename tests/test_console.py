@@ -285,3 +285,63 @@ def test_mme_finance_small_sample_note_counts_the_binary_items_only():
     print_scores(scores, console)
     notes = [line for line in console.file.getvalue().splitlines() if line.startswith("note: the CI of binary")]
     assert notes and all("rests on 4 binary items" in line for line in notes)
+
+
+# ---- lines that fit: titles, footnotes and help at the terminal's width (issue 42) ------------------
+def _printed(scores: dict, width: int, verbose: bool) -> list[str]:
+    from rich.console import Console
+
+    from finbench.report.console import print_scores
+
+    console = Console(file=io.StringIO(), width=width, force_terminal=False)
+    print_scores(scores, console=console, verbose=verbose)
+    return console.file.getvalue().splitlines()
+
+
+def test_at_120_columns_titles_and_the_selective_footnote_are_not_cut_into_centred_fragments(finmme_outputs):
+    out, _, _ = finmme_outputs
+    scores = json.loads((out / "results.json").read_text())["scores"]
+    compact = _printed(scores, 120, verbose=False)
+    title = next(line for line in compact if line.lstrip().startswith("by "))
+    assert title.startswith("by ") and title.rstrip().endswith("--verbose-tables or report.html"), compact
+    verbose = _printed(scores, 120, verbose=True)
+    assert any(line.startswith("selective prediction (answer only when confidence > τ; ×100)") for line in verbose)
+    footnote = " ".join(scores["selective_items"].split())
+    start = verbose.index(next(line for line in verbose if line.startswith(footnote[:30])))
+    said = verbose[start:start + 2]
+    assert " ".join(" ".join(said).split()).startswith(footnote[:110]), said  # whole phrases, up to 120 a line
+    assert all(len(line) <= 120 for line in verbose)
+
+
+def test_the_largest_spread_is_not_claimed_where_every_group_is_equal(finmme_outputs):
+    out, _, _ = finmme_outputs
+    scores = json.loads((out / "results.json").read_text())["scores"]
+    for groups in scores["breakdowns"].values():
+        for group in groups.values():
+            group["accuracy"] = 0.0
+    text = "\n".join(_printed(scores, 120, verbose=False))
+    assert "the largest spread" not in text and "no breakdown's groups differ" in text
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_help_wraps_each_command_s_sentence_at_the_panel_not_at_the_docstring_s_line_ends(width):
+    from finbench import cli
+
+    done = CliRunner().invoke(app, ["--help"], env={"COLUMNS": str(width)})
+    lines = done.output.splitlines()
+    top = next(i for i, line in enumerate(lines) if "Commands" in line)
+    panel = lines[top + 1:next(i for i in range(top + 1, len(lines)) if lines[i].startswith("╰"))]
+    column = panel[0].index(panel[0].split()[2])  # where the descriptions start
+    room = len(panel[0]) - 2 - column - 1  # inside the border, less its padding
+    entries: list[list[str]] = []
+    for line in panel:
+        if line[2:column].strip():
+            entries.append([])
+        entries[-1].append(line[column:-1].rstrip())
+    commands = {c.name: c for c in cli.app.registered_commands}
+    assert len(entries) >= 10
+    for entry in entries:
+        for text, following in zip(entry, entry[1:]):  # greedy: the next word did not fit on this line
+            assert len(text) + 1 + len(following.split()[0]) > room, entry
+    demo = commands.get("demo") or next(c for c in cli.app.registered_commands if c.callback.__name__ == "demo")
+    assert " ".join(demo.callback.__doc__.split("\n\n")[0].split()) in " ".join(" ".join(e) for e in entries)

@@ -234,6 +234,56 @@ def test_sweep_report_opens_in_chromium(demo_run, tmp_path):
     assert (tmp_path / "report.md").read_text().count("|") > 10
 
 
+WIDTH_PROBE = """<script>
+window.addEventListener("load", function () {
+  var page = document.documentElement.clientWidth, wide = [];
+  document.querySelectorAll("body *").forEach(function (element) {
+    var right = element.getBoundingClientRect().right;
+    if (right > page + 0.5) wide.push((element.id || element.tagName.toLowerCase()) + " " + Math.round(right));
+  });
+  document.documentElement.setAttribute("data-wider-than-page", wide.join("; ") || "none");
+});
+</script>"""
+
+
+def wider_than_the_page(page: Path, workdir: Path, width: int = 1280) -> list[str]:
+    """The elements of `page` whose right edge passes the viewport of a `width`-px headless Chromium
+    window ("id-or-tag right-edge"), measured by a script added to a copy of the page."""
+    chromium = _chromium()
+    probe = workdir / f"probe-{page.name}"
+    probe.write_text(page.read_text().replace("</body>", WIDTH_PROBE + "</body>"))
+    done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={workdir / 'profile-width'}",
+                           f"--window-size={width},2000", "--virtual-time-budget=5000", "--dump-dom", probe.as_uri()],
+                          capture_output=True, text=True, timeout=180)
+    found = re.search(r'data-wider-than-page="([^"]*)"', done.stdout)
+    assert found, done.stderr[-2000:]
+    return [] if found.group(1) == "none" else found.group(1).split("; ")
+
+
+def test_a_quantization_sweep_page_fits_1280_px(demo_run, tmp_path):
+    """The widest page finbench writes: a sweep's quantization study (15 columns) with real-length
+    labels — the format a variant ran as, what it quantized — must fit a 1280 px window."""
+    from finbench.sweep import summarize, write_sweep
+
+    result, _ = demo_run
+    names = ["quant-none", "quant-int8wo", "quant-int4wo", "quant-8bit"]
+    for name in names:
+        shutil.copytree(result.out_dir, tmp_path / name)
+    summary = summarize([tmp_path / n for n in names], names, n_bootstrap=50)
+    for variant, quant in zip(summary["variants"], ["none", "int8wo", "int4wo", "8bit"]):
+        variant["quant_label"] = quant
+    for row in summary["study"]:
+        row["quant_label"] = row["name"].split("-", 1)[1] + " (vision tower in bf16)"
+        row["quantized"] = ("language model 196/196 linears: torchao.IntxUnpackedToInt8Tensor ×196; lm_head and "
+                            "vision tower not quantized")
+        row["domains_losing_most"] = [{"domain": "Funds & Asset Management", "delta": -0.25},
+                                      {"domain": "Corporate Finance", "delta": -0.125}]
+    summary["axes"] = {"quant": ["none", "int8wo", "int4wo", "8bit"]}
+    write_sweep(tmp_path, summary)
+    assert 'id="study"' in (tmp_path / "report.html").read_text()
+    assert wider_than_the_page(tmp_path / "report.html", tmp_path) == []
+
+
 def test_every_plot_of_a_run_fits_its_figure_and_no_texts_overlap(demo_run):
     from finbench.report.html import run_figures
 

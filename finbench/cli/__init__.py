@@ -13,13 +13,22 @@ from __future__ import annotations
 from finbench.cli import evaluate, scores, tools
 from finbench.cli.common import app, data_app, models_app
 
+
+
+def _summary(command: object) -> str:
+    """A command's line in `finbench --help`: its docstring's first paragraph on one line, wrapped
+    at the terminal's width between words, never at the docstring's own line ends mid-sentence."""
+    return " ".join((command.__doc__ or "").strip().split("\n\n")[0].split())
+
+
 CLASSES = {evaluate.demo: evaluate.DemoCommand}  # a command whose help is read from the registry when asked for
 for command in (evaluate.run, evaluate.demo, scores.score, scores.compare, evaluate.sweep, scores.report,
                 scores.leaderboard):
-    app.command(cls=CLASSES.get(command))(command)
-data_app.command("check")(tools.data_check)
-models_app.command("make-tiny", cls=tools.MakeTinyCommand)(tools.make_tiny_command)
-models_app.command("list")(tools.list_models)
-app.command()(tools.benchmarks)
+    app.command(cls=CLASSES.get(command), short_help=_summary(command))(command)
+data_app.command("check", short_help=_summary(tools.data_check))(tools.data_check)
+models_app.command("make-tiny", cls=tools.MakeTinyCommand, short_help=_summary(tools.make_tiny_command))(
+    tools.make_tiny_command)
+models_app.command("list", short_help=_summary(tools.list_models))(tools.list_models)
+app.command(short_help=_summary(tools.benchmarks))(tools.benchmarks)
 
 __all__ = ["app"]

@@ -92,6 +92,25 @@ def as_console(console: Any = None) -> Any:
     return Console()
 
 
+def print_table(con: Any, table: Any) -> None:
+    """`table`, with a title or caption wider than the table printed as a line of its own (above or
+    below, left-aligned, wrapped between words at the console's width) instead of wrapped into
+    centred fragments of the table's width."""
+    from rich.measure import Measurement
+
+    width = min(Measurement.get(con, con.options, table).maximum, con.width)
+    title = table.title if isinstance(table.title, str) and len(table.title) > width else None
+    caption = table.caption if isinstance(table.caption, str) and len(table.caption) > width else None
+    if title is not None:
+        table.title = None
+        con.print(title, style="table.title", markup=False, highlight=False)
+    if caption is not None:
+        table.caption = None
+    con.print(table)
+    if caption is not None:
+        con.print(caption, style="table.caption", markup=False, highlight=False)
+
+
 def _fmt(name: str, value: float | None, digits: int = 2) -> str:
     if value is None:
         return "—"
@@ -130,8 +149,10 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
     elif breakdowns:
         column = widest_breakdown(breakdowns)
         rest = len(breakdowns) - 1
+        # "the largest spread" only where groups differ: at 0.00 everywhere there is none to name
+        why = "the largest spread" if _spread(breakdowns[column]) > 0 else "no breakdown's groups differ"
         _print_breakdown(con, column, groups=breakdowns[column], max_groups=max_groups,
-                         title=f"by {column} (×100) — the largest spread"
+                         title=f"by {column} (×100) — {why}"
                                + (f"; {plural(rest, 'other breakdown')}: --verbose-tables or report.html" if rest else ""))
     if verbose:
         _print_calibration(con, scores)
@@ -142,12 +163,14 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
 def widest_breakdown(breakdowns: dict[str, dict[str, dict[str, Any]]]) -> str:
     """The breakdown whose groups differ most in accuracy (max − min), over groups of at least two
     questions where there are such; ties go to the first."""
-    def spread(groups: dict[str, dict[str, Any]]) -> float:
-        values = [g["accuracy"] for g in groups.values() if g.get("n", 0) >= 2 and g.get("accuracy") is not None]
-        values = values or [g["accuracy"] for g in groups.values() if g.get("accuracy") is not None]
-        return max(values) - min(values) if len(values) > 1 else -1.0
+    return max(breakdowns, key=lambda column: _spread(breakdowns[column]))
 
-    return max(breakdowns, key=lambda column: spread(breakdowns[column]))
+
+def _spread(groups: dict[str, dict[str, Any]]) -> float:
+    """max − min accuracy of the groups (of at least two questions where there are such); -1 for one."""
+    values = [g["accuracy"] for g in groups.values() if g.get("n", 0) >= 2 and g.get("accuracy") is not None]
+    values = values or [g["accuracy"] for g in groups.values() if g.get("accuracy") is not None]
+    return max(values) - min(values) if len(values) > 1 else -1.0
 
 
 def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> None:
@@ -175,7 +198,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
         if ci:
             row.append(_fmt_ci(name, ci.get(name)))
         head.add_row(*row)
-    con.print(head)
+    print_table(con, head)
     con.print(caption, markup=False, highlight=False, soft_wrap=True)  # under the table, never squeezed into its width
 
 
@@ -199,7 +222,7 @@ def _print_parts(con: Any, scores: dict[str, Any]) -> None:
         table.add_column("95% CI (bootstrap)" if found.get("ci") else "CI", justify="right")
         for cells in part_cells(part, found):
             table.add_row(*cells)
-        con.print(table)
+        print_table(con, table)
         if found.get("by_level"):
             con.print("by level: " + " · ".join(f"{level} {g['score']:.2f} (n {g['n']})"
                                                  for level, g in found["by_level"].items()), markup=False)
@@ -225,7 +248,7 @@ def _print_breakdown(con: Any, column: str, groups: dict[str, dict[str, Any]], m
         table.add_row(*row)
     if len(ordered) > max_groups:
         table.add_row(f"… {len(ordered) - max_groups} more", "", "", "")
-    con.print(table)
+    print_table(con, table)
 
 
 def _print_calibration(con: Any, scores: dict[str, Any]) -> None:
@@ -248,7 +271,7 @@ def _print_calibration(con: Any, scores: dict[str, Any]) -> None:
             if primary != "accuracy":
                 cells.append(_fmt(primary, row.get(primary)))
             table.add_row(*cells)
-        con.print(table)
+        print_table(con, table)
 
 
 def _small_sample_notes(scores: dict[str, Any]) -> list[str]:
@@ -287,7 +310,7 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     for run in result["runs"]:
         label = f"{run} (baseline)" if run == result["baseline"] else run
         scores.add_row(label, *[_fmt(m, result["scores"][run].get(m)) for m in headline])
-    con.print(scores)
+    print_table(con, scores)
 
     primary = result.get("primary", "accuracy")
     shown = [primary] + (["accuracy"] if primary != "accuracy" and "accuracy" in headline else [])
@@ -306,7 +329,7 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
         cells += [str(c["mcnemar"]["baseline_only"]), str(c["mcnemar"]["run_only"]),
                   f"{c['mcnemar']['p']:.3g}", f"{c['p_holm']:.3g}"]
         table.add_row(*cells)
-    con.print(table)
+    print_table(con, table)
     for c in result["comparisons"]:
         if line := power_line(c):
             con.print(line, markup=False)
@@ -319,7 +342,7 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
         for run, d in distributions["runs"].items():
             shift.add_row(run, str(d["n"]), _fmt("kl", d["kl_mean"]), _fmt("accuracy", d["agreement"]),
                           _fmt("accuracy", d["gold_shift_mean"]))
-        con.print(shift)
+        print_table(con, shift)
     _print_robustness(con, result)
     for note in result.get("notes", []):
         con.print(f"note: {note}")
@@ -342,7 +365,7 @@ def _print_robustness(con: Any, result: dict[str, Any]) -> None:
             table.add_column(column, justify="right", overflow="fold")
         for row in rows:
             table.add_row(*row)
-        con.print(table)
+        print_table(con, table)
     for run, found in (result.get("disagreements") or {}).items():
         base = found["runs"][0]
         right = ", ".join(f"{who}: {n}" for who, n in found["right"].items())
@@ -355,4 +378,4 @@ def _print_robustness(con: Any, result: dict[str, Any]) -> None:
                           item["raw_output"][:60])
         if found["n_disagree"] > DISAGREEMENTS_SHOWN:
             table.caption = f"first {DISAGREEMENTS_SHOWN}; all of them are in the comparison JSON"
-        con.print(table)
+        print_table(con, table)
