@@ -21,6 +21,7 @@ from typing import Any
 from finbench.benchmarks import get_benchmark
 
 MAX_IDS_SHOWN = 3  # ids named per error message
+MISSING = "(missing)"  # the count of records without the field (an unreadable record has none)
 COUNT_FIELDS = ("task", "domain", "subfield", "question_type", "level", "language", "difficulty", "asset_class",
                 "chart_type", "gold_status")
 
@@ -80,7 +81,8 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
             continue
         values = Counter(str(q.meta[field]) for q in questions if q.meta.get(field) is not None)
         if values:
-            counts[field] = dict(values)
+            missing = len(questions) - sum(values.values())  # every record counted: those without it too
+            counts[field] = {**values, **({MISSING: missing} if missing else {})}
     n_errors = sum(1 for q in questions if q.error)
     return {"benchmark": benchmark.name, "source": str(source), "files": files, "n_records": len(questions),
             "n_errors": n_errors, "errors": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in errors.items()},

@@ -43,6 +43,13 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["finbench", *args], done.exit_code, done.stdout, stderr)
 
 
+def shared(*parts: str) -> Path:
+    """A path under the project's shared/ folder, which lies beside the checkout (../shared from the
+    repository root): real data, fixtures and references the tests read, never copied into the
+    repository. Whether it is there is the caller's question (a test skips, or CI requires it)."""
+    return Path(__file__).resolve().parents[2].joinpath("shared", *parts)
+
+
 def cache_rows(path: str | Path) -> int:
     """Committed rows of a run's cache, read-only (0 while it does not exist yet)."""
     path = Path(path)

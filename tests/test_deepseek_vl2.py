@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import finmme_request
+from helpers import finmme_request, shared
 from PIL import Image
 
 from finbench.runner.decoding import (
@@ -31,9 +31,8 @@ from finbench.types import ModelRequest
 
 def _fixture_root() -> Path | None:
     """The fixtures live in the project's shared/ folder beside the checkout (CI lays a copy there)."""
-    candidates = [os.environ.get("FINBENCH_DEEPSEEK_VL2_FIXTURES", ""),
-                  str(Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "deepseek-vl2"),
-                  str(Path(__file__).parent / "fixtures" / "deepseek-vl2"), "/work/shared/fixtures/deepseek-vl2"]
+    candidates = [os.environ.get("FINBENCH_DEEPSEEK_VL2_FIXTURES", ""), str(shared("fixtures", "deepseek-vl2")),
+                  str(Path(__file__).parent / "fixtures" / "deepseek-vl2")]
     return next((Path(c) for c in candidates if c and (Path(c) / "token_counts.json").is_file()), None)
 
 

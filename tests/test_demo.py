@@ -36,6 +36,7 @@ def test_the_finmtm_demo_shows_objective_dialogue_agent_and_f2(home, tmp_path):
         assert part in done.stdout, part
         assert part in (out / "report.md").read_text() and part in (out / "report.html").read_text()
     assert "RANDOM-WEIGHT" in done.stdout
+    assert "--judge" not in done.stdout  # no --judge was given: the demo's own model judges
     last = done.stdout.strip().splitlines()[-1]
     assert LAST.match(last) and " · finmtm · " in last, last
     checked = finbench("data", "check", "--benchmark", "finmtm", str(data))

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import shared
 
 from finbench.benchmarks import famma, load_matching
 from finbench.offline import famma_synthetic as synthetic
@@ -22,8 +23,8 @@ from finbench.scoring import score_samples
 from finbench.types import OPEN, SINGLE, Prediction
 
 # five real records (bench-script tests/test_data, Apache-2.0; see fixtures/famma/SOURCE.md)
-MOCK = next((p for p in (Path(__file__).parent / "fixtures" / "famma" / "mock.json",
-                         Path("/work/shared/data/famma/mock.json")) if p.exists()), Path("mock.json"))
+MOCK = next((p for p in (Path(__file__).parent / "fixtures" / "famma" / "mock.json", shared("data", "famma", "mock.json"))
+             if p.exists()), Path("mock.json"))
 needs_mock = pytest.mark.skipif(not MOCK.exists(), reason="famma mock.json not present")
 
 

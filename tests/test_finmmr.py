@@ -12,15 +12,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import shared
 from typer.testing import CliRunner
 
 from finbench.benchmarks import finmmr
 from finbench.benchmarks.records import DataError
 from finbench.cli import app
 
-REAL = Path(__file__).resolve().parents[1].parent.parent / "shared" / "data" / "finmmr"
-if not REAL.exists():
-    REAL = Path("/work/shared/data/finmmr")
+REAL = shared("data", "finmmr")
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
 
 

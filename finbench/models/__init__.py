@@ -108,6 +108,7 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     from safetensors import SafetensorError
 
     from finbench.models.contract import refusal
+    from finbench.models.library_logs import no_library_bars
 
     hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
@@ -131,8 +132,9 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     options.update({k: True for k, v in (("quant_vision", quant_vision), ("allow_dequantized", allow_dequantized))
                     if v and (quant != "none" or declared is not None)})
     try:
-        model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels, declared=declared,
-                            **hub, **options)
+        with no_library_bars():  # the docs promise no library bar, to the Python API's callers too
+            model = family.load(source, dtype=dtype, device=device, quant=quant, max_pixels=max_pixels,
+                                declared=declared, **hub, **options)
     except (OSError, AttributeError, KeyError, SafetensorError, ImportError) as err:
         # a folder with missing or damaged files (weights, processor, tokenizer), or an option whose
         # package is missing (flash_attention_2 without flash-attn), fails deep inside transformers;

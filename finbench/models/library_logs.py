@@ -1,5 +1,5 @@
 """Quantization libraries' chatter (torchao's deprecation lines, compressed-tensors' loguru) kept in
-run.log through finbench's log, never on the console."""
+run.log through finbench's log, never on the console; the libraries' progress bars off while a model loads."""
 
 from __future__ import annotations
 
@@ -20,6 +20,26 @@ def quiet_library_import() -> Iterator[None]:
     finally:
         chatty.handlers[:] = handlers
         chatty.propagate = saved
+
+
+@contextlib.contextmanager
+def no_library_bars() -> Iterator[None]:
+    """transformers' "Loading weights" bar and the hub's bars off while a model loads — for every
+    caller, the Python API included, which never sets up the command line's output — and left as
+    the caller had them afterwards."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    transformers_bar, hub_bars = hf_logging.is_progress_bar_enabled(), not are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if transformers_bar:
+            hf_logging.enable_progress_bar()
+        if hub_bars:
+            enable_progress_bars()
 
 
 class IntoRunLog(logging.Handler):

@@ -63,7 +63,10 @@ def throughput_line(results: dict[str, Any]) -> str:
         return counts + (f" · all from cache; computed earlier in this folder at {rate:.2f} samples/s{when}"
                          if rate else " · all from cache")
     rate = t.get("samples_per_s")
-    return counts + (f" · {rate:.2f} samples/s" if rate else "")
+    judge = results.get("judge") or {}
+    judged = (f" · the judge: {judge['n_computed']} of {plural(judge['n_calls'], 'call')} computed now"
+              if judge.get("n_computed") else "")
+    return counts + (f" · {rate:.2f} samples/s" if rate else "") + judged
 
 
 def files_line(out_dir: Path) -> str:
@@ -333,13 +336,14 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     for c in result["comparisons"]:
         if line := power_line(c):
             con.print(line, markup=False)
-    distributions = result.get("distributions")
-    if distributions and distributions.get("runs"):
+    distributions = result.get("distributions") or {}
+    compared = {run: d for run, d in (distributions.get("runs") or {}).items() if d.get("n")}  # none: no table
+    if compared:
         shift = Table(title=f"option distributions vs {distributions['reference']} ({distributions['items']})")
-        shift.add_column("run", no_wrap=True, min_width=max(len(r) for r in distributions["runs"]))
+        shift.add_column("run", no_wrap=True, min_width=max(len(r) for r in compared))
         for col in ("n", "mean KL (nats)", "top-1 agreement ×100", "gold prob shift ×100"):
             shift.add_column(col, justify="right")
-        for run, d in distributions["runs"].items():
+        for run, d in compared.items():
             shift.add_row(run, str(d["n"]), _fmt("kl", d["kl_mean"]), _fmt("accuracy", d["agreement"]),
                           _fmt("accuracy", d["gold_shift_mean"]))
         print_table(con, shift)
@@ -357,8 +361,10 @@ def _print_robustness(con: Any, result: dict[str, Any]) -> None:
 
     from finbench.report.studies import compare_rows
 
-    if result.get("studies"):
-        header, rows = compare_rows(result["studies"])
+    header, rows = compare_rows(result["studies"]) if result.get("studies") else (["run"], [])
+    shown = [0] + [i for i in range(1, len(header)) if any(row[i] != "–" for row in rows)]  # no column of dashes
+    header, rows = [header[i] for i in shown], [[row[i] for i in shown] for row in rows]
+    if len(header) > 1:
         table = Table(title="robustness studies")
         table.add_column("run", no_wrap=True, min_width=max(len(row[0]) for row in rows))  # names are never cut
         for column in header[1:]:

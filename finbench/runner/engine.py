@@ -244,7 +244,8 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     studied, variants = study.finish(benchmark, predictions, keys, judged.columns, samples, cached, todo)
     throughput = {**loop.throughput.summary(model, len(todo), compute_seconds, loop.max_batch),
                   "model_parts_s": dict(parts.seconds), "first_batch_wait_s": first_batch_wait}
-    if not todo and n_cached:  # (no todo and nothing cached: every question was an error)
+    # (no todo and nothing cached: every question was an error; a judge that ran now: not all from cache)
+    if not todo and n_cached and not (judged.summary or {}).get("n_computed"):
         throughput = previous_throughput(out_dir, fingerprint, config) or {**throughput, "all_from_cache": True}
     results = {
         "schema_version": RESULTS_SCHEMA_VERSION,

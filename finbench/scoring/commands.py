@@ -95,8 +95,8 @@ def coverage_notes(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> list[st
 
 def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstrap: int = 1000, seed: int = 0,
                     console: Any = None, allow_mixed_protocols: bool = False) -> dict[str, Any]:
-    """Compare runs against the first (baseline); print tables and write the JSON to `out`
-    (default RUN_A/compare.json)."""
+    """Compare runs against the first (baseline); print tables, and write the JSON to `out` when
+    given (nothing is written into a run folder unasked)."""
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) < 2:
         raise ValueError("compare needs at least two run folders")
@@ -119,9 +119,9 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
     result["run_dirs"] = [str(d) for d in run_dirs]
     result["distributions"] = _jsonable(distribution_comparison(dfs, names))
     result.update(robustness_comparison(run_dirs, dfs, names, protocols, result["benchmark"]))
-    path = write_json(Path(out) if out is not None else run_dirs[0] / "compare.json", result)
     print_comparison(result, console)
-    as_console(console).print(f"wrote {path}")
+    if out is not None:
+        as_console(console).print(f"wrote {write_json(Path(out), result)}", markup=False, soft_wrap=True)
     return result
 
 

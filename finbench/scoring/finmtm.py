@@ -399,7 +399,7 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> d
 
 
 PARTS = (  # what `extra_scores` puts under scores["dialogue"] and scores["agent"], as it is shown
-    Part("dialogue", "FinMTM dialogue sessions (judged by --judge)", "FinMTM dialogue",
+    Part("dialogue", "FinMTM dialogue sessions (judged by the run's judge model)", "FinMTM dialogue",
          (PartMetric("turn", "turn (judge, 0–10)", full=10.0), PartMetric("session", "session checklist (0–10)", full=10.0),
           PartMetric("score", "final = (0.5·turn + 0.5·session)×10 (0–100)", full=100.0)),
          headline="score", headline_label="dialogue score"),
