@@ -11,6 +11,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 from helpers import cli
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -62,6 +63,7 @@ def test_the_parser_reads_chains_continuations_and_comments():
     assert _offline(["report", "runs/demo"], {"runs/x"}) == ""
 
 
+@pytest.mark.slow
 def test_every_offline_example_of_the_readme_runs_as_written(tmp_path):
     text = README.read_text()
     commands = readme_commands(text)

@@ -98,6 +98,7 @@ def test_a_registered_benchmark_runs_scores_reports_and_ranks_end_to_end(registe
         pytest.approx({f"level:{level}": 100 * float(v) for level, v in by_level.items()}, abs=1e-4)  # leaderboard_breakdown
 
 
+@pytest.mark.slow
 def test_the_demo_of_a_registered_benchmark_writes_its_data_and_runs(registered, tiny_qwen_dir, tmp_path):
     home = tmp_path / "home"
     shutil.copytree(tiny_qwen_dir, home / "tiny-qwen2.5-vl")  # the demo's model, already built

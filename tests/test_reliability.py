@@ -494,6 +494,7 @@ def _wait_for_rows(process, cache: Path, rows: int, deadline_s: float = 300) -> 
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_how_many_answers_were_saved_and_exits_130(tmp_path, synthetic_parquet, tiny_qwen_dir):
     out = tmp_path / "run"
     process = _start_run(tiny_qwen_dir, synthetic_parquet, out)
@@ -506,31 +507,68 @@ def test_ctrl_c_says_how_many_answers_were_saved_and_exits_130(tmp_path, synthet
     assert "Traceback" not in stderr
 
 
+# A process that has imported finbench, torch and transformers once and forks a child per run: each
+# child is a real process, killed with a real SIGKILL, without paying for the imports again (most of
+# what ten fresh starts cost). It prints each child's pid, then how the child ended.
+FORK_SERVER = r"""
+import json, os, signal, sys
+import finbench.cli, finbench.runner.engine, transformers
+for line in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1), os.dup2(devnull, 2)
+        sys.argv = ["finbench", *json.loads(line)]
+        try:
+            finbench.cli.app(sys.argv[1:])
+        except SystemExit as stop:
+            os._exit(stop.code if isinstance(stop.code, int) else 1)
+        os._exit(0)
+    print(pid, flush=True)
+    print(os.waitpid(pid, 0)[1], flush=True)
+"""
+
+
 @pytest.mark.slow
 def test_sigkill_at_10_points_then_resume_loses_and_changes_nothing(tmp_path, synthetic_parquet, tiny_model,
                                                                      tiny_qwen_dir):
+    # small runs (the first 32 questions, 16 batches of 2): the time goes to the eleven process
+    # starts, not to answering; every kill lands between two commits, the last well before the end
+    n = 32
     out = tmp_path / "killed"
     cache = out / "cache.sqlite"
-    kill_points = [4 + 6 * k for k in range(10)]  # rows committed when each kill is sent: 4, 10, ..., 58
+    kill_points = [4 + 2 * k for k in range(10)]  # rows committed when each kill is sent: 4, 6, ..., 22
     seen = []
-    for point in kill_points:
-        process = _start_run(tiny_qwen_dir, synthetic_parquet, out)
-        _wait_for_rows(process, cache, point)
-        process.send_signal(signal.SIGKILL)
-        process.communicate()
-        assert process.returncode == -signal.SIGKILL
-        seen.append(_cache_rows(cache))
-    assert seen == sorted(seen) and seen[0] >= 4 and seen[-1] < 72, seen
+    args = ["run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--batch-size", "2", "--dtype",
+            "float32", "--device", "cpu", "--no-progress", "--bootstrap", "0", "--out", str(out), "--limit", str(n)]
+    server = subprocess.Popen([sys.executable, "-c", FORK_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=ENV)
+    try:
+        for point in kill_points:
+            server.stdin.write(json.dumps(args) + "\n")
+            server.stdin.flush()
+            pid = int(server.stdout.readline())
+            _wait_for_rows(server, cache, point)
+            os.kill(pid, signal.SIGKILL)
+            status = int(server.stdout.readline())
+            assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+            seen.append(_cache_rows(cache))
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
+    assert seen == sorted(seen) and seen[0] >= 4 and seen[-1] < n, seen
     assert not (out / "samples.parquet").exists()
-    resumed = _start_run(tiny_qwen_dir, synthetic_parquet, out)
+    resumed = _start_run(tiny_qwen_dir, synthetic_parquet, out, "--limit", str(n))
     _, stderr = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert results["n_cached"] == seen[-1] and results["n_computed"] == 72 - seen[-1]
-    reference = _run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path / "reference", batch_size=2).samples
+    assert results["n_cached"] == seen[-1] and results["n_computed"] == n - seen[-1]
+    reference = _run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path / "reference", batch_size=2,
+                     limit=n).samples
     resumed_samples = pd.read_parquet(out / "samples.parquet")
-    assert resumed_samples["id"].is_unique and len(resumed_samples) == 72  # 0 lost, 0 duplicated
-    assert _cache_rows(cache) == 72
+    assert resumed_samples["id"].is_unique and len(resumed_samples) == n  # 0 lost, 0 duplicated
+    assert _cache_rows(cache) == n
     columns = [c for c in reference.columns if c not in ("seconds",)]
     pd.testing.assert_frame_equal(resumed_samples[columns], reference[columns], check_exact=False, atol=1e-6)
 

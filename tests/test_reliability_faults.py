@@ -344,6 +344,7 @@ def test_a_run_folder_deleted_mid_run_is_said_and_no_fresh_cache_appears(tmp_pat
 
 
 # ---- item 15: SIGTERM, an all-failed run, FLOP counts -----------------------------------------------------
+@pytest.mark.slow
 def test_sigterm_says_how_many_answers_were_saved_like_ctrl_c(tmp_path, synthetic_parquet, tiny_qwen_dir):
     out = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "finbench.cli", "run", "--model", str(tiny_qwen_dir), "--data",
