@@ -164,18 +164,18 @@ def _load_or_recorded(config: RunConfig, run_dir: Path, checkpoint: Any = None) 
 def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> dict[str, Any]:
     """Every variant checked before any of them runs: its options, then what its model's family
     refuses (from config.json alone, no weights: e.g. a thinking budget on a model without a
-    thinking block), and the data, read once. A model that cannot be found passes when its variant's run folder records an
+    thinking block). A model that cannot be found passes when its variant's run folder records an
     earlier run: it will be served from the cache (`RecordedModel`). Returns each checked
     variant's checkpoint record (runner/startup.py `check_family`), for its load. Last, each
     quantized variant's share of the language model its format would quantize, from the module
-    tree alone (models/quant_share.py): every variant below the load's threshold in one message."""
+    tree alone (models/quant_share.py): every variant below the load's threshold in one message.
+    And the data, read once, before any variant's model loads."""
     from finbench.runner.startup import check_family, validate, validate_options
 
     for _, config in variants:  # what the options alone decide, every variant's, before torch is imported
         validate_options(config)
     for _, config in variants:
         validate(config)
-    _check_data(variants[0][1])  # one data set for every variant
     checked = {}
     for name, config in variants:
         try:
@@ -186,6 +186,7 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> d
             raise ValueError(f"variant {name}: {err}") from None
     _refuse_unquantizable([(name, config) for name, config in variants
                            if name in checked and checked[name] is not None and checked[name].declared is None])
+    _check_data(variants[0][1])  # last (it reads the data): one data set for every variant
     return checked
 
 
