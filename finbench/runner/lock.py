@@ -63,9 +63,9 @@ def folder_lock(folder: Path, what: str = "--out", wait: bool = False) -> Iterat
         raise ValueError(f"{what} {folder}: cannot write there ({err.strerror or err})") from None
     # one lock object per path in this process (is_singleton): taken again by the same thread it
     # counts up (evaluate() and then run_benchmark() hold the same folder); another thread is refused
-    lock = filelock.FileLock(folder / LOCK_FILE, timeout=-1 if wait else 0, is_singleton=True)
+    lock = filelock.FileLock(folder / LOCK_FILE, is_singleton=True)  # (a singleton's arguments never differ)
     try:
-        lock.acquire()
+        lock.acquire(timeout=-1 if wait else 0)
     except filelock.Timeout:
         raise FolderBusy(f"{what} {folder} is in use by another finbench run ({describe(_owner(folder))}): wait for "
                          f"it to finish, or choose another {what}") from None
