@@ -48,11 +48,9 @@ def message_kind(message: str) -> str:
 
 def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
     """The report (a JSON-ready dict); ValueError when the source cannot be read at all."""
-    from finbench.benchmarks.records import data_files
-
     benchmark = get_benchmark(benchmark_name)
     local = Path(source).expanduser()
-    files = [str(f) for f in data_files(local)] if local.exists() else [str(source)]
+    files = [str(f) for f in benchmark.files(local)] if local.exists() else [str(source)]
     notes: list[str] = []
     questions = benchmark.load(str(local) if local.exists() else str(source), notes=notes)
     errors: dict[str, list[str]] = {}

@@ -34,6 +34,13 @@ def as_decoded(rule: str, images: Sequence[Any]) -> list[Any]:
     return list(images)
 
 
+def record_files(source: Any) -> list[Path]:
+    """Default data files of a local source: those the shared loader prologue reads."""
+    from finbench.benchmarks.records import data_files
+
+    return data_files(source)
+
+
 def no_rules(question: Question, prediction: Prediction) -> Judgement:
     return None, {}
 
@@ -191,7 +198,11 @@ class Benchmark:
       keys of `scores`) it shows beside the headline, with each scored part's headline metric;
     - `cluster_field` → what its questions cluster on (`cluster_key`: `id`, `image` or a meta
       field): samples.parquet's `cluster` column, the clustered SEs of `scores.clustered` and the
-      cluster bootstrap of its headlines (scoring/clustered.py)."""
+      cluster bootstrap of its headlines (scoring/clustered.py);
+    - `answer_type_field` → the samples column whose values are its answer types (`kind`; FinChart-Bench's
+      MC and TF are both single choices over different labels: `task`), for the label balance
+      (scoring/balance.py: constant-answer baseline, macro-recall, lowest per-label recall).
+      `files(source)` → the data files a source holds, as `finbench data check` lists them."""
 
     name: str
     title: str
@@ -220,6 +231,10 @@ class Benchmark:
     cluster_field: str = "id"  # each question its own cluster unless the benchmark says otherwise
     open_prompt: Callable[[Question], Prompt | None] = question_alone
     language_field: str = ""  # the meta field of a question's language ("": every question in English)
+    # what splits the choice items into answer types, each with its own labels (scoring/balance.py):
+    # the constant answer, macro-recall and the lowest per-label recall are computed per type
+    answer_type_field: str = "kind"
+    files: Callable[[Any], list[Path]] = record_files
 
     @property
     def breakdown_column(self) -> str:
