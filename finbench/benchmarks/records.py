@@ -256,7 +256,15 @@ def _from_arrow(table: Any, path: Path) -> tuple[list[RawRecord], set[str]]:
     return records, set(table.column_names)
 
 
-def _read_tsv(path: Path) -> tuple[list[RawRecord], set[str]]:
+def read_csv(path: Path) -> list[RawRecord]:
+    """The records of one comma-separated file with a header row (FCMR's `<grade>_data.csv`), read
+    as the TSV below is: every field text, a bad record that record's error; `folder` and `root`
+    are the file's folder."""
+    records, _ = _read_tsv(path, sep=",")
+    return [dataclasses.replace(r, folder=str(path.parent), root=str(path.parent)) for r in records]
+
+
+def _read_tsv(path: Path, sep: str = "\t") -> tuple[list[RawRecord], set[str]]:
     """VLMEvalKit's TSV, tokenized as VLMEvalKit reads it (pandas `read_csv(sep='\\t')`): a header
     row, then one record per row, with pandas' quoting (a field in double quotes may hold tabs,
     newlines and `""` for a quote; VLMEvalKit's writer quotes every field). Every field stays text
@@ -269,10 +277,10 @@ def _read_tsv(path: Path) -> tuple[list[RawRecord], set[str]]:
     import pandas as pd
 
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
-    width = 1 + max((line.count(b"\t") for line in data.split(b"\n")), default=0)
+    width = 1 + max((line.count(sep.encode()) for line in data.split(b"\n")), default=0)
     for _ in range(8):  # a quoted field spanning lines may hide more fields than any one line shows
         try:
-            frame = pd.read_csv(io.BytesIO(data), sep="\t", header=None, names=range(width), dtype=object,
+            frame = pd.read_csv(io.BytesIO(data), sep=sep, header=None, names=range(width), dtype=object,
                                 keep_default_na=False, na_filter=False, encoding_errors="surrogateescape")
             break
         except pd.errors.ParserError as err:
