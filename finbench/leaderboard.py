@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
 from finbench.report.format import also_text, headline_label, interval_text, power_line, run_headlines
 from finbench.types import RESULTS_FILE
@@ -91,7 +92,7 @@ def _names(folders: Sequence[Path]) -> list[str]:
 
 def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
     scores = results["scores"]
-    headlines = run_headlines(scores, leaderboard_metrics(results["benchmark"]))
+    headlines = run_headlines(scores, leaderboard_metrics(results["benchmark"])) + balance_headlines(scores)
     headline = headlines[0]
     thinking = results.get("thinking")
     throughput = results.get("throughput", {})

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from finbench.report.balance import balance_line
 from finbench.report.format import ITEMS_BEHIND, headline_score, part_cells, plural, power_line, score_text, scored_by, scored_parts
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
@@ -76,7 +77,8 @@ def files_line(out_dir: Path) -> str:
 def print_run(results: dict[str, Any], out_dir: Path, console: Any, verbose_tables: bool = False) -> None:
     """The summary of one finished run, on `console` (its last line last)."""
     print_scores(results["scores"], console=console, verbose=verbose_tables, protocol=results["protocol"])
-    for line in [baseline_line(results), *study_lines(results), clustered_line(results), cost_line(results)]:
+    for line in [baseline_line(results), balance_line(results), *study_lines(results), clustered_line(results),
+                 cost_line(results)]:
         if line:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in (errors_line(results), throughput_line(results), files_line(out_dir)):

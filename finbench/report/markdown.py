@@ -9,6 +9,7 @@ from typing import Any
 
 from finbench.report.format import (HEADLINE_LABELS, also_text, headline_score, interval_text, num, part_cells, pct,
                                     power_line, quantization_study, score_text, scored_by, scored_parts)
+from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
@@ -55,7 +56,7 @@ def run_markdown(results: dict[str, Any]) -> str:
         if found.get("by_level"):
             parts.append(_table(["level", "n", "score"], [[level, str(g["n"]), f"{g['score']:.2f}"]
                                                           for level, g in found["by_level"].items()]))
-    for section in study_sections(results) + run_sections(results):  # studies, clustered error bars, cost
+    for section in study_sections(results) + balance_sections(results) + run_sections(results):  # studies, clustered error bars, cost
         parts.append(f"## {section['title']}")
         parts += [_table(table["header"], table["rows"]) for table in section["tables"]]
         parts.append(section["note"])

@@ -14,6 +14,7 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
+from finbench.scoring.balance import label_balance
 from finbench.scoring.clustered import clustered_summary, paired_difference
 from finbench.scoring.parts import Part
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
@@ -263,6 +264,7 @@ def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str =
         if table.n > 0:
             clusters = None if clusters is None else (clusters[0].to(table.values.device), clusters[1])
             out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level, clusters=clusters)
+    out["label_balance"] = label_balance(rows, table.correct, spec.answer_type_field)  # scoring/balance.py
     out.update(spec.scorer.summary(df, table, out))  # after the CIs: a rule's side scores take the same settings
     if "correct" in rows.columns:
         stored = pd.to_numeric(rows["correct"], errors="coerce").to_numpy(np.float64)
