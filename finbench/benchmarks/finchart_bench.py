@@ -149,8 +149,8 @@ def _gold(task: str, record: Mapping[str, Any]) -> tuple[tuple[str, ...], str, s
     if not isinstance(choices, Mapping) or sorted(choices) != ["A", "B", "C", "D"]:
         raise ValueError(f"choices {str(choices)[:60]!r} are not a dict of A, B, C, D")
     options = tuple(as_text(choices[k], "choices") for k in "ABCD")
-    if answer in "ABCD" and len(answer) == 1:
-        return options, answer, answer.lower()
+    if len(answer) == 1 and answer.upper() in "ABCD":  # "b" too: the README lower-cases the gold
+        return options, answer.upper(), answer.lower()
     named = [letter for letter, text in zip("ABCD", options) if text.strip() == answer.strip()]
     if len(named) != 1:
         raise ValueError(f"answer {answer!r} is neither a letter A–D nor one option's text")
