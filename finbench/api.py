@@ -241,7 +241,7 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     copies a scorer keeps beside them are left out), the parts scored apart (FinMTM dialogue and
     agent, with n, CIs and `part_scales`), the breakdowns (n, accuracy, Wilson CI), and what the
     console prints beside them: the robustness studies (`studies`), the majority and prior
-    baselines (`baselines`) and the calibration (`calibration`, `selective`)."""
+    baselines (`baselines`), the label balance of the choice items (`label_balance`) and the calibration (`calibration`, `selective`)."""
     from finbench.report.format import run_headlines
     from finbench.scoring.api import score_parts
 
@@ -262,6 +262,7 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         entry["part_scales"] = parts
     entry["studies"] = {k: results[k] for k in SUMMARY_STUDIES if results.get(k)}
     entry["baselines"] = results.get("majority_baseline")
+    entry["label_balance"] = scores.get("label_balance")  # constant answer, macro-recall, lowest recall (scoring/balance.py)
     entry["calibration"] = scores.get("calibration")
     entry["selective"] = scores.get("selective")
     return entry
