@@ -6,7 +6,8 @@ accepts), then reports: the files read; how many records load and how many are p
 (fields missing or malformed, missing images), grouped by message with the first ids; whether
 every image decodes (PIL, header and size; the run would make an unreadable one a preprocess
 error); and the counts per split, task or domain, question type and kind — to compare with the
-published sizes (FinMME 11,099 items; FAMMA release_basic ~1,945; FinMTM 11,133). Nothing is
+published sizes (FinMME 11,099 items; FAMMA release_basic ~1,945; FinMTM 11,133; FinChart-Bench
+MC 2,350 / TF 2,384 / QA 2,285; FCMR 757 / 728 / 714). A benchmark names its data files (`Benchmark.files`). Nothing is
 written. A source that cannot be read at all is the same one-line start-up error as in a run.
 """
 

@@ -4,7 +4,8 @@ A row: the run, model, quantization, thinking budget, protocol, benchmark, the h
 with its CI (report/format.py `headline_score`), accuracy, n, sample errors, samples/s, the
 other headlines its benchmark declares (`headlines`, report/format.py `run_headlines`: the
 `Benchmark.leaderboard_metrics` the score holds, MME-Finance's binary accuracy, and each scored
-part's headline, FinMTM's dialogue score and agent tool F2), and the
+part's headline, FinMTM's dialogue score and agent tool F2; then the label balance of its choice items:
+constant answer, macro-recall, lowest label recall, report/balance.py), and the
 paired test against a reference run on the same benchmark: `scoring.compare_runs` over the
 questions both answered (exact McNemar on per-question correctness, Holm over the runs of that
 benchmark), shown as stars (* p < 0.05, ** p < 0.01, *** p < 0.001 after Holm). The reference is
