@@ -184,6 +184,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.fcmr"),
     load=load_questions, request=request, answer=answer, open_prompt=no_open_prompt, forms=FORMS, files=data_files,
+    leaderboard_metrics=("statement_accuracy",), leaderboard_breakdown="difficulty",
     protocols=("constrained (default: the eight answer sets as one choice, from the letters' logits)",
                "official (finbench's generation prompt; the set after the last 'Answer:')"),
     metrics="exact-set accuracy (the paper's), per-statement accuracy beside it; by difficulty, option type, "

@@ -198,4 +198,5 @@ BENCHMARK = Benchmark(
                          "(beside the exact rule, never instead)",
     cluster_field="chart",  # about two questions per chart: a chart's questions are not independent
     answer_type_field="task", files=task_files,
+    leaderboard_metrics=("mc_accuracy", "tf_accuracy", "qa_accuracy", "qa_accuracy_tolerance"),
     demo=Demo(module="finbench.offline.finchart_bench_synthetic", sizes="FinChart-Bench items per task (6)"))

@@ -12,11 +12,15 @@ if TYPE_CHECKING:
 HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised accuracy (F)",
                    "p_h": "multi-answer error rate (P_H)", "accuracy": "accuracy", "domain_score": "domain score",
                    "score": "score", "strict_accuracy": "strict accuracy", "binary_accuracy": "binary accuracy",
-                   "binary_f1": "binary F1", "execution_rate": "execution rate"}
+                   "binary_f1": "binary F1", "execution_rate": "execution rate", "mc_accuracy": "MC accuracy",
+                   "tf_accuracy": "TF accuracy", "qa_accuracy": "QA accuracy (exact)",
+                   "qa_accuracy_tolerance": "QA accuracy (within 1 %)", "statement_accuracy": "per-statement accuracy"}
 
 # A headline metric computed on a subset of the scored items: the count the scorer reports for it.
 ITEMS_BEHIND = {"p_h": ("n_multi_answer", "multi-answer item"), "binary_accuracy": ("n_binary", "binary item"),
-                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item")}
+                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item"),
+                "mc_accuracy": ("n_mc", "MC item"), "tf_accuracy": ("n_tf", "TF item"), "qa_accuracy": ("n_qa", "QA item"),
+                "qa_accuracy_tolerance": ("n_qa", "QA item")}
 
 
 def plural(n: int, word: str) -> str:

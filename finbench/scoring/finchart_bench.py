@@ -89,7 +89,7 @@ def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch
 def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict) -> dict:
     """The README's own numbers: each task's accuracy (its `acc`), and the tolerance used beside QA's."""
     counts = table.values.sum(0).cpu().tolist()
-    return {"n_by_task": {name: int(counts[2 * k]) for k, name in enumerate(TASKS)},
+    return {**{f"n_{name.lower()}": int(counts[2 * k]) for k, name in enumerate(TASKS)},
             "qa_relative_tolerance": QA_RELATIVE_TOLERANCE}
 
 
