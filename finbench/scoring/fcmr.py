@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.fcmr import SETS
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
 
 LABEL = "FCMR (exact match of the answer set, as the paper; per-statement accuracy beside it), HYU-NLP/FCMR"
 LETTERS = "ABCDEFGH"
@@ -33,9 +33,10 @@ def masks(values: np.ndarray, letters: bool) -> torch.Tensor:
 
 
 def _letter_read(df: pd.DataFrame) -> np.ndarray:
+    """Rows answered by the letter decoder: they carry option probabilities (Arrow reads the lengths)."""
     if "option_probs" not in df.columns:
         return np.zeros(len(df), dtype=bool)
-    return np.array([v is not None and not isinstance(v, float) and len(v) > 0 for v in df["option_probs"]], dtype=bool)
+    return (option_prob_matrix(df["option_probs"])[1] > 0).numpy()
 
 
 def statement_hits(predicted: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

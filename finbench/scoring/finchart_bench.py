@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
 
 LABEL = "FinChart-Bench (README comparison: lower-cased label for MC/TF, exact float for QA), Tizzzzy/FinChart-Bench"
 TASKS = ("MC", "TF", "QA")
@@ -40,10 +40,10 @@ def as_float(text: str) -> float:
 
 
 def _letter_read(df: pd.DataFrame) -> np.ndarray:
-    """Rows answered by the letter decoder: they carry option probabilities."""
+    """Rows answered by the letter decoder: they carry option probabilities (Arrow reads the lengths)."""
     if "option_probs" not in df.columns:
         return np.zeros(len(df), dtype=bool)
-    return np.array([v is not None and not isinstance(v, float) and len(v) > 0 for v in df["option_probs"]], dtype=bool)
+    return (option_prob_matrix(df["option_probs"])[1] > 0).numpy()
 
 
 def verdicts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
