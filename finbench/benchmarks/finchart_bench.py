@@ -194,7 +194,9 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS,
     scorer=ScorerModule("finbench.scoring.finchart_bench"), load=load_questions, request=request, answer=answer,
-    forms=FORMS, metrics="accuracy per task (MC, TF, QA) and overall, the README's comparison; QA also within 1 % "
+    forms=FORMS, protocols=("constrained (default: MC and TF letters from the logits, QA by the number grammar)",
+                            "official (the README's prompts; 'Result = [[ … ]]' compared as the README compares)"),
+    metrics="accuracy per task (MC, TF, QA) and overall, the README's comparison; QA also within 1 % "
                          "(beside the exact rule, never instead)",
     cluster_field="chart",  # about two questions per chart: a chart's questions are not independent
     answer_type_field="task", files=task_files,
