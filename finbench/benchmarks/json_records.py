@@ -55,7 +55,7 @@ def read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
     data = data[base:]
     if path.suffix == ".json":
         try:
-            whole = json.loads(data)  # (bytes: UTF-16 and UTF-32 files are detected too)
+            whole = json.loads(_strict(data))  # (bytes: UTF-16 and UTF-32 files are detected too)
         except UnicodeDecodeError:
             text = data.decode("utf-8", errors="surrogateescape")
             if text.lstrip(" \t\n\r").startswith("["):
@@ -71,6 +71,13 @@ def read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
                                 lambda n: f"{path}[{n}]")
             return _objects([whole], lambda n: str(path))
     return _lines(data, path, base)
+
+
+def _strict(data: bytes) -> str | bytes:
+    """A UTF-8 file as text, refused (UnicodeDecodeError) when any byte is not UTF-8 — an encoded
+    surrogate (ED A0 80) included, which `json.loads` would let through; a UTF-16 or UTF-32 file
+    as bytes, for `json.loads` to detect."""
+    return data.decode("utf-8") if json.detect_encoding(data) == "utf-8" else data
 
 
 def _lines(data: bytes, path: Path, base: int) -> tuple[list[RawRecord], set[str]]:
@@ -93,7 +100,7 @@ def _lines(data: bytes, path: Path, base: int) -> tuple[list[RawRecord], set[str
         except RecursionError:
             records.append(RawRecord(origin, error=f"{origin}: JSON nested too deeply to read"))
             continue
-        records.append(json_record(origin, values, text, 0, len(text), offsets))
+        records.append(_record(origin, values, text, 0, len(text), offsets))
         columns |= set(values) if isinstance(values, dict) else set()
     if data.strip() and all(r.error for r in records):
         raise DataError(f"cannot read {path}: neither a JSON array of records nor JSON lines "
@@ -122,7 +129,7 @@ def _array(text: str, path: Path, offsets: ByteOffsets) -> tuple[list[RawRecord]
         origin = f"{path}[{n}]"
         try:
             values, end = decoder.raw_decode(text, pos)
-            records.append(json_record(origin, values, text, pos, end, offsets))
+            records.append(_record(origin, values, text, pos, end, offsets))
             columns |= set(values) if isinstance(values, dict) else set()
         except (json.JSONDecodeError, RecursionError) as err:
             end = _element_end(text, pos)
@@ -178,30 +185,33 @@ def _loads_or_none(text: str) -> Any:
 def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set[str]]:
     records, columns = [], set()
     for n, values in enumerate(items):
-        records.append(json_record(origin_of(n), values))
+        records.append(_record(origin_of(n), values))
         columns |= set(values) if isinstance(values, dict) else set()
     return records, columns
 
 
-def json_record(origin: str, values: Any, text: str = "", start: int = 0, end: int = 0,
-                offsets: ByteOffsets | None = None) -> RawRecord:
+def _record(origin: str, values: Any, text: str = "", start: int = 0, end: int = 0,
+            offsets: ByteOffsets | None = None) -> RawRecord:
     """One parsed JSON record, or its error: not an object, or a field (its name or its text)
     holding a lone surrogate — a byte that was not UTF-8 (named by its offset in the file when the
     record's text `text[start:end]` is known) or a surrogate escape (valid JSON, e.g. "\\udcff",
     but not text: the tokenizer and Parquet refuse it later, for the whole run)."""
     if not isinstance(values, dict):
         return RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}")
-    bad = BAD_BYTE.search(text, start, end) if offsets is not None else None
-    where = _at(bad, offsets) if bad else "not valid UTF-8 (a byte that is not UTF-8, or a lone surrogate escape)"
+
+    def where() -> str:  # (searched only for a record that fails)
+        bad = BAD_BYTE.search(text, start, end) if offsets is not None else None
+        return _at(bad, offsets) if bad else "not valid UTF-8 (a byte that is not UTF-8, or a lone surrogate escape)"
+
     for name in values:  # a bad byte in a field's name would hide the field ("question is empty")
         if not _is_text(name):
             shown = name.encode("utf-8", errors="replace").decode("utf-8")
-            return RawRecord(origin, error=f"{origin}: field name {shown!r} is {where}")
+            return RawRecord(origin, error=f"{origin}: field name {shown!r} is {where()}")
     for name, value in values.items():
         try:  # every string inside the field, nested ones included
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            return RawRecord(origin, error=f"{origin}: field {name!r} is {where}")
+            return RawRecord(origin, error=f"{origin}: field {name!r} is {where()}")
         except RecursionError:
             return RawRecord(origin, error=f"{origin}: field {name!r} is nested too deeply to read")
     return RawRecord(origin, values)
