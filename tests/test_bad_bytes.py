@@ -173,3 +173,21 @@ def test_the_issue_s_famma_file_through_finbench_run(placement, mock_records, ti
     assert results["scores"]["n"] == len(good) + 1 == len(samples)
     assert results["scores"]["n_errors"] == 1 and results["errors"]["count"] == 1
     assert [s["id"] for s in results["errors"]["samples"]] == list(bad.index)
+
+
+@pytest.mark.parametrize("data, expected", [
+    # a BOM counts in the offset: N is the byte's place in the file as stored
+    (b'\xef\xbb\xbf[{"id": "a", "q": "x\xff"}, {"id": "b"}]', [("[0]", 23), ("[1]", None)]),
+    # text after the array's end is no record, but is not dropped either
+    (b'[{"id": "a"}]\n\xff\n', [("[0]", None), ("[after 0]", 14)]),
+    # an encoded surrogate (ED A0 80) is a bad byte like any other, though json.loads would take it
+    (b'[{"id": "a", "q": "\xed\xa0\x80"}]', [("[0]", 19)]),
+])
+def test_the_byte_offset_is_the_file_s(data, expected, tmp_path):
+    from finbench.benchmarks.records import read_table
+
+    (tmp_path / "d.json").write_bytes(data)
+    records = read_table(tmp_path / "d.json", "").records
+    assert [r.origin.removeprefix(str(tmp_path / "d.json")) for r in records] == [o for o, _ in expected]
+    for record, (_, byte) in zip(records, expected):
+        assert (record.error is None) if byte is None else f"not UTF-8 at byte {byte} (0x{data[byte]:02x})" in record.error

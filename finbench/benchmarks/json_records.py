@@ -138,6 +138,9 @@ def _array(text: str, path: Path, offsets: ByteOffsets) -> tuple[list[RawRecord]
         n, pos = n + 1, _skip(text, end)
         if pos < len(text) and text[pos] == ",":
             pos = _skip(text, pos + 1)
+    after = _skip(text, pos + 1)
+    if after < len(text):  # text after the array's end: no record, but not nothing
+        records.append(_unreadable(f"{path}[after {n - 1}]", text, after, len(text), offsets, "text after the array"))
     return records, columns
 
 
