@@ -168,7 +168,8 @@ def probed(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     first = _cli(tiny_qwen_dir, synthetic_parquet, out, "--probe", "none-of-the-above,open-ended")
     assert first.exit_code == 0, first.output[-3000:]
     results = json.loads((out / "results.json").read_text())
-    again = _cli(tiny_qwen_dir, synthetic_parquet, out, "--probe", "none-of-the-above,open-ended")
+    # the same probes as a repeated option (issue 44): both run, and every answer comes from the cache
+    again = _cli(tiny_qwen_dir, synthetic_parquet, out, "--probe", "none-of-the-above", "--probe", "open-ended")
     assert again.exit_code == 0, again.output[-3000:]
     return out, first, results, json.loads((out / "results.json").read_text())
 
@@ -206,6 +207,7 @@ def test_both_probes_through_the_cli(probed, questions):
     assert results["variants"]["n"] == len(variants) == results["variants"]["n_computed"]
     assert rerun["variants"]["n_computed"] == 0 and rerun["variants"]["n_cached"] == len(variants)
     assert rerun["n_computed"] == 0 and rerun["probes"] == results["probes"]
+    assert set(rerun["probes"]) == {"none-of-the-above", "open-ended"}  # `--probe a --probe b`: both, not the last
 
 
 def test_compare_and_sweep_show_the_probes(probed):

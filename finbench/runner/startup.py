@@ -42,6 +42,8 @@ def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
         if not sep or key not in GENERATION_KEYS:
             raise ValueError(f"--gen-kwargs {text!r}: expected key=value pairs with keys "
                              f"{', '.join(GENERATION_KEYS)}")
+        if key in dict(pairs):  # `--gen-kwargs temperature=0.7 --gen-kwargs temperature=0` would keep one silently
+            raise ValueError(f"--gen-kwargs {text!r}: {key} is given twice")
         try:
             pairs.append((key, GENERATION_KEYS[key](value.strip())))
         except ValueError:
