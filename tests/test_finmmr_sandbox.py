@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from finbench.benchmarks import finmmr
-from finbench.runner.sandbox import Limits, run_programs
+from finbench.sandbox import Limits, run_programs
 from finbench.scoring.finmmr import get_acc, outcome_value
 from finbench.types import Prediction
 

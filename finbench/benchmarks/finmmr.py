@@ -10,7 +10,7 @@ and `evaluate/utils/evaluation_utils.py` (restated in scoring/finmmr.py), `infer
 Three protocols:
 - `cot` / `pot`: the official chain-of-thought / program-of-thought prompts (system; user = the
   images, then the text), greedy; cot's answer extracted by `--judge` with the official prompt or
-  by a rule (labelled so), pot's program run in runner/sandbox.py; judged by the official get_acc.
+  by a rule (labelled so), pot's program run in the kernel jail of finbench/sandbox/; judged by the official get_acc.
 - `constrained` (default): finbench's prompt, the number read by the numeric grammar decoder
   (after `--think-budget` reasoning where asked), judged by get_acc. No extractor, no code.
 """
@@ -283,7 +283,7 @@ def rule_judgements(questions: Sequence[Question], predictions: Sequence[Predict
     if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
         return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
                          else "answer") for q, p in zip(questions, predictions)]
-    from finbench.runner.sandbox import run_programs
+    from finbench.sandbox import run_programs
 
     out: list[Judgement] = []
     programs = [extract_program(p.generated_text or p.answer) for p in predictions]

@@ -266,7 +266,7 @@ def truth_value(gold: str) -> Any:
 
 
 def outcome_value(kind: str, value: str, first_kind: str = "") -> Any:
-    """A sandboxed program's result (runner/sandbox.py `Outcome`) as the official `exec` returned
+    """A sandboxed program's result (finbench/sandbox `Outcome`) as the official `exec` returned
     it to `get_acc`: numbers, bools and None exactly, strings as text, a sequence by its first
     element, anything else an object no rule accepts."""
     if kind == "seq":
