@@ -347,3 +347,38 @@ def test_the_suite_holds_as_an_ordinary_user(tmp_path):
 
 def _quoted(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _no_jail(monkeypatch):
+    import finbench.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "isolation", lambda limits=None: sandbox.Isolation(
+        mode="none", detail="no kernel jail", reason="bwrap: setting up uid map: Permission denied"))
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
+def test_without_a_jail_pot_is_refused_in_one_line_unless_unsafe_sandbox_which_is_named(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from finbench.cli import app
+    from finbench.sandbox import UNSAFE_NOTE
+
+    _no_jail(monkeypatch)
+    data = str(REAL / "validation" / "easy_validation.json")
+    refused = CliRunner().invoke(app, ["run", "--model", str(tmp_path / "no-model"), "--benchmark", "finmmr", "--data",
+                                       data, "--protocol", "pot", "--out", str(tmp_path / "run")])
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
+    assert "no kernel jail" in refused.output and "--unsafe-sandbox" in refused.output  # before the model is looked at
+    assert not (tmp_path / "run").exists()
+    qid = finmmr.load_questions(data)[0].id
+    predictions = tmp_path / "pot.jsonl"
+    predictions.write_text(json.dumps({"id": qid, "answer": "def solution():\n    return 1"}) + "\n")
+    score = ["score", "--benchmark", "finmmr", "--data", data, "--predictions", str(predictions), "--protocol", "pot"]
+    refused = CliRunner().invoke(app, score)
+    assert refused.exit_code == 2 and "no kernel jail" in refused.output and refused.output.count("\n") == 1
+    done = CliRunner().invoke(app, [*score, "--samples-out", str(tmp_path / "out.jsonl"), "--unsafe-sandbox"])
+    assert done.exit_code == 0, done.output
+    assert UNSAFE_NOTE in json.loads(done.output[done.output.index("{"):])["notes"]
+    rows = {row["id"]: row for row in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    assert rows[qid]["extracted"] == "1"  # it ran, outside a jail
+    assert CliRunner().invoke(app, [*score[:-1], "cot"]).exit_code == 0  # cot runs no program: never refused

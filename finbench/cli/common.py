@@ -13,6 +13,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+UNSAFE_SANDBOX_HELP = ("Where this machine cannot build the kernel jail for model-written programs (FinMMR pot), run "
+                       "them anyway in plain limited processes, without namespaces (named in the results; default: "
+                       "refuse at start-up).")
 HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)

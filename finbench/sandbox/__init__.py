@@ -20,6 +20,7 @@ jail refuses to start without it unless the user accepts `mode="unsafe"` (jail.p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import marshal
 import os
@@ -63,6 +64,7 @@ class Outcome:
     value: str = ""
     first_kind: str = ""
     reason: str = ""
+    sandbox: str = "jail"  # where it ran: "jail", or "unsafe" (no namespaces, --unsafe-sandbox)
 
 
 @dataclass(frozen=True)
@@ -73,18 +75,23 @@ class _Job:
     deadline_seconds: float
 
 
-def run_programs(programs: Sequence[str], limits: Limits = Limits(), mode: str = "jail") -> list[Outcome]:
-    """Each program's outcome, in order (`mode` "jail" or "unsafe", jail.py)."""
+def run_programs(programs: Sequence[str], limits: Limits = Limits(), unsafe: bool = False,
+                 mode: str = "jail") -> list[Outcome]:
+    """Each program's outcome, in order, run in `mode` ("jail"; "unsafe": jail.py); `unsafe`:
+    in a jail where this machine gives one, else in mode "unsafe" (--unsafe-sandbox)."""
     if not programs:
         return []
+    if unsafe and mode == "jail" and isolation().mode != "jail":
+        mode = "unsafe"
     try:
         job = _prepare(limits, mode)
     except Exception as err:  # noqa: BLE001 — no filter or no bwrap: every program fails with the reason
         reason = f"sandbox unavailable: {type(err).__name__}: {err}"
-        return [Outcome(ok=False, reason=reason) for _ in programs]
+        return [Outcome(ok=False, reason=reason, sandbox=mode) for _ in programs]
     workers = limits.workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jail") as pool:
-        return list(pool.map(lambda program: _run_one(job, program), programs))
+        found = list(pool.map(lambda program: _run_one(job, program), programs))
+    return found if mode == "jail" else [dataclasses.replace(o, sandbox=mode) for o in found]
 
 
 def _prepare(limits: Limits, mode: str) -> _Job:
@@ -195,4 +202,21 @@ def isolation(limits: Limits = Limits(workers=1)) -> Isolation:
     return Isolation(mode="none", detail="no kernel jail", reason=outcome.reason)
 
 
-__all__ = ["Isolation", "Limits", "Outcome", "Runtime", "isolation", "run_programs"]
+def refuse_without_jail(needed: bool, unsafe: bool, what: str) -> None:
+    """The start-up refusal (one ValueError line, before any model loads) of a run whose answers
+    are programs (`needed`) where this machine gives no kernel jail, unless `unsafe`
+    (--unsafe-sandbox: they then run in mode "unsafe", and every verdict says so)."""
+    if not needed or unsafe:
+        return
+    found = isolation()
+    if found.mode == "jail":
+        return
+    raise ValueError(f"{what} runs model-written programs, and this machine gives no kernel jail ({found.reason}); "
+                     "refused — --unsafe-sandbox runs them in plain limited processes without namespaces "
+                     "(the results name it)")
+
+
+UNSAFE_NOTE = ("model-written programs ran WITHOUT the kernel jail (--unsafe-sandbox: no namespaces; a program could "
+               "read or change what finbench's user can)")
+
+__all__ = ["UNSAFE_NOTE", "Isolation", "Limits", "Outcome", "Runtime", "isolation", "refuse_without_jail", "run_programs"]
