@@ -231,7 +231,16 @@ def _official_value(program: str):
 
 def test_faults_are_per_program_outcomes(monkeypatch):
     assert run_programs([]) == []
+    import finbench.sandbox as sandbox
     from finbench.sandbox import jail as jail_module
+
+    real = sandbox._run_one
+    monkeypatch.setattr(sandbox, "_run_one", lambda job, program: real(job, program) if "1" in program else 1 / 0)
+    outcomes = run_programs(["def solution():\n    return 1", "def solution():\n    return 2"], FAST)
+    assert outcomes[0].ok and outcomes[1].reason == "the sandbox failed: ZeroDivisionError: division by zero"
+    monkeypatch.setattr(sandbox.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError(11, "EAGAIN")))
+    assert "the jail did not start" in run_programs(["def solution():\n    return 1"], FAST)[0].reason
+    monkeypatch.undo()
 
     monkeypatch.setattr(jail_module.sys, "base_prefix", "/nonexistent")  # the jail cannot bind its runtime
     monkeypatch.setattr(jail_module.sys, "executable", "/nonexistent/python")
@@ -246,6 +255,15 @@ def test_unsafe_mode_is_weaker_but_still_a_separate_limited_process(tmp_path):
     assert outcomes[0].ok and int(outcomes[0].value) != os.getpid()
     assert not outcomes[1].ok and "timed out" in outcomes[1].reason
     assert not outcomes[2].ok
+
+
+@jail
+@pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
+def test_data_check_says_which_isolation_this_machine_gives():
+    from finbench.datacheck import check_data
+
+    notes = check_data("finmmr", str(REAL / "validation" / "easy_validation.json"))["notes"]
+    assert any(n.startswith("programs of --protocol pot run in: kernel jail: bubblewrap") for n in notes), notes
 
 
 @jail

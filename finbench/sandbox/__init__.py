@@ -90,7 +90,7 @@ def run_programs(programs: Sequence[str], limits: Limits = Limits(), unsafe: boo
         return [Outcome(ok=False, reason=reason, sandbox=mode) for _ in programs]
     workers = limits.workers or os.cpu_count() or 1
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jail") as pool:
-        found = list(pool.map(lambda program: _run_one(job, program), programs))
+        found = list(pool.map(lambda program: _guarded(job, program), programs))
     return found if mode == "jail" else [dataclasses.replace(o, sandbox=mode) for o in found]
 
 
@@ -113,6 +113,14 @@ def _prepare(limits: Limits, mode: str) -> _Job:
     argv = command(run, mode, limits.tmp_bytes, BOOTSTRAP.read_text(encoding="utf-8"))
     return _Job(tuple(argv), host_uid(run) if mode == "jail" else None, payload,
                 limits.wall_seconds + limits.start_seconds)
+
+
+def _guarded(job: _Job, program: str) -> Outcome:
+    """`_run_one`, whose unforeseen failure (threads, memory) is still this program's alone."""
+    try:
+        return _run_one(job, program)
+    except Exception as err:  # noqa: BLE001 — the batch goes on
+        return Outcome(ok=False, reason=f"the sandbox failed: {type(err).__name__}: {err}")
 
 
 def _run_one(job: _Job, program: str) -> Outcome:
