@@ -4,9 +4,9 @@
 the program on its stdin) in a jail (sandbox/jail.py: bubblewrap's namespaces, read-only Python
 runtime, private /tmp and /proc, uid 65534), which lowers every resource limit and loads a seccomp
 filter (sandbox/seccomp.py) before the program's first line (sandbox/child.py). `limits.workers`
-jails run at once (one per core by default). Each one is waited for until `wall_seconds` (the
-official 10 s, plus `start_seconds` for the jail's start-up) and then killed with its whole PID namespace; at most
-`RESULT_LIMIT` bytes of its answer are read.
+jails run at once (two per core by default). Each one is waited for until `wall_seconds` (the
+official 10 s) plus `start_seconds` (the jail's start-up), then killed with its whole PID
+namespace; at most `RESULT_LIMIT` bytes of its answer are read.
 
 Every fault stays the program's own: a jail that does not start, a seccomp filter that does not
 load, a crash, a timeout, an answer too long or malformed, a pool that cannot start a process —
@@ -45,7 +45,7 @@ class Limits:
     wall_seconds: float = 10.0  # the official timeout_duration (evaluate-config.yaml)
     cpu_seconds: int = 10
     memory_bytes: int = 2 << 30  # address space a program may add to its interpreter's own
-    workers: int = 0  # jails at once (0: one per CPU core)
+    workers: int = 0  # jails at once (0: two per CPU core — a jail's start waits on the kernel half the time)
     result_chars: int = 1_000  # a longer string result is an object no rule accepts
     open_files: int = 64  # RLIMIT_NOFILE, soft and hard
     file_bytes: int = 1 << 20  # RLIMIT_FSIZE: the largest file a program may write in its /tmp
@@ -88,7 +88,7 @@ def run_programs(programs: Sequence[str], limits: Limits = Limits(), unsafe: boo
     except Exception as err:  # noqa: BLE001 — no filter or no bwrap: every program fails with the reason
         reason = f"sandbox unavailable: {type(err).__name__}: {err}"
         return [Outcome(ok=False, reason=reason, sandbox=mode) for _ in programs]
-    workers = limits.workers or os.cpu_count() or 1
+    workers = limits.workers or 2 * (os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="jail") as pool:
         found = list(pool.map(lambda program: _guarded(job, program), programs))
     return found if mode == "jail" else [dataclasses.replace(o, sandbox=mode) for o in found]
