@@ -139,6 +139,10 @@ def _host_state(marker: str) -> dict:
 
 @jail
 def test_every_hostile_program_is_contained_and_its_neighbours_are_not_touched(tmp_path, monkeypatch):
+    if os.environ.get(AS_USER) == "root-runtime-readable":
+        from finbench.sandbox.jail import NOBODY, host_uid, runtime
+
+        assert host_uid(runtime()) == NOBODY  # bwrap itself runs as nobody: the jail is not root outside either
     victim = tmp_path / "keep.txt"
     victim.write_text("mine")
     monkeypatch.setenv("FINMMR_SECRET", str(GOLD))
@@ -149,9 +153,7 @@ def test_every_hostile_program_is_contained_and_its_neighbours_are_not_touched(t
     programs = attacks(os.getpid(), victim, listener.getsockname()[1], marker)
     before, rss = _host_state(marker), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     batch = [p for program in programs.values() for p in (program, BENIGN)]  # each attack between two neighbours
-    started = time.monotonic()
     outcomes = run_programs(batch, FAST)
-    elapsed = time.monotonic() - started
     hostile, neighbours = outcomes[0::2], outcomes[1::2]
     scores = {name: get_acc(outcome_value(o.kind, o.value, o.first_kind), GOLD) for name, o in zip(programs, hostile)}
     assert all(score == 0 for score in scores.values()), {n: o for n, o in zip(programs, hostile) if scores[n]}
@@ -171,7 +173,6 @@ def test_every_hostile_program_is_contained_and_its_neighbours_are_not_touched(t
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 200_000  # KiB: the scorer held no bomb
     assert not _jail_processes()
     assert not list(Path("/tmp").glob("finbench-sandbox-*"))
-    assert elapsed < 40
 
 
 def test_benign_programs_return_what_the_official_exec_returns():
@@ -335,9 +336,11 @@ def _readable_runtime_commands(staging: Path) -> list[str] | None:
 
 
 @pytest.mark.skipif(os.environ.get(AS_USER) is not None, reason="already the re-run")
-def test_the_suite_holds_as_an_ordinary_user(tmp_path):
-    """The tests above again, as `nobody` (uid 65534, no groups, no capabilities): bwrap then
-    makes an unprivileged user namespace."""
+@pytest.mark.parametrize("who", ["nobody", "root-runtime-readable"])
+def test_the_suite_holds_as_an_ordinary_user(tmp_path, who):
+    """The tests above again, as `nobody` (uid 65534, no groups, no capabilities: bwrap then
+    makes an unprivileged user namespace); and the hostile suite as root where the Python
+    installation is readable by nobody (finbench then starts bwrap as nobody)."""
     if os.geteuid() != 0:
         pytest.skip("not root: this run already is an ordinary user's")
     if not shutil.which("setpriv") or not shutil.which("unshare"):
@@ -350,9 +353,11 @@ def test_the_suite_holds_as_an_ordinary_user(tmp_path):
     home = Path(tempfile.mkdtemp(prefix="finbench-nobody-"))  # pytest's own tmp_path is root's alone
     os.chown(home, 65534, 65534)
     pytest_argv = [sys.executable, "-m", "pytest", str(Path(__file__)), "-n", "0", "-q", "-p", "no:cacheprovider",
-                   "-k", "not ordinary_user", "--basetemp", str(home / "t"), "-W", "ignore"]
-    user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
-            "env", f"HOME={home}", f"{AS_USER}=nobody", f"PYTHONPATH={ROOT}", "PYTHONDONTWRITEBYTECODE=1", *pytest_argv]
+                   "-k", "not ordinary_user" if who == "nobody" else "hostile", "--basetemp", str(home / "t"),
+                   "-W", "ignore"]
+    user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"] \
+        if who == "nobody" else []
+    user += ["env", f"HOME={home}", f"{AS_USER}={who}", f"PYTHONPATH={ROOT}", "PYTHONDONTWRITEBYTECODE=1", *pytest_argv]
     script = " && ".join([*setup, "exec " + " ".join(map(_quoted, user))])
     try:
         done = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
