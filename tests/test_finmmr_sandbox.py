@@ -97,6 +97,11 @@ def attacks(fin: int, victim: Path, port: int, marker: str) -> dict[str, str]:
                                         f" (323, 0), (425, 1, 0), (101, 16, {fin}, 0, 0), (310, {fin}, 0, 0, 0, 0, 0), "
                                         f"(165, 0, b'/tmp', 0, 0x1000, 0)]\n"
                                         f"    return 42 if any(libc.syscall(*c) >= 0 for c in calls) else 0",
+        "fill_memory_through_tmpfs": "def solution():\n    written = 0\n    for folder in ('/dev/shm', '/dev', '/tmp', '.'):\n"
+                                     "        for i in range(64):\n            try:\n"
+                                     "                open(f'{folder}/f{i}', 'wb').write(b'x' * (1 << 20))\n"
+                                     "                written += 1\n            except OSError:\n                break\n"
+                                     "    return 42 if written > 8 else 0",
         "result_flood": "import os\ndef solution():\n    while True:\n        os.write(3, b'x' * 65536)",
         "memory": "def solution():\n    block = bytearray(64 << 30)\n    return 42",
         "cpu_loop": "def solution():\n    while True:\n        pass",

@@ -6,8 +6,10 @@ cgroup namespaces, no capabilities and no further user namespaces; uid and gid 6
 session; killed with finbench (`--die-with-parent`); an empty environment but three thread
 counts. Its file system is a fresh tmpfs holding only, read-only: the Python installation
 finbench runs on (the standard library; its own site-packages hidden), numpy and its libraries
-(as /site), the system's shared-library folders, its own /proc and a minimal /dev; /tmp is a
-private tmpfs of `tmp_bytes`, the working folder. No other host path is there: no data, home,
+(as /site), the system's shared-library folders, its own /proc and a minimal read-only /dev;
+/tmp is a private tmpfs of `tmp_bytes`, the working folder and the only place a file can be
+created (the read-only mounts refuse every other write or create, so seccomp need not look at
+open's flags). No other host path is there: no data, home,
 run folder or cache.
 
 As root, bwrap maps the jail's uid 65534 to root's own uid (a user namespace made by root); it
@@ -108,7 +110,7 @@ def command(run: Runtime, mode: str, tmp_bytes: int, bootstrap: str) -> list[str
     for host, inside in run.packages:
         jail += ["--ro-bind", host, inside]
     jail += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
-             "--remount-ro", "/", "--chdir", "/tmp", "--"]
+             "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp", "--"]
     return jail + python
 
 
