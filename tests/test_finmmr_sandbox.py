@@ -357,8 +357,8 @@ def test_the_suite_holds_as_an_ordinary_user(tmp_path, who):
     home = Path(tempfile.mkdtemp(prefix="finbench-nobody-"))  # pytest's own tmp_path is root's alone
     os.chown(home, 65534, 65534)
     pytest_argv = [sys.executable, "-m", "pytest", str(Path(__file__)), "-n", "0", "-q", "-p", "no:cacheprovider",
-                   "-k", "not ordinary_user" if who == "nobody" else "hostile", "--basetemp", str(home / "t"),
-                   "-W", "ignore"]
+                   "--basetemp", str(home / "t"), "-W", "ignore",
+                   *(["-k", "not ordinary_user"] if who == "nobody" else ["-k", "hostile", "--noconftest"])]
     user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"] \
         if who == "nobody" else []
     user += ["env", f"HOME={home}", f"{AS_USER}={who}", f"PYTHONPATH={ROOT}", "PYTHONDONTWRITEBYTECODE=1", *pytest_argv]
