@@ -300,6 +300,7 @@ def solution():
 """
 
 
+@pytest.mark.slow
 @jail
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
 def test_score_predictions_pot_end_to_end_is_contained(tmp_path):
@@ -339,6 +340,7 @@ def _readable_runtime_commands(staging: Path) -> list[str] | None:
             f"mount --move {staging} {child}"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get(AS_USER) is not None, reason="already the re-run")
 @pytest.mark.parametrize("who", ["nobody", "root-runtime-readable"])
 def test_the_suite_holds_as_an_ordinary_user(tmp_path, who):
