@@ -246,6 +246,11 @@ def test_faults_are_per_program_outcomes(monkeypatch):
     monkeypatch.setattr(sandbox.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError(11, "EAGAIN")))
     assert "the jail did not start" in run_programs(["def solution():\n    return 1"], FAST)[0].reason
     monkeypatch.undo()
+    monkeypatch.setattr(sandbox, "compile_filter", lambda: b"\0" * 8)  # a filter the kernel refuses: nothing runs
+    marker = Path(f"/tmp/finbench-ran-{uuid.uuid4().hex[:8]}")
+    refused = run_programs([f"def solution():\n    open({str(marker)!r}, 'w')\n    return 1"], FAST, mode="unsafe")[0]
+    assert refused.reason == "the jail's start failed: [Errno 22] seccomp filter refused" and not marker.exists()
+    monkeypatch.undo()
 
     monkeypatch.setattr(jail_module.sys, "base_prefix", "/nonexistent")  # the jail cannot bind its runtime
     monkeypatch.setattr(jail_module.sys, "executable", "/nonexistent/python")

@@ -34,9 +34,13 @@ def _limits(settings):
                         ("RLIMIT_NOFILE", int(settings["open_files"])), ("RLIMIT_MEMLOCK", 0),
                         ("RLIMIT_MSGQUEUE", 0), ("RLIMIT_LOCKS", 0), ("RLIMIT_STACK", 8 << 20)):
         limit = getattr(resource, name, None)
-        if limit is not None:
-            hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL one second on
-            resource.setrlimit(limit, (value, hard))
+        if limit is None:
+            continue
+        ceiling = resource.getrlimit(limit)[1]  # a limit already lower stays as it is
+        hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL one second on
+        if ceiling != resource.RLIM_INFINITY:
+            value, hard = min(value, ceiling), min(hard, ceiling)
+        resource.setrlimit(limit, (value, hard))
 
 
 def _seccomp(program):
@@ -114,9 +118,8 @@ def _json(answer):
     return "{" + ", ".join(items) + "}"
 
 
-def main():
-    job = marshal.loads(sys.stdin.buffer.read())
-    out = os.dup(RESULT_FD)
+def _start(job, out):
+    """Everything before the program (`out`: the result descriptor, kept)."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -128,6 +131,16 @@ def main():
     if job["filter"]:
         _seccomp(bytes.fromhex(job["filter"]))
     sys.addaudithook(_audit)
+
+
+def main():
+    job = marshal.loads(sys.stdin.buffer.read())
+    out = os.dup(RESULT_FD)
+    try:
+        _start(job, out)
+    except BaseException as err:  # noqa: BLE001 — the program never runs without its limits and filter
+        os.write(out, ("\n" + _json({"ok": False, "reason": f"the jail's start failed: {err}"}) + "\n").encode())
+        os._exit(0)
     try:
         answer = _run(job)
     except BaseException as err:  # noqa: BLE001 — sys.exit and KeyboardInterrupt are the program's failures too
