@@ -84,8 +84,9 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
 
         found = isolation()
         notes.append(f"programs of --protocol {', '.join(benchmark.program_protocols)} run in: " + (
-            found.detail if found.mode == "jail" else f"no kernel jail here ({found.reason}): refused at start-up "
-                                                       "unless --unsafe-sandbox"))
+            found.detail if found.mode == "jail" else f"{found.detail} (no kernel jail: {found.reason})"
+            if found.mode == "landlock" else f"no isolation here ({found.reason}): refused at start-up unless "
+                                             "--unsafe-sandbox"))
     return {"benchmark": benchmark.name, "source": str(source), "files": files, "n_records": len(questions),
             "n_errors": n_errors, "errors": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in errors.items()},
             "n_images": n_images, "n_bad_images": sum(len(ids) for ids in bad_images.values()),

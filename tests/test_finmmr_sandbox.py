@@ -141,8 +141,15 @@ def _host_state(marker: str) -> dict:
             "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)}
 
 
-@jail
-def test_every_hostile_program_is_contained_and_its_neighbours_are_not_touched(tmp_path, monkeypatch):
+def _available(mode: str) -> bool:
+    return run_programs(["def solution():\n    return 1"], FAST, mode=mode)[0].ok
+
+
+@pytest.mark.parametrize("mode", ["jail", "landlock"])
+def test_every_hostile_program_is_contained_and_its_neighbours_are_not_touched(tmp_path, monkeypatch, mode):
+    """In the kernel jail, and in the Landlock fallback used where no jail can be built."""
+    if not _available(mode):
+        pytest.skip(f"no {mode} on this machine (finbench data check --benchmark finmmr says which isolation)")
     if os.environ.get(AS_USER) == "root-runtime-readable":
         from finbench.sandbox.jail import NOBODY, host_uid, runtime
 
@@ -157,7 +164,7 @@ def test_every_hostile_program_is_contained_and_its_neighbours_are_not_touched(t
     programs = attacks(os.getpid(), victim, listener.getsockname()[1], marker)
     before, rss = _host_state(marker), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     batch = [p for program in programs.values() for p in (program, BENIGN)]  # each attack between two neighbours
-    outcomes = run_programs(batch, FAST)
+    outcomes = run_programs(batch, FAST, mode=mode)
     hostile, neighbours = outcomes[0::2], outcomes[1::2]
     scores = {name: get_acc(outcome_value(o.kind, o.value, o.first_kind), GOLD) for name, o in zip(programs, hostile)}
     assert all(score == 0 for score in scores.values()), {n: o for n, o in zip(programs, hostile) if scores[n]}
@@ -365,7 +372,7 @@ def test_the_suite_holds_as_an_ordinary_user(tmp_path, who):
     os.chown(home, 65534, 65534)
     pytest_argv = [sys.executable, "-m", "pytest", str(Path(__file__)), "-n", "0", "-q", "-p", "no:cacheprovider",
                    "--basetemp", str(home / "t"), "-W", "ignore",
-                   *(["-k", "not ordinary_user"] if who == "nobody" else ["-k", "hostile", "--noconftest"])]
+                   *(["-k", "not ordinary_user"] if who == "nobody" else ["-k", "hostile and jail", "--noconftest"])]
     user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"] \
         if who == "nobody" else []
     user += ["env", f"HOME={home}", f"{AS_USER}={who}", f"PYTHONPATH={ROOT}", "PYTHONDONTWRITEBYTECODE=1", *pytest_argv]
@@ -387,11 +394,12 @@ def _no_jail(monkeypatch):
     import finbench.sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "isolation", lambda limits=None: sandbox.Isolation(
-        mode="none", detail="no kernel jail", reason="bwrap: setting up uid map: Permission denied"))
+        mode="none", detail="no isolation", reason="bwrap: setting up uid map: Permission denied; Landlock: ENOSYS"))
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
-def test_without_a_jail_pot_is_refused_in_one_line_unless_unsafe_sandbox_which_is_named(monkeypatch, tmp_path):
+def test_without_jail_or_landlock_pot_is_refused_in_one_line_unless_unsafe_sandbox_which_is_named(monkeypatch,
+                                                                                                  tmp_path):
     from typer.testing import CliRunner
 
     from finbench.cli import app
@@ -402,17 +410,23 @@ def test_without_a_jail_pot_is_refused_in_one_line_unless_unsafe_sandbox_which_i
     refused = CliRunner().invoke(app, ["run", "--model", str(tmp_path / "no-model"), "--benchmark", "finmmr", "--data",
                                        data, "--protocol", "pot", "--out", str(tmp_path / "run")])
     assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
-    assert "no kernel jail" in refused.output and "--unsafe-sandbox" in refused.output  # before the model is looked at
+    assert "neither a kernel jail nor Landlock" in refused.output and "--unsafe-sandbox" in refused.output  # no model looked at
     assert not (tmp_path / "run").exists()
     qid = finmmr.load_questions(data)[0].id
     predictions = tmp_path / "pot.jsonl"
     predictions.write_text(json.dumps({"id": qid, "answer": "def solution():\n    return 1"}) + "\n")
     score = ["score", "--benchmark", "finmmr", "--data", data, "--predictions", str(predictions), "--protocol", "pot"]
     refused = CliRunner().invoke(app, score)
-    assert refused.exit_code == 2 and "no kernel jail" in refused.output and refused.output.count("\n") == 1
+    assert refused.exit_code == 2 and "nor Landlock" in refused.output and refused.output.count("\n") == 1
     done = CliRunner().invoke(app, [*score, "--samples-out", str(tmp_path / "out.jsonl"), "--unsafe-sandbox"])
     assert done.exit_code == 0, done.output
     assert UNSAFE_NOTE in json.loads(done.output[done.output.index("{"):])["notes"]
     rows = {row["id"]: row for row in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
     assert rows[qid]["extracted"] == "1"  # it ran, outside a jail
     assert CliRunner().invoke(app, [*score[:-1], "cot"]).exit_code == 0  # cot runs no program: never refused
+    import finbench.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "isolation", lambda limits=None: sandbox.Isolation(mode="landlock", detail="",
+                                                                                  reason="no user namespaces"))
+    done = CliRunner().invoke(app, score)  # Landlock, where it works, is the fallback: not refused, but named
+    assert done.exit_code == 0 and sandbox.LANDLOCK_NOTE in json.loads(done.output[done.output.index("{"):])["notes"]

@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-from finbench.sandbox.jail import THREADS, Isolation, Runtime, command, describe, host_uid, runtime
+from finbench.sandbox.jail import (LANDLOCK_DETAIL, THREADS, Isolation, Runtime, command, describe, host_uid,
+                                   landlock_rules, runtime)
 from finbench.sandbox.seccomp import compile_filter
 
 RESULT_LIMIT = 100_000  # bytes of one jail's output read back (more: the program fails)
@@ -76,13 +77,17 @@ class _Job:
 
 
 def run_programs(programs: Sequence[str], limits: Limits = Limits(), unsafe: bool = False,
-                 mode: str = "jail") -> list[Outcome]:
-    """Each program's outcome, in order, run in `mode` ("jail"; "unsafe": jail.py); `unsafe`:
-    in a jail where this machine gives one, else in mode "unsafe" (--unsafe-sandbox)."""
+                 mode: str = "") -> list[Outcome]:
+    """Each program's outcome, in order, run in `mode` ("jail", "landlock", "unsafe": jail.py;
+    "": the best this machine gives, `isolation`, and with none, "unsafe" if `unsafe`
+    (--unsafe-sandbox), else every program fails with the reason)."""
     if not programs:
         return []
-    if unsafe and mode == "jail" and isolation().mode != "jail":
-        mode = "unsafe"
+    if not mode:
+        found = isolation(limits)
+        mode = found.mode if found.mode != "none" else "unsafe" if unsafe else ""
+        if not mode:
+            return [Outcome(ok=False, reason=f"no isolation on this machine: {found.reason}", sandbox="none")] * len(programs)
     try:
         job = _prepare(limits, mode)
     except Exception as err:  # noqa: BLE001 — no filter or no bwrap: every program fails with the reason
@@ -94,8 +99,11 @@ def run_programs(programs: Sequence[str], limits: Limits = Limits(), unsafe: boo
     return found if mode == "jail" else [dataclasses.replace(o, sandbox=mode) for o in found]
 
 
+LANDLOCK_NOTE = f"model-written programs ran without the kernel jail, under {LANDLOCK_DETAIL} (no user namespaces here)"
+
+
 def _prepare(limits: Limits, mode: str) -> _Job:
-    if mode not in ("jail", "unsafe"):
+    if mode not in ("jail", "landlock", "unsafe"):
         raise ValueError(f"unknown sandbox mode {mode!r}")
     run = runtime()
     if mode == "jail" and not run.bwrap:
@@ -109,7 +117,8 @@ def _prepare(limits: Limits, mode: str) -> _Job:
     found = [str(Path(host).parent) for host, _ in run.packages[:1]]  # where numpy is importable from
     paths = ["/site"] if found and mode == "jail" else found
     settings = {**asdict(limits), "path": paths}
-    payload = {"settings": settings, "filter": program_filter.hex()}
+    payload = {"settings": settings, "filter": program_filter.hex(),
+               "landlock": landlock_rules(run) if mode == "landlock" else []}
     argv = command(run, mode, limits.tmp_bytes, BOOTSTRAP.read_text(encoding="utf-8"))
     return _Job(tuple(argv), host_uid(run) if mode == "jail" else None, payload,
                 limits.wall_seconds + limits.start_seconds)
@@ -202,12 +211,17 @@ def _death(returncode: int | None) -> str:
     return f"no result (the jail exited with {returncode})"
 
 
-def isolation(limits: Limits = Limits(workers=1)) -> Isolation:
-    """Runs one trial program in a jail: mode "jail" when it answered, else "none" and why."""
-    outcome = run_programs(["def solution():\n    return 41 + 1"], limits)[0]
-    if outcome.ok and outcome.value == "42":
+def isolation(limits: Limits = Limits()) -> Isolation:
+    """Runs one trial program in a jail, else under Landlock: the first mode in which it answered
+    ("none" when neither did), with why the jail could not be had."""
+    trial = dataclasses.replace(limits, workers=1)
+    jailed = run_programs(["def solution():\n    return 41 + 1"], trial, mode="jail")[0]
+    if jailed.ok and jailed.value == "42":
         return Isolation(mode="jail", detail=describe(runtime()))
-    return Isolation(mode="none", detail="no kernel jail", reason=outcome.reason)
+    confined = run_programs(["def solution():\n    return 41 + 1"], trial, mode="landlock")[0]
+    if confined.ok and confined.value == "42":
+        return Isolation(mode="landlock", detail=LANDLOCK_DETAIL, reason=jailed.reason)
+    return Isolation(mode="none", detail="no isolation", reason=f"{jailed.reason}; Landlock: {confined.reason}")
 
 
 def refuse_without_jail(needed: bool, unsafe: bool, what: str) -> None:
@@ -217,14 +231,14 @@ def refuse_without_jail(needed: bool, unsafe: bool, what: str) -> None:
     if not needed or unsafe:
         return
     found = isolation()
-    if found.mode == "jail":
+    if found.mode != "none":
         return
-    raise ValueError(f"{what} runs model-written programs, and this machine gives no kernel jail ({found.reason}); "
-                     "refused — --unsafe-sandbox runs them in plain limited processes without namespaces "
-                     "(the results name it)")
+    raise ValueError(f"{what} runs model-written programs, and this machine gives neither a kernel jail nor Landlock "
+                     f"({found.reason}); refused — --unsafe-sandbox runs them in plain limited processes (the "
+                     "results name it)")
 
 
 UNSAFE_NOTE = ("model-written programs ran WITHOUT the kernel jail (--unsafe-sandbox: no namespaces; a program could "
                "read or change what finbench's user can)")
 
-__all__ = ["UNSAFE_NOTE", "Isolation", "Limits", "Outcome", "Runtime", "isolation", "refuse_without_jail", "run_programs"]
+__all__ = ["LANDLOCK_NOTE", "UNSAFE_NOTE", "Isolation", "Limits", "Outcome", "Runtime", "isolation", "refuse_without_jail", "run_programs"]

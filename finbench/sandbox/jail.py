@@ -16,9 +16,13 @@ As root, bwrap maps the jail's uid 65534 to root's own uid (a user namespace mad
 runs as `nobody` instead where every folder of the Python installation and bwrap is readable by
 others, so that the jail is not root outside either (`host_uid`).
 
-`mode`: "jail" (bubblewrap + seccomp), "unsafe" (`--unsafe-sandbox`: a fresh interpreter with
-the same limits and the seccomp filter where it loads, but no namespaces: the program sees the
-machine's files and processes as finbench's user).
+`mode`: "jail" (bubblewrap + seccomp); "landlock", where no jail can be built (no user
+namespaces): a fresh interpreter with the same limits and seccomp filter, confined by Landlock to
+reading the Python installation, numpy and the shared libraries (`landlock_rules`; nothing
+written or created anywhere, no /proc, and from Landlock ABI 6 no signal or abstract socket
+outside), but sharing finbench's uid and PID, IPC and network namespaces; "unsafe"
+(`--unsafe-sandbox`, where neither works): the same limits and the seccomp filter where it loads,
+no confinement of files — the program reads what finbench's user can.
 """
 
 from __future__ import annotations
@@ -93,10 +97,23 @@ def _library_binds() -> list[str]:
     return binds
 
 
+READ_DIR, READ_TREE, READ_FILE = 8, 13, 5  # Landlock: READ_DIR; EXECUTE | READ_FILE | READ_DIR; EXECUTE | READ_FILE
+
+
+def landlock_rules(run: Runtime) -> list[tuple[str, int]]:
+    """(path, Landlock access) a program in mode "landlock" may read: the installation, numpy
+    (its folder listable, nothing else of it readable) and the shared-library folders."""
+    rules = [(run.prefix, READ_TREE)] + ([] if run.python.startswith(run.prefix + os.sep) else [(run.python, READ_FILE)])
+    rules += [(host, READ_TREE) for host, _ in run.packages]
+    rules += [(str(Path(host).parent), READ_DIR) for host, _ in run.packages[:1]]
+    rules += [(os.path.realpath(f), READ_TREE) for f in LIBRARY_FOLDERS if os.path.isdir(f)]
+    return rules
+
+
 def command(run: Runtime, mode: str, tmp_bytes: int, bootstrap: str) -> list[str]:
-    """argv of one jailed (or, mode "unsafe", plain) interpreter running `bootstrap`."""
+    """argv of one jailed (or, modes "landlock" and "unsafe", plain) interpreter running `bootstrap`."""
     python = [run.python, "-I", "-S", "-B", "-c", bootstrap]
-    if mode == "unsafe":
+    if mode != "jail":
         return python
     site = os.path.join(run.prefix, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
     jail = [run.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
@@ -117,11 +134,17 @@ def command(run: Runtime, mode: str, tmp_bytes: int, bootstrap: str) -> list[str
 @dataclass(frozen=True)
 class Isolation:
     """Which isolation this machine gives a program: `mode` "jail" when a trial program ran in a
-    jail under its seccomp filter, else "none" with `reason`."""
+    jail under its seccomp filter, else "landlock" when it ran confined by Landlock, else "none";
+    `reason` why the jail (and Landlock) could not be had."""
 
     mode: str
     detail: str
     reason: str = ""
+
+
+LANDLOCK_DETAIL = ("Landlock + seccomp filter + rlimits, no namespaces: the program reads only the Python "
+                   "installation, numpy and the shared libraries, writes nothing, but shares finbench's uid, PIDs and "
+                   "network namespace")
 
 
 def describe(run: Runtime) -> str:

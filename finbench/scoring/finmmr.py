@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.sandbox import UNSAFE_NOTE
+from finbench.sandbox import LANDLOCK_NOTE, UNSAFE_NOTE
 from finbench.scoring.safe_eval import MAX_TEXT, EvalFailed, Opaque
 from finbench.scoring.safe_eval import safe_eval as bounded_eval
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
@@ -223,8 +223,8 @@ def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch
     values = torch.from_numpy(np.stack([acc, rate, np.ones(len(df))], axis=1)).to(dev)
     sources = sorted({s for s, e in zip(source, has_error) if not e})
     notes = [f"answers read by {', '.join(SOURCE_NAMES.get(s, s) for s in sources)}"] if sources else []
-    if any(isinstance(d.get("rules"), Mapping) and d["rules"].get("sandbox") == "unsafe" for d in _details(df)):
-        notes.append(UNSAFE_NOTE)  # --unsafe-sandbox, where no kernel jail could be built: said wherever notes are
+    where = {d["rules"].get("sandbox") for d in _details(df) if isinstance(d.get("rules"), Mapping)}
+    notes += [note for mode, note in (("landlock", LANDLOCK_NOTE), ("unsafe", UNSAFE_NOTE)) if mode in where]  # no jail
     return ScoreTable(ids=str_column(df, "id"), correct=values[:, 0].clone(), score=values[:, 0].clone(),
                       values=values, segments=torch.zeros(len(df), dtype=torch.int64, device=dev), n_segments=1,
                       statistic=statistics, headline=("accuracy", "execution_rate"), primary="accuracy",
