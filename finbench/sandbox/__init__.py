@@ -14,8 +14,9 @@ each is an `Outcome` with `ok` False and its reason (the official failed program
 execution rate 0), and the batch goes on. Nothing is written on the host: the jail's folders are
 tmpfs mounts that vanish with its mount namespace.
 
-`isolation()` says which isolation this machine gives (`finbench doctor`); a caller that needs the
-jail refuses to start without it unless the user accepts `mode="unsafe"` (jail.py).
+`isolation()` says which isolation this machine gives (`finbench data check`): the jail, else
+Landlock + seccomp (mode "landlock", jail.py), else none; `refuse_without_jail` is the start-up
+refusal where there is none, unless the user accepts mode "unsafe" (--unsafe-sandbox).
 """
 
 from __future__ import annotations
