@@ -88,7 +88,7 @@ def attacks(fin: int, victim: Path, port: int, marker: str) -> dict[str, str]:
                     "    except (OSError, ValueError):\n        pass\n    held = []\n    try:\n        while True:\n"
                     "            held.append(os.open('/dev/null', os.O_RDONLY))\n    except OSError:\n        pass\n"
                     "    return 42 if len(held) > 64 else 0",
-        "sysv_shm": libc + "def solution():\n    return 42 if libc.shmget(0, 1 << 20, 0o1666) >= 0 else 0",
+        "sysv_shm": libc + f"def solution():\n    return 42 if libc.shmget({SHM_KEY}, 1 << 20, 0o1666) >= 0 else 0",
         "posix_shm_and_leftovers": f"import _posixshmem, os\ndef solution():\n"
                                    f"    _posixshmem.shm_open('/{marker}', os.O_CREAT | os.O_RDWR, 0o600)\n"
                                    f"    open('{marker}', 'w').write('x')\n    open('/tmp/{marker}-tmp', 'w').write('x')\n    return 0",
@@ -117,25 +117,38 @@ def attacks(fin: int, victim: Path, port: int, marker: str) -> dict[str, str]:
     }
 
 
+SHM_KEY = 0x4A41494C  # a System V segment key of the attack's own, looked for on the host afterwards
 BENIGN = "import time\ndef solution():\n    time.sleep(0.3)\n    return 41 + 1"
 
 
 def _jail_processes() -> list[str]:
-    """Live processes that are a jail (bwrap) or a jailed interpreter."""
-    found = []
+    """Live processes that are a jail (bwrap) or a jailed interpreter, and this test's descendants
+    or orphans (another test file's jails, on another worker, are its own)."""
+    parents, found = {}, {}
     for entry in Path("/proc").iterdir():
         try:
             cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+            status = (entry / "status").read_text() if cmdline else ""
         except OSError:
             continue
+        parents[entry.name] = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "0")
         if b"bwrap" in cmdline or b"-I\0-S\0-B\0-c" in cmdline:
-            found.append(f"{entry.name}: {cmdline[:120]!r}")
-    return found
+            found[entry.name] = f"{entry.name}: {cmdline[:120]!r}"
+
+    def ours(pid: str) -> bool:
+        for _ in range(64):
+            if pid in (str(os.getpid()), "1"):
+                return True
+            pid = parents.get(pid, "0")
+        return False
+
+    return [text for pid, text in found.items() if ours(parents.get(pid, "0"))]
 
 
 def _host_state(marker: str) -> dict:
     shm = Path("/proc/sysvipc/shm")
-    return {"sysv": sorted(shm.read_text().splitlines()[1:]) if shm.exists() else [],
+    return {"sysv": [line for line in (shm.read_text().splitlines()[1:] if shm.exists() else [])
+                     if line.split()[0] == str(SHM_KEY)],
             "marked": sorted(str(p) for root in ("/tmp", "/dev/shm") for p in Path(root).glob(f"*{marker}*")),
             "nice": os.getpriority(os.PRIO_PROCESS, 0), "as": resource.getrlimit(resource.RLIMIT_AS),
             "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)}
