@@ -88,7 +88,8 @@ def run_programs(programs: Sequence[str], limits: Limits = Limits(), unsafe: boo
         found = isolation(limits)
         mode = found.mode if found.mode != "none" else "unsafe" if unsafe else ""
         if not mode:
-            return [Outcome(ok=False, reason=f"no isolation on this machine: {found.reason}", sandbox="none")] * len(programs)
+            failed = Outcome(ok=False, reason=f"no isolation on this machine: {found.reason}", sandbox="none")
+            return [failed] * len(programs)
     try:
         job = _prepare(limits, mode)
     except Exception as err:  # noqa: BLE001 — no filter or no bwrap: every program fails with the reason
@@ -242,4 +243,5 @@ def refuse_without_jail(needed: bool, unsafe: bool, what: str) -> None:
 UNSAFE_NOTE = ("model-written programs ran WITHOUT the kernel jail (--unsafe-sandbox: no namespaces; a program could "
                "read or change what finbench's user can)")
 
-__all__ = ["LANDLOCK_NOTE", "UNSAFE_NOTE", "Isolation", "Limits", "Outcome", "Runtime", "isolation", "refuse_without_jail", "run_programs"]
+__all__ = ["LANDLOCK_NOTE", "UNSAFE_NOTE", "Isolation", "Limits", "Outcome", "Runtime", "isolation",
+           "refuse_without_jail", "run_programs"]

@@ -55,7 +55,8 @@ def _landlock(rules):
     if abi < 1:
         raise OSError(ctypes.get_errno(), "Landlock is not available")
     handled = (1 << 13) - 1 | (abi >= 2) << 13 | (abi >= 3) << 14 | (abi >= 5) << 15  # every file right it knows
-    attr = struct.pack("QQQ", handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[:8 if abi < 4 else 16 if abi < 6 else 24]
+    size = 8 if abi < 4 else 16 if abi < 6 else 24  # fs rights; + net (TCP bind/connect); + scopes (signal, socket)
+    attr = struct.pack("QQQ", handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[:size]
     ruleset = libc.syscall(444, ctypes.create_string_buffer(attr, len(attr)), len(attr), 0)
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "Landlock ruleset refused")
@@ -141,7 +142,8 @@ def _json(answer):
     """A flat dict of str and bool as one JSON line (`_json`, the C half of `json`, without `re`)."""
     from _json import encode_basestring_ascii as quoted
 
-    items = (f"{quoted(k)}: {'true' if v is True else 'false' if v is False else quoted(str(v))}" for k, v in answer.items())
+    items = (f"{quoted(k)}: {'true' if v is True else 'false' if v is False else quoted(str(v))}"
+             for k, v in answer.items())
     return "{" + ", ".join(items) + "}"
 
 
