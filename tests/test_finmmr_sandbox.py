@@ -266,6 +266,10 @@ def test_faults_are_per_program_outcomes(monkeypatch):
     monkeypatch.setattr(sandbox.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError(11, "EAGAIN")))
     assert "the jail did not start" in run_programs(["def solution():\n    return 1"], FAST)[0].reason
     monkeypatch.undo()
+    monkeypatch.setattr(sandbox, "compile_filter", lambda: (_ for _ in ()).throw(OSError("no libseccomp")))
+    for mode in ("jail", "landlock"):  # never without the filter they are described with
+        assert run_programs(["def solution():\n    return 1"], FAST, mode=mode)[0].reason == \
+            "sandbox unavailable: OSError: no libseccomp"
     monkeypatch.setattr(sandbox, "compile_filter", lambda: b"\0" * 8)  # a filter the kernel refuses: nothing runs
     marker = Path(f"/tmp/finbench-ran-{uuid.uuid4().hex[:8]}")
     refused = run_programs([f"def solution():\n    open({str(marker)!r}, 'w')\n    return 1"], FAST, mode="unsafe")[0]
