@@ -78,6 +78,14 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
         if values:
             counts[field] = dict(values)
     n_errors = sum(1 for q in questions if q.error)
+    if benchmark.program_protocols:  # which isolation its model-written programs would get here
+        from finbench.sandbox import isolation
+
+        found = isolation()
+        notes.append(f"programs of --protocol {', '.join(benchmark.program_protocols)} run in: " + (
+            found.detail if found.mode == "jail" else f"{found.detail} (no kernel jail: {found.reason})"
+            if found.mode == "landlock" else f"no isolation here ({found.reason}): refused at start-up unless "
+                                             "--unsafe-sandbox"))
     return {"benchmark": benchmark.name, "source": str(source), "files": files, "n_records": len(questions),
             "n_errors": n_errors, "errors": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in errors.items()},
             "n_images": n_images, "n_bad_images": sum(len(ids) for ids in bad_images.values()),

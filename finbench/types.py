@@ -151,6 +151,7 @@ class RunConfig:
     system_prompt: str | None = None  # a system message before every question
     gen_kwargs: tuple[tuple[str, Any], ...] = ()  # free generation: max_new_tokens, temperature, top_p, top_k
     log_prompts: bool = True  # samples.parquet keeps each rendered prompt (False: its SHA-256 only)
+    unsafe_sandbox: bool = False  # model-written programs without a kernel jail where none can be built (finbench/sandbox)
     judge: str | None = None  # local chat model that judges open answers (FAMMA, FinMTM sessions)
     judge_max_new_tokens: int | None = None  # the judge's reply budget (None: the benchmark's official one)
     think_budget: int = 0  # reasoning tokens before a constrained answer (thinking models; 0 = none)

@@ -180,8 +180,11 @@ class Benchmark:
     - `rule_judgement`, `judge_requests`, `read_judgement` → open answers judged by rules and by a
       `--judge` model: the requests (`Generate`, with the question's images where the official
       judge sees them) it must answer, and its replies read back; `rule_judgements(questions,
-      predictions, protocol)`, when given, replaces `rule_judgement` with one call for the whole
-      run (verdicts that are cheap only together: FinMMR's programs, run in a sandbox pool);
+      predictions, protocol, unsafe_sandbox)`, when given, replaces `rule_judgement` with one call
+      for the whole run (verdicts that are cheap only together: FinMMR's programs, run in the
+      sandbox's jails; `unsafe_sandbox`: without one where none can be built), `program_protocols` names
+      the protocols whose answers are programs (refused at start-up where no jail can be built,
+      unless --unsafe-sandbox);
     - `demo` → how `finbench demo --benchmark NAME` gets synthetic data in the real format;
     - `rotate(question, shift)` → the question with its options rotated and its gold moved, whose
       `request` renders them so (circular evaluation), or None when its prompt does not render
@@ -217,7 +220,8 @@ class Benchmark:
     answer: Callable[[Question, str, str], str] = stripped_text
     prepare_images: Callable[[str, Sequence[Any]], list[Any]] = as_decoded
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
-    rule_judgements: Callable[[Sequence[Question], Sequence[Prediction], str], list[Judgement]] | None = None
+    rule_judgements: Callable[[Sequence[Question], Sequence[Prediction], str, bool], list[Judgement]] | None = None
+    program_protocols: tuple[str, ...] = ()  # protocols whose answers are programs the sandbox runs
     judge_requests: Callable[[Question, Prediction], list[Request]] = no_judge_requests
     read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
     rotate: Callable[[Question, int], Question | None] = rotated_options

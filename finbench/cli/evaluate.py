@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from finbench.cli.common import (comma_list, console, fail, home, one_line_errors, out_console, run_and_report,
-                                 stops_in_one_line)
+from finbench.cli.common import (UNSAFE_SANDBOX_HELP, comma_list, console, fail, home, one_line_errors, out_console,
+                                 run_and_report, stops_in_one_line)
 from finbench.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 # importing the registry: every command starts without torch
 
@@ -128,6 +128,7 @@ def run(
                                         "the largest spread)."),
     overwrite: bool = typer.Option(False, help="Replace the results of another run (another model, benchmark, "
                                    "data or protocol) that --out holds (default: refuse)."),
+    unsafe_sandbox: bool = typer.Option(False, help=UNSAFE_SANDBOX_HELP),
 ) -> None:
     """Evaluate a model on one or more benchmarks; resumes from the cache if interrupted."""
     import shlex
@@ -156,7 +157,8 @@ def run(
                        trust_remote_code=trust_remote_code, permutations=permutations,
                        image_ablation=comma_list(image_ablation), samples=samples, probes=comma_list(probe),
                        attn_implementation=attn_implementation, chat_template=chat_template,
-                       system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(comma_list(gen_kwargs)), log_prompts=log_prompts)
+                       system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(comma_list(gen_kwargs)), log_prompts=log_prompts,
+                       unsafe_sandbox=unsafe_sandbox)
     except ValueError as err:
         fail(str(err))
     command = shlex.join(["finbench", *sys.argv[1:]])

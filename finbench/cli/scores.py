@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from finbench.cli.common import console, fail, one_line_errors, out_console
+from finbench.cli.common import UNSAFE_SANDBOX_HELP, console, fail, one_line_errors, out_console
 from finbench.types import DEFAULT_BENCHMARK
 
 
@@ -25,6 +25,7 @@ def score(
                                                         "extracted answers; pot, the raw outputs with the program)."),
     samples_out: Optional[Path] = typer.Option(None, help="With --predictions: write one JSON line per question "
                                                             "(id, answer, extracted, correct) to this file."),
+    unsafe_sandbox: bool = typer.Option(False, help=UNSAFE_SANDBOX_HELP),
 ) -> None:
     """Score a finished run (tables + RUN_DIR/scores_<variant>.json), or raw answer strings
     against benchmark data (printed as JSON)."""
@@ -49,7 +50,7 @@ def score(
             from finbench.scoring.commands import score_predictions
 
             scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed, console=console,
-                                        protocol=protocol, samples_out=samples_out)
+                                        protocol=protocol, samples_out=samples_out, unsafe_sandbox=unsafe_sandbox)
     else:
         fail("give a RUN_DIR, or both --data and --predictions")
     print(json.dumps(scores, indent=2, default=str))

@@ -90,7 +90,8 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
     outputs: list[str] = [""] * n
     details: list[dict[str, Any]] = [{} for _ in range(n)]
     asked: dict[int, list[Generate]] = {}
-    together = _rule_judgements(benchmark, questions, predictions, protocol, details)
+    together = _rule_judgements(benchmark, questions, predictions, protocol, details,
+                                config is not None and config.unsafe_sandbox)
     for i, question in enumerate(questions):
         prediction = predictions[i]
         if question.error or prediction.error:
@@ -164,14 +165,14 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
 
 
 def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
-                     protocol: str, details: list[dict[str, Any]]) -> dict[int, Any] | None:
+                     protocol: str, details: list[dict[str, Any]], unsafe: bool) -> dict[int, Any] | None:
     """{question: verdict} from the benchmark's `rule_judgements` (None when it has none); a
     failure of the call is every such question's judging error."""
     if benchmark.rule_judgements is None:
         return None
     rows = [i for i, q in enumerate(questions) if not q.error and not predictions[i].error]
     try:
-        found = benchmark.rule_judgements([questions[i] for i in rows], [predictions[i] for i in rows], protocol)
+        found = benchmark.rule_judgements([questions[i] for i in rows], [predictions[i] for i in rows], protocol, unsafe)
         return dict(zip(rows, found))
     except Exception as err:  # noqa: BLE001 — the rules failing is every judged question's problem, not the run's
         for i in rows:

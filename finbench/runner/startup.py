@@ -17,6 +17,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from finbench.sandbox import refuse_without_jail
 from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
 
 if TYPE_CHECKING:
@@ -51,17 +52,19 @@ def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(pairs))
 
 
-def _protocol_names(benchmark: str) -> tuple[str, ...]:
-    """The --protocol values of the run's benchmark (an unknown benchmark is one ValueError line)."""
+def _benchmark(name: str) -> Any:
+    """The run's benchmark from the registry (an unknown one is one ValueError line)."""
     from finbench.benchmarks import get_benchmark
 
-    return get_benchmark(benchmark).protocol_names
+    return get_benchmark(name)
 
 
 def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line. First what the
     options alone decide (`validate_options`), then what needs the registry, torch or a package."""
     validate_options(config)
+    refuse_without_jail(config.protocol in _benchmark(config.benchmark).program_protocols, config.unsafe_sandbox,
+                        f"--protocol {config.protocol}")  # programs need the kernel jail (finbench/sandbox)
     _validate_device(config.device)
     if config.quant != "none":  # fp8 off CUDA, a missing package
         from finbench.models.loading import resolve_device
@@ -78,7 +81,7 @@ def validate_options(config: RunConfig) -> None:
     from finbench.runner.study_options import check_options
     from finbench.sources import check_judge_source, looks_like_path
 
-    names = _protocol_names(config.benchmark)  # the registry (its scorers are imported when scoring)
+    names = _benchmark(config.benchmark).protocol_names  # the registry (its scorers are imported when scoring)
     if config.protocol not in names:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
     if config.batch_size not in (None, AUTO) and not (isinstance(config.batch_size, int) and config.batch_size >= 1):

@@ -102,7 +102,8 @@ def per_question_correct(df: pd.DataFrame, benchmark: str | None = None) -> np.n
     return out
 
 
-def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: str, protocol: str) -> pd.DataFrame:
+def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: str, protocol: str,
+                       unsafe_sandbox: bool = False) -> pd.DataFrame:
     """Answers given in a file (`score --predictions`), with the verdicts a run's rules would add
     (`rule_score`, `judge_details`), for a benchmark whose rules judge the whole run at once
     (`Benchmark.rule_judgements`: FinMMR's programs run in the sandbox); others unchanged."""
@@ -117,7 +118,7 @@ def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: st
     rows = [i for i, q in enumerate(questions) if not q.error and str(q.id) in answers]
     found = spec.rule_judgements([questions[i] for i in rows],
                                  [Prediction(id=str(questions[i].id), answer=answers[str(questions[i].id)]) for i in rows],
-                                 protocol)
+                                 protocol, unsafe_sandbox)
     verdicts = {str(questions[i].id): verdict for i, verdict in zip(rows, found)}
     out = df.copy()
     out["rule_score"] = [float("nan") if verdicts.get(i, (None,))[0] is None else float(verdicts[i][0])

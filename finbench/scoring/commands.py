@@ -185,22 +185,26 @@ def answers_frame(questions: Sequence[Question], answers: Mapping[str, str]) -> 
 
 def score_predictions(benchmark_name: str, data: str, predictions: Path, variant: str = "official",
                       n_bootstrap: int = 0, seed: int = 0, console: Any = None, protocol: str | None = None,
-                      samples_out: Path | None = None) -> dict[str, Any]:
+                      samples_out: Path | None = None, unsafe_sandbox: bool = False) -> dict[str, Any]:
     """Score answer strings as an official extractor produced them against the benchmark's gold;
     questions left unanswered are scored as wrong, and a note (on `console` too) says how many.
     `protocol`: the protocol that produced the answers (where a benchmark's rule depends on it);
-    `samples_out`: one JSON line per question saying what the rule read and whether it counted."""
+    `samples_out`: one JSON line per question saying what the rule read and whether it counted;
+    `unsafe_sandbox`: programs run without a kernel jail where none can be built (else refused)."""
     from finbench.benchmarks import check_protocol, get_benchmark
+    from finbench.sandbox import refuse_without_jail
     from finbench.scoring.api import with_rule_verdicts, write_samples_out
 
     benchmark = get_benchmark(benchmark_name)
     check_protocol(benchmark, protocol)
+    refuse_without_jail(protocol in benchmark.program_protocols, unsafe_sandbox, f"--protocol {protocol}")
     questions = benchmark.load(data)
     answers = read_predictions(predictions)
     unknown = set(answers) - {q.id for q in questions}
     if unknown:
         raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
-    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark.name, protocol or "")
+    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark.name, protocol or "",
+                                 unsafe_sandbox)
     scores = score_samples(samples, benchmark=benchmark.name, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
     if samples_out is not None:
         write_samples_out(samples_out, samples, benchmark.name, variant)
