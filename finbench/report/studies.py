@@ -32,6 +32,11 @@ def _ratio(value: Any) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def _kept(value: Any) -> str:
+    """A ratio in a line whose numbers are ×100: as a percentage of the base, never a bare 1.200."""
+    return "retained –" if value is None else f"{100 * value:.1f} % of the base"
+
+
 def baseline_line(results: dict[str, Any]) -> str | None:
     """The line beside the headline: the best prior baseline, the model, the margin (×100)."""
     found = (results.get("majority_baseline") or {}).get("all")
@@ -55,9 +60,8 @@ def study_lines(results: dict[str, Any]) -> list[str]:
     for mode, found in (results.get("image_ablation") or {}).items():
         label = HEADLINE_LABELS.get(found["metric"], found["metric"])
         lines.append(f"image ablation {mode} ({found['n']} items, ×100): {label} {pct(found['base_score'])} → "
-                     f"{pct(found['score'])} (retained {_ratio(found['retained'])}) · accuracy "
-                     f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} (retained "
-                     f"{_ratio(found['retained_accuracy'])})")
+                     f"{pct(found['score'])} ({_kept(found['retained'])}) · accuracy "
+                     f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} ({_kept(found['retained_accuracy'])})")
     for probe, found in (results.get("probes") or {}).items():
         lines.append(f"probe {probe}: no item probed (see the notes)" if not found["n"]
                      else f"probe {probe} ({found['n']} items, {found['n_not_probed']} not probed, scored by "

@@ -311,17 +311,19 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
     comparisons = []
     for k, (name, table) in enumerate(zip(names[1:], aligned[1:]), start=1):
         mc = mcnemar(base.correct, table.correct)
-        cis = paired_bootstrap(base, table, n_bootstrap, seed, level) if n_bootstrap > 0 and base.n else {}
-        delta = {m: {"value": _diff(scores[name].get(m), scores[names[0]].get(m)),
-                     "ci": cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None}
+        resampled = (cluster_ids.to(base.values.device), n_clusters) if n_clusters < base.n else None
+        cis = paired_bootstrap(base, table, n_bootstrap, seed, level, clusters=resampled) \
+            if n_bootstrap > 0 and base.n else {}
+        # the mean per-question score's paired difference, its clustered SE and interval, and the
+        # smallest difference this set detects (80% power, α = 0.05 two-sided)
+        paired = {k: v for k, v in paired_difference(table.score.cpu(), base.score.cpu(), cluster_ids,
+                                                     n_clusters).items() if k != "n"}
+        delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired,
+                                 cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level)
                  for m in base.headline}
         comparisons.append({"run": name, "baseline": names[0], "n": base.n, "delta": delta,
                             "mcnemar": {"baseline_only": mc["a_only"], "run_only": mc["b_only"], "p": mc["p"]},
-                            "flipped": flipped_ids(base, table),
-                            # the mean per-question score's paired difference, its clustered SE and the
-                            # smallest difference this set detects (80% power, α = 0.05)
-                            **{k: v for k, v in paired_difference(table.score.cpu(), base.score.cpu(), cluster_ids,
-                                                                  n_clusters).items() if k != "n"},
+                            "flipped": flipped_ids(base, table), **paired,
                             "cluster_by": by, "n_clusters": n_clusters})
     for comparison, p in zip(comparisons, holm([c["mcnemar"]["p"] for c in comparisons])):
         comparison["p_holm"] = p
@@ -334,6 +336,21 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
                       "bootstrap": {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
                                     "paired": True},
                       "notes": notes})
+
+
+def one_interval(value: float | None, paired: Mapping[str, Any], bootstrap: dict[str, Any] | None,
+                 level: float) -> dict[str, Any]:
+    """A headline difference with the ONE interval every output prints (`ci`, with its `method`):
+    the clustered t interval of the paired difference where the metric is the mean per-question
+    score that difference measures (accuracy, a mean score), else the paired bootstrap (clusters
+    resampled where the run has clusters) — the only interval a non-linear headline (FinScore,
+    P_H) has. The bootstrap of a mean metric is kept as `bootstrap_check`, which only the
+    reports show, named as a check."""
+    same = value is not None and paired.get("diff") is not None and abs(value - paired["diff"]) <= 1e-9
+    if same and (paired.get("ci_diff") or {}).get("low") is not None:
+        return {"value": value, "ci": {**paired["ci_diff"], "level": level, "method": "clustered t(G-1)"},
+                "bootstrap_check": bootstrap}
+    return {"value": value, "ci": None if bootstrap is None else {**bootstrap, "method": "paired bootstrap"}}
 
 
 def _shared_ids(tables: Sequence[ScoreTable]) -> list[str]:
