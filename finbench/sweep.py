@@ -269,7 +269,11 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
     dfs = [load_samples(d) for d in run_dirs]
     results = [json.loads((d / "results.json").read_text()) for d in run_dirs]
     benchmark = detect_benchmark(dfs[0], run_dirs[0])
-    comparison = compare_runs(dfs, list(names), benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed)
+    from finbench.scoring.sampling import load_per_question_means
+
+    means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
+    comparison = compare_runs(dfs, list(names), benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed,
+                              means=means)
     variants = []
     for name, run_dir, df, result in zip(names, run_dirs, dfs, results):
         throughput = result.get("throughput", {})

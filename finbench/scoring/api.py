@@ -285,8 +285,12 @@ def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str =
 
 def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str | None = None,
                  n_bootstrap: int = 1000, seed: int = 0, variant: str = "official", level: float = CI_LEVEL,
-                 device: str | torch.device = "cpu") -> dict[str, Any]:
+                 device: str | torch.device = "cpu", means: Sequence[pd.Series | None] | None = None
+                 ) -> dict[str, Any]:
     """Paired comparison of runs on the same questions; the first run is the baseline.
+    `means` (one per run, None for a run without --samples): each sampled question's mean score
+    over its K samples by id (scoring/sampling.py `per_question_means`), used for the clustered
+    paired difference in place of sample 0's score.
 
     Runs are aligned on `id` and only ids scored in every run are used. Per run vs baseline:
     exact McNemar on correctness, Holm-adjusted p over all runs, paired bootstrap CIs (the same
@@ -316,8 +320,11 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
             if n_bootstrap > 0 and base.n else {}
         # the mean per-question score's paired difference, its clustered SE and interval, and the
         # smallest difference this set detects (80% power, α = 0.05 two-sided)
-        paired = {k: v for k, v in paired_difference(table.score.cpu(), base.score.cpu(), cluster_ids,
+        mine, theirs = (means[k], means[0]) if means else (None, None)
+        paired = {k: v for k, v in paired_difference(_sampled(table, mine), _sampled(base, theirs), cluster_ids,
                                                      n_clusters).items() if k != "n"}
+        if means and (means[0] is not None or means[k] is not None):
+            paired["per_question"] = "mean score over the K samples of --samples runs"
         delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired,
                                  cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level)
                  for m in base.headline}
@@ -336,6 +343,15 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
                       "bootstrap": {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
                                     "paired": True},
                       "notes": notes})
+
+
+def _sampled(table: ScoreTable, means: pd.Series | None) -> torch.Tensor:
+    """The table's per-question scores, a sampled question's replaced by its mean over K samples."""
+    score = table.score.cpu().to(torch.float64)
+    if means is None:
+        return score
+    found = means.reindex(pd.Index([str(i) for i in table.ids])).to_numpy(np.float64)
+    return torch.where(torch.from_numpy(np.isnan(found)), score, torch.from_numpy(found))
 
 
 def one_interval(value: float | None, paired: Mapping[str, Any], bootstrap: dict[str, Any] | None,

@@ -75,3 +75,28 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> 
                                                   parsed[keep][member], factorize(pd.Series(clusters[member].numpy()))[0])
         out["by"][column] = groups
     return _jsonable(out)
+
+
+def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, benchmark: str) -> pd.Series | None:
+    """The mean score of each sampled question over its K samples (sample 0 in `samples`, the
+    others the `sampling` rows of `variants`), by id; None for a run without samples. A paired
+    comparison of --samples runs uses these, not sample 0 alone: averaging the K samples takes
+    the within-question sampling noise out of the difference (Miller 2024, §3.2)."""
+    if variants is None or "study" not in variants.columns:
+        return None
+    rows = variants[variants["study"].astype(str) == SAMPLING].reset_index(drop=True)
+    if not len(rows):
+        return None
+    base = samples[samples["id"].astype(str).isin(set(rows["id"].astype(str)))].reset_index(drop=True)
+    scores = pd.concat([pd.Series(sample_scores(base, benchmark), index=base["id"].astype(str).to_numpy()),
+                        pd.Series(sample_scores(rows, benchmark), index=rows["id"].astype(str).to_numpy())])
+    return scores.groupby(level=0).mean()
+
+
+def load_per_question_means(run_dir: Any, samples: pd.DataFrame, benchmark: str) -> pd.Series | None:
+    """`per_question_means` of a run folder (its variants.parquet, when it has one)."""
+    from pathlib import Path
+
+    path = Path(run_dir) / "variants.parquet"
+    return per_question_means(samples, pd.read_parquet(path), benchmark) if path.is_file() else None
+
