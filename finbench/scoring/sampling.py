@@ -8,7 +8,8 @@ answer when the rule's extracted answers (the `answer` column) are equal. Then, 
 `clustered.repeated_sampling`:
 
 - `mean`: the mean score over all N × K samples; `se`: the cluster-robust SE of the N per-question
-  means on the run's clusters (`se_iid` without them; Miller, "Adding Error Bars to Evals", §3.2);
+  means on the run's clusters (`se_iid` without them; Miller, "Adding Error Bars to Evals",
+  §3.1 "Resampling"), and `ci` their clustered 95% interval;
 - `maj_at_k`: the score of each question's most frequent parsed answer (a tie: the earliest
   sample's);
 - `pass_at_k`: the score of each question's best sample (any sample right);
@@ -81,7 +82,7 @@ def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, ben
     """The mean score of each sampled question over its K samples (sample 0 in `samples`, the
     others the `sampling` rows of `variants`), by id; None for a run without samples. A paired
     comparison of --samples runs uses these, not sample 0 alone: averaging the K samples takes
-    the within-question sampling noise out of the difference (Miller 2024, §3.2)."""
+    the within-question sampling noise out of the difference (Miller 2024, §3.1 "Resampling")."""
     if variants is None or "study" not in variants.columns:
         return None
     rows = variants[variants["study"].astype(str) == SAMPLING].reset_index(drop=True)

@@ -73,9 +73,8 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
                      if all(i in checklist for i in items) else 0.0)
     turn_score = sum(turn_scores) / len(turn_scores) if turn_scores else 0.0
     final = dialogue_score(turn_score, session_score)
-    parsed = all(capabilities) and all(i in checklist for i in items)  # every turn and the session read
     return final, {"turn_scores": turn_scores, "turn_score": turn_score, "session_score": session_score,
-                   "capabilities": capabilities, "parsed": bool(parsed)}
+                   "capabilities": capabilities}
 
 
 def parse_judge_json(text: str) -> dict:
