@@ -196,7 +196,8 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     return write_leaderboard_report(board, path)
 
 
-POWER_FIELDS = ("run", "baseline", "diff", "se_diff", "ci_diff", "mde", "cluster_by", "n_clusters")
+POWER_FIELDS = ("run", "baseline", "diff", "se_diff", "ci_diff", "significant", "mde", "verdict", "cluster_by",
+                "n_clusters")
 
 
 def power_entry(comparison: dict[str, Any]) -> dict[str, Any]:

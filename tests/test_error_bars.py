@@ -140,6 +140,7 @@ def test_power_line_in_console_and_reports(famma_questions, tmp_path):
     ci = c["ci_diff"]
     significant = ci["low"] > 0 or ci["high"] < 0
     assert ("significant at α = 0.05 (two-sided)" in line) == significant
+    assert c["significant"] == significant and c["verdict"] in line  # the API holds the printed verdict
     assert (f"this set detects ≥ {100 * c['mde']:.1f} points with 80 % power" in line) == (not significant)
     console = as_console(None)
     with console.capture() as captured:
@@ -176,3 +177,21 @@ def test_leaderboard_rows_carry_mde_and_its_reports_the_line(famma_questions, tm
     from finbench.report.format import power_line
 
     assert power_line(row["comparison"]) in markdown.read_text()
+
+
+def test_one_interval_per_difference_and_the_bootstrap_only_as_a_check(famma_questions):
+    """A mean metric's difference carries the clustered interval (the power line's), its paired
+    bootstrap kept as a check that only the reports print; the markdown report shows both, named."""
+    from finbench.report.format import power_line
+
+    n = len(famma_questions)
+    a, b = _samples(famma_questions, np.arange(n) % 2 == 0), _samples(famma_questions, np.arange(n) % 3 == 0)
+    result = compare_runs([a, b], ["ref", "var"], benchmark="famma", n_bootstrap=300, seed=0)
+    c = result["comparisons"][0]
+    accuracy = c["delta"]["accuracy"]
+    assert accuracy["value"] == pytest.approx(c["diff"])
+    assert (accuracy["ci"]["low"], accuracy["ci"]["high"]) == (c["ci_diff"]["low"], c["ci_diff"]["high"])
+    check = accuracy["bootstrap_check"]
+    assert check["low"] is not None and (check["low"], check["high"]) != (c["ci_diff"]["low"], c["ci_diff"]["high"])
+    assert "check: paired bootstrap" not in power_line(c)
+    assert f"check: paired bootstrap [{100 * check['low']:+.2f}, {100 * check['high']:+.2f}]" in power_line(c, check=True)

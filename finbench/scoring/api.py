@@ -14,7 +14,7 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
-from finbench.scoring.clustered import clustered_summary, paired_difference
+from finbench.scoring.clustered import clustered_summary, paired_difference, verdict
 from finbench.scoring.parts import Part
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
@@ -323,6 +323,7 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
         mine, theirs = (means[k], means[0]) if means else (None, None)
         paired = {k: v for k, v in paired_difference(_sampled(table, mine), _sampled(base, theirs), cluster_ids,
                                                      n_clusters).items() if k != "n"}
+        paired["verdict"] = verdict(paired["ci_diff"], paired["mde"])  # the sentence every output prints
         if means and (means[0] is not None or means[k] is not None):
             paired["per_question"] = "mean score over the K samples of --samples runs"
         delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired,
