@@ -165,14 +165,24 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
                     **({"text_only": f"a text-only judge: the images of {names_images} judged questions were "
                                      "not shown (the official judge sees them)"} if names_images and not sees_images
                        else {})})
+    return Judged(_columns(rule_score, judge_score, outputs, details), summary,
+                  _failure_notes(failed_items, unparsed_items, failed), cost)
+
+
+def _named(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:5]) + (", …" if len(ids) > 5 else "")
+
+
+def _failure_notes(failed_items: Sequence[str], unparsed_items: Sequence[str], failed: Mapping[str, str]) -> list[str]:
+    """One note for the questions whose judge call failed (scored 0), one for those whose reply
+    held no verdict (failed judgements, no score)."""
     notes = [f"judge: {len(failed_items)} judged question(s) scored 0, a judge call failing after its retries "
-             f"({', '.join(failed_items[:5])}{', …' if len(failed_items) > 5 else ''}; first: "
-             f"{next(iter(failed.values()))})"] if failed_items else []
+             f"({_named(failed_items)}; first: {next(iter(failed.values()))})"] if failed_items else []
     if unparsed_items:
         notes.append(f"judge: {len(unparsed_items)} judged question(s) have no judge verdict, the reply could not be "
-                     f"parsed ({', '.join(unparsed_items[:5])}{', …' if len(unparsed_items) > 5 else ''}): counted as "
-                     "failed judgements (judge.unparsed_items), not given a default score")
-    return Judged(_columns(rule_score, judge_score, outputs, details), summary, notes, cost)
+                     f"parsed ({_named(unparsed_items)}): counted as failed judgements (judge.unparsed_items), not "
+                     "given a default score")
+    return notes
 
 
 def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
