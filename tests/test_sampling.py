@@ -258,3 +258,6 @@ def test_compare_of_sampled_runs_uses_the_per_question_means(sampled, tmp_path):
     c = result["comparisons"][0]
     assert c["diff"] == pytest.approx(float((by_hand - per_question_correct(samples, "finmme")).mean()))
     assert c["per_question"].startswith("mean score over the K samples")
+    from finbench.report.format import power_line
+
+    assert "Δ score (per-question means over the K samples)" in power_line(c)

@@ -159,7 +159,8 @@ def power_line(c: dict[str, Any], check: bool = False) -> str:
         return ""
     ci = c.get("ci_diff") or {}
     interval = f" [{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}]" if ci.get("low") is not None else ""
-    return (f"{c['run']} vs {c['baseline']}: Δ score {100 * c['diff']:+.2f} points{interval} (SE "
+    sampled = " (per-question means over the K samples)" if c.get("per_question") else ""
+    return (f"{c['run']} vs {c['baseline']}: Δ score{sampled} {100 * c['diff']:+.2f} points{interval} (SE "
             f"{100 * (c.get('se_diff') or 0):.2f}, clustered by {c.get('cluster_by', 'id')}, {c.get('n_clusters')} "
             f"clusters): {verdict(ci, c.get('mde'))}" + (_bootstrap_check(c) if check else ""))
 
