@@ -96,6 +96,9 @@ def test_a_plain_question_is_probed_with_its_control():
     ("不会上升", "上升", False),
     ("没有上升，而是下降", "下降", True),
     ("收入未上升", "上升", False),
+    ("收入不仅上升", "上升", True),  # words that only contain a negation character
+    ("没有下降，反而上升", "上升", True),
+    ("Not only an increase but a large one", "increase", True),
     ("答案是营业收入增长", "营业收入", True),
     ("anything", "", False),
     ("", "second", False),

@@ -351,7 +351,7 @@ def _sampled(table: ScoreTable, means: pd.Series | None) -> torch.Tensor:
     score = table.score.cpu().to(torch.float64)
     if means is None:
         return score
-    found = means.reindex(pd.Index([str(i) for i in table.ids])).to_numpy(np.float64)
+    found = means.reindex(pd.Index([str(i) for i in table.ids])).to_numpy(np.float64, copy=True)
     return torch.where(torch.from_numpy(np.isnan(found)), score, torch.from_numpy(found))
 
 

@@ -47,10 +47,11 @@ _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _MARKUP = re.compile(r"\\boxed\{|\\text\{|[*_`$\\{}]")
 _WORD = re.compile(r"[^\w.%]+|(?<!\d)\.|\.(?!\d)")  # separators; a decimal point inside a number stays
 _CJK_NEGATIONS = set("不非没沒未无無否")  # a character that negates the rest of its clause
+_CJK_NOT_NEGATING = ("非常", "不仅", "不僅", "不但", "不只", "无论", "無論", "并非只", "不断", "不斷")
 # English negations, as `normalized` writes them ("doesn't" → "doesn t"): a clause holding one
 # before the option does not name it
 _NEGATORS = frozenset({"not", "no", "never", "neither", "nor", "cannot", "t", "none", "without"})
-_CLAUSE = re.compile(r"[,;:!?\n，。；：！？、]|(?<!\d)\.|\.(?!\d)|\b(?:but|however|although|though|whereas)\b|但|而是|但是",
+_CLAUSE = re.compile(r"[,;:!?\n，。；：！？、]|(?<!\d)\.|\.(?!\d)|\b(?:but|however|although|though|whereas)\b|但|而是|但是|反而",
                      re.IGNORECASE)
 _UNIT_WORDS = {"%", "percent", "usd", "us", "eur", "rmb", "cny", "yuan", "dollars", "dollar", "million", "millions",
                "billion", "billions", "thousand", "thousands", "k", "m", "bn", "mn", "x", "times", "years", "year",
@@ -101,15 +102,17 @@ def option_matches(answer: Any, option: Any) -> bool:
             continue
         padded = f" {said} "
         starts = [m.start() for m in re.finditer(re.escape(f" {wanted} "), padded)]
-        if any(not (_NEGATORS & set(padded[:start].split())) for start in starts):
+        if any(not (_NEGATORS & set(padded[:start].replace(" not only ", " ").split())) for start in starts):
             return True
     return False
 
 
 def _negated_cjk(before: str) -> bool:
     """Whether a CJK clause negates what follows `before`: 不, 没, 非, 未, 无, 否 anywhere in it
-    (不是上升, 不会上升, 没有上升), "非常" (very) aside."""
-    return bool(_CJK_NEGATIONS & set(before.replace("非常", "")))
+    (不是上升, 不会上升, 没有上升), words that only contain one (非常 "very", 不仅 "not only") aside."""
+    for word in _CJK_NOT_NEGATING:
+        before = before.replace(word, "")
+    return bool(_CJK_NEGATIONS & set(before))
 
 
 def names_gold(answer: Any, options: Sequence[Any], gold: str) -> bool:
