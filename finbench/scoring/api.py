@@ -321,12 +321,14 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
         # the mean per-question score's paired difference, its clustered SE and interval, and the
         # smallest difference this set detects (80% power, α = 0.05 two-sided)
         mine, theirs = (means[k], means[0]) if means else (None, None)
-        paired = {k: v for k, v in paired_difference(_sampled(table, mine), _sampled(base, theirs), cluster_ids,
-                                                     n_clusters).items() if k != "n"}
+        paired = {key: v for key, v in paired_difference(_sampled(table, mine), _sampled(base, theirs), cluster_ids,
+                                                         n_clusters).items() if key != "n"}
         paired["verdict"] = verdict(paired["ci_diff"], paired["mde"])  # the sentence every output prints
         if means and (means[0] is not None or means[k] is not None):
             paired["per_question"] = "mean score over the K samples of --samples runs"
-        delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired,
+        mean_metrics = {m for m in base.headline if _is_mean(scores[names[0]].get(m), base)
+                        and _is_mean(scores[name].get(m), table)}
+        delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired, m in mean_metrics,
                                  cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level)
                  for m in base.headline}
         comparisons.append({"run": name, "baseline": names[0], "n": base.n, "delta": delta,
@@ -355,7 +357,13 @@ def _sampled(table: ScoreTable, means: pd.Series | None) -> torch.Tensor:
     return torch.where(torch.from_numpy(np.isnan(found)), score, torch.from_numpy(found))
 
 
-def one_interval(value: float | None, paired: Mapping[str, Any], bootstrap: dict[str, Any] | None,
+def _is_mean(value: float | None, table: ScoreTable) -> bool:
+    """Whether a headline value is the table's mean per-question score (what `paired_difference`
+    differences), not a statistic of its own (FinScore, P_H)."""
+    return value is not None and table.n > 0 and abs(value - float(table.score.double().mean())) <= 1e-9
+
+
+def one_interval(value: float | None, paired: Mapping[str, Any], mean: bool, bootstrap: dict[str, Any] | None,
                  level: float) -> dict[str, Any]:
     """A headline difference with the ONE interval every output prints (`ci`, with its `method`):
     the clustered t interval of the paired difference where the metric is the mean per-question
@@ -363,7 +371,7 @@ def one_interval(value: float | None, paired: Mapping[str, Any], bootstrap: dict
     resampled where the run has clusters) — the only interval a non-linear headline (FinScore,
     P_H) has. The bootstrap of a mean metric is kept as `bootstrap_check`, which only the
     reports show, named as a check."""
-    same = value is not None and paired.get("diff") is not None and abs(value - paired["diff"]) <= 1e-9
+    same = mean and value is not None and paired.get("diff") is not None and abs(value - paired["diff"]) <= 1e-9
     if same and (paired.get("ci_diff") or {}).get("low") is not None:
         return {"value": value, "ci": {**paired["ci_diff"], "level": level, "method": "clustered t(G-1)"},
                 "bootstrap_check": bootstrap}
