@@ -120,6 +120,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
     from finbench.scoring import compare_runs
     from finbench.scoring.commands import load_samples
+    from finbench.scoring.sampling import load_per_question_means
 
     folders = run_folders(paths)
     names = _names(folders)
@@ -139,8 +140,9 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
         if not others:
             continue
         order = [base, *others]
-        comparison = compare_runs([load_samples(folders[i]) for i in order], [names[i] for i in order],
-                                  benchmark=benchmark, n_bootstrap=0)
+        frames = [load_samples(folders[i]) for i in order]
+        means = [load_per_question_means(folders[i], frame, benchmark) for i, frame in zip(order, frames)]
+        comparison = compare_runs(frames, [names[i] for i in order], benchmark=benchmark, n_bootstrap=0, means=means)
         primary = comparison["primary"]
         for i, c in zip(others, comparison["comparisons"]):
             delta = c["delta"][primary]["value"]
@@ -198,7 +200,8 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     return write_leaderboard_report(board, path)
 
 
-POWER_FIELDS = ("run", "baseline", "diff", "se_diff", "ci_diff", "mde", "cluster_by", "n_clusters")
+POWER_FIELDS = ("run", "baseline", "diff", "se_diff", "ci_diff", "significant", "mde", "verdict", "per_question",
+                "cluster_by", "n_clusters")
 
 
 def power_entry(comparison: dict[str, Any]) -> dict[str, Any]:

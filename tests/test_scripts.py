@@ -267,3 +267,10 @@ def test_the_fp8_row_quantizes_the_seeded_weights_in_memory_and_runs_interleaved
     from finbench.report import html
 
     assert html.write_report.__name__ == "write_report"  # put back after each run
+
+
+def test_coverage_sim_runs_on_a_few_benchmarks():
+    """scripts/coverage_sim.py on 200 simulated benchmarks (its coverage numbers are the script's
+    output, quoted in docs/statistics.md, not asserted here)."""
+    found = _load("coverage_sim").simulate(10, 3, 200, 0.6, 0.3, 0)
+    assert 0 <= found["normal"] <= found["t"] <= 1 and found["t_multiplier"] > 2.2

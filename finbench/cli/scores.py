@@ -1,4 +1,4 @@
-"""`finbench score`, `compare`, `report` and `leaderboard`: what finished run folders hold, scored,
+"""`finbench score`, `compare`, `judge-agreement`, `report` and `leaderboard`: what finished run folders hold, scored,
 compared and drawn again (CPU only, no model)."""
 
 from __future__ import annotations
@@ -78,6 +78,27 @@ def compare(
     with one_line_errors():
         compare_command(run_dirs, out, bootstrap, seed, console=out_console,
                         allow_mixed_protocols=allow_mixed_protocols)
+
+
+def judge_agreement(
+    run_dirs: List[Path] = typer.Argument(..., help="Two run folders of the same answers, each judged (--judge)."),
+    out: Optional[Path] = typer.Option(None, help="Write the agreement JSON here (default RUN_A/judge_agreement.json)."),
+    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the CIs (0 = none)."),
+    seed: int = typer.Option(0, help="Bootstrap seed."),
+) -> None:
+    """How far two judges agree on the questions both judged (Cohen's kappa for verdicts,
+    Krippendorff's alpha for 0–5 scores, with bootstrap CIs), and each run's rules vs its judge."""
+    if len(run_dirs) != 2:
+        fail("judge-agreement compares exactly two run folders")
+    if bootstrap < 0:
+        fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
+    for run_dir in run_dirs:
+        if not (run_dir / "samples.parquet").exists():
+            fail(f"{run_dir}: no samples.parquet")
+    from finbench.scoring.agreement import judge_agreement_command  # after the checks: a refusal imports no torch
+
+    with one_line_errors():
+        judge_agreement_command(run_dirs, out, bootstrap, seed, console=out_console)
 
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:

@@ -293,8 +293,8 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
 
     primary = result.get("primary", "accuracy")
     shown = [primary] + (["accuracy"] if primary != "accuracy" and "accuracy" in headline else [])
-    table = Table(title=f"vs {result['baseline']}: paired bootstrap (×{result['bootstrap']['n_resamples']}), "
-                        "exact McNemar, Holm")
+    table = Table(title=f"vs {result['baseline']}: Δ with its 95% CI (clustered t for mean scores, else paired "
+                        f"bootstrap ×{result['bootstrap']['n_resamples']}), exact McNemar, Holm")
     table.add_column("run", no_wrap=True, min_width=max(len(c["run"]) for c in result["comparisons"]))
     for m in shown:
         table.add_column(f"Δ {m} [CI]", justify="right", overflow="fold")

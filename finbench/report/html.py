@@ -214,7 +214,7 @@ def write_sweep_report(out: str | Path, summary: dict[str, Any]) -> Path:
         distributions=summary["distributions"], flips=summary["flip_matrix"],
         robustness=compare_rows({v["name"]: v.get("studies") or {} for v in variants})
         if any(v.get("studies") for v in variants) else None,
-        power=[line for line in map(power_line, summary["comparison"]["comparisons"]) if line],
+        power=[line for line in (power_line(c, check=True) for c in summary["comparison"]["comparisons"]) if line],
         browser_json=_script_json([]), out=out)
     path = out / "report.html"
     _write(path, page)

@@ -107,7 +107,8 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         "## Variants (×100, 95% bootstrap CI)",
         _table(["variant", *[HEADLINE_LABELS.get(m, m) for m in headline], "model memory GiB", "samples/s",
                 "reasoning tokens"], rows),
-        f"## Against {summary['reference']} (×100; paired bootstrap CI, exact McNemar, Holm)",
+        f"## Against {summary['reference']} (×100; 95% CI: clustered t for mean scores, else paired bootstrap; "
+        "exact McNemar, Holm)",
         _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}" for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
         *_power_markdown(summary["comparison"]["comparisons"]),
@@ -118,7 +119,7 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
 
 def _power_markdown(comparisons: list[dict[str, Any]]) -> list[str]:
     """One line per comparison: its clustered difference and the smallest one the set detects."""
-    lines = [f"- {line}" for line in map(power_line, comparisons) if line]
+    lines = [f"- {line}" for line in (power_line(c, check=True) for c in comparisons) if line]
     return ["\n".join(lines)] if lines else []
 
 

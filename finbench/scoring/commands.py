@@ -113,7 +113,11 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
     names = [d.name or str(d) for d in run_dirs]
     if len(set(names)) != len(names):
         names = [str(d) for d in run_dirs]
-    result = compare_runs(dfs, names, benchmark=benchmarks.pop(), n_bootstrap=n_bootstrap, seed=seed)
+    from finbench.scoring.sampling import load_per_question_means
+
+    benchmark = benchmarks.pop()
+    means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
+    result = compare_runs(dfs, names, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed, means=means)
     result["notes"] = list(result.get("notes", [])) + coverage_notes(dfs, names) + (
         ["runs use different protocols: " + ", ".join(f"{d}: {p}" for d, p in protocols.items())] if mixed else [])
     result["run_dirs"] = [str(d) for d in run_dirs]
