@@ -53,11 +53,13 @@ def deadline(seconds: float | None) -> Iterator[None]:
 class Report:
     """The check's JSON and Markdown, rewritten (write-then-rename) at every change of a section."""
 
-    def __init__(self, out: Path, stem: str, args: Any, planned: list[tuple[str, float | None]] = ()) -> None:
+    def __init__(self, out: Path, stem: str, args: Any, planned: list[tuple[str, float | None]] = (),
+                 started: float | None = None) -> None:
         import torch
         import transformers
 
-        self.out, self.stem, self.started = out, stem, time.perf_counter()
+        self.out, self.stem = out, stem
+        self.started = time.perf_counter() if started is None else started  # the budget's clock
         self.budget = args.budget
         self.stopped: str | None = None  # why the check stops (the outer limit's SIGTERM)
         self.partial: dict[str, Any] = {}  # what the running section has finished so far
