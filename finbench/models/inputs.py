@@ -143,6 +143,8 @@ class ModelInputs(dict):
         if len(parts) == 1:
             return parts[0]
         first = parts[0]
+        if any("input_ids" not in part for part in parts):
+            raise ValueError("the prepared batches cannot be joined without their input ids")
         width = max(int(part["input_ids"].shape[1]) for part in parts)
         dropped = first.derived_keys | first.image_derived_keys
         keys = [k for k in dict.fromkeys(k for part in parts for k in part) if k not in dropped]
