@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report.finish()
     print(headline(report.payload), flush=True)
     print(markdown(report.payload, report.stem), flush=True)
-    if report.stopped:
-        sys.exit(124)
+    if report.stopped:  # out now: the cut work may have left threads that would hold the exit
+        sys.stdout.flush()
+        os._exit(124)
     return report.payload
 
 
