@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One prepared H200 check in one command, planned to 480 s (scripts/gpucheck/plan.py; the run tool
-# allows 600, and 15 minutes of device time must hold a cold start and one short rerun):
+# One prepared H200 check in one command, planned to 480 s (scripts/gpucheck/plan.py; one command may
+# run 600 s, and 15 minutes of device time must hold a cold start and one short rerun):
 #   bash scripts/gpu_check.sh --plan     every section in run order with its limit, and `total N s`
 #                                        (no GPU, no torch needed)
-#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (timeout_s 600)
+#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (a 600-s limit)
 # 1. setup: wheels carried in .wheels/ installed under scripts/gpu-constraints.txt (the machine's
 #    own torch 2.11 / torchvision / transformers 5.17 can never move), versions printed; nvidia-smi
 #    samples clocks, power, temperature and utilisation every second ($OUT/gpu_check_smi.csv);

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-TOTAL_S = 480  # the H200 command's planned time; the run tool allows 600
+TOTAL_S = 480  # the H200 command's planned time; one command may run 600 s
 # seconds outside gpu_check.py's sections: the shell's install step, then Python's imports
 OVERHEAD_S = {"setup": 20, "start": 15}
 # each section's limit on the H200 (an A/B row: `--pairs` 3 × (default, variant) runs of 64 items,
