@@ -176,7 +176,7 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
         n_followers = sum(len(followers.get(i, ())) for i in mine)  # answered with their leader
         with progress(show_progress, len(items) + n_followers, console) as advance, parts:
             for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
-                                     ahead=loop.copy_ahead):
+                                     ahead=loop.copy_ahead, join=loop.join):
                 if first_batch_wait is None:  # the pipeline fill: nothing for the model to do yet
                     first_batch_wait = time.perf_counter() - compute_started
                 timer.seconds["preprocess"] += prepared.seconds

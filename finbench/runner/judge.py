@@ -221,7 +221,7 @@ def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Quest
     items = [item for item in items if calls[item.index].key not in errors]
     batches = plan_batches(items, first_rows(config), config.token_budget)
     for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
-                             ahead=loop.copy_ahead):
+                             ahead=loop.copy_ahead, join=loop.join):
         done = loop.run(prepared)
         new = {calls[k].key: p for k, p in done.items() if not p.error}
         errors.update({calls[k].key: f"judge error: {p.error}" for k, p in done.items() if p.error})

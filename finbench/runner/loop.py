@@ -1,10 +1,9 @@
 """The batch loop: token estimates for batching, preprocessing (in worker threads), and decoding
 each batch by its requests' type, with out-of-memory backoff and per-sample failure isolation.
 
-Dispatch is on the request type (finbench/requests.py), one decoder per batch kind:
-`Choose` → `decode_single` / `decode_multi`, `Number` → `decode_numerical`, `Generate` → the
-adapter's `generate`, `Session` → turn by turn (runner/sessions.py). A request with a thinking
-budget first reasons (runner/thinking.py), then answers with the same decoders.
+Dispatch is on the request type (finbench/requests.py), one decoder per batch kind: `Choose` → `decode_single` /
+`decode_multi`, `Number` → `decode_numerical`, `Generate` → the adapter's `generate`, `Session` → turn by turn
+(runner/sessions.py). A request with a thinking budget first reasons (runner/thinking.py), then the same decoders.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from finbench.requests import Choose, Generate, Number, Prompt, Request, Session
 from finbench.runner.batching import Item
 from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
-from finbench.runner.preprocess import PreparedBatch, image_size, prepare_batch
+from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
 from finbench.runner.requests import batch_kind, first_prompt, render, text_of, thinking
 from finbench.runner.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
@@ -38,8 +37,8 @@ log = logging.getLogger("finbench")
 
 
 class BatchInterrupted(KeyboardInterrupt):
-    """Ctrl-C while a batch ran, carrying the predictions of its rows that had finished (question
-    index → prediction): the engine commits them before it stops, so an interrupt keeps them."""
+    """Ctrl-C while a batch ran, carrying the predictions of its rows that had finished (question index →
+    prediction): the engine commits them before it stops, so an interrupt keeps them."""
 
     def __init__(self, predictions: dict[int, Prediction]) -> None:
         super().__init__()
@@ -64,6 +63,7 @@ class BatchLoop:
         if dict(config.gen_kwargs).get("temperature"):
             torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
         self.streams = SeedStreams(config.seed)  # --samples: each other seed its own stream
+        self.join = lambda pieces: join_pieces(pieces, model)  # prefetch's: the first batch's pieces as one
 
     # ---- planning ---------------------------------------------------------------------------
     def items(self, indices: Sequence[int]) -> list[Item]:
