@@ -133,7 +133,7 @@ def join_pieces(pieces: list[PreparedBatch], model: Any) -> list[PreparedBatch]:
     def joined(parts: list[Any]) -> Any:
         if not all(isinstance(part, ModelInputs) for part in parts):
             raise ValueError("the prepared batches are no ModelInputs")
-        inputs = ModelInputs.join(parts, getattr(model, "pad_token_id", None))  # none: 0, under the mask
+        inputs = ModelInputs.join(parts, model.pad_token_id)  # none: 0, under the mask
         return inputs.pin() if model.device.type == "cuda" and len(parts) > 1 else inputs
 
     try:
