@@ -115,6 +115,7 @@ class RunConfig:
     """Everything a `finbench run` was asked to do."""
 
     model: str
+    family: str | None = None  # --family: a model family by name ("auto": the generic one); None: by model_type
     benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None
     protocol: str = "constrained"

@@ -8,6 +8,7 @@ settings). The heart of it:
 - `prefill(inputs)`         → last-position hidden state [B, H] and a decode state (KV cache)
 - `decode_step(state, ids)` → next last-position hidden state, one token per row
 - `output_rows(token_ids)`  → the LM-head rows to project onto (never the whole vocabulary)
+- `logits(hidden, rows)`    → those rows' logits [B, R] (a projection here; a gather in the generic family)
 - `score_options(inputs, option_token_ids)` → log-probs [B, K] from one prefill
 - `generate(inputs, max_new_tokens)` → free text (official protocols, open answers, sessions)
 - `generate_ids(inputs, budget, stops)` → greedy token ids (the thinking step)
@@ -71,8 +72,9 @@ class HFVisionLanguageModel:
     token_keys: frozenset[str] = frozenset({"mm_token_type_ids", "token_type_ids"})
 
     @classmethod
-    def capabilities_for(cls, model_type: str) -> Capabilities:
-        """The capabilities of this family's checkpoints of `model_type` (config.json)."""
+    def capabilities_for(cls, model_type: str, source: str | None = None) -> Capabilities:
+        """The capabilities of this family's checkpoints of `model_type` (config.json); `source`:
+        the checkpoint, for a family whose capabilities its files decide (models/auto.py)."""
         return cls.capabilities
 
     def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
@@ -307,6 +309,11 @@ class HFVisionLanguageModel:
         index = torch.as_tensor(token_ids, device=head.weight.device, dtype=torch.long)
         return head.weight.index_select(0, index)
 
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Logits [B, R] in float32 of the `output_rows` rows from what `prefill` / `decode_step`
+        returned: here the last hidden states projected onto LM-head rows."""
+        return project_rows(hidden, rows)
+
     def vocabulary_size(self) -> int:
         """Rows of the LM head (what greedy decoding argmaxes over; runner/compaction.py)."""
         return int(self.model.get_output_embeddings().weight.shape[0])
@@ -317,7 +324,7 @@ class HFVisionLanguageModel:
         of K options (e.g. "A" and " A"), combined with logsumexp."""
         hidden, _ = self.prefill(inputs)
         spellings, n_options = option_token_ids.shape
-        logits = project_rows(hidden, self.output_rows(option_token_ids.reshape(-1)))
+        logits = self.logits(hidden, self.output_rows(option_token_ids.reshape(-1)))
         scores = combine_spellings(logits, spellings)
         allowed = torch.ones_like(scores, dtype=torch.bool)
         return masked_log_softmax(scores, allowed)
