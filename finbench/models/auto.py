@@ -35,8 +35,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from finbench.models.base import DecodeState, HFVisionLanguageModel, cache_of
-from finbench.models.contract import Capabilities
+from finbench.models.base import DecodeState, HFVisionLanguageModel
+from finbench.models.contract import Capabilities, GenerationInterrupted
+from finbench.models.generation import generated_counts
 from finbench.models.inputs import ModelInputs
 from finbench.types import ModelRequest
 
@@ -102,6 +103,25 @@ def _checkpoint_texts(source: str) -> tuple[str, set[str]]:
     return template, tokens
 
 
+def _repair(model: Any) -> None:
+    """Llama 4 (transformers 5.24): `Llama4ForConditionalGeneration.forward` builds its output from
+    `language_model(...).image_outputs`, a field the language model's output record lacks, so every
+    forward raises. This model's language model (this instance only) gets its outputs that field,
+    empty; a release whose record has it is left alone."""
+    language_model = getattr(model, "language_model", None)
+    if model.config.model_type != "llama4" or language_model is None:
+        return
+    forward = language_model.forward
+
+    def with_image_outputs(*args: Any, **kwargs: Any) -> Any:
+        outputs = forward(*args, **kwargs)
+        if not hasattr(outputs, "image_outputs"):
+            object.__setattr__(outputs, "image_outputs", None)
+        return outputs
+
+    language_model.forward = with_image_outputs
+
+
 class AutoVLM(HFVisionLanguageModel):
     family = "auto"
     model_types: tuple[str, ...] = ()  # claims whatever no specific family claims (family_for)
@@ -120,6 +140,7 @@ class AutoVLM(HFVisionLanguageModel):
 
     def __init__(self, model: Any, processor: Any, source: str, **kwargs: Any) -> None:
         super().__init__(model, processor, source, **kwargs)
+        _repair(self.model)
         self._image_tokens: dict[tuple[int, int], int] = {}  # measured once per image size
         self._use_template_capabilities()
 
@@ -164,7 +185,9 @@ class AutoVLM(HFVisionLanguageModel):
         per_row = [len(r.images) for r in requests]
         images = [list(r.images) for r in requests] if any(per_row) else None
         inputs = self.processor(text=texts, images=images, return_tensors="pt", padding=True)
-        inputs = self.pixels_in_model_dtype(inputs)
+        for key, value in inputs.items():  # pixels in the model's dtype, either way (Llama 4's processor gives bf16)
+            if torch.is_tensor(value) and value.is_floating_point():
+                inputs[key] = value.to(self.dtype)
         batch, n_images = len(requests), sum(per_row)
         shaped = {k: v for k, v in inputs.items() if torch.is_tensor(v) and v.dim() and k not in self.token_keys
                   and k not in ("input_ids", "attention_mask")}
@@ -192,10 +215,15 @@ class AutoVLM(HFVisionLanguageModel):
             return None
         return build(input_ids, {**extra, "input_ids": input_ids, "attention_mask": attention_mask})
 
-    def _step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, first: bool, **kwargs: Any) -> Any:
+    def _step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, first: bool,
+              **kwargs: Any) -> tuple[torch.Tensor, Any]:
+        """One forward as `generate` makes it: last-position logits [B, V] and the cache."""
+        from transformers.cache_utils import Cache
+
         prepared = self.model.prepare_inputs_for_generation(input_ids, attention_mask=attention_mask, use_cache=True,
                                                             is_first_iteration=first, **kwargs)
-        return self.model(**prepared, logits_to_keep=1)
+        outputs = self.model(**prepared, logits_to_keep=1, return_dict=False)
+        return outputs[0][:, -1, :], next((o for o in outputs[1:] if isinstance(o, Cache)), None)
 
     @torch.inference_mode()
     def prefill(self, inputs: Any) -> tuple[torch.Tensor, DecodeState]:
@@ -203,11 +231,12 @@ class AutoVLM(HFVisionLanguageModel):
         extra = self.model_inputs(inputs)
         input_ids, mask = extra.pop("input_ids"), extra.pop("attention_mask")
         positions = self._positions(input_ids, mask, extra)
-        outputs = self._step(input_ids, mask, True, **extra, **({} if positions is None else {"position_ids": positions}))
+        logits, cache = self._step(input_ids, mask, True, **extra,
+                                   **({} if positions is None else {"position_ids": positions}))
         extras: dict[str, Any] = {"token_types": tuple(k for k in TOKEN_TYPE_KEYS if k in extra)}
         if positions is not None:  # batch first, so that dropping rows (DecodeState.select) cuts it
             extras["position"] = positions[..., -1:].movedim(-2, 0)
-        return outputs.logits[:, -1, :], DecodeState(cache=cache_of(outputs), attention_mask=mask, extras=extras)
+        return logits, DecodeState(cache=cache, attention_mask=mask, extras=extras)
 
     @torch.inference_mode()
     def decode_step(self, state: DecodeState, token_ids: torch.Tensor) -> torch.Tensor:
@@ -218,9 +247,28 @@ class AutoVLM(HFVisionLanguageModel):
         if "position" in state.extras:
             state.extras["position"] = state.extras["position"] + 1
             kwargs["position_ids"] = state.extras["position"].movedim(0, -2)
-        outputs = self._step(ids, state.attention_mask, False, **{self._cache_kw: state.cache}, **kwargs)
-        state.cache = cache_of(outputs)
-        return outputs.logits[:, -1, :]
+        logits, state.cache = self._step(ids, state.attention_mask, False, **{self._cache_kw: state.cache}, **kwargs)
+        return logits
+
+    @torch.inference_mode()
+    def generate(self, inputs: Any, max_new_tokens: int,
+                 sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
+        """Free generation through the decoding loop (greedy, or sampled with a temperature > 0).
+        Ctrl-C keeps no row: the loop holds its tokens until it returns."""
+        from finbench.runner.compaction import greedy_ids
+
+        stops = sorted(set(self.stop_token_ids()) | ({self.pad_token_id} if self.pad_token_id is not None else set()))
+        sample = dict(sampling or {}) if float((sampling or {}).get("temperature") or 0) > 0 else None
+        try:
+            new_tokens = greedy_ids(self, inputs, max_new_tokens, stops, sampling=sample)
+        except KeyboardInterrupt:
+            raise GenerationInterrupted({}, {}) from None
+        return self.decode(new_tokens), generated_counts(new_tokens, stops)
+
+    def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
+        from finbench.runner.compaction import greedy_ids
+
+        return greedy_ids(self, inputs, max_new_tokens, stop_token_ids)
 
     @torch.inference_mode()
     def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
