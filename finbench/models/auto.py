@@ -49,11 +49,10 @@ THINKING_TAGS = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"))
 INTRODUCED = {"llava_onevision": "4.45.0", "mistral3": "4.50.0", "smolvlm": "4.50.0", "llama4": "4.51.0",
               "internvl": "4.52.0", "glm4v": "4.54.0", "glm46v": "5.0.0", "gemma3n": "4.53.0",
               "minicpmv4_6": "5.22.0", "gemma4": "5.5.0"}
-# the architectures the generic family is tested on (tests/test_auto_family.py, tiny builds),
-# and what each one's released template lets it do
-TESTED_ON = {"gemma4": "thinking (enable_thinking)", "glm46v": "thinking (enable_thinking)",
-             "internvl": "InternVL3.5 -hf", "minicpmv4_6": "", "llama4": "", "mistral3": "", "smolvlm": "",
-             "llava_onevision": "", "qwen2_5_vl": "the speed benchmark's baseline"}
+# the architectures the generic family is tested on (tests/test_auto_family.py, on tiny builds of
+# each: offline/tiny_auto.py), and whether the released template can think (enable_thinking)
+TESTED_ON = {"gemma4": True, "glm46v": True, "internvl": False, "minicpmv4_6": True, "llama4": False,
+             "mistral3": False, "smolvlm": False, "llava_onevision": False, "qwen2_5_vl": False}
 TOKEN_TYPE_KEYS = ("token_type_ids", "mm_token_type_ids")  # a decode step feeds text: type 0
 
 

@@ -59,6 +59,7 @@ class HFVisionLanguageModel:
     family = "generic"
     model_types: tuple[str, ...] = ()
     checkpoints: tuple[str, ...] = ()  # hub ids of released checkpoints with this architecture
+    tested_on: dict[str, bool] = {}  # the generic family: architectures tested → thinks (models/auto.py)
     # What the family can honour (shown by `finbench models list`, checked at start-up).
     capabilities = Capabilities()
     compiled_blocks: dict[str, int] = {}  # --compile-vision: {block class: count}; replaced, never mutated
