@@ -107,7 +107,7 @@ def test_thinking_reasons_within_the_budget_then_answers(arch, tmp_path_factory,
     assert results["thinking"]["budget"] == 6
     assert (samples["reasoning_tokens"] <= 6).all() and (samples["reasoning_tokens"] > 0).any()
     opener = {"gemma4": "<|channel>thought\n", "glm46v": "<think>\n"}[arch]
-    switched = {"gemma4": "<|think|>", "glm46v": "<|assistant|>\n<think>\n"}[arch]
+    switched = {"gemma4": "<|think|>", "glm46v": "<|assistant|><think>\n"}[arch]
     assert all(p.endswith(opener) or opener in p for p in samples["prompt"]) and all(switched in p for p in
                                                                                     samples["prompt"])
     single = samples[samples["kind"] == "single"]
@@ -178,11 +178,11 @@ def test_an_architecture_transformers_lacks_is_refused_with_the_release_it_needs
 
 def test_family_option_names_a_family_and_refuses_a_mismatch(tiny_qwen_dir, finmme40, tmp_path):
     out = tmp_path / "out"
-    done = _invoke("run", "--model", str(tiny_qwen_dir), "--family", "internvl", "--data", str(finmme40), "--out", str(out),
-               "--device", "cpu", "--no-progress")
+    done = _invoke("run", "--model", str(tiny_qwen_dir), "--family", "internvl", "--data", str(finmme40),
+                   "--out", str(out), "--device", "cpu", "--no-progress")
     assert_refused_in_one_line(done, "--family internvl: its adapter is for model_type internvl", out)
-    done = _invoke("run", "--model", str(tiny_qwen_dir), "--family", "nope", "--data", str(finmme40), "--out", str(out),
-               "--device", "cpu", "--no-progress")
+    done = _invoke("run", "--model", str(tiny_qwen_dir), "--family", "nope", "--data", str(finmme40),
+                   "--out", str(out), "--device", "cpu", "--no-progress")
     assert_refused_in_one_line(done, "--family nope: expected one of", out)
 
 

@@ -45,10 +45,10 @@ THINKING_SWITCH = "enable_thinking"  # the chat-template variable every thinking
 # (open tag, close tag) of the thinking blocks the released templates use; the close tag must be
 # one token of the checkpoint's tokenizer, the open tag's first token opens the block
 THINKING_TAGS = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"))
-# the transformers release that added each architecture (its model docs' release notes)
+# the first transformers release with each architecture (release notes; projects pinning it for the model)
 INTRODUCED = {"llava_onevision": "4.45.0", "mistral3": "4.50.0", "smolvlm": "4.50.0", "llama4": "4.51.0",
               "internvl": "4.52.0", "glm4v": "4.54.0", "glm46v": "5.0.0", "gemma3n": "4.53.0",
-              "minicpmv4_6": "5.22.0", "gemma4": "5.5.0"}
+              "minicpmv4_6": "5.7.0", "gemma4": "5.5.0"}
 # the architectures the generic family is tested on (tests/test_auto_family.py, on tiny builds of
 # each: offline/tiny_auto.py), and whether the released template can think (enable_thinking)
 TESTED_ON = {"gemma4": True, "glm46v": True, "internvl": False, "minicpmv4_6": True, "llama4": False,
@@ -125,6 +125,10 @@ class AutoVLM(HFVisionLanguageModel):
     family = "auto"
     model_types: tuple[str, ...] = ()  # claims whatever no specific family claims (family_for)
     tested_on = TESTED_ON
+    # released checkpoints of architectures it is tested on that no specific family claims
+    checkpoints = ("google/gemma-4-E4B-it", "zai-org/GLM-4.6V", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+                   "mistralai/Mistral-Small-3.1-24B-Instruct-2503", "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+                   "llava-hf/llava-onevision-qwen2-7b-ov-hf", "openbmb/MiniCPM-V-4.6")
     capabilities = Capabilities()  # thinking per checkpoint (capabilities_for); quantization as the others
     supports: frozenset[str] = frozenset()  # no fast path (module docstring)
 
@@ -169,7 +173,8 @@ class AutoVLM(HFVisionLanguageModel):
         """The open tag's first token (Gemma 4's `<|channel>` of `<|channel>thought`) and the close tag."""
         if not self.capabilities.thinking:
             return None
-        open_tag, close_tag = (self.tokenizer.encode(t, add_special_tokens=False) for t in self.capabilities.thinking_tags)
+        open_tag, close_tag = (self.tokenizer.encode(tag, add_special_tokens=False)
+                               for tag in self.capabilities.thinking_tags)
         return (open_tag[0], close_tag[0]) if open_tag and len(close_tag) == 1 else None
 
     def template_opens_thinking(self) -> bool:
@@ -203,7 +208,8 @@ class AutoVLM(HFVisionLanguageModel):
             with_image = self._render([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "x"}]}])
             without = self._render([{"role": "user", "content": [{"type": "text", "text": "x"}]}])
             ids = self.processor(text=[with_image], images=[[Image.new("RGB", key)]], return_tensors="pt")["input_ids"]
-            self._image_tokens[key] = int(ids.shape[1]) - len(self.tokenizer(without, add_special_tokens=False)["input_ids"])
+            text_only = self.tokenizer(without, add_special_tokens=False)["input_ids"]
+            self._image_tokens[key] = int(ids.shape[1]) - len(text_only)
         return self._image_tokens[key]
 
     # ---- compute: the model's own generation step, the last position's logits -------------------

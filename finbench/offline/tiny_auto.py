@@ -73,7 +73,8 @@ def build_gemma4(hidden_size: int, max_pixels: int, vision_hidden: int) -> _Buil
               "head_dim": _HEAD_DIM, "patch_size": 16, "pooling_kernel_size": 3}
     config = Gemma4Config(text_config=text, vision_config=vision, audio_config=None, image_token_id=ids("<|image|>"),
                           boi_token_id=ids("<|image>"), eoi_token_id=ids("<image|>"), audio_token_id=ids("<|audio|>"),
-                          boa_token_id=ids("<|audio>"), eoa_token_index=ids("<audio|>"), video_token_id=ids("<|video|>"))
+                          boa_token_id=ids("<|audio>"), eoa_token_index=ids("<audio|>"),
+                          video_token_id=ids("<|video|>"))
     return _built(processor, Gemma4ForConditionalGeneration(config), {"text_config": text, "vision_config": vision})
 
 
@@ -118,8 +119,10 @@ def build_internvl35(hidden_size: int, max_pixels: int, vision_hidden: int) -> _
     config = InternVLConfig(text_config=Qwen3Config(**text), vision_config=old.vision_config.to_dict(),
                             image_token_id=old.image_token_id, image_seq_length=old.image_seq_length,
                             downsample_ratio=old.downsample_ratio, projector_hidden_act="gelu",
-                            vision_feature_layer=-1, vision_feature_select_strategy="default", tie_word_embeddings=False)
-    return _built(built.processor, InternVLForConditionalGeneration(config), {**built.config_summary, "text_config": text})
+                            vision_feature_layer=-1, vision_feature_select_strategy="default",
+                            tie_word_embeddings=False)
+    summary = {**built.config_summary, "text_config": text}
+    return _built(built.processor, InternVLForConditionalGeneration(config), summary)
 
 
 def build_minicpmv4_6(hidden_size: int, max_pixels: int, vision_hidden: int) -> _Built:
@@ -231,8 +234,9 @@ def build_llava_onevision(hidden_size: int, max_pixels: int, vision_hidden: int)
     image_processor = _image_processor_class("LlavaOnevisionImageProcessor")(
         size={"height": 56, "width": 56}, image_grid_pinpoints=pinpoints)
     processor = transformers.LlavaOnevisionProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, video_processor=transformers.LlavaOnevisionVideoProcessor(),
-        num_image_tokens=16, vision_feature_select_strategy="full", chat_template=LLAVA_ONEVISION_CHAT_TEMPLATE,
+        image_processor=image_processor, tokenizer=tokenizer,
+        video_processor=transformers.LlavaOnevisionVideoProcessor(), num_image_tokens=16,
+        vision_feature_select_strategy="full", chat_template=LLAVA_ONEVISION_CHAT_TEMPLATE,
         vision_aspect_ratio="anyres_max_9")
     text = _text(tokenizer, hidden_size, eos_token_id=ids("<|im_end|>"), bos_token_id=ids("<|endoftext|>"))
     text.pop("head_dim")

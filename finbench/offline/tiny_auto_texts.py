@@ -18,7 +18,7 @@ GEMMA4_CHAT_TEMPLATE = (
     "{% endfor %}{% endif %}{% endif %}<turn|>\n{% endif %}"
     "{%- for message in messages %}{% if message['role'] != 'system' %}"
     "<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
-    "{%- if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
     "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
     "{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}{% endfor %}{% endif %}"
     "<turn|>\n{% endif %}{% endfor %}"
@@ -31,16 +31,16 @@ GEMMA4_NAMED = {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token"
 
 # GLM-4.6V (zai-org/GLM-4.6V, GLM-4.5V): [gMASK]<sop>, <|system|> / <|user|> / <|assistant|>
 # turns, images as <|begin_of_image|><|image|><|end_of_image|>; enable_thinking=false closes an
-# empty <think></think> block in the generation prompt, otherwise the model opens <think> itself.
+# empty "\n<think></think>" block after the generation prompt, otherwise the model opens it itself.
 GLM46V_CHAT_TEMPLATE = (
     "[gMASK]<sop>"
     "{%- for message in messages %}<|{{ message['role'] }}|>\n"
-    "{%- if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
     "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
     "<|begin_of_image|><|image|><|end_of_image|>"
     "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}{% endfor %}"
-    "{%- if add_generation_prompt %}<|assistant|>\n"
-    "{%- if enable_thinking is defined and not enable_thinking %}<think></think>\n{% endif %}{% endif %}"
+    "{%- if add_generation_prompt %}<|assistant|>"
+    "{%- if enable_thinking is defined and not enable_thinking %}\n<think></think>{% endif %}{% endif %}"
 )
 GLM46V_SPECIAL = ("<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>",
                   "<|assistant|>", "<|observation|>", "<|begin_of_image|>", "<|end_of_image|>",
@@ -50,7 +50,7 @@ GLM46V_SPECIAL = ("<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eo
 # ChatML, as Qwen-based checkpoints (LLaVA-OneVision-Qwen2, MiniCPM-V 4.6) write it
 _CHATML_TURNS = (
     "{%- for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{%- if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
     "{% for item in message['content'] %}{% if item['type'] == 'image' %}IMAGE"
     "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
 )
@@ -65,7 +65,7 @@ LLAVA_ONEVISION_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<imag
 # enable_thinking switch (off: an empty closed block)
 MINICPMV46_CHAT_TEMPLATE = _CHATML_TURNS.replace("IMAGE", "<|image_pad|>\n") + (
     "{%- if add_generation_prompt %}<|im_start|>assistant\n"
-    "{%- if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
 MINICPMV46_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "</image>", "<ref>", "</ref>",
                       "<box>", "</box>", "<quad>", "</quad>", "<point>", "</point>", "<slice>", "</slice>",
                       "<image_id>", "</image_id>", "<unit>", "</unit>", "<think>", "</think>", "<|image_pad|>",
@@ -78,7 +78,7 @@ MINICPMV46_NAMED = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|
 LLAMA4_CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{%- for message in messages %}<|header_start|>{{ message['role'] }}<|header_end|>\n\n"
-    "{%- if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
     "{% for item in message['content'] %}{% if item['type'] == 'image' %}<|image|>"
     "{% elif item['type'] == 'text' %}{{ item['text'] | trim }}{% endif %}{% endfor %}{% endif %}<|eot|>{% endfor %}"
     "{%- if add_generation_prompt %}<|header_start|>assistant<|header_end|>\n\n{% endif %}"
@@ -110,7 +110,7 @@ SMOLVLM_CHAT_TEMPLATE = (
     "{% if message['content'][0]['type'] == 'image' %}:{% else %}: {% endif %}"
     "{% for item in message['content'] %}{% if item['type'] == 'image' %}<image>"
     "{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_utterance>\n"
-    "{%- endfor %}{%- if add_generation_prompt %}Assistant:{% endif %}"
+    "{% endfor %}{%- if add_generation_prompt %}Assistant:{% endif %}"
 )
 SMOLVLM_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<fake_token_around_image>", "<image>",
                    "<global-img>", "<end_of_utterance>", "<video>")
