@@ -126,3 +126,40 @@ def test_models_list_shows_the_generic_family_and_its_tested_architectures():
         assert "thinking" in row and "quantization" in row
     gemma = next(line for line in lines if line.strip().startswith("auto: gemma4"))
     assert "thinking yes" in gemma
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", [a for a in ("gemma4", "glm46v") if a in ARCHITECTURES])
+def test_decoding_loop_equals_transformers_generate_and_survives_dropping_rows(arch, tmp_path_factory, finmme40,
+                                                                              monkeypatch):
+    """The generic family's decode steps (Gemma 4's sliding cache, GLM-4.6V's 4-row M-RoPE
+    positions) on a batch with images: the greedy loop
+    equals transformers' own `generate`, and dropping finished rows mid-way (the thinking loop's
+    compaction) changes no token."""
+    import torch
+    from helpers import finmme_request
+
+    from finbench.benchmarks import finmme
+    from finbench.models import load_model
+    from finbench.models.base import DecodeState
+    from finbench.runner.compaction import greedy_ids
+
+    model = load_model(str(sharpened_tiny_dir(tmp_path_factory, arch)), dtype="float32", device="cpu")
+    requests = [finmme_request(q, protocol="official") for q in finmme.load_questions(finmme40)[:4]]
+    inputs = model.to_device(model.prepare(requests))
+    free = greedy_ids(model, inputs, 8, [-1], every=0)
+    # a token one row emits early and no other row ever does: that row stops there, the others run on
+    stop = next((int(token) for row in range(free.shape[0]) for token in free[row, 1:5]
+                 if int(token) not in set(torch.cat([free[:row], free[row + 1:]]).flatten().tolist())), None)
+    if stop is None:
+        pytest.skip("no row emits a token of its own early")
+    widths, select = [], DecodeState.select
+    monkeypatch.setattr(DecodeState, "select", lambda self, rows: widths.append(len(rows)) or select(self, rows))
+    compacted = greedy_ids(model, inputs, 8, [stop], every=2)
+    assert widths and widths[0] < len(requests)
+    assert torch.equal(compacted, greedy_ids(model, inputs, 8, [stop], every=0))
+    with torch.no_grad():
+        reference = model.model.generate(**model.model_inputs(inputs), max_new_tokens=8, do_sample=False,
+                                         eos_token_id=[stop], pad_token_id=model.pad_token_id)
+    reference = reference[:, inputs["input_ids"].shape[1]:]
+    assert torch.equal(compacted, reference[:, :compacted.shape[1]])
