@@ -82,18 +82,36 @@ def thinking_of(template: str | None, is_token: Callable[[str], bool]) -> tuple[
     return next(((open_tag, close) for open_tag, close in THINKING_TAGS if is_token(close)), None)
 
 
+def _checkpoint_file(source: str, name: str) -> Path | None:
+    """A file of a local folder, or of a hub id in the local Hugging Face cache (never a download)."""
+    if Path(source).is_dir():
+        return Path(source) / name if (Path(source) / name).is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(source, name)
+    except Exception:  # a malformed id: the loader reports it
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
 def _checkpoint_texts(source: str) -> tuple[str, set[str]]:
-    """A local checkpoint's chat template(s) and the tokenizer's added tokens, from its files alone
-    (start-up reads no weights and builds no tokenizer); ("", set()) for a hub id."""
-    folder, template, tokens = Path(source), "", set()
-    if not folder.is_dir():
-        return template, tokens
-    if (folder / "chat_template.jinja").is_file():
-        template += (folder / "chat_template.jinja").read_text(encoding="utf-8")
-    for name in ("chat_template.json", "tokenizer_config.json", "processor_config.json", "tokenizer.json"):
+    """A checkpoint's chat template(s) and its tokenizer's added tokens, from its files alone
+    (start-up reads no weights and builds no tokenizer)."""
+    template, tokens = "", set()
+    for name in ("chat_template.jinja", "chat_template.json", "tokenizer_config.json", "processor_config.json",
+                 "tokenizer.json"):
+        path = _checkpoint_file(source, name)
+        if path is None:
+            continue
+        if name.endswith(".jinja"):
+            template += path.read_text(encoding="utf-8")
+            continue
         try:
-            data = json.loads((folder / name).read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
             continue
         if isinstance(data.get("chat_template"), str):
             template += data["chat_template"]
