@@ -142,7 +142,7 @@ class RecordedModel:
 
     # everything that needs the weights
     text_token_counts = prompt_text = prepare = to_device = image_token_count = _missing
-    prefill = decode_step = score_options = generate = generate_ids = output_rows = _missing
+    prefill = decode_step = score_options = generate = generate_ids = output_rows = logits = _missing
     stop_token_ids = encode = decode = count_image_tokens = prefill_flops = memory_footprint = compile_vision = _missing
     image_tokens_per_row = _missing
 

@@ -128,6 +128,7 @@ class RunConfig:
     dtype: str = "auto"
     device: str = "auto"
     device_map: str | None = None  # "auto": split a model larger than one GPU across GPUs (accelerate)
+    family: str | None = None  # --family: a model family by name ("auto": the generic one); None: by model_type
     quant: str = "none"  # an on-the-fly format (models/quant.py); a pre-quantized checkpoint needs none
     quant_vision: bool = False  # --quant-vision: quantize the vision tower too (default: the language model only)
     allow_dequantized: bool = False  # run an FP8 checkpoint dequantized where FP8 matmuls cannot run (labelled)

@@ -43,6 +43,8 @@ class DemoCommand(typer.core.TyperCommand):
 
 def run(
     model: str = typer.Option(..., help="Hub id or local folder of the model."),
+    family: Optional[str] = typer.Option(None, help="Model family (`finbench models list`); auto: the generic one. "
+                                         "Default: the family of the checkpoint's model_type, else auto."),
     benchmark: List[str] = typer.Option([DEFAULT_BENCHMARK], help="Benchmark name, or several: finmme,famma or "
                                         "repeated (one run folder each under --out, one loaded model, "
                                         "OUT/summary.json)."),
@@ -144,7 +146,7 @@ def run(
     benchmark = comma_list(benchmark)
     try:
         sources = data_sources(data, benchmark_names(benchmark)) if data else None
-        options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),
+        options = dict(family=family, limit=limit, domains=tuple(domain), question_types=tuple(question_type),
                        batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
                        token_budget=token_budget, workers=workers,  # None: sized at start-up (runner/defaults.py)
                        protocol=protocol, dtype=dtype, device=device, quant=quant,

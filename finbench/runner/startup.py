@@ -161,7 +161,7 @@ def check_family(config: RunConfig, model: Any = None) -> Any:
     if model is not None:
         capabilities, family = model.capabilities, model.family
     else:
-        checkpoint = read_checkpoint(config.model)
+        checkpoint = read_checkpoint(config.model, config.family)
         capabilities, family, declared = checkpoint.capabilities, checkpoint.family.family, checkpoint.declared
     refused = refusal(capabilities, family, **_refusal_options(config),
                       prequantized=declared.label if declared else None)
