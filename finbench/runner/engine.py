@@ -43,7 +43,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from finbench.benchmarks import get_benchmark, load_matching
-from finbench.models.contract import ModelAdapter
+from finbench.models.contract import ModelAdapter, ModelUnavailable
 from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.cache import CacheWriteError, PredictionCache
@@ -57,7 +57,7 @@ from finbench.runner.outputs import (OutputsError, error_summary, previous_throu
                                     score, write_outputs)
 from finbench.runner.preprocess import prefetch
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
-from finbench.runner.requests import build_requests, decoding_summary
+from finbench.runner.requests import build_requests, decoding_summary, unreadable
 from finbench.runner.runlog import RunLog
 from finbench.runner.timing import ModelParts, StageTimer
 from finbench.types import Prediction, RunConfig
@@ -130,6 +130,7 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     startup.compile_parts(model, config, notes)
     judge = startup.load_judge_for_run(config, world, model)
     requests, request_errors = build_requests(benchmark, questions, config, think_budget, model.capabilities.max_images)
+    unreadable(model, requests, request_errors, notes)  # e.g. a served model's sets and numbers: before any request
     study = studies.expand(benchmark, questions, requests, request_errors, config, think_budget, notes)  # the variants
     questions, requests, request_errors = study.questions, study.requests, study.errors  # the run's, then its variants'
     out_dir = Path(config.out)
@@ -200,6 +201,11 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
         cache.close()
         log.error("%s", err)
         raise _stopped(err, saved, len(questions)) from None
+    except ModelUnavailable as err:  # a served model's server gone: what is committed stays
+        cache.close()
+        log.error("%s", err)
+        raise Stopped(f"stopped: {err}; {saved} of {len(questions)} answers saved; rerun the same command to "
+                      "resume") from None
     compute_seconds = time.perf_counter() - compute_started
     if world.size > 1:  # rank 0 takes every rank's answers (errors too: the cache keeps none) and writes
         computed = {i: p for i, p in predictions.items() if i in mine or any(i in followers.get(j, ()) for j in mine)}
