@@ -31,6 +31,7 @@ import contextlib
 import io
 import math
 import os
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
@@ -155,6 +156,7 @@ class ServedModel:
 
     def __init__(self, client: ServedClient, url: str, model_id: str, engine: str, decision_path: str | None) -> None:
         self.client, self.source, self.model_id, self.engine = client, url, model_id, engine
+        weakref.finalize(self, client.close)  # its connections close with the adapter
         self.decision_path = decision_path
         self.reading = READ_BY_LOGPROBS if engine in LOGPROB_SERVERS else READ_BY_DECISION if decision_path else None
         self.capabilities = Capabilities(thinking=False, quantization=("none",), sampling=True, chat_template=False,
