@@ -5,6 +5,7 @@ line before any library loads (runner/startup.py `validate`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,13 +35,38 @@ def check_sources(config: Any) -> None:
     """The run's --judge (`check_judge_source`) and the options of a served model: each applies only
     with a server's URL as --model or --judge, and is in range (one ValueError line)."""
     check_judge_source(config.judge)
+    refused = served_refusal(config) if is_served(config.model) else None
+    if refused:
+        raise ValueError(refused)
     served = [name for name, value in (("--served-model", config.served_model), ("--api-key-env", config.api_key_env),
                                        ("--in-flight", config.in_flight)) if value is not None]
     if served and not (is_served(config.model) or is_served(config.judge)):
         raise ValueError(f"{', '.join(served)}: for a served model (--model or --judge http(s)://HOST:PORT/v1)")
     if config.judge_served_model is not None and not is_served(config.judge):
         raise ValueError("--judge-served-model: for a served judge (--judge http(s)://HOST:PORT/v1)")
+    if config.api_key_env and not os.environ.get(config.api_key_env):
+        raise ValueError(f"--api-key-env {config.api_key_env}: the environment variable {config.api_key_env} is not set")
     if config.in_flight is not None and config.in_flight < 1:
         raise ValueError(f"--in-flight {config.in_flight}: must be at least 1")
     if not config.request_timeout > 0:
         raise ValueError(f"--request-timeout {config.request_timeout}: must be a positive number of seconds")
+
+
+# options that change how finbench loads weights: a server has loaded its own (RunConfig names → flags)
+LOADING_FLAGS = {"quant": "--quant", "quant_vision": "--quant-vision", "allow_dequantized": "--allow-dequantized",
+                 "dtype": "--dtype", "device_map": "--device-map", "revision": "--revision",
+                 "trust_remote_code": "--trust-remote-code", "attn_implementation": "--attn-implementation",
+                 "chat_template": "--chat-template", "max_pixels": "--max-pixels",
+                 "device_preprocess": "--device-preprocess", "compile_vision": "--compile-vision",
+                 "compile_lm": "--compile-lm", "think_budget": "--think-budget"}
+
+
+def served_refusal(config: Any) -> str | None:
+    """The loading options a served --model was given, as one line; None when there are none."""
+    unset = {"quant": "none", "dtype": "auto", "think_budget": 0}
+    given = [flag for name, flag in LOADING_FLAGS.items()
+             if getattr(config, name) not in (unset.get(name), None, False)]
+    if not given:
+        return None
+    return (f"{', '.join(given)}: not for a served model ({config.model}): the server loaded its weights and "
+            "renders its prompts; set these where it is started")

@@ -38,7 +38,7 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
-from finbench.models.contract import Capabilities
+from finbench.models.contract import Capabilities, ModelUnavailable
 from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
 from finbench.models.served_client import ClientSettings, ServedClient, ServedError
@@ -93,7 +93,7 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
         decision = None if engine in LOGPROB_SERVERS else next((p for p in DECISION_PATHS if probe.exists(p)), None)
     except (ServedError, AttributeError) as err:
         raise ValueError(f"{role} {url}: not an OpenAI-compatible server ({err})") from None
-    except Exception as err:  # noqa: BLE001 — nothing listening, a bad URL: one start-up line
+    except (Exception, ModelUnavailable) as err:  # noqa: BLE001 — nothing listening, a bad URL: one start-up line
         raise ValueError(f"{role} {url}: no server answers there ({err})") from None
     finally:
         probe.close()
@@ -102,36 +102,12 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
 
 
 def served_for(config: Any, judge: bool = False) -> "ServedModel":
-    """The served adapter of a run's --model (or, `judge`, its --judge), after refusing in one line
-    every option that only applies when finbench loads the weights itself."""
-    if not judge:
-        refused = served_refusal(config)
-        if refused:
-            raise ValueError(refused)
+    """The served adapter of a run's --model (or, `judge`, its --judge); the options that only apply
+    when finbench loads weights were refused at start-up (sources.py `check_sources`)."""
     return load_served(config.judge if judge else config.model,
                        served_model=config.judge_served_model if judge else config.served_model,
                        api_key_env=config.api_key_env, in_flight=config.in_flight, timeout=config.request_timeout,
                        role="--judge" if judge else "--model")
-
-
-# options that change how finbench loads weights: a server has loaded its own (RunConfig names → flags)
-LOADING_FLAGS = {"quant": "--quant", "quant_vision": "--quant-vision", "allow_dequantized": "--allow-dequantized",
-                 "dtype": "--dtype", "device_map": "--device-map", "revision": "--revision",
-                 "trust_remote_code": "--trust-remote-code", "attn_implementation": "--attn-implementation",
-                 "chat_template": "--chat-template", "max_pixels": "--max-pixels",
-                 "device_preprocess": "--device-preprocess", "compile_vision": "--compile-vision",
-                 "compile_lm": "--compile-lm", "think_budget": "--think-budget"}
-
-
-def served_refusal(config: Any) -> str | None:
-    """The loading options a served --model was given, as one line; None when there are none."""
-    unset = {"quant": "none", "dtype": "auto", "think_budget": 0}
-    given = [flag for name, flag in LOADING_FLAGS.items()
-             if getattr(config, name) not in (unset.get(name), None, False)]
-    if not given:
-        return None
-    return (f"{', '.join(given)}: not for a served model ({config.model}): the server loaded its weights and "
-            "renders its prompts; set these where it is started")
 
 
 def _pick(url: str, models: list[dict[str, Any]], name: str | None, role: str) -> dict[str, Any]:
