@@ -169,3 +169,27 @@ def test_server_killed_mid_run_stops_in_one_line_and_a_rerun_completes(tiny_qwen
     resumed = pd.read_parquet(out / "samples.parquet")
     assert (resumed["error"] == "").all()
     assert resumed["raw_output"].tolist() == pd.read_parquet(official_served / "samples.parquet")["raw_output"].tolist()
+
+
+def test_a_served_judge_extracts_finmmr_cot_answers_as_the_same_checkpoint_in_process(server, tiny_model,
+                                                                                      tiny_qwen_dir, tmp_path):
+    """--judge http://…: FinMMR's cot answers go to the served judge with the official extraction
+    prompt; its verdicts equal those of the same checkpoint judging in-process."""
+    from finbench.offline.finmmr_synthetic import demo_data
+
+    data, _ = demo_data(tmp_path / "home")
+    runs = {}
+    for name, judge in (("served", server.url), ("local", str(tiny_qwen_dir))):
+        config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmmr", data=str(data), protocol="cot",
+                           out=str(tmp_path / name), device="cpu", dtype="float32", max_pixels=28 * 28 * 4,
+                           max_new_tokens=6, bootstrap=0, judge=judge, judge_max_new_tokens=4, batch_size=1)
+        runs[name] = run_benchmark(config, tiny_model, show_progress=False)
+    served, local = runs["served"], runs["local"]
+    assert served.results["errors"]["count"] == 0 and served.results["scores"]["extraction"] == ["judge"]
+    assert served.samples["judge_score"].notna().all()
+    def replies(column, tokenizer=None):  # the server's reply parser also strips the text's ends
+        return [[(_without_special_tokens(r, tokenizer) if tokenizer else r).strip() for r in json.loads(text)]
+                for text in column]
+
+    assert replies(served.samples["judge_output"], tiny_model.tokenizer) == replies(local.samples["judge_output"])
+    assert served.samples["judge_score"].tolist() == local.samples["judge_score"].tolist()
