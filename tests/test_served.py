@@ -56,8 +56,8 @@ def official_in_process(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_f
     """finbench's own greedy generation, one row per batch (no padding: the server pads nothing)."""
     config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), protocol="official", limit=LIMIT,
                        batch_size=1, max_new_tokens=24, dtype="float32", device="cpu", bootstrap=0,
-                       out=str(tmp_path_factory.mktemp("local") / "official"))
-    return run_benchmark(config, tiny_model, show_progress=False).samples
+                       out=str(tmp_path_factory.mktemp("local") / "local-official"))
+    return run_benchmark(config, tiny_model, show_progress=False)
 
 
 def _without_special_tokens(text: str, tokenizer) -> str:
@@ -74,8 +74,8 @@ def test_greedy_official_answers_equal_in_process_generation(official_served, of
     assert (samples["error"] == "").all(), samples["error"].tolist()
     assert samples["raw_output"].str.len().gt(0).all()
     served = [_without_special_tokens(text, tiny_model.tokenizer) for text in samples["raw_output"]]
-    assert served == official_in_process["raw_output"].tolist()
-    assert samples["answer"].tolist() == official_in_process["answer"].tolist()
+    assert served == official_in_process.samples["raw_output"].tolist()
+    assert samples["answer"].tolist() == official_in_process.samples["answer"].tolist()
     fingerprint = _results(official_served)["fingerprint"]
     assert fingerprint["served_model"] and fingerprint["generation_endpoint"] == "/v1/chat/completions"
     assert fingerprint["weights"].startswith("not fingerprinted")
@@ -193,3 +193,28 @@ def test_a_served_judge_extracts_finmmr_cot_answers_as_the_same_checkpoint_in_pr
 
     assert replies(served.samples["judge_output"], tiny_model.tokenizer) == replies(local.samples["judge_output"])
     assert served.samples["judge_score"].tolist() == local.samples["judge_score"].tolist()
+
+
+def test_compare_reports_answer_agreement_and_the_largest_probability_difference(
+        official_served, official_in_process, server, tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
+    """`finbench compare` of an in-process run and a served run of one checkpoint: under the
+    official protocol every answer agrees (no probabilities); constrained in-process vs the decision
+    endpoint (another prompt) reports the largest option-probability difference, recomputed here."""
+    done = cli("compare", str(official_in_process.out_dir), str(official_served), "--bootstrap", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    agreed = json.loads((official_in_process.out_dir / "compare.json").read_text())["agreement"]["official"]
+    assert agreed["n"] == LIMIT and agreed["agree"] == LIMIT and agreed["max_prob_diff"] is None
+    assert f"same answer on {LIMIT} of {LIMIT}" in done.stdout
+
+    local = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=4, batch_size=1,
+                                    question_types=("single_choice",), dtype="float32", device="cpu", bootstrap=0,
+                                    out=str(tmp_path / "local")), tiny_model, show_progress=False)
+    assert _run(server.url, synthetic_parquet, tmp_path / "served", "--question-type", "single_choice",
+                limit=4).returncode == 0
+    done = cli("compare", str(tmp_path / "local"), str(tmp_path / "served"), "--bootstrap", "0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    agreed = json.loads((tmp_path / "local" / "compare.json").read_text())["agreement"]["served"]
+    served = pd.read_parquet(tmp_path / "served" / "samples.parquet")
+    gaps = [max(abs(a - b) for a, b in zip(x, y)) for x, y in zip(local.samples["option_probs"], served["option_probs"])]
+    assert agreed["n"] == 4 and agreed["max_prob_diff"] == pytest.approx(max(gaps))
+    assert agreed["agree"] == sum(a == b for a, b in zip(local.samples["answer"], served["answer"]))
