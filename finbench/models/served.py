@@ -227,8 +227,13 @@ class ServedModel:
         from finbench.models.served_client import Interrupted
 
         body = generation_settings(max_new_tokens, sampling)
+        rows = inputs["finbench_rows"]
+        # a sampled row's seed is drawn from the run's seed stream (runner/sampling.py has made it
+        # current), one per row: a rerun with the same --seed asks the server for the same samples
+        first = int(torch.randint(0, 2**31 - len(rows), (1,))) if body["temperature"] > 0 else None
+        seeded = [{**body, "seed": first + k} if first is not None else body for k in range(len(rows))]
         try:
-            results = self.client.map(lambda row: self._generate_one(row, body), inputs["finbench_rows"])
+            results = self.client.map(lambda pair: self._generate_one(*pair), list(zip(rows, seeded)))
         except Interrupted as stop:
             raise GenerationInterrupted({k: t for k, (t, _) in stop.done.items()},
                                         {k: n for k, (_, n) in stop.done.items()}) from None
@@ -380,13 +385,13 @@ def option_logprobs(probabilities: dict[str, Any], n_options: int, where: str) -
 
 def generation_settings(max_new_tokens: int, sampling: dict[str, Any] | None) -> dict[str, Any]:
     """max_tokens and the sampling of a chat completion: temperature 0 (greedy) unless a
-    temperature is given; top_p and a seed with it (top_k is not an OpenAI field: vLLM and SGLang
-    take it as an extension, transformers serve refuses unknown fields, so it goes only when given)."""
+    temperature is given, with top_p (top_k is not an OpenAI field: vLLM and SGLang take it as an
+    extension, transformers serve refuses unknown fields, so it goes only when given)."""
     sampling = dict(sampling or {})
     settings: dict[str, Any] = {"max_tokens": int(max_new_tokens), "temperature": 0.0}
     if float(sampling.get("temperature") or 0) > 0:
         settings["temperature"] = float(sampling["temperature"])
-        settings.update({k: sampling[k] for k in ("top_p", "top_k", "seed") if sampling.get(k) is not None})
+        settings.update({k: sampling[k] for k in ("top_p", "top_k") if sampling.get(k) is not None})
     return settings
 
 
