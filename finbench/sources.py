@@ -39,7 +39,8 @@ def check_sources(config: Any) -> None:
     if refused:
         raise ValueError(refused)
     served = [name for name, value in (("--served-model", config.served_model), ("--api-key-env", config.api_key_env),
-                                       ("--in-flight", config.in_flight)) if value is not None]
+                                       ("--in-flight", config.in_flight),
+                                       ("--served-thinking", config.served_thinking or None)) if value is not None]
     if served and not (is_served(config.model) or is_served(config.judge)):
         raise ValueError(f"{', '.join(served)}: for a served model (--model or --judge http(s)://HOST:PORT/v1)")
     if config.judge_served_model is not None and not is_served(config.judge):

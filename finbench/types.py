@@ -123,6 +123,7 @@ class RunConfig:
     api_key_env: str | None = None
     in_flight: int | None = None
     request_timeout: float = 600.0
+    served_thinking: bool = False  # chat_template_kwargs enable_thinking (off: as finbench renders hybrid models)
     judge_served_model: str | None = None
     benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pandas as pd
 import pytest
-from helpers import ENV, cli
+from helpers import ENV, cache_rows, cli
 from served_server import free_port
 
 from finbench.models.contract import ModelUnavailable
@@ -187,3 +191,36 @@ def test_options_that_load_weights_or_need_a_server_are_refused_in_one_line(tmp_
     done = cli("run", "--model", "http://127.0.0.1:9/v1", "--api-key-env", "NOT_SET_ANYWHERE",
                "--out", str(tmp_path / "c"))
     assert "the environment variable NOT_SET_ANYWHERE is not set" in done.stdout + done.stderr
+
+
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background test job starts children with SIGINT ignored
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_every_finished_served_answer_of_the_batch_in_flight(mock, tmp_path):
+    """One batch of 20 generated answers, one request at a time, each taking 0.2 s: Ctrl-C after
+    the fifth request keeps the answers that had come back (committed), says how many, exit 130."""
+    from finbench.offline.finmme_synthetic import write_parquet
+
+    def chat(body, headers):
+        time.sleep(0.2)
+        return 200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is A."},
+                                  "finish_reason": "stop"}], "usage": {"completion_tokens": 5}}, {}
+
+    server = mock({("GET", "/v1/models"): models(("served/tiny", "local")), ("POST", "/v1/chat/completions"): chat})
+    data = write_parquet(tmp_path / "finmme.parquet", n_items=20, seed=0)
+    out = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "finbench.cli", "run", "--model", server.url, "--data", str(data),
+                                "--out", str(out), "--protocol", "official", "--in-flight", "1", "--batch-size", "20",
+                                "--bootstrap", "0", "--no-progress"], env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
+    deadline = time.time() + 120
+    while sum(path == "/v1/chat/completions" for _, path, _, _ in server.requests) < 5 and time.time() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    saved = cache_rows(out / "cache.sqlite")
+    assert 4 <= saved < 20
+    assert f"interrupted: {saved} of 20 answers saved; rerun the same command to resume" in stderr

@@ -76,7 +76,8 @@ class ServedRow:
 
 
 def load_served(url: str, *, served_model: str | None = None, api_key_env: str | None = None,
-                in_flight: int | None = None, timeout: float = 600.0, role: str = "--model") -> "ServedModel":
+                in_flight: int | None = None, timeout: float = 600.0, role: str = "--model",
+                thinking: bool = False) -> "ServedModel":
     """The adapter of the model `url` serves (`served_model`, or the only one it lists), or a
     ValueError with one line: no server there, no such model, several to choose from, a key
     variable that is not set. Asks /v1/models and which decision endpoint exists; nothing else."""
@@ -98,7 +99,7 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
     finally:
         probe.close()
     settings = ClientSettings(in_flight=in_flight or IN_FLIGHT.get(engine, OTHER_IN_FLIGHT), timeout=timeout)
-    return ServedModel(ServedClient(url, settings, key), url, entry["id"], engine, decision)
+    return ServedModel(ServedClient(url, settings, key), url, entry["id"], engine, decision, thinking)
 
 
 def served_for(config: Any, judge: bool = False) -> "ServedModel":
@@ -107,7 +108,7 @@ def served_for(config: Any, judge: bool = False) -> "ServedModel":
     return load_served(config.judge if judge else config.model,
                        served_model=config.judge_served_model if judge else config.served_model,
                        api_key_env=config.api_key_env, in_flight=config.in_flight, timeout=config.request_timeout,
-                       role="--judge" if judge else "--model")
+                       role="--judge" if judge else "--model", thinking=config.served_thinking and not judge)
 
 
 def _pick(url: str, models: list[dict[str, Any]], name: str | None, role: str) -> dict[str, Any]:
@@ -130,8 +131,10 @@ class ServedModel:
     device = torch.device("cpu")  # where finbench's own tensors (the option scores) live
     dtype = torch.float32
 
-    def __init__(self, client: ServedClient, url: str, model_id: str, engine: str, decision_path: str | None) -> None:
+    def __init__(self, client: ServedClient, url: str, model_id: str, engine: str, decision_path: str | None,
+                 thinking: bool = False) -> None:
         self.client, self.source, self.model_id, self.engine = client, url, model_id, engine
+        self.thinking = thinking  # chat_template_kwargs enable_thinking of every chat completion
         weakref.finalize(self, client.close)  # its connections close with the adapter
         self.decision_path = decision_path
         self.reading = READ_BY_LOGPROBS if engine in LOGPROB_SERVERS else READ_BY_DECISION if decision_path else None
@@ -216,7 +219,7 @@ class ServedModel:
         return option_logprobs(probabilities, row.n_options, "the decision endpoint's probabilities")
 
     def _read_logprobs(self, row: ServedRow) -> list[float]:
-        answer = self.client.post(CHAT_PATH, logprobs_body(self.model_id, row))
+        answer = self.client.post(CHAT_PATH, logprobs_body(self.model_id, row, self.thinking))
         return logprobs_of_letters(answer, row.n_options)
 
     def generate(self, inputs: Any, max_new_tokens: int,
@@ -243,9 +246,13 @@ class ServedModel:
         return [text for text, _ in results], [n for _, n in results]
 
     def _generate_one(self, row: ServedRow, settings: dict[str, Any]) -> tuple[str, int]:
-        messages = list(row.messages) + ([_assistant(row.answer_prefix)] if row.answer_prefix else [])
-        extra = {"continue_final_message": True, "add_generation_prompt": False} if row.answer_prefix else {}
-        answer = self.client.post(CHAT_PATH, {"model": self.model_id, "messages": messages, **settings, **extra})
+        if row.answer_prefix and self.engine not in LOGPROB_SERVERS:
+            raise ServedError(f"{self.source} cannot continue the answer prefix {row.answer_prefix!r} (vLLM and "
+                              "SGLang take continue_final_message)")
+        body = {**logprobs_body(self.model_id, row, self.thinking), **settings}
+        for key in ("logprobs", "top_logprobs"):
+            body.pop(key)
+        answer = self.client.post(CHAT_PATH, body)
         try:
             choice = answer["choices"][0]
             text = choice["message"].get("content") or ""
@@ -302,7 +309,7 @@ class ServedModel:
                 "generation_endpoint": "/v1" + CHAT_PATH,
                 "choice_endpoint": ("/v1" + (CHAT_PATH if self.reading == READ_BY_LOGPROBS else self.decision_path))
                 if self.reading else None,
-                "read_by": self.reading, "weights": NOT_FINGERPRINTED}
+                "read_by": self.reading, "enable_thinking": self.thinking, "weights": NOT_FINGERPRINTED}
 
 
 # ---- request bodies and answers (pure functions: the tests replay documented answer shapes) -------------
@@ -344,12 +351,13 @@ def decision_body(model_id: str, row: ServedRow) -> dict[str, Any]:
             "assets": {name: {"type": "image", "format": "png", "data_base64": data} for name, data in row.assets}}
 
 
-def logprobs_body(model_id: str, row: ServedRow) -> dict[str, Any]:
-    """A one-token greedy completion continuing finbench's constrained prompt, with the top log-probs."""
+def logprobs_body(model_id: str, row: ServedRow, thinking: bool = False) -> dict[str, Any]:
+    """A one-token greedy completion continuing finbench's constrained prompt (its answer prefix as
+    the final assistant message), with the top log-probs; the template's thinking switch set."""
     messages = list(row.messages) + ([_assistant(row.answer_prefix)] if row.answer_prefix else [])
     extra = {"continue_final_message": True, "add_generation_prompt": False} if row.answer_prefix else {}
     return {"model": model_id, "messages": messages, "max_tokens": 1, "temperature": 0, "logprobs": True,
-            "top_logprobs": TOP_LOGPROBS, **extra}
+            "top_logprobs": TOP_LOGPROBS, "chat_template_kwargs": {"enable_thinking": thinking}, **extra}
 
 
 def logprobs_of_letters(answer: dict[str, Any], n_options: int) -> list[float]:
