@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -76,6 +77,12 @@ def test_greedy_official_answers_equal_in_process_generation(official_served, of
     served = [_without_special_tokens(text, tiny_model.tokenizer) for text in samples["raw_output"]]
     assert served == official_in_process.samples["raw_output"].tolist()
     assert samples["answer"].tolist() == official_in_process.samples["answer"].tolist()
+    import jsonschema
+
+    import finbench
+
+    schema = json.loads((Path(finbench.__file__).parent / "report" / "results.schema.json").read_text())
+    jsonschema.validate(_results(official_served), schema)
     fingerprint = _results(official_served)["fingerprint"]
     assert fingerprint["served_model"] and fingerprint["generation_endpoint"] == "/v1/chat/completions"
     assert fingerprint["weights"].startswith("not fingerprinted")
@@ -157,9 +164,10 @@ def test_server_killed_mid_run_stops_in_one_line_and_a_rerun_completes(tiny_qwen
         stdout, stderr = process.communicate(timeout=300)
     finally:
         own.stop()
-    assert process.returncode != 0
-    lines = [line for line in (stdout + stderr).splitlines() if "stopped" in line]
-    assert len(lines) == 1 and "stopped answering" in lines[0], stdout + stderr
+    output = stdout + stderr
+    assert process.returncode == 1, output[-3000:]
+    lines = [line for line in output.splitlines() if "stopped" in line]
+    assert len(lines) == 1 and "stopped answering" in lines[0], output[-3000:]
     saved = cache_rows(out / "cache.sqlite")
     assert 2 <= saved < LIMIT
     done = cli(*[server.url if a == own.url else a for a in args])

@@ -86,7 +86,7 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
         key = os.environ.get(api_key_env)
         if not key:
             raise ValueError(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set")
-    probe = ServedClient(url, ClientSettings(in_flight=1, timeout=min(timeout, 30.0), retries=1), key)
+    probe = ServedClient(url, ClientSettings(in_flight=1, timeout=min(timeout, 60.0), retries=2), key)
     try:
         listed = probe.get("/models").get("data") or []
         entry = _pick(url, [m for m in listed if isinstance(m, dict) and "id" in m], served_model, role)
@@ -304,8 +304,10 @@ class ServedModel:
     def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]:
         """What names the answers: the served model's id, the server, the endpoints and the
         reading of choices (the URL is not in the cache key: a server restarted on another port
-        answers the same). The weights cannot be fingerprinted from here."""
-        return {"source": self.source, "served_model": self.model_id, "server": self.engine or "unknown",
+        answers the same). The weights, their type, dtype and quantization cannot be known from
+        here (None)."""
+        return {"family": self.family, "source": self.source, "model_type": None, "dtype": None, "quant": None,
+                "served_model": self.model_id, "server": self.engine or "unknown",
                 "generation_endpoint": "/v1" + CHAT_PATH,
                 "choice_endpoint": ("/v1" + (CHAT_PATH if self.reading == READ_BY_LOGPROBS else self.decision_path))
                 if self.reading else None,

@@ -140,7 +140,8 @@ def answer_agreement(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> dict[
     base = dfs[0].set_index("id")[["answer", "error", "option_probs"]]
     out: dict[str, Any] = {}
     for name, df in zip(names[1:], dfs[1:]):
-        both = base.join(df.set_index("id")[["answer", "error", "option_probs"]], rsuffix="_run", how="inner")
+        both = base.merge(df.set_index("id")[["answer", "error", "option_probs"]], left_index=True, right_index=True,
+                          suffixes=("", "_run"))
         both = both[(both["error"] == "") & (both["error_run"] == "")]
         gaps = pd.Series([float(abs(pd.Series(list(a), dtype=float) - pd.Series(list(b), dtype=float)).max())
                           if a is not None and b is not None and len(a) == len(b) > 0 else math.nan
