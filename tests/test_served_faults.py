@@ -114,8 +114,11 @@ def test_no_server_is_model_unavailable_and_a_start_up_line():
 
 def test_several_served_models_are_refused_naming_them_and_one_is_picked(mock):
     server = mock({("GET", "/v1/models"): models(("org/a", "vllm"), ("org/b", "vllm"))})
-    with pytest.raises(ValueError, match=r"serves several models \(org/a, org/b\); name one with --served-model"):
+    with pytest.raises(ValueError, match=r"^--model http://\S+ serves several models \(org/a, org/b\); name one with "
+                                         r"--served-model$"):
         load_served(server.url)
+    with pytest.raises(ValueError, match=r"^--judge \S+ serves several models .*--judge-served-model$"):
+        load_served(server.url, role="--judge")
     with pytest.raises(ValueError, match="--served-model org/c: .* serves org/a, org/b"):
         load_served(server.url, served_model="org/c")
     model = load_served(server.url, served_model="org/b")
@@ -224,3 +227,28 @@ def test_ctrl_c_keeps_every_finished_served_answer_of_the_batch_in_flight(mock, 
     saved = cache_rows(out / "cache.sqlite")
     assert 4 <= saved < 20
     assert f"interrupted: {saved} of 20 answers saved; rerun the same command to resume" in stderr
+
+
+def test_an_item_the_server_cannot_read_is_its_error_and_the_others_are_not_asked_twice(mock, tmp_path):
+    """One item's logprobs lack an option: that item is an error naming why (not a renormalised
+    guess); the batch is retried question by question without sending any request again."""
+    from finbench.benchmarks import finmme
+    from finbench.offline.finmme_synthetic import write_parquet
+
+    data = write_parquet(tmp_path / "finmme.parquet", n_items=12, seed=0)
+    odd = finmme.load_questions(data, question_types=("single_choice",), limit=3)[1]
+
+    def chat(body, headers):
+        letters = "ABCDEFGH".replace("B", "") if odd.text in json.dumps(body) else "ABCDEFGH"
+        return 200, _top([(c, -1.0 - k) for k, c in enumerate(letters)]), {}
+
+    server = mock({("GET", "/v1/models"): models(("served/tiny", "sglang")), ("POST", "/v1/chat/completions"): chat})
+    out = tmp_path / "run"
+    done = cli("run", "--model", server.url, "--data", str(data), "--out", str(out), "--question-type", "single_choice",
+               "--limit", "3", "--bootstrap", "0", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    samples = pd.read_parquet(out / "samples.parquet").set_index("id")
+    assert samples.loc[odd.id, "error"].startswith("model error: ServedError: option B not among the 7 most likely")
+    assert (samples.drop(odd.id)["error"] == "").all() and (samples.drop(odd.id)["answer"] == "A").all()
+    # each item asked once: the retry question by question reuses the answers the server gave
+    assert sum(path == "/v1/chat/completions" for _, path, _, _ in server.requests) == 3

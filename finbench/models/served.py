@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import io
+import json
 import math
 import os
 import weakref
@@ -52,6 +54,7 @@ TOP_LOGPROBS = 20  # the most vLLM and SGLang return by default (vLLM: --max-log
 IN_FLIGHT = {"vllm": 64, "sglang": 64}  # continuous batching servers; others mostly answer one at a time
 OTHER_IN_FLIGHT = 4
 MAX_ASSETS = 4  # images per System One request
+MEMO_SIZE = 1024  # answers kept for a batch asked again row by row (ServedModel._answered)
 CHOICE_READINGS = {  # Capabilities.choice_reading: the note results.json and the report carry
     READ_BY_DECISION: "the server's decision endpoint ({path}): it renders its own decision template, so the "
                       "prompt differs from finbench's constrained prompt (read_by: decision endpoint)",
@@ -92,6 +95,8 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
         entry = _pick(url, [m for m in listed if isinstance(m, dict) and "id" in m], served_model, role)
         engine = str(entry.get("owned_by") or "").lower()
         decision = None if engine in LOGPROB_SERVERS else next((p for p in DECISION_PATHS if probe.exists(p)), None)
+    except ValueError:  # the models listed do not name one: its own line
+        raise
     except (ServedError, AttributeError) as err:
         raise ValueError(f"{role} {url}: not an OpenAI-compatible server ({err})") from None
     except (Exception, ModelUnavailable) as err:  # noqa: BLE001 — nothing listening, a bad URL: one start-up line
@@ -113,12 +118,13 @@ def served_for(config: Any, judge: bool = False) -> "ServedModel":
 
 def _pick(url: str, models: list[dict[str, Any]], name: str | None, role: str) -> dict[str, Any]:
     ids = [m["id"] for m in models]
+    flag = "--judge-served-model" if role == "--judge" else "--served-model"
     if name is not None:
         if name not in ids:
-            raise ValueError(f"--served-model {name}: {url} serves {', '.join(ids) or 'no model'}")
+            raise ValueError(f"{flag} {name}: {url} serves {', '.join(ids) or 'no model'}")
         return models[ids.index(name)]
     if len(ids) != 1:
-        listed = f"several models ({', '.join(ids)}); name one with --served-model" if ids else "no model"
+        listed = f"several models ({', '.join(ids)}); name one with {flag}" if ids else "no model"
         raise ValueError(f"{role} {url} serves {listed}")
     return models[0]
 
@@ -136,6 +142,9 @@ class ServedModel:
         self.client, self.source, self.model_id, self.engine = client, url, model_id, engine
         self.thinking = thinking  # chat_template_kwargs enable_thinking of every chat completion
         weakref.finalize(self, client.close)  # its connections close with the adapter
+        # answers of the latest requests by body: a batch with one failed row is asked again row by
+        # row (runner/loop.py), and the rows that were answered are not sent a second time
+        self._answered: dict[str, Any] = {}
         self.decision_path = decision_path
         self.reading = READ_BY_LOGPROBS if engine in LOGPROB_SERVERS else READ_BY_DECISION if decision_path else None
         self.capabilities = Capabilities(thinking=False, quantization=("none",), sampling=True, chat_template=False,
@@ -210,8 +219,17 @@ class ServedModel:
             raise failed
         return torch.tensor([row + [-math.inf] * (len(OPTION_LETTERS) - len(row)) for row in results])
 
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST `body`, or the answer it got in the latest batches (see `_answered`)."""
+        key = hashlib.sha256(json.dumps([path, body], sort_keys=True).encode()).hexdigest()
+        if key not in self._answered:
+            if len(self._answered) >= MEMO_SIZE:
+                self._answered.clear()
+            self._answered[key] = self.client.post(path, body)
+        return self._answered[key]
+
     def _read_decision(self, row: ServedRow) -> list[float]:
-        answer = self.client.post(self.decision_path, decision_body(self.model_id, row))
+        answer = self._post(self.decision_path, decision_body(self.model_id, row))
         try:
             probabilities = answer["answers"]["answer"]["probabilities"]
         except (KeyError, TypeError):
@@ -219,7 +237,7 @@ class ServedModel:
         return option_logprobs(probabilities, row.n_options, "the decision endpoint's probabilities")
 
     def _read_logprobs(self, row: ServedRow) -> list[float]:
-        answer = self.client.post(CHAT_PATH, logprobs_body(self.model_id, row, self.thinking))
+        answer = self._post(CHAT_PATH, logprobs_body(self.model_id, row, self.thinking))
         return logprobs_of_letters(answer, row.n_options)
 
     def generate(self, inputs: Any, max_new_tokens: int,
@@ -252,7 +270,7 @@ class ServedModel:
         body = {**logprobs_body(self.model_id, row, self.thinking), **settings}
         for key in ("logprobs", "top_logprobs"):
             body.pop(key)
-        answer = self.client.post(CHAT_PATH, body)
+        answer = self._post(CHAT_PATH, body)
         try:
             choice = answer["choices"][0]
             text = choice["message"].get("content") or ""
