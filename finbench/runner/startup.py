@@ -150,6 +150,8 @@ def check_writable(out_dir: Path) -> None:
 def check_family(config: RunConfig, model: Any = None) -> Any:
     """What the model's family does not declare (models/contract.py), refused once from config.json
     read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
+    if is_served(config.model) and model is None:  # a server's model: its options were checked with the rest
+        return None
     from finbench.models import read_checkpoint, refusal
     from finbench.models.base import resolve_device
     from finbench.models.quant import quant_refusal
@@ -202,8 +204,7 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
 
 
 def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
-    """The `--judge` adapter (models/judge.py) on this rank's device (the run's `model` when it is
-    the same checkpoint); None without --judge, and on ranks but 0 (rank 0 judges alone)."""
+    """The --judge adapter (judge.py: the run's `model` if the same; served.py: a URL); None without one, off rank 0."""
     from finbench.models.judge import load_judge
     from finbench.runner.distributed import World, rank_device
 
