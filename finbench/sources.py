@@ -31,6 +31,9 @@ def check_judge_source(source: str | None) -> None:
         raise ValueError(f"--judge {source}: no such model folder (a hub id is written owner/name)")
 
 
+SERVED_READINGS = ("auto", "logprobs", "decision")  # --served-reading (models/served.py)
+
+
 def check_sources(config: Any) -> None:
     """The run's --judge (`check_judge_source`) and the options of a served model: each applies only
     with a server's URL as --model or --judge, and is in range (one ValueError line)."""
@@ -40,13 +43,18 @@ def check_sources(config: Any) -> None:
         raise ValueError(refused)
     served = [name for name, value in (("--served-model", config.served_model), ("--api-key-env", config.api_key_env),
                                        ("--in-flight", config.in_flight),
-                                       ("--served-thinking", config.served_thinking or None)) if value is not None]
+                                       ("--served-thinking", config.served_thinking or None),
+                                       ("--served-reading", None if config.served_reading == "auto" else 1))
+              if value is not None]
     if served and not (is_served(config.model) or is_served(config.judge)):
         raise ValueError(f"{', '.join(served)}: for a served model (--model or --judge http(s)://HOST:PORT/v1)")
     if config.judge_served_model is not None and not is_served(config.judge):
         raise ValueError("--judge-served-model: for a served judge (--judge http(s)://HOST:PORT/v1)")
     if config.api_key_env and not os.environ.get(config.api_key_env):
-        raise ValueError(f"--api-key-env {config.api_key_env}: the environment variable {config.api_key_env} is not set")
+        raise ValueError(f"--api-key-env {config.api_key_env}: the environment variable {config.api_key_env} "
+                         "is not set")
+    if config.served_reading not in SERVED_READINGS:
+        raise ValueError(f"--served-reading {config.served_reading}: expected {', '.join(SERVED_READINGS)}")
     if config.in_flight is not None and config.in_flight < 1:
         raise ValueError(f"--in-flight {config.in_flight}: must be at least 1")
     if not config.request_timeout > 0:

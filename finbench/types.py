@@ -124,6 +124,7 @@ class RunConfig:
     in_flight: int | None = None
     request_timeout: float = 600.0
     served_thinking: bool = False  # chat_template_kwargs enable_thinking (off: as finbench renders hybrid models)
+    served_reading: str = "auto"  # how a served model's choices are read: auto, logprobs or decision
     judge_served_model: str | None = None
     benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None

@@ -126,6 +126,19 @@ def test_several_served_models_are_refused_naming_them_and_one_is_picked(mock):
     assert all(path == "/v1/models" for _, path, _, _ in server.requests)  # a vLLM server is not probed further
 
 
+def test_the_reading_can_be_named_for_a_server_that_does_not_say_what_it_is(mock):
+    """A vLLM behind a gateway lists itself as someone else: --served-reading logprobs; a reading the
+    server has no endpoint for is one start-up line."""
+    server = mock({("GET", "/v1/models"): models(("org/a", "gateway"))})
+    model = load_served(server.url, reading="logprobs")
+    assert model.reading == "logprobs" and model.capabilities.constrained == ("single",)
+    assert all(path == "/v1/models" for _, path, _, _ in server.requests)
+    with pytest.raises(ValueError, match=r"--served-reading decision: \S+ has no decision endpoint"):
+        load_served(server.url, reading="decision")
+    assert load_served(server.url).reading is None  # auto: neither logprobs nor a decision endpoint here
+    assert load_served(server.url).capabilities.constrained == ()
+
+
 def _top(pairs):
     """A vLLM/SGLang chat completion with one generated token and its top log-probabilities."""
     entries = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in pairs]

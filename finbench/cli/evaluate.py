@@ -52,6 +52,8 @@ def run(
     request_timeout: float = typer.Option(600.0, help="Seconds a served model's request may take (then retried)."),
     served_thinking: bool = typer.Option(False, help="Ask a served model to think (chat_template_kwargs "
                                          "enable_thinking; off by default, as finbench renders hybrid models)."),
+    served_reading: str = typer.Option("auto", help="How a served model's choices are read: auto (logprobs on "
+                                       "vLLM and SGLang, else the decision endpoint), logprobs or decision."),
     benchmark: str = typer.Option(DEFAULT_BENCHMARK, help="Benchmark name, or several: finmme,famma (one run folder each "
                                   "under --out, one loaded model, OUT/summary.json)."),
     data: List[str] = typer.Option([], help="Local data file/folder or hub id (default: the benchmark's hub set); "
@@ -150,7 +152,7 @@ def run(
     try:
         sources = data_sources(data, benchmark_names(benchmark)) if data else None
         options = dict(served_model=served_model, api_key_env=api_key_env, in_flight=in_flight,
-                       request_timeout=request_timeout, served_thinking=served_thinking,
+                       request_timeout=request_timeout, served_thinking=served_thinking, served_reading=served_reading,
                        judge_served_model=judge_served_model, limit=limit, domains=tuple(domain), question_types=tuple(question_type),
                        batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
                        token_budget=token_budget, workers=workers,  # None: sized at start-up (runner/defaults.py)

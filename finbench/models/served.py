@@ -80,10 +80,13 @@ class ServedRow:
 
 def load_served(url: str, *, served_model: str | None = None, api_key_env: str | None = None,
                 in_flight: int | None = None, timeout: float = 600.0, role: str = "--model",
-                thinking: bool = False) -> "ServedModel":
+                thinking: bool = False, reading: str = "auto") -> "ServedModel":
     """The adapter of the model `url` serves (`served_model`, or the only one it lists), or a
     ValueError with one line: no server there, no such model, several to choose from, a key
-    variable that is not set. Asks /v1/models and which decision endpoint exists; nothing else."""
+    variable that is not set, a `reading` the server has no endpoint for. Asks /v1/models and
+    which decision endpoint exists; nothing else. `reading`: "auto" (logprobs on vLLM and SGLang,
+    else the decision endpoint), "logprobs" (e.g. vLLM behind a gateway that names itself) or
+    "decision"."""
     key = None
     if api_key_env:
         key = os.environ.get(api_key_env)
@@ -94,7 +97,8 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
         listed = probe.get("/models").get("data") or []
         entry = _pick(url, [m for m in listed if isinstance(m, dict) and "id" in m], served_model, role)
         engine = str(entry.get("owned_by") or "").lower()
-        decision = None if engine in LOGPROB_SERVERS else next((p for p in DECISION_PATHS if probe.exists(p)), None)
+        logprobs = reading == "logprobs" or reading == "auto" and engine in LOGPROB_SERVERS
+        decision = None if logprobs else next((p for p in DECISION_PATHS if probe.exists(p)), None)
     except ValueError:  # the models listed do not name one: its own line
         raise
     except (ServedError, AttributeError) as err:
@@ -103,8 +107,11 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
         raise ValueError(f"{role} {url}: no server answers there ({err})") from None
     finally:
         probe.close()
+    if reading == "decision" and decision is None:
+        raise ValueError(f"--served-reading decision: {url} has no decision endpoint ({', '.join(DECISION_PATHS)})")
     settings = ClientSettings(in_flight=in_flight or IN_FLIGHT.get(engine, OTHER_IN_FLIGHT), timeout=timeout)
-    return ServedModel(ServedClient(url, settings, key), url, entry["id"], engine, decision, thinking)
+    read_by = READ_BY_LOGPROBS if logprobs else READ_BY_DECISION if decision else None
+    return ServedModel(ServedClient(url, settings, key), url, entry["id"], engine, read_by, decision, thinking)
 
 
 def served_for(config: Any, judge: bool = False) -> "ServedModel":
@@ -113,7 +120,8 @@ def served_for(config: Any, judge: bool = False) -> "ServedModel":
     return load_served(config.judge if judge else config.model,
                        served_model=config.judge_served_model if judge else config.served_model,
                        api_key_env=config.api_key_env, in_flight=config.in_flight, timeout=config.request_timeout,
-                       role="--judge" if judge else "--model", thinking=config.served_thinking and not judge)
+                       role="--judge" if judge else "--model", thinking=config.served_thinking and not judge,
+                       reading="auto" if judge else config.served_reading)
 
 
 def _pick(url: str, models: list[dict[str, Any]], name: str | None, role: str) -> dict[str, Any]:
@@ -137,8 +145,8 @@ class ServedModel:
     device = torch.device("cpu")  # where finbench's own tensors (the option scores) live
     dtype = torch.float32
 
-    def __init__(self, client: ServedClient, url: str, model_id: str, engine: str, decision_path: str | None,
-                 thinking: bool = False) -> None:
+    def __init__(self, client: ServedClient, url: str, model_id: str, engine: str, reading: str | None,
+                 decision_path: str | None = None, thinking: bool = False) -> None:
         self.client, self.source, self.model_id, self.engine = client, url, model_id, engine
         self.thinking = thinking  # chat_template_kwargs enable_thinking of every chat completion
         weakref.finalize(self, client.close)  # its connections close with the adapter
@@ -146,7 +154,7 @@ class ServedModel:
         # row (runner/loop.py), and the rows that were answered are not sent a second time
         self._answered: dict[str, Any] = {}
         self.decision_path = decision_path
-        self.reading = READ_BY_LOGPROBS if engine in LOGPROB_SERVERS else READ_BY_DECISION if decision_path else None
+        self.reading = reading  # READ_BY_LOGPROBS, READ_BY_DECISION or None (choices not readable here)
         self.capabilities = Capabilities(thinking=False, quantization=("none",), sampling=True, chat_template=False,
                                          hub_options=False, constrained=(SINGLE,) if self.reading else (),
                                          choice_reading=CHOICE_READINGS.get(self.reading or "", "").format(
@@ -264,7 +272,7 @@ class ServedModel:
         return [text for text, _ in results], [n for _, n in results]
 
     def _generate_one(self, row: ServedRow, settings: dict[str, Any]) -> tuple[str, int]:
-        if row.answer_prefix and self.engine not in LOGPROB_SERVERS:
+        if row.answer_prefix and self.reading != READ_BY_LOGPROBS:
             raise ServedError(f"{self.source} cannot continue the answer prefix {row.answer_prefix!r} (vLLM and "
                               "SGLang take continue_final_message)")
         body = {**logprobs_body(self.model_id, row, self.thinking), **settings}
