@@ -82,6 +82,7 @@ class ModelRequest:
     thinking: bool = False
     text: str = ""
     prefilled: bool = True
+    n_options: int = 0  # a choice's options (the first n letters): a served model asks the server for them
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,16 @@ class RunConfig:
     """Everything a `finbench run` was asked to do."""
 
     model: str
+    # a served --model (http(s)://HOST:PORT/v1, models/served.py): which of its models, the variable
+    # holding its API key (the key itself is never in a config), requests in flight (None: sized to
+    # the server) and the seconds each may take; --judge-served-model for a served --judge
+    served_model: str | None = None
+    api_key_env: str | None = None
+    in_flight: int | None = None
+    request_timeout: float = 600.0
+    served_thinking: bool = False  # chat_template_kwargs enable_thinking (off: as finbench renders hybrid models)
+    served_reading: str = "auto"  # how a served model's choices are read: auto, logprobs or decision
+    judge_served_model: str | None = None
     benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None
     protocol: str = "constrained"

@@ -42,7 +42,19 @@ class DemoCommand(typer.core.TyperCommand):
 
 
 def run(
-    model: str = typer.Option(..., help="Hub id or local folder of the model."),
+    model: str = typer.Option(..., help="Hub id or local folder of the model, or the URL of a server that serves "
+                              "it (http(s)://HOST:PORT/v1: vLLM, SGLang, transformers serve; docs/scale.md)."),
+    served_model: Optional[str] = typer.Option(None, help="Which model a served --model (or --judge) answers with "
+                                               "(default: the only one its /v1/models lists)."),
+    api_key_env: Optional[str] = typer.Option(None, help="Environment variable holding the served model's API key "
+                                              "(sent as a bearer token; never on the command line, never written)."),
+    in_flight: Optional[int] = typer.Option(None, help="Requests in flight to a served model (default: 64 for vLLM "
+                                            "and SGLang, 4 for other servers)."),
+    request_timeout: float = typer.Option(600.0, help="Seconds a served model's request may take (then retried)."),
+    served_thinking: bool = typer.Option(False, help="Ask a served model to think (chat_template_kwargs "
+                                         "enable_thinking; off by default, as finbench renders hybrid models)."),
+    served_reading: str = typer.Option("auto", help="How a served model's choices are read: auto (logprobs on "
+                                       "vLLM and SGLang, else the decision endpoint), logprobs or decision."),
     family: Optional[str] = typer.Option(None, help="Model family (`finbench models list`); auto: the generic one. "
                                          "Default: the family of the checkpoint's model_type, else auto."),
     benchmark: List[str] = typer.Option([DEFAULT_BENCHMARK], help="Benchmark name, or several: finmme,famma or "
@@ -90,12 +102,14 @@ def run(
     seed: int = typer.Option(0, help="Seed of the bootstrap and of sampled generation."),
     think_budget: int = typer.Option(0, help="Thinking models: reasoning tokens before the constrained answer "
                                      "(0 = none; a thinking checkpoint then closes its block at once)."),
-    judge: Optional[str] = typer.Option(None, help="Local model (folder or hub id) that judges the open answers of "
+    judge: Optional[str] = typer.Option(None, help="Local model (folder or hub id, or a server's URL) that judges the open answers of "
                                         "the benchmarks whose official evaluation asks a judge (`finbench benchmarks`): "
                                         "a vision-language model is shown the images the official judge sees; its "
                                         "verdicts are cached."),
     judge_max_new_tokens: Optional[int] = typer.Option(None, help="The judge's reply budget (default: each "
                                                        "benchmark's official one)."),
+    judge_served_model: Optional[str] = typer.Option(None, help="Which model a served --judge answers with "
+                                                     "(default: the only one its /v1/models lists)."),
     permutations: int = typer.Option(0, help="Circular evaluation: ask every constrained choice item again with its "
                                      "options rotated, K orders in all (capped at its option count; 0 = off); "
                                      "results.json['circular'], variants.parquet."),
@@ -146,7 +160,10 @@ def run(
     benchmark = comma_list(benchmark)
     try:
         sources = data_sources(data, benchmark_names(benchmark)) if data else None
-        options = dict(family=family, limit=limit, domains=tuple(domain), question_types=tuple(question_type),
+        options = dict(family=family, served_model=served_model, api_key_env=api_key_env, in_flight=in_flight,
+                       request_timeout=request_timeout, served_thinking=served_thinking, served_reading=served_reading,
+                       judge_served_model=judge_served_model, limit=limit, domains=tuple(domain),
+                       question_types=tuple(question_type),
                        batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
                        token_budget=token_budget, workers=workers,  # None: sized at start-up (runner/defaults.py)
                        protocol=protocol, dtype=dtype, device=device, quant=quant,

@@ -25,7 +25,7 @@ from finbench.runner.batching import Item
 from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
-from finbench.runner.requests import batch_kind, first_prompt, render, text_of, thinking
+from finbench.runner.requests import batch_kind, first_prompt, n_options, render, text_of, thinking
 from finbench.runner.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
@@ -100,14 +100,14 @@ class BatchLoop:
     def prepare_prompts(self, indices: Sequence[int], prompts: dict[int, Prompt], texts: dict[int, str] | None = None,
                         decoded: dict[int, dict[int, Any]] | None = None) -> PreparedBatch:
         """Decode the images the prompts show (those in `decoded` reused), render (unless `texts`
-        holds the rendered prompts already) and call the model's `prepare`; for a CUDA model the
-        batch is pinned here, in the worker thread (off the model's thread, which then only
-        enqueues the copy)."""
+        holds the rendered prompts already) and call the model's `prepare`; for a CUDA model the batch
+        is pinned here, in the worker thread (off the model's thread, which then only enqueues the copy)."""
         first = self.requests[indices[0]] if indices else None
         prefill = first is not None and not is_generated(first) and not thinking(first)
 
         def build(index: int, images: dict[int, Any]) -> Any:
-            request = render(self.benchmark, prompts[index], images, thinking(self.requests[index]))
+            asked = self.requests[index]
+            request = render(self.benchmark, prompts[index], images, thinking(asked), n_options(asked))
             return dataclasses.replace(request, text=(texts or {}).get(index, ""), prefilled=prefill)
 
         def inputs(requests: list[Any]) -> ModelInputs:

@@ -10,6 +10,7 @@ vocabulary, its thinking block). Then the run folder, with run.log (`RunLog`) fr
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finbench.sandbox import refuse_without_jail
+from finbench.sources import is_served
 from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
 
 if TYPE_CHECKING:
@@ -79,7 +81,7 @@ def validate_options(config: RunConfig) -> None:
     """What the options and the registry of benchmarks decide, with no library imported (a sweep
     checks every variant's before any variant's library checks)."""
     from finbench.runner.study_options import check_options
-    from finbench.sources import check_judge_source, looks_like_path
+    from finbench.sources import check_sources, looks_like_path
 
     names = _benchmark(config.benchmark).protocol_names  # the registry (its scorers are imported when scoring)
     if config.protocol not in names:
@@ -118,7 +120,7 @@ def validate_options(config: RunConfig) -> None:
     if config.data is not None and not Path(config.data).exists() and looks_like_path(config.data, DATA_SUFFIXES):
         raise ValueError(f"--data {config.data}: no such file or folder")  # anything else is a hub id ("owner/name")
     check_options(config)  # the studies: --permutations, --image-ablation, --samples, --probe
-    check_judge_source(config.judge)
+    check_sources(config)  # --judge, and a served model's options (sources.py)
     check_writable(Path(config.out))
 
 
@@ -153,6 +155,8 @@ def check_writable(out_dir: Path) -> None:
 def check_family(config: RunConfig, model: Any = None) -> Any:
     """What the model's family does not declare (models/contract.py), refused once from config.json
     read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
+    if is_served(config.model) and model is None:  # a server's model: its options were checked with the rest
+        return None
     from finbench.models import read_checkpoint, refusal
     from finbench.models.base import resolve_device
     from finbench.models.quant import quant_refusal
@@ -189,6 +193,8 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     from finbench.models import load_model
     from finbench.runner.distributed import World, rank_device
 
+    if is_served(config.model):  # a URL: the served adapter (models/served.py) checks its options, loads nothing
+        return importlib.import_module("finbench.models.served").served_for(config)
     checkpoint = checkpoint or check_family(config)
     device = rank_device(config.device, world or World())
     template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
@@ -203,19 +209,19 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
 
 
 def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
-    """The `--judge` adapter (models/judge.py) on this rank's device (the run's `model` when it is
-    the same checkpoint); None without --judge, and on ranks but 0 (rank 0 judges alone)."""
+    """The --judge adapter (judge.py: the run's `model` if the same; served.py: a URL); None without one, off rank 0."""
     from finbench.models.judge import load_judge
     from finbench.runner.distributed import World, rank_device
 
     world = world or World()
+    if config.judge and world.main and is_served(config.judge):  # a served judge (models/served.py)
+        return importlib.import_module("finbench.models.served").served_for(config, judge=True)
     return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model) \
         if config.judge and world.main else None
 
 
-# what load_for_run loaded each model with, and the options its family was checked for: a run
-# given that model (the benchmarks of one multi-benchmark run, the variants of a sweep) may name
-# the same loading options again, and is not checked again for the same options
+# what load_for_run loaded each model with, and the options its family was checked for: a run given that model
+# (a multi-benchmark run's, a sweep's variants) may name the same loading options, not checked again for them
 _LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 
 
@@ -251,8 +257,7 @@ def think_budget_for(config: RunConfig, model: Any) -> int | None:
 
 
 def compile_parts(model: Any, config: RunConfig, notes: list[str]) -> None:
-    """--compile-vision and --compile-lm (models/compile.py) before the cache keys are made (the
-    fingerprint says what is compiled)."""
+    """--compile-vision and --compile-lm (models/compile.py), before the fingerprint (it names what is compiled)."""
     from finbench.models.compile import compile_unavailable
 
     asked = [(option, compile, what) for option, on, compile, what in (

@@ -123,10 +123,39 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
     result["run_dirs"] = [str(d) for d in run_dirs]
     result["distributions"] = _jsonable(distribution_comparison(dfs, names))
     result.update(robustness_comparison(run_dirs, dfs, names, protocols, result["benchmark"]))
+    result["agreement"] = answer_agreement(dfs, names)
     path = write_json(Path(out) if out is not None else run_dirs[0] / "compare.json", result)
     print_comparison(result, console)
+    for name, agreed in result["agreement"].items():
+        largest = agreed["max_prob_diff"]
+        as_console(console).print(
+            f"{escape(name)} vs {escape(names[0])}: same answer on {agreed['agree']} of {agreed['n']} shared answered "
+            f"items; largest option-probability difference {'–' if largest is None else f'{largest:.3g}'}"
+            + (f" ({escape(agreed['max_prob_diff_id'])})" if largest is not None else ""))
     as_console(console).print(f"wrote {path}")
     return result
+
+
+def answer_agreement(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> dict[str, Any]:
+    """Each run against the first (e.g. an in-process run and a served run of one checkpoint): on
+    the items both answered without an error, how many answers are the same, and the largest
+    absolute difference of an option probability where both read the same options (None: no
+    probabilities to compare, e.g. generated answers)."""
+    base = dfs[0].set_index("id")[["answer", "error", "option_probs"]]
+    out: dict[str, Any] = {}
+    for name, df in zip(names[1:], dfs[1:]):
+        both = base.merge(df.set_index("id")[["answer", "error", "option_probs"]], left_index=True, right_index=True,
+                          suffixes=("", "_run"))
+        both = both[(both["error"] == "") & (both["error_run"] == "")]
+        gaps = pd.Series([float(abs(pd.Series(list(a), dtype=float) - pd.Series(list(b), dtype=float)).max())
+                          if a is not None and b is not None and len(a) == len(b) > 0 else math.nan
+                          for a, b in zip(both["option_probs"], both["option_probs_run"])], index=both.index,
+                         dtype=float)
+        out[name] = {"n": int(len(both)), "agree": int((both["answer"] == both["answer_run"]).sum()),
+                     "agreement": float((both["answer"] == both["answer_run"]).mean()) if len(both) else None,
+                     "max_prob_diff": None if gaps.isna().all() else float(gaps.max()),
+                     "max_prob_diff_id": None if gaps.isna().all() else str(gaps.idxmax())}
+    return out
 
 
 def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame], names: Sequence[str],
