@@ -79,7 +79,7 @@ def generation_settings(value: Any) -> tuple[tuple[str, Any], ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        from finbench.runner.startup import parse_gen_kwargs
+        from finbench.runner.gen_kwargs import parse_gen_kwargs
 
         return parse_gen_kwargs(value)
     if isinstance(value, Mapping):

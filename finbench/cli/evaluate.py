@@ -152,7 +152,7 @@ def run(
 
     from finbench.api import benchmark_names, data_sources, evaluate
     from finbench.report.output import configure_output
-    from finbench.runner.startup import parse_gen_kwargs
+    from finbench.runner.gen_kwargs import parse_gen_kwargs
 
     configure_output(progress, verbose)
     if batch_size is not None and batch_size != "auto" and not batch_size.isdigit():

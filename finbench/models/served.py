@@ -296,6 +296,9 @@ class ServedModel:
     def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
         return self.prefill(token_ids)[0]
 
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return self.prefill(hidden)[0]
+
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
         return self.prefill(inputs)[0]
 

@@ -18,6 +18,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from finbench.runner.gen_kwargs import GENERATION_KEYS
 from finbench.sandbox import refuse_without_jail
 from finbench.sources import is_served
 from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
@@ -30,28 +31,8 @@ if TYPE_CHECKING:
 # a second (tests/test_startup_fast.py)
 
 log = logging.getLogger("finbench")
-GENERATION_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
 DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
 LOADING_OPTIONS = ("revision", "trust_remote_code", "attn_implementation", "chat_template")
-
-
-def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
-    """`max_new_tokens=64,temperature=0.7` → (("max_new_tokens", 64), ("temperature", 0.7)); one
-    clear error for an unknown key or a bad value. Greedy decoding is the default."""
-    pairs = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in GENERATION_KEYS:
-            raise ValueError(f"--gen-kwargs {text!r}: expected key=value pairs with keys "
-                             f"{', '.join(GENERATION_KEYS)}")
-        if key in dict(pairs):  # `--gen-kwargs temperature=0.7 --gen-kwargs temperature=0` would keep one silently
-            raise ValueError(f"--gen-kwargs {text!r}: {key} is given twice")
-        try:
-            pairs.append((key, GENERATION_KEYS[key](value.strip())))
-        except ValueError:
-            raise ValueError(f"--gen-kwargs: {key}={value.strip()!r} is not a {GENERATION_KEYS[key].__name__}") from None
-    return tuple(sorted(pairs))
 
 
 def _benchmark(name: str) -> Any:
