@@ -15,8 +15,8 @@ in where every answer is computed — the server — and so in what it can read:
     SGLang): one choice question per item, the prompt's text as its state and its images as assets.
     The server renders its OWN decision template, so the prompt differs from finbench's
     constrained prompt (results name the reading: `fingerprint()["read_by"]`);
-- what no server reads — multi-answer sets, the numeric grammar, a thinking block — is declared
-  (`Capabilities.constrained`, `thinking=False`) and refused at start-up in one line.
+- what no server reads (multi-answer sets, the numeric grammar, a thinking block) is declared and
+  refused at start-up in one line; the hidden-state methods (`prefill`, `logits`, …) raise.
 
 Token ids: the runner's answer vocabulary asks for the ids of letters, digits and separators; the
 server's tokenizer is not known here, so they are positions in `ANSWER_TEXTS` (finbench's own).
@@ -51,8 +51,7 @@ DECISION_PATHS = ("/systemone", "/decisions")  # transformers serve and llama.cp
 LOGPROB_SERVERS = ("vllm", "sglang")  # `owned_by` in /v1/models of the servers that return logprobs
 READ_BY_LOGPROBS, READ_BY_DECISION = "logprobs", "decision endpoint"
 TOP_LOGPROBS = 20  # the most vLLM and SGLang return by default (vLLM: --max-logprobs)
-IN_FLIGHT = {"vllm": 64, "sglang": 64}  # continuous batching servers; others mostly answer one at a time
-OTHER_IN_FLIGHT = 4
+IN_FLIGHT, OTHER_IN_FLIGHT = {"vllm": 64, "sglang": 64}, 4  # continuous batching; others mostly one at a time
 MAX_ASSETS = 4  # images per System One request
 MEMO_SIZE = 1024  # answers kept for a batch asked again row by row (ServedModel._answered)
 CHOICE_READINGS = {  # Capabilities.choice_reading: the note results.json and the report carry
