@@ -79,7 +79,7 @@ def generation_settings(value: Any) -> tuple[tuple[str, Any], ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        from finbench.runner.startup import parse_gen_kwargs
+        from finbench.runner.gen_kwargs import parse_gen_kwargs
 
         return parse_gen_kwargs(value)
     if isinstance(value, Mapping):
@@ -251,7 +251,7 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     copies a scorer keeps beside them are left out), the parts scored apart (FinMTM dialogue and
     agent, with n, CIs and `part_scales`), the breakdowns (n, accuracy, Wilson CI), and what the
     console prints beside them: the robustness studies (`studies`), the majority and prior
-    baselines (`baselines`) and the calibration (`calibration`, `selective`)."""
+    baselines (`baselines`), the label balance of the choice items (`label_balance`) and the calibration (`calibration`, `selective`)."""
     from finbench.report.format import run_headlines
     from finbench.scoring.api import score_parts
 
@@ -272,6 +272,7 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
         entry["part_scales"] = parts
     entry["studies"] = {k: results[k] for k in SUMMARY_STUDIES if results.get(k)}
     entry["baselines"] = results.get("majority_baseline")
+    entry["label_balance"] = scores.get("label_balance")  # constant answer, macro-recall, lowest recall (scoring/balance.py)
     entry["calibration"] = scores.get("calibration")
     entry["selective"] = scores.get("selective")
     return entry

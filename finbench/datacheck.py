@@ -6,7 +6,8 @@ accepts), then reports: the files read; how many records load and how many are p
 (fields missing or malformed, missing images), grouped by message with the first ids; whether
 every image decodes (PIL, header and size; the run would make an unreadable one a preprocess
 error); and the counts per split, task or domain, question type and kind — to compare with the
-published sizes (FinMME 11,099 items; FAMMA release_basic ~1,945; FinMTM 11,133). Nothing is
+published sizes (FinMME 11,099 items; FAMMA release_basic ~1,945; FinMTM 11,133; FinChart-Bench
+MC 2,350 / TF 2,384 / QA 2,285; FCMR 757 / 728 / 714). A benchmark names its data files (`Benchmark.files`). Nothing is
 written. A source that cannot be read at all is the same one-line start-up error as in a run.
 """
 
@@ -49,14 +50,12 @@ def message_kind(message: str) -> str:
 
 def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
     """The report (a JSON-ready dict); ValueError when the source cannot be read at all."""
-    from finbench.benchmarks.records import data_files
-
     benchmark = get_benchmark(benchmark_name)
     refusal = benchmark.recognise(source)  # another benchmark's data: "not FinMMR data", not a file of errors
     if refusal:
         raise ValueError(refusal)
     local = Path(source).expanduser()
-    files = [str(f) for f in data_files(local)] if local.exists() else [str(source)]
+    files = [str(f) for f in benchmark.files(local)] if local.exists() else [str(source)]
     notes: list[str] = []
     questions = benchmark.load(str(local) if local.exists() else str(source), notes=notes)
     errors: dict[str, list[str]] = {}
@@ -84,6 +83,14 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
             missing = len(questions) - sum(values.values())  # every record counted: those without it too
             counts[field] = {**values, **({MISSING: missing} if missing else {})}
     n_errors = sum(1 for q in questions if q.error)
+    if benchmark.program_protocols:  # which isolation its model-written programs would get here
+        from finbench.sandbox import isolation
+
+        found = isolation()
+        notes.append(f"programs of --protocol {', '.join(benchmark.program_protocols)} run in: " + (
+            found.detail if found.mode == "jail" else f"{found.detail} (no kernel jail: {found.reason})"
+            if found.mode == "landlock" else f"no isolation here ({found.reason}): refused at start-up unless "
+                                             "--unsafe-sandbox"))
     return {"benchmark": benchmark.name, "source": str(source), "files": files, "n_records": len(questions),
             "n_errors": n_errors, "errors": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in errors.items()},
             "n_images": n_images, "n_bad_images": sum(len(ids) for ids in bad_images.values()),

@@ -4,7 +4,8 @@ A row: the run, model, quantization, thinking budget, protocol, benchmark, the h
 with its CI (report/format.py `headline_score`), accuracy, n, sample errors, samples/s, the
 other headlines its benchmark declares (`headlines`, report/format.py `run_headlines`: the
 `Benchmark.leaderboard_metrics` the score holds, MME-Finance's binary accuracy, and each scored
-part's headline, FinMTM's dialogue score and agent tool F2), and the
+part's headline, FinMTM's dialogue score and agent tool F2; then the label balance of its choice items:
+constant answer, macro-recall, lowest label recall, report/balance.py), and the
 paired test against a reference run on the same benchmark: `scoring.compare_runs` over the
 questions both answered (exact McNemar on per-question correctness, Holm over the runs of that
 benchmark), shown as stars (* p < 0.05, ** p < 0.01, *** p < 0.001 after Holm). The reference is
@@ -24,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
 from finbench.report.format import also_text, headline_label, interval_text, power_line, run_headlines
 from finbench.types import RESULTS_FILE
@@ -91,7 +93,7 @@ def _names(folders: Sequence[Path]) -> list[str]:
 
 def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
     scores = results["scores"]
-    headlines = run_headlines(scores, leaderboard_metrics(results["benchmark"]))
+    headlines = run_headlines(scores, leaderboard_metrics(results["benchmark"])) + balance_headlines(scores)
     headline = headlines[0]
     thinking = results.get("thinking")
     throughput = results.get("throughput", {})
@@ -118,6 +120,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
     from finbench.scoring import compare_runs
     from finbench.scoring.commands import load_samples
+    from finbench.scoring.sampling import load_per_question_means
 
     folders = run_folders(paths)
     names = _names(folders)
@@ -137,8 +140,9 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
         if not others:
             continue
         order = [base, *others]
-        comparison = compare_runs([load_samples(folders[i]) for i in order], [names[i] for i in order],
-                                  benchmark=benchmark, n_bootstrap=0)
+        frames = [load_samples(folders[i]) for i in order]
+        means = [load_per_question_means(folders[i], frame, benchmark) for i, frame in zip(order, frames)]
+        comparison = compare_runs(frames, [names[i] for i in order], benchmark=benchmark, n_bootstrap=0, means=means)
         primary = comparison["primary"]
         for i, c in zip(others, comparison["comparisons"]):
             delta = c["delta"][primary]["value"]
@@ -196,7 +200,8 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     return write_leaderboard_report(board, path)
 
 
-POWER_FIELDS = ("run", "baseline", "diff", "se_diff", "ci_diff", "mde", "cluster_by", "n_clusters")
+POWER_FIELDS = ("run", "baseline", "diff", "se_diff", "ci_diff", "significant", "mde", "verdict", "per_question",
+                "cluster_by", "n_clusters")
 
 
 def power_entry(comparison: dict[str, Any]) -> dict[str, Any]:

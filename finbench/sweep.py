@@ -142,7 +142,7 @@ class RecordedModel:
 
     # everything that needs the weights
     text_token_counts = prompt_text = prepare = to_device = image_token_count = _missing
-    prefill = decode_step = score_options = generate = generate_ids = output_rows = _missing
+    prefill = decode_step = score_options = generate = generate_ids = output_rows = logits = _missing
     stop_token_ids = encode = decode = count_image_tokens = prefill_flops = memory_footprint = compile_vision = _missing
     image_tokens_per_row = _missing
 
@@ -288,7 +288,11 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
     dfs = [load_samples(d) for d in run_dirs]
     results = [json.loads((d / "results.json").read_text()) for d in run_dirs]
     benchmark = detect_benchmark(dfs[0], run_dirs[0])
-    comparison = compare_runs(dfs, list(names), benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed)
+    from finbench.scoring.sampling import load_per_question_means
+
+    means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
+    comparison = compare_runs(dfs, list(names), benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed,
+                              means=means)
     variants = []
     for name, run_dir, df, result in zip(names, run_dirs, dfs, results):
         throughput = result.get("throughput", {})
@@ -372,7 +376,8 @@ def study_rows(variants: Sequence[dict[str, Any]], comparison: dict[str, Any], d
             "primary": primary, "delta": c["delta"][primary]["value"], "delta_ci": c["delta"][primary].get("ci"),
             "right_to_wrong": c["mcnemar"]["baseline_only"], "wrong_to_right": c["mcnemar"]["run_only"],
             "mcnemar_p": c["mcnemar"]["p"], "p_holm": c.get("p_holm"),
-            "comparison": {k: c.get(k) for k in ("diff", "se_diff", "ci_diff", "mde", "cluster_by", "n_clusters")},
+            "comparison": {k: c.get(k) for k in ("diff", "se_diff", "ci_diff", "significant", "mde", "verdict",
+                                                 "per_question", "cluster_by", "n_clusters")},
             "kl_mean": d.get("kl_mean"), "agreement": d.get("agreement"), "gold_shift_mean": d.get("gold_shift_mean"),
             "ece": variant["calibration"].get("ece"),
             "ece_delta": _difference(variant["calibration"].get("ece"), reference["calibration"].get("ece")),

@@ -82,6 +82,7 @@ class ModelRequest:
     thinking: bool = False
     text: str = ""
     prefilled: bool = True
+    n_options: int = 0  # a choice's options (the first n letters): a served model asks the server for them
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,16 @@ class RunConfig:
     """Everything a `finbench run` was asked to do."""
 
     model: str
+    # a served --model (http(s)://HOST:PORT/v1, models/served.py): which of its models, the variable
+    # holding its API key (the key itself is never in a config), requests in flight (None: sized to
+    # the server) and the seconds each may take; --judge-served-model for a served --judge
+    served_model: str | None = None
+    api_key_env: str | None = None
+    in_flight: int | None = None
+    request_timeout: float = 600.0
+    served_thinking: bool = False  # chat_template_kwargs enable_thinking (off: as finbench renders hybrid models)
+    served_reading: str = "auto"  # how a served model's choices are read: auto, logprobs or decision
+    judge_served_model: str | None = None
     benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None
     protocol: str = "constrained"
@@ -128,6 +139,7 @@ class RunConfig:
     dtype: str = "auto"
     device: str = "auto"
     device_map: str | None = None  # "auto": split a model larger than one GPU across GPUs (accelerate)
+    family: str | None = None  # --family: a model family by name ("auto": the generic one); None: by model_type
     quant: str = "none"  # an on-the-fly format (models/quant.py); a pre-quantized checkpoint needs none
     quant_vision: bool = False  # --quant-vision: quantize the vision tower too (default: the language model only)
     allow_dequantized: bool = False  # run an FP8 checkpoint dequantized where FP8 matmuls cannot run (labelled)
@@ -151,6 +163,7 @@ class RunConfig:
     system_prompt: str | None = None  # a system message before every question
     gen_kwargs: tuple[tuple[str, Any], ...] = ()  # free generation: max_new_tokens, temperature, top_p, top_k
     log_prompts: bool = True  # samples.parquet keeps each rendered prompt (False: its SHA-256 only)
+    unsafe_sandbox: bool = False  # model-written programs without a kernel jail where none can be built (finbench/sandbox)
     judge: str | None = None  # local chat model that judges open answers (FAMMA, FinMTM sessions)
     judge_max_new_tokens: int | None = None  # the judge's reply budget (None: the benchmark's official one)
     think_budget: int = 0  # reasoning tokens before a constrained answer (thinking models; 0 = none)

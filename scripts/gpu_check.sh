@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# One prepared H200 check, at most 9.5 minutes by its timeouts (570 s; the run tool allows 600), every section under its own and each
-# writing its results as it goes (a later timeout keeps them):
-#   0. nvidia-smi samples clocks, power, temperature and utilisation every second in the background
-#      ($OUT/gpu_check_smi.csv), for the whole check;
-#   1. scripts/bench_gemm.py (70 s): the production GEMM shapes (vision MLP 3420 vs padded 3456, the
-#      language model's), bf16 vs fp8, kernel names, a 10-s sustained loop → bench_gemm_h200.json;
-#   2. scripts/bench_attention.py (40 s): masked vs causal vs packed prefill attention and the decode
-#      step's, host cost of a first shape vs a repeated one → bench_attention_h200.json;
-#   3. scripts/gpu_check.py (460 s, its own 440-s budget and per-section limits, each section's
-#      {name, limit_s, elapsed_s, status} in the JSON's `sections` list): Qwen2.5-VL-7B shapes with
-#      random bf16 weights, 512 FinMME-like items through `finbench run`'s own CUDA defaults, one
-#      full batch profiled (gpu_profile_qwen2.5-vl-7b.txt), a short generate+regex baseline, the
-#      `think` row (batch 64, 256 reasoning tokens, vs the HBM roofline), then the A/B rows — cheap
-#      levers, fp8, the compilers, in that order — each 3 interleaved pairs of 64 items with the
-#      default, compared answer by answer with the reference → gpu_check_h200.{json,md}.
-# Known things are not re-measured (the fp32 tower check, the full 3B run, the long baseline).
-# Runs on the GPU machine's own Python; wheels placed in .wheels/ are installed first. Call it as
-#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (timeout_s 600)
-# TINY=1 runs the same sections on the CPU with tiny shapes (tests/test_scripts.py); further
+# One prepared H200 check in one command, planned to 480 s (scripts/gpucheck/plan.py; one command may
+# run 600 s, and 15 minutes of device time must hold a cold start and one short rerun):
+#   bash scripts/gpu_check.sh --plan     every section in run order with its limit, and `total N s`
+#                                        (no GPU, no torch needed)
+#   set -o pipefail; bash scripts/gpu_check.sh 2>&1 | tee $OUT/gpu_check_log.txt      (a 600-s limit)
+# 1. setup: wheels carried in .wheels/ installed under scripts/gpu-constraints.txt (the machine's
+#    own torch 2.11 / torchvision / transformers 5.17 can never move), versions printed; nvidia-smi
+#    samples clocks, power, temperature and utilisation every second ($OUT/gpu_check_smi.csv);
+# 2. scripts/gpu_check.py under an outer `timeout` of what the plan has left: the default FinMME
+#    projection, quant-fp8, think, compile-lm, then the cheap A/B rows, the profile, the baseline
+#    and the kernel benchmarks while the budget lasts, every section under its own limit and written
+#    as it goes. The outer limit's SIGTERM is written as the running section's `timed_out`; after a
+#    SIGKILL, `gpu_check.py --mark-killed` writes it so. Per-run reports are off (--no-run-reports).
+# TINY=1 runs the same sections on the CPU with tiny shapes and no budget (tests/test_scripts.py);
+# GPU_CHECK_TOTAL=N replaces the 480-s total (the tests kill a tiny check this way). Further
 # arguments go to gpu_check.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,11 +21,25 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 PYTHONPA
 PYTHON=${PYTHON:-python3}
 OUT=${OUT:-benchmarks/results}
 TINY=${TINY:-}
-mkdir -p "$OUT"
-if compgen -G ".wheels/*.whl" >/dev/null; then
-  "$PYTHON" -m pip install --no-index --no-deps --quiet .wheels/*.whl || echo "warning: carried wheels did not install"
+if [ "${1:-}" = "--plan" ]; then
+  exec "$PYTHON" scripts/gpu_check.py "$@"
 fi
-"$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
+STARTED=$SECONDS
+TOTAL=${GPU_CHECK_TOTAL:-$(cd scripts && "$PYTHON" -c "from gpucheck.plan import TOTAL_S; print(TOTAL_S)")}
+mkdir -p "$OUT"
+echo "== setup"
+if compgen -G ".wheels/*.whl" >/dev/null; then
+  timeout 60 "$PYTHON" -m pip install --no-index --no-deps --quiet -c scripts/gpu-constraints.txt .wheels/*.whl \
+    || echo "warning: carried wheels did not install"
+fi
+"$PYTHON" - <<'EOF'
+import re, torch, transformers
+print("torch", torch.__version__, "transformers", transformers.__version__, "cuda", torch.cuda.is_available())
+pins = dict(re.findall(r"^([\w-]+)==([\w.]+)", open("scripts/gpu-constraints.txt").read(), re.M))
+for name, have in (("torch", torch.__version__), ("transformers", transformers.__version__)):
+    if have.split("+")[0] != pins.get(name):
+        print(f"note: {name} {have} is not the pinned {pins.get(name)} (scripts/gpu-constraints.txt)")
+EOF
 SMI_PID=""
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
@@ -39,25 +49,20 @@ if command -v nvidia-smi >/dev/null; then
 fi
 stop_sampling() { if [ -n "$SMI_PID" ]; then kill "$SMI_PID" 2>/dev/null; fi; }
 trap stop_sampling EXIT
-section() {  # section NAME SECONDS COMMAND...: one line when it fails or times out; the others still run
-  local name=$1 seconds=$2
-  shift 2
-  echo "== $name (limit ${seconds} s)"
-  timeout "$seconds" "$@"
-  local status=$?
-  if [ "$status" -ne 0 ]; then echo "== $name: exit $status$([ "$status" -eq 124 ] && echo ' (timed out)')"; fi
-  return 0
-}
+LEFT=$((TOTAL - (SECONDS - STARTED)))
 if [ -n "$TINY" ]; then
-  # the smallest settings that still exercise every section: one timed repeat, half a second of
-  # sustained GEMMs, 4 items, 2 interleaved pairs an A/B row, no per-run report (its plots were most
-  # of each tiny run); well under 3 minutes on 2 loaded cores (the tests run it)
-  section gemm 120 "$PYTHON" scripts/bench_gemm.py --tiny --out "$OUT" --repeat 1 --sustain 0.5
-  section attention 120 "$PYTHON" scripts/bench_attention.py --tiny --out "$OUT" --repeat 1
-  section gpu_check 900 "$PYTHON" scripts/gpu_check.py --tiny --out "$OUT" --n-items 4 --ab-items 4 --baseline-items 1 \
-    --pairs 2 --think-batch 2 --think-budget 8 --no-run-reports "$@"
+  # the smallest settings that still exercise every section: 4 items, 2 interleaved pairs an A/B
+  # row, one timed repeat of each kernel benchmark; no budget but the outer limit, if given
+  ARGS=(--tiny --n-items 4 --ab-items 4 --baseline-items 1 --pairs 2 --think-batch 2 --think-budget 8)
+  [ -n "${GPU_CHECK_TOTAL:-}" ] || LEFT=3600
 else
-  section gemm 70 "$PYTHON" scripts/bench_gemm.py --out "$OUT"
-  section attention 40 "$PYTHON" scripts/bench_attention.py --out "$OUT"
-  section gpu_check 460 "$PYTHON" scripts/gpu_check.py --out "$OUT" --budget 440 "$@"
+  ARGS=(--budget "$((LEFT - 5))")  # 5 s to write the files before the outer limit
 fi
+echo "== gpu_check (outer limit ${LEFT} s)"
+timeout --kill-after=10 "$LEFT" "$PYTHON" scripts/gpu_check.py --out "$OUT" --no-run-reports "${ARGS[@]}" "$@"
+STATUS=$?
+if [ "$STATUS" -ne 0 ]; then
+  echo "== gpu_check: exit $STATUS$([ "$STATUS" -eq 124 ] && echo ' (timed out)')"
+  "$PYTHON" scripts/gpu_check.py --out "$OUT" --mark-killed  # a SIGKILL left its section `running`
+fi
+exit 0

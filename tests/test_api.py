@@ -214,7 +214,8 @@ def test_subpackages_are_attributes_without_importing_torch_up_front():
     code = ("import sys, finbench\n"
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'import finbench loads torch'\n"
             "assert callable(finbench.models.load_model)\n"
-            "assert set(finbench.benchmarks.BENCHMARKS) == {'finmme', 'famma', 'finmtm', 'mme-finance', 'finmmr'}\n"
+            "assert set(finbench.benchmarks.BENCHMARKS) == {'finmme', 'famma', 'finmtm', 'mme-finance', 'finmmr', "
+            "'finchart-bench', 'fcmr'}\n"
             "assert callable(finbench.scoring.score_samples)\n"
             "try:\n    finbench.nothing_here\nexcept AttributeError as err:\n    print('refused:', err)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=300)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import statsmodels.api as sm
 import torch
+from scipy.stats import t as student_t
 
 from finbench.kernels.segments import factorize
 from finbench.scoring import clustered
@@ -80,9 +81,70 @@ def test_paired_difference_and_mde():
     se = statsmodels_cluster_se(d, groups)
     assert out["diff"] == pytest.approx(d.mean(), abs=1e-12)
     assert out["se_diff"] == pytest.approx(se, abs=1e-9)
-    assert out["mde"] == pytest.approx((1.959963984540054 + 0.8416212335729143) * se, abs=1e-9)
-    assert out["ci_diff"]["low"] == pytest.approx(d.mean() - 1.959963984540054 * se, abs=1e-9)
-    assert out["n"] == 200
+    # the interval: statsmodels' cluster-robust OLS with t(G − 1) (use_t); the mde: t quantiles, G − 1 df
+    low, high = statsmodels_cluster_ci(d, groups)
+    assert (out["ci_diff"]["low"], out["ci_diff"]["high"]) == pytest.approx((low, high), abs=1e-9)
+    assert out["mde"] == pytest.approx((student_t.ppf(0.975, 49) + student_t.ppf(0.8, 49)) * se, abs=1e-9)
+    assert out["n"] == 200 and out["significant"] == (low > 0 or high < 0)
+
+
+def statsmodels_cluster_ci(y: np.ndarray, groups: np.ndarray) -> tuple[float, float]:
+    fit = sm.OLS(y, np.ones(len(y))).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
+    low, high = fit.conf_int(0.05)[0]
+    return float(low), float(high)
+
+
+@pytest.mark.parametrize("n_clusters", [5, 10, 15, 50])
+def test_clustered_intervals_use_t_with_g_minus_1_degrees_of_freedom(n_clusters):
+    """A mean of a continuous metric (no clipping): its interval is statsmodels' use_t interval."""
+    rng = np.random.default_rng(n_clusters)
+    groups = np.repeat(np.arange(n_clusters), 3)
+    y = rng.normal(0, 1, n_clusters)[groups] + rng.normal(0, 1, len(groups))
+    out = clustered.clustered_summary({"score": torch.tensor(y)}, torch.tensor(groups), by="image")
+    ci = out["metrics"]["score"]["ci"]
+    assert (ci["low"], ci["high"]) == pytest.approx(statsmodels_cluster_ci(y, groups), abs=1e-9)
+
+
+def test_a_proportion_interval_never_leaves_0_1():
+    """Few clusters and a mean near 0: the normal interval would go below 0; ours is clipped."""
+    groups = np.repeat(np.arange(10), 3)
+    y = np.zeros(30)
+    y[[0, 1, 2]] = 1.0  # one cluster all right, nine all wrong: mean 0.1, SE ≈ 0.1
+    out = clustered.clustered_summary({"accuracy": torch.tensor(y)}, torch.tensor(groups), by="image")
+    ci = out["metrics"]["accuracy"]["ci"]
+    low, high = statsmodels_cluster_ci(y, groups)
+    assert low < 0 and ci["low"] == 0.0 and ci["high"] == pytest.approx(high, abs=1e-12)
+    up = clustered.clustered_summary({"accuracy": torch.tensor(1 - y)}, torch.tensor(groups), by="image")
+    assert up["metrics"]["accuracy"]["ci"]["high"] == 1.0
+
+
+def test_verdict_comes_from_the_interval_not_the_mde():
+    """The audit's reproducer: a difference whose interval excludes 0 is significant, even when it
+    is smaller than the mde (a design quantity)."""
+    from finbench.report.format import power_line
+
+    c = {"run": "b", "baseline": "a", "diff": -0.045, "se_diff": 0.02, "ci_diff": {"low": -0.084, "high": -0.006},
+         "mde": 0.056, "cluster_by": "image", "n_clusters": 40}
+    line = power_line(c)
+    assert "significant at α = 0.05 (two-sided)" in line and "not significant" not in line
+    assert "cannot tell" not in line
+    across = power_line({**c, "ci_diff": {"low": -0.084, "high": 0.004}})
+    assert "not significant; this set detects ≥ 5.6 points with 80 % power" in across
+
+
+def test_no_power_from_a_zero_se_or_few_clusters():
+    """SE 0 (identical runs) or fewer than 10 clusters: no '≥ 0.0', the set cannot estimate its power."""
+    from finbench.report.format import power_line
+
+    same = torch.tensor([1.0, 0.0, 1.0, 1.0] * 5)
+    out = clustered.paired_difference(same, same, torch.arange(20))
+    assert out["se_diff"] == 0 and out["mde"] is None
+    line = power_line({"run": "b", "baseline": "a", **out, "cluster_by": "id", "n_clusters": 20})
+    assert "≥ 0.0" not in line and "cannot estimate its power" in line
+    rng = np.random.default_rng(0)
+    few = clustered.paired_difference(torch.tensor(rng.random(24)), torch.tensor(rng.random(24)),
+                                      torch.tensor(np.repeat(np.arange(6), 4)))
+    assert few["se_diff"] > 0 and few["mde"] is None
 
 
 def test_cluster_resample_weights_draw_whole_clusters():

@@ -71,3 +71,14 @@ def test_the_console_adds_one_line_and_keeps_the_others(run):
     assert f"(G {results['scores']['clustered']['n_clusters']})" in lines[0]
     for start in ("errors: ", "10 questions (", "wrote "):
         assert any(line.startswith(start) for line in text.splitlines()), start
+
+
+def test_a_line_marked_x100_holds_no_ratio():
+    """Image ablation's console line is ×100; its `retained` ratio is written as a share of the
+    base (120.0 % of the base), never as a bare 1.200 among ×100 numbers."""
+    from finbench.report.studies import study_lines
+
+    found = {"metric": "accuracy", "n": 10, "base_score": 0.5, "score": 0.6, "retained": 1.2,
+             "base_accuracy": 0.5, "accuracy": 0.6, "retained_accuracy": 1.2}
+    [line] = study_lines({"image_ablation": {"blank": found}})
+    assert "×100" in line and "1.200" not in line and "120.0 % of the base" in line

@@ -169,6 +169,9 @@ class ScriptedModel:
     def output_rows(self, token_ids):
         return torch.eye(50)[torch.as_tensor(token_ids)]
 
+    def logits(self, hidden, rows):
+        return hidden @ rows.T
+
 
 SCRIPTED_VOCAB = AnswerVocabulary(letters=torch.stack([torch.arange(14), torch.arange(14) + 14]), separator=28,
                                   ends=(29,), number=torch.arange(30, 44))

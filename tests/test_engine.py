@@ -3,6 +3,7 @@ bad inputs and bad configuration."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -250,15 +251,70 @@ def test_prefetch_yields_the_pieces_in_order_and_hands_each_next_batch_ahead_onc
         clock.sleep(0.05)
         return PreparedBatch(list(batch), inputs=batch[0])
 
+    def join(pieces):  # the loop's joins the inputs (runner/preprocess.py `join_pieces`)
+        return [PreparedBatch([i for p in pieces for i in p.indices], inputs=[p.inputs for p in pieces])]
+
     yielded = []
     for prepared in prefetch([list(range(8)), [8, 9], [10]], work, workers=4, depth=2,
-                             ahead=lambda p: ahead.append(p.indices[0])):
+                             ahead=lambda p: ahead.append(p.indices[0]), join=join):
         clock.sleep(0.08)  # the model's work: the next batch is ready by the time this one is handed over
-        yielded.append(prepared.indices)
-    assert yielded == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]
+        yielded.append((prepared.indices, prepared.inputs))
+    # the first batch comes back whole, made of its four pieces; the others as planned
+    assert yielded == [(list(range(8)), [0, 2, 4, 6]), ([8, 9], 8), ([10], 10)]
     # the four pieces of the first batch were prepared at once (the fill is one piece's time)
     assert sorted(i for i in started if i < 8) == [0, 2, 4, 6] and not first_four.broken
-    assert sorted(ahead) == sorted(set(ahead)) and set(ahead) <= {2, 4, 6, 8, 10} and ahead  # once each, never the first
+    assert ahead in ([8, 10], [10])  # once each, never a piece of the first batch
+    pieces = [list(range(8)), [8, 9], [10]]
+    assert [p.indices for p in prefetch(pieces, lambda b: PreparedBatch(list(b), None), workers=4)] == [
+        [0, 1], [2, 3], [4, 5], [6, 7], [8, 9], [10]]  # without a join: the pieces, as they were prepared
+
+
+def test_the_joined_first_batch_equals_the_processor_s_batch_of_all_its_rows(tiny_model, questions):
+    """`ModelInputs.join` against an independent reference: the processor called once on all the
+    rows. Every key equal (input ids padded as the processor pads, pixels, grids), and the
+    positions and tower indices the adapter derives computed again for the whole batch."""
+    from finbench.benchmarks import finmme
+    from finbench.models.fast_paths import FastPaths
+    from finbench.models.inputs import ModelInputs
+    from finbench.models.qwen2_5_vl import Qwen25VL
+    from finbench.runner.preprocess import decode_images
+    from finbench.runner.requests import first_prompt, render
+
+    model = Qwen25VL(tiny_model.model, tiny_model.processor, "tiny", fast_paths=FastPaths.everywhere())
+    chosen = [q for q in questions if q.kind == "single"][:5]
+    requests = [render(finmme.BENCHMARK, first_prompt(finmme.request(q, "constrained")), decode_images(q), False)
+                for q in chosen]
+    requests = [dataclasses.replace(r, text=model.prompt_text(r) + " pad" * (3 * k), prefilled=True)
+                for k, r in enumerate(requests)]  # lengths differ: the shorter pieces are padded on the join
+    whole = model.prepare(requests)
+    joined = ModelInputs.join([model.prepare(requests[:2]), model.prepare(requests[2:3]), model.prepare(requests[3:])],
+                              model.pad_token_id)
+    assert set(joined) == set(whole) and joined.texts == whole.texts and joined.spans == whole.spans
+    for key, value in whole.items():
+        if torch.is_tensor(value):
+            assert torch.equal(joined[key], value), key
+        else:
+            assert joined[key] == value, key
+    assert {"image_cu_seqlens", "finbench_positions"} & set(joined)  # derived again, not dropped
+    with pytest.raises(ValueError, match="rows are not declared"):
+        ModelInputs.join([ModelInputs({**whole, "tiles": torch.ones(2)}), ModelInputs(whole)])
+
+
+def test_a_planned_batch_is_one_forward_of_all_its_rows(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path,
+                                                       monkeypatch):
+    """The first batch is prepared in one piece per worker thread, then run as the batch the plan
+    made: with 4 workers and batches of 8, every planned batch is one prefill of its rows."""
+    from finbench.runner import engine
+
+    plans, forwards = [], []
+    real_plan, real_prefill = engine.plan_batches, tiny_model.prefill
+    monkeypatch.setattr(engine, "plan_batches", lambda *a, **k: plans.append(real_plan(*a, **k)) or plans[-1])
+    monkeypatch.setattr(tiny_model, "prefill", lambda inputs: forwards.append(inputs["input_ids"].shape[0])
+                        or real_prefill(inputs))
+    run_benchmark(_config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run", workers=4, limit=16), tiny_model,
+                  show_progress=False)
+    [plan] = plans
+    assert len(plan[0]) >= 4 and forwards == [len(batch) for batch in plan], (plan, forwards)  # uncut: 1, 1, 1, 1, …
 
 
 @pytest.mark.slow

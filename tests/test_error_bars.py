@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy.stats import t as student_t
 
 from finbench.benchmarks import BENCHMARKS, load_matching
 from finbench.benchmarks.base import cluster_key
@@ -72,7 +73,8 @@ def test_famma_clustered_se_equals_statsmodels_on_grouped_sub_questions(famma_qu
     entry = clustered["metrics"]["accuracy"]
     assert entry["se_iid"] == pytest.approx(se_iid, abs=1e-12)
     assert entry["design_effect"] == pytest.approx(entry["se"] ** 2 / se_iid ** 2)
-    assert entry["ci"]["low"] == pytest.approx(scores["accuracy"] - 1.959963984540054 * entry["se"])
+    g = clustered["metrics"]["accuracy"]["n_clusters"]
+    assert entry["ci"]["low"] == pytest.approx(max(0.0, scores["accuracy"] - student_t.ppf(0.975, g - 1) * entry["se"]))
     assert scores["bootstrap"]["unit"] == "cluster"
 
 
@@ -117,8 +119,10 @@ def test_compare_reports_the_paired_difference_and_mde(famma_questions):
     assert c["diff"] == pytest.approx(diff.mean())
     se = _statsmodels_se(diff, groups)
     assert c["se_diff"] == pytest.approx(se, abs=1e-9)
-    assert c["mde"] == pytest.approx(MDE_FACTOR * se) and MDE_FACTOR == pytest.approx(2.8015852)
-    assert c["ci_diff"]["high"] - c["ci_diff"]["low"] == pytest.approx(2 * 1.959963984540054 * se)
+    g = len(set(groups))
+    assert c["mde"] == pytest.approx((student_t.ppf(0.975, g - 1) + student_t.ppf(0.8, g - 1)) * se)
+    assert MDE_FACTOR == pytest.approx(2.8015852)  # the many-cluster limit
+    assert c["ci_diff"]["high"] - c["ci_diff"]["low"] == pytest.approx(2 * student_t.ppf(0.975, g - 1) * se)
     assert c["cluster_by"] == "main_question_id" and c["n"] == int(scored.sum())
     ids = torch.from_numpy(pd.factorize(pd.Series(groups))[0])
     assert c["se_diff"] == pytest.approx(float(clustered_se(torch.from_numpy(diff), ids)))
@@ -131,13 +135,21 @@ def test_power_line_in_console_and_reports(famma_questions, tmp_path):
     n = len(famma_questions)
     a, b = _samples(famma_questions, np.arange(n) % 2 == 0), _samples(famma_questions, np.arange(n) % 3 == 0)
     result = compare_runs([a, b], ["ref", "var"], benchmark="famma", n_bootstrap=0)
-    line = power_line(result["comparisons"][0])
-    mde = 100 * result["comparisons"][0]["mde"]
-    assert f"this set detects differences ≥ {mde:.1f} points (80% power, α = 0.05)" in line
+    c = result["comparisons"][0]
+    line = power_line(c)
+    ci = c["ci_diff"]
+    significant = ci["low"] > 0 or ci["high"] < 0
+    assert ("significant at α = 0.05 (two-sided)" in line) == significant
+    assert c["significant"] == significant and c["verdict"] in line  # the API holds the printed verdict
+    assert (f"this set detects ≥ {100 * c['mde']:.1f} points with 80 % power" in line) == (not significant)
     console = as_console(None)
     with console.capture() as captured:
         print_comparison(result, console)
-    assert f"≥ {mde:.1f} points" in captured.get().replace("\n", " ")
+    printed = " ".join(captured.get().split())
+    assert " ".join(line.split()) in printed
+    # one interval per difference: the Δ accuracy cell holds the power line's interval, not a bootstrap
+    assert c["delta"]["accuracy"]["ci"]["method"] == "clustered t(G-1)"
+    assert f"[{100 * ci['low']:.2f}, {100 * ci['high']:.2f}]" in printed
 
 
 def _write_run(folder, samples, name):
@@ -162,4 +174,24 @@ def test_leaderboard_rows_carry_mde_and_its_reports_the_line(famma_questions, tm
     assert set(row["comparison"]) >= {"diff", "se_diff", "ci_diff", "mde"} and row["comparison"]["mde"] > 0
     markdown = tmp_path / "board.md"
     leaderboard.write(board, markdown)
-    assert f"≥ {100 * row['comparison']['mde']:.1f} points" in markdown.read_text()
+    from finbench.report.format import power_line
+
+    assert power_line(row["comparison"]) in markdown.read_text()
+
+
+def test_one_interval_per_difference_and_the_bootstrap_only_as_a_check(famma_questions):
+    """A mean metric's difference carries the clustered interval (the power line's), its paired
+    bootstrap kept as a check that only the reports print; the markdown report shows both, named."""
+    from finbench.report.format import power_line
+
+    n = len(famma_questions)
+    a, b = _samples(famma_questions, np.arange(n) % 2 == 0), _samples(famma_questions, np.arange(n) % 3 == 0)
+    result = compare_runs([a, b], ["ref", "var"], benchmark="famma", n_bootstrap=300, seed=0)
+    c = result["comparisons"][0]
+    accuracy = c["delta"]["accuracy"]
+    assert accuracy["value"] == pytest.approx(c["diff"])
+    assert (accuracy["ci"]["low"], accuracy["ci"]["high"]) == (c["ci_diff"]["low"], c["ci_diff"]["high"])
+    check = accuracy["bootstrap_check"]
+    assert check["low"] is not None and (check["low"], check["high"]) != (c["ci_diff"]["low"], c["ci_diff"]["high"])
+    assert "check: paired bootstrap" not in power_line(c)
+    assert f"check: paired bootstrap [{100 * check['low']:+.2f}, {100 * check['high']:+.2f}]" in power_line(c, check=True)

@@ -128,8 +128,9 @@ def test_score_predictions_pot_runs_the_programs_and_writes_samples_out(predicti
                                     "--samples-out", str(out)])
     assert done.exit_code == 0, done.output
     scores = json.loads(done.output[done.output.index("{"):])
-    assert scores["official"] == {"avg_accuracy": 50.0, "avg_execution_rate": 55.0}  # 10 right, 11 ran, of 20
-    assert scores["accuracy"] == pytest.approx(0.5) and scores["execution_rate"] == pytest.approx(0.55)
+    # 10 right, 12 ran (open('x', 'w') writes in the jail's private /tmp, as in the official run), of 20
+    assert scores["official"] == {"avg_accuracy": 50.0, "avg_execution_rate": 60.0}
+    assert scores["accuracy"] == pytest.approx(0.5) and scores["execution_rate"] == pytest.approx(0.6)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(lines) == 20 and {line["id"] for line in lines} == set(ids)
     by_id = {line["id"]: line for line in lines}

@@ -191,3 +191,25 @@ def test_the_published_evaluations_are_reproduced():
             compared += 1
             differing += ours != result.get("acc")
     assert compared > 1000 and differing == 0
+
+
+BOMBS = ["sum([[0]*99999]*99999,[])", "'%0999999999d' % 0", "len('%0999999999d' % 0)", "9**9**9", "'a'*10**9",
+         "[[0]*99999]*99999 == [[0]*99999]*99999", "min([[0]*99999]*99999)", "str([[0]*99999]*99999)",
+         "round(5, -10**9)", "pow(3, 10**4000, 10**4000+1)", "sum([[0]]*99999, [])", "'%.999999f' % 1",
+         "'%*d' % (10**9, 1)", "[0]*99999 in [[0]*99999]*99999", "1<<10**9", "10**4000 * 10**4000",
+         "x = " + "9" * 900, "-" * 990 + "1", "42" + " " * 100_000]
+
+
+def test_answer_bombs_are_refused_fast_with_bounded_memory():
+    """A cot answer (or a program's string result) that asks for gigabytes or hours: 0, at once."""
+    import resource
+    import time
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for bomb in BOMBS:
+        started = time.monotonic()
+        assert get_acc(bomb, 0) == 0 and get_acc(bomb, 42) == 0, bomb
+        assert time.monotonic() - started < 3, bomb
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
+    assert safe_eval("sum([[1], [2]], [0])") == [0, 1, 2] and safe_eval("'%05.1f' % 2.25") == "002.2"
+    assert safe_eval("str([1, (2, 3)])") == "[1, (2, 3)]" and safe_eval("round(1234.5678, -2)") == 1200.0

@@ -5,6 +5,7 @@ judging a FAMMA run end to end (text only)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -98,6 +99,28 @@ def test_verdicts_are_cached_and_a_changed_answer_is_judged_again(tmp_path):
     changed = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
     assert changed.summary["n_computed"] == 1 and changed.columns["judge_score"][1] == 1.0
     cache.close()
+
+
+class MumblingJudge(FakeJudge):
+    """Replies without a verdict to prompts whose student answer is 'mumble'."""
+
+    def generate(self, inputs, max_new_tokens):
+        replies, counts = super().generate(inputs, max_new_tokens)
+        return ["I am not sure." if "'student_answer': 'mumble'" in p else r
+                for p, r in zip(inputs["prompts"], replies)], counts
+
+
+def test_an_unparseable_judge_reply_fails_closed_counted_and_named(tmp_path):
+    """A reply the benchmark's reading cannot parse is no verdict: no judge score (not the
+    official reading's default 0), counted, named and said in a note."""
+    questions = [open_question("a"), open_question("b")]
+    predictions = {0: Prediction(id="a", answer="right", generated_text="right"),
+                   1: Prediction(id="b", answer="mumble", generated_text="mumble")}
+    judged = judge_run(famma.BENCHMARK, questions, predictions, MumblingJudge(), None, "fake")
+    assert judged.columns["judge_score"][0] == 1.0 and math.isnan(judged.columns["judge_score"][1])
+    assert judged.summary["n_unparsed_items"] == 1 and judged.summary["unparsed_items"] == ["b"]
+    assert any("could not be parsed" in note and "b" in note for note in judged.notes)
+    assert "no verdict" in json.loads(judged.columns["judge_details"][1])["error"]
 
 
 def test_a_failing_judge_is_a_per_sample_error_scored_zero_and_named(tmp_path):
@@ -234,7 +257,10 @@ def test_tiny_judge_end_to_end_and_rerun_computes_nothing(tiny_model, tiny_qwen_
         reply = json.loads(row["judge_output"])[0]
         parsed = famma._lenient_json(reply)
         value = parsed.get(row["id"]) if isinstance(parsed, dict) else None
-        assert row["judge_score"] == float(value == "correct" or value is True)  # the analyzer's reading
+        if value is None:  # no verdict to read: a failed judgement, never the analyzer's default 0
+            assert math.isnan(row["judge_score"]) and row["id"] in first.results["judge"]["unparsed_items"]
+        else:
+            assert row["judge_score"] == float(value == "correct" or value is True)  # the analyzer's reading
     summary = first.results["judge"]
     assert summary["n_computed"] == summary["n_calls"] == 4 and summary["n_cached"] == 0
     again = run_benchmark(config, tiny_model, show_progress=False)
@@ -266,7 +292,9 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     reply = json.loads(judged.columns["judge_output"][0])[0]
     parsed = famma._lenient_json(reply)
     value = parsed.get("a") if isinstance(parsed, dict) else None
-    assert judged.columns["judge_score"][0] == float(value == "correct" or value is True)
+    score = judged.columns["judge_score"][0]
+    assert (math.isnan(score) and judged.summary["unparsed_items"] == ["a"]) if value is None \
+        else score == float(value == "correct" or value is True)
     assert judged.columns["rule_score"][0] == 1.0 and judged.summary["n_computed"] == 1
 
 

@@ -105,11 +105,14 @@ def test_the_leaderboard_shows_each_benchmarks_declared_headlines(demos):
     rows = {r["benchmark"]: r for r in board["rows"]}
     mme, mtm = _results(root / "mme-finance")["scores"], _results(root / "finmtm")["scores"]
     shown = {h["metric"]: h for h in rows["mme-finance"]["headlines"]}
-    assert list(shown) == ["score", "binary_accuracy"]
+    balance = ["constant_baseline", "macro_recall", "min_recall"]  # the choice items' label balance, after the rule's own
+    assert list(shown) == ["score", "binary_accuracy", *balance]
+    for key in balance:
+        assert shown[key]["value"] == pytest.approx(100 * mme["label_balance"][key])
     assert shown["binary_accuracy"]["value"] == pytest.approx(100 * mme["binary_accuracy"])
     assert shown["binary_accuracy"]["n"] == mme["n_binary"] and shown["score"]["value"] == pytest.approx(100 * mme["score"])
     shown = {h["metric"]: h for h in rows["finmtm"]["headlines"]}
-    assert list(shown) == ["score", "accuracy", "dialogue.score", "agent.f2"]
+    assert list(shown) == ["score", "accuracy", "dialogue.score", "agent.f2", *balance]
     assert shown["dialogue.score"]["value"] == pytest.approx(mtm["dialogue"]["score"])  # on its own 0–100 scale
     assert shown["agent.f2"]["value"] == pytest.approx(100 * mtm["agent"]["f2"])
     assert shown["agent.f2"]["low"] == pytest.approx(100 * mtm["agent"]["ci"]["f2"]["low"])

@@ -178,5 +178,5 @@ def test_a_bad_byte_in_one_record_of_a_json_array_is_that_record_s_error(bad, ti
     origin = f"{folder / 'famma.json'}[1]"
     samples, results = _run(folder, tmp_path / "run", tiny_qwen_dir)
     assert list(samples.index) == ["r0", origin, "r2"]
-    assert "not valid UTF-8" in samples.loc[origin, "error"] and samples.loc[origin, "correct"] == 0.0
+    assert "not UTF-8 at byte" in samples.loc[origin, "error"] and samples.loc[origin, "correct"] == 0.0
     assert results["scores"]["n"] == 3 and results["scores"]["n_errors"] == 1

@@ -215,8 +215,11 @@ def test_the_judge_is_a_vision_language_model_shown_the_chart(tiny_model, tiny_q
     assert all([p["type"] for p in r.messages[0]["content"]] == ["text", "image"] and len(r.images) == 1 for r in judged)
     samples = result.samples
     opened = samples[samples["kind"] == OPEN]
-    assert opened["judge_score"].isin([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]).all()
-    assert result.results["scores"]["score"] == pytest.approx(opened["judge_score"].mean() / 5)
+    parsed = opened["judge_score"].notna()  # a reply without a 0–5 score fails closed: no score, named
+    assert opened.loc[parsed, "judge_score"].isin([0.0, 1.0, 2.0, 3.0, 4.0, 5.0]).all()
+    assert sorted(opened.loc[~parsed, "id"]) == sorted(result.results["judge"]["unparsed_items"])
+    expected = opened.loc[parsed, "judge_score"].mean() / 5 if parsed.any() else None
+    assert result.results["scores"]["score"] == (pytest.approx(expected) if parsed.any() else None)
     assert result.results["judge"]["sees_images"] and result.results["judge"]["n_shown_images"] == 16
     again = run_benchmark(config, tiny_model, show_progress=False)
     assert again.results["judge"]["n_cached"] == 16 and again.results["judge"]["n_computed"] == 0
@@ -232,7 +235,8 @@ def test_the_demo_runs_offline_with_no_errors(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["errors"]["count"] == 0 and results["n_questions"] == 22
-    assert results["judge"]["sees_images"] and results["scores"]["n_unjudged"] == 0  # the demo judges itself
+    # the demo judges itself; the tiny judge's replies that hold no score are failed judgements, counted
+    assert results["judge"]["sees_images"] and results["scores"]["n_unjudged"] == results["judge"]["n_unparsed_items"]
     assert (out / "data").is_dir() and done.stdout.strip().splitlines()[-1].startswith("tiny-qwen2.5-vl · mme-finance")
 
 

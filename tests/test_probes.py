@@ -33,11 +33,17 @@ def _question(**overrides):
 
 
 # ---- the pure rules -------------------------------------------------------------------------------
-def test_the_gold_option_text_is_replaced_in_the_items_language_and_the_gold_letter_kept():
+def test_the_gold_option_is_taken_out_and_none_of_the_above_put_last_in_the_items_language():
     probed = with_none_of_the_above(_question(), "chinese")
-    assert probed.options == ("red", "以上都不是", "green") and probed.gold == "B"
-    assert with_none_of_the_above(_question(), "fr").options[1] == "Aucune des réponses ci-dessus"
-    assert with_none_of_the_above(_question(), "").options[1] == "None of the above"
+    assert probed.options == ("red", "green", "以上都不是") and probed.gold == "C"
+    assert with_none_of_the_above(_question(), "fr").options[-1] == "Aucune des réponses ci-dessus"
+    assert with_none_of_the_above(_question(), "").options[-1] == "None of the above"
+    # gold A: "None of the above" is never first (the audit's case), always last
+    first = with_none_of_the_above(_question(gold="A"), "")
+    assert first.options == ("blue", "green", "None of the above") and first.gold == "C"
+    # the control: a wrong option taken out, the gold still shown and re-lettered
+    control = with_none_of_the_above(_question(gold="C"), "", replaced="A")
+    assert control.options == ("blue", "green", "None of the above") and control.gold == "B"
     assert none_of_the_above_text("klingon") == "None of the above" and language_code("zh-CN") == "zh"
 
 
@@ -51,6 +57,29 @@ def test_items_that_cannot_be_probed_are_none(question):
     assert with_none_of_the_above(question, "en") is None
 
 
+@pytest.mark.parametrize("question, reason", [
+    (_question(text="Which segment had the highest revenue?"), "superlative_or_approximate"),
+    (_question(text="Which value is closest to the margin?"), "superlative_or_approximate"),
+    (_question(text="What is approximately the growth rate?"), "superlative_or_approximate"),
+    (_question(text="哪个板块的收入最高？"), "superlative_or_approximate"),
+    (_question(text="What is the margin?", options=("8.8%", "0.088", "9.1%")), "option_equal_to_gold"),
+    (_question(text="What is the margin?", options=("7.1%", "8.8 %", "0.088"), gold="C"), "option_equal_to_gold"),
+])
+def test_items_whose_gold_is_not_well_defined_once_removed_are_not_probed(question, reason):
+    """The next-best option answers a superlative or approximate question, and an option equal in
+    value to the gold still answers it: "None of the above" is not the one right answer there."""
+    from finbench.runner.probes import _none_of_the_above
+
+    assert _none_of_the_above(None, question, None, None, None) == reason
+    assert _none_of_the_above(None, question, None, None, None, control=True) == reason
+
+
+def test_a_plain_question_is_probed_with_its_control():
+    from finbench.runner.probes import equal_to_gold, relative_question
+
+    assert not relative_question("What is the interest expense in the latest year?")
+    assert not equal_to_gold(["8.8%", "0.88", "9.1%"], 0)
+
 @pytest.mark.parametrize("answer, option, expected", [
     ("The second bar.", "second", True),
     ("**Second**", "second", True),
@@ -59,6 +88,17 @@ def test_items_that_cannot_be_probed_are_none(question):
     ("about 8.8", "8.81%", False),  # a number is matched exactly
     ("$1,200 million", "1200", True),
     ("12000", "1200", False),
+    ("The revenue does not increase", "Increase", False),  # the audit's strings: a negation in the clause
+    ("The revenue doesn't increase.", "increase", False),
+    ("There was no increase", "increase", False),
+    ("It never increased, it fell; an increase is expected next year", "increase", True),
+    ("不是上升", "上升", False),
+    ("不会上升", "上升", False),
+    ("没有上升，而是下降", "下降", True),
+    ("收入未上升", "上升", False),
+    ("收入不仅上升", "上升", True),  # words that only contain a negation character
+    ("没有下降，反而上升", "上升", True),
+    ("Not only an increase but a large one", "increase", True),
     ("答案是营业收入增长", "营业收入", True),
     ("anything", "", False),
     ("", "second", False),
@@ -113,9 +153,10 @@ def test_famma_probes_write_the_option_in_the_items_language_and_ask_the_stem_al
         languages.add(language)
         expected = {"chinese": "以上都不是", "french": "Aucune des réponses ci-dessus"}.get(language, "None of the above")
         gold = OPTION_LETTERS.index(base.gold)
-        assert question.options[gold] == expected and question.gold == base.gold
+        last = OPTION_LETTERS[len(base.options) - 1]
+        assert question.options[-1] == expected and question.gold == last
         text = "".join(p.get("text", "") for p in request.prompt.messages[-1]["content"])
-        assert f"{base.gold}. {expected}\n" in text and f"{base.gold}. {base.options[gold]}\n" not in text
+        assert f"{last}. {expected}" in text and base.options[gold] not in question.options
     assert languages == {"english", "chinese", "french"}
     assert study.not_probed["none-of-the-above"] == {"names_other_options": 1}
     opened = [(v, r) for v, r in zip(study.variants, study.requests[len(questions):]) if v.probe == "open-ended"]
@@ -163,12 +204,32 @@ def _cli(tiny_qwen_dir, data, out, *extra):
 
 
 @pytest.fixture(scope="module")
-def probed(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
+def factual_parquet(synthetic_parquet, tmp_path_factory):
+    """The synthetic items with their superlatives taken out of the stems: every synthetic choice
+    item asks for "the lowest", "the highest", …, which none-of-the-above does not probe."""
+    frame = pd.read_parquet(synthetic_parquet)
+    frame["question_text"] = frame["question_text"].str.replace(
+        r"\b(the )?(lowest|highest|smallest|largest|most|least|best|worst)\b", "the reported", regex=True)
+    path = tmp_path_factory.mktemp("factual") / "finmme_factual.parquet"
+    frame.to_parquet(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def questions(factual_parquet):
+    from finbench.benchmarks import finmme
+
+    return finmme.load_questions(str(factual_parquet))
+
+
+@pytest.fixture(scope="module")
+def probed(tiny_qwen_dir, factual_parquet, tmp_path_factory):
     out = tmp_path_factory.mktemp("probed") / "run"
-    first = _cli(tiny_qwen_dir, synthetic_parquet, out, "--probe", "none-of-the-above,open-ended")
+    first = _cli(tiny_qwen_dir, factual_parquet, out, "--probe", "none-of-the-above,open-ended")
     assert first.exit_code == 0, first.output[-3000:]
     results = json.loads((out / "results.json").read_text())
-    again = _cli(tiny_qwen_dir, synthetic_parquet, out, "--probe", "none-of-the-above,open-ended")
+    # the same probes as a repeated option (issue 44): both run, and every answer comes from the cache
+    again = _cli(tiny_qwen_dir, factual_parquet, out, "--probe", "none-of-the-above", "--probe", "open-ended")
     assert again.exit_code == 0, again.output[-3000:]
     return out, first, results, json.loads((out / "results.json").read_text())
 
@@ -177,7 +238,8 @@ def test_both_probes_through_the_cli(probed, questions):
     out, first, results, rerun = probed
     variants = pd.read_parquet(out / "variants.parquet")
     samples = pd.read_parquet(out / "samples.parquet")
-    assert set(variants["study"]) == {"probe"} and set(variants["probe"]) == {"none-of-the-above", "open-ended"}
+    assert set(variants["study"]) == {"probe"}
+    assert set(variants["probe"]) == {"none-of-the-above", "none-of-the-above-control", "open-ended"}
     single = samples[(samples["kind"] == "single") & (samples["error"] == "")]
     for probe in ("none-of-the-above", "open-ended"):
         rows = variants[variants["probe"] == probe]
@@ -189,9 +251,17 @@ def test_both_probes_through_the_cli(probed, questions):
         assert found["accuracy"] == pytest.approx(float(np.mean(rows["correct"])))
         assert (rows["variant"] == f"probe-{probe}").all()
     nota = variants[variants["probe"] == "none-of-the-above"]
-    for _, row in nota.iterrows():  # the gold letter shows "None of the above", the answer is a letter
-        assert list(row["options"])[OPTION_LETTERS.index(row["gold"])] == "None of the above"
+    for _, row in nota.iterrows():  # the last letter shows "None of the above" and is the gold
+        assert list(row["options"])[-1] == "None of the above" and row["gold"] == OPTION_LETTERS[len(row["options"]) - 1]
         assert row["correct"] == float(row["answer"] == row["gold"])
+    control = variants[variants["probe"] == "none-of-the-above-control"]
+    assert set(control["id"]) == set(nota["id"])
+    for _, row in control.iterrows():  # "None of the above" last and wrong, the gold still shown
+        assert list(row["options"])[-1] == "None of the above" and row["gold"] != OPTION_LETTERS[len(row["options"]) - 1]
+    found = results["probes"]["none-of-the-above"]
+    picks = lambda rows: float(np.mean([a == OPTION_LETTERS[len(o) - 1] for a, o in zip(rows["answer"], rows["options"])]))  # noqa: E731
+    assert found["picks_none_when_right"] == pytest.approx(picks(nota))
+    assert found["picks_none_when_wrong"] == pytest.approx(picks(control)) and found["control"]["n"] == len(control)
     opened = variants[variants["probe"] == "open-ended"]
     by_id = {q.id: q for q in questions}
     for _, row in opened.iterrows():  # the rule restated: the free text names the gold option's text
@@ -206,6 +276,7 @@ def test_both_probes_through_the_cli(probed, questions):
     assert results["variants"]["n"] == len(variants) == results["variants"]["n_computed"]
     assert rerun["variants"]["n_computed"] == 0 and rerun["variants"]["n_cached"] == len(variants)
     assert rerun["n_computed"] == 0 and rerun["probes"] == results["probes"]
+    assert set(rerun["probes"]) == {"none-of-the-above", "open-ended"}  # `--probe a --probe b`: both, not the last
 
 
 def test_compare_and_sweep_show_the_probes(probed):

@@ -18,6 +18,7 @@ from finbench.runner.probes import (OPEN_ENDED_JUDGING, judge_verdict, open_ende
 from finbench.runner.requests import build_requests
 from finbench.scoring.probes import names_gold, probe_summary, probe_verdicts
 from finbench.types import Prediction, Question, RunConfig
+from test_probes import factual_parquet, questions  # noqa: F401 — fixtures: items none-of-the-above probes
 
 LIMIT = 8
 
@@ -85,13 +86,13 @@ class YesJudge:
 
 
 @pytest.fixture(scope="module")
-def judged_run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
+def judged_run(tiny_model, tiny_qwen_dir, factual_parquet, tmp_path_factory):
     from finbench.runner import startup
     from finbench.runner.engine import run_benchmark
 
     judge = YesJudge()
     out = tmp_path_factory.mktemp("probes_judge") / "run"
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(synthetic_parquet), out=str(out),
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(factual_parquet), out=str(out),
                        limit=LIMIT, device="cpu", dtype="float32", bootstrap=0, max_new_tokens=8,
                        probes=("none-of-the-above", "open-ended"), judge=str(tiny_qwen_dir))
     patch = pytest.MonkeyPatch()
@@ -177,12 +178,15 @@ def test_mme_finance_declares_its_language_field_and_a_chinese_item_gets_its_non
     question = binary[0]
     assert question.meta[field] == "zh" and question.options == ("是", "否")
     probed = with_none_of_the_above(question, question.meta[field])
-    assert probed.options["AB".index(question.gold)] == "以上都不是" and probed.gold == question.gold
+    assert probed.options[-1] == "以上都不是" and probed.gold == "B"
     # through the probe itself: an item of three options (the binary set has none) is probed in Chinese
-    three = [dataclasses.replace(question, options=("是", "否", "不确定"), gold="A")]
-    [((base, probe), variant, make)], not_probed, _ = _probed(three, ("none-of-the-above",))
-    assert probe == "none-of-the-above" and variant.options == ("以上都不是", "否", "不确定")
-    assert "A. 以上都不是\n" in make().prompt.messages[0]["content"][-1]["text"] and not_probed == {
+    three = [dataclasses.replace(question, text="图中收入是否上升？", options=("是", "否", "不确定"), gold="A")]
+    found, not_probed, _ = _probed(three, ("none-of-the-above",))
+    [((base, probe), variant, make)] = [f for f in found if f[0][1] == "none-of-the-above"]
+    assert probe == "none-of-the-above" and variant.options == ("否", "不确定", "以上都不是") and variant.gold == "C"
+    [(_, control, _)] = [f for f in found if f[0][1] == "none-of-the-above-control"]
+    assert control.options == ("是", "不确定", "以上都不是") and control.gold == "A"
+    assert "C. 以上都不是\n" in make().prompt.messages[0]["content"][-1]["text"] and not_probed == {
         "none-of-the-above": {}}
 
 

@@ -11,7 +11,8 @@ from helpers import cli
 
 # the names the refusal gives each benchmark's data, written out here rather than read from finbench;
 # a benchmark added to finbench is added here (test_every_built_in_benchmark_is_fed_the_others_data)
-TITLES = {"finmme": "FinMME", "famma": "FAMMA", "finmtm": "FinMTM", "mme-finance": "MME-Finance", "finmmr": "FinMMR"}
+TITLES = {"finmme": "FinMME", "famma": "FAMMA", "finmtm": "FinMTM", "mme-finance": "MME-Finance", "finmmr": "FinMMR",
+          "finchart-bench": "FinChart-Bench", "fcmr": "FCMR"}
 
 
 @pytest.fixture(scope="module")

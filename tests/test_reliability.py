@@ -94,7 +94,7 @@ CORPUS: dict[str, tuple[dict, str | None]] = {
 # records that cannot be written as a dict line: (raw JSONL line, expected error substring)
 RAW_LINES = {
     "line-malformed-json": (b'{"id": "x", "question_text": ', "malformed JSON"),
-    "line-not-utf8": (b'{"id": "y", "question_text": "caf\xe9 \xff"}', "not valid UTF-8"),
+    "line-not-utf8": (b'{"id": "y", "question_text": "caf\xe9 \xff"}', "field 'question_text' is not UTF-8 at byte"),
     "line-not-an-object": (b'["a", "list"]', "expected a JSON object"),
 }
 

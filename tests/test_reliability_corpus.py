@@ -89,7 +89,7 @@ FAMMA_KINDS: dict[str, tuple[dict, str, str]] = {
 }
 FAMMA_LINES = {  # raw lines of famma.jsonl: (bytes, outcome, error substring)
     "line-malformed-json": (b'{"question_id": "m", "question": ', ERROR, "malformed JSON"),
-    "line-not-utf8": (b'{"question_id": "u", "question": "caf\xe9 \xff"}', ERROR, "not valid UTF-8"),
+    "line-not-utf8": (b'{"question_id": "u", "question": "caf\xe9 \xff"}', ERROR, "field 'question' is not UTF-8 at byte"),
     "line-not-an-object": (b'["a", "list"]', ERROR, "expected a JSON object"),
     "line-nested-200000-deep": (deep_line(), ERROR, "nested too deeply"),
     "line-lone-surrogate": (b'{"question_id": "s", "question": "bad \\udcff", "question_type": "open question"}',
@@ -97,7 +97,7 @@ FAMMA_LINES = {  # raw lines of famma.jsonl: (bytes, outcome, error substring)
 }
 # other files of the folder
 FAMMA_FILES = {
-    "array-bad-byte": (ERROR, "not valid UTF-8"),  # famma_array.json: one record with a non-UTF-8 byte
+    "array-bad-byte": (ERROR, "field 'question' is not UTF-8 at byte"),  # famma_array.json: one record with a non-UTF-8 byte
     "array-neighbour": (ANSWERED, ""),  # … its neighbour in the same array is read
     "array-bad-byte-in-name": (ERROR, "field name"),  # … a record whose field *name* holds one (issue 29 item 9)
     "binary-text-columns": (ANSWERED, "text=Which bar is highest?"),  # binary.parquet: text decoded, never b'…'
@@ -309,7 +309,7 @@ FINMTM_KINDS: dict[str, tuple[str, dict, str, str]] = {
 }
 FINMTM_LINES = {  # raw lines appended to a file: (file, bytes, task the error is scored in, error substring)
     "obj-malformed-line": ("OQ/SC.jsonl", b'{"messages": [', "objective", "malformed JSON"),
-    "obj-line-not-utf8": ("OQ/MC.jsonl", b'{"id": "x\xff"}', "objective", "not valid UTF-8"),
+    "obj-line-not-utf8": ("OQ/MC.jsonl", b'{"id": "x\xff"}', "objective", "field 'id' is not UTF-8 at byte"),
     "ses-malformed-line": ("MTQA/L2.jsonl", b"{nope", "dialogue", "malformed JSON"),
     "agent-malformed-line": ("Agent/agent.jsonl", b'{"sample_id": ', "agent", "malformed JSON"),
     "agent-line-nested-deep": ("Agent/agent.jsonl", deep_line(), "agent", "nested too deeply"),

@@ -438,7 +438,8 @@ def test_one_deeply_nested_line_or_one_bad_byte_fails_that_record_only(tmp_path)
     array = json.dumps([json.loads(good), {**json.loads(good), "question_id": "h", "question": "QQ"}]).encode()
     (tmp_path / "array.json").write_bytes(array.replace(b"QQ", b"caf\xe9"))
     rows = famma.load_questions(tmp_path / "array.json")
-    assert rows[0].error is None and "field 'question' is not valid UTF-8" in rows[1].error
+    byte = array.index(b"QQ") + len(b"caf")
+    assert rows[0].error is None and f"field 'question' is not UTF-8 at byte {byte} (0xe9)" in rows[1].error
 
 
 def test_binary_text_columns_are_decoded_never_shown_as_bytes(tmp_path):

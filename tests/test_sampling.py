@@ -55,10 +55,12 @@ def sampled(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
 def test_the_sampling_block_holds_its_numbers_and_agrees_with_the_files(sampled):
     root, first, results, _ = sampled
     block = results["sampling"]
-    assert set(block) == {"k", "n", "mean", "se", "maj_at_k", "pass_at_k", "agreement", "n_unscored", "by"}
+    assert set(block) == {"k", "n", "mean", "se", "se_iid", "ci", "maj_at_k", "pass_at_k", "agreement", "n_unparsed",
+                          "n_no_parsed", "n_unscored", "by"}
     assert block["n_unscored"] == 0
     assert block["k"] == 3 and block["n"] == LIMIT
-    assert 0 <= block["mean"] <= block["pass_at_k"] <= 1 and 1 / 3 <= block["agreement"] <= 1
+    assert 0 <= block["mean"] <= block["pass_at_k"] <= 1
+    assert block["agreement"] is None or 1 / 3 <= block["agreement"] <= 1  # the tiny model's answers rarely parse
     assert 0 <= block["maj_at_k"] <= block["pass_at_k"]
     assert block["by"] and all(sum(g["n"] for g in groups.values()) == LIMIT for groups in block["by"].values())
     # the same numbers by hand from samples.parquet and variants.parquet
@@ -74,10 +76,14 @@ def test_the_sampling_block_holds_its_numbers_and_agrees_with_the_files(sampled)
     answers = [[f["answer"].iloc[i] for f in per_sample] for i in range(LIMIT)]
     assert block["mean"] == pytest.approx(float(correct.mean()))
     assert block["pass_at_k"] == pytest.approx(float(correct.max(1).values.mean()))
-    assert block["se"] == pytest.approx(float(correct.mean(1).std() / LIMIT ** 0.5))
-    modal = [max(range(3), key=lambda j: (a.count(a[j]), -j)) for a in answers]
+    assert block["se_iid"] == pytest.approx(float(correct.mean(1).std() / LIMIT ** 0.5))
+    # votes and agreement over the parsed answers only (an empty answer is no answer)
+    parsed = [[x for x in a if str(x).strip()] for a in answers]
+    assert block["n_unparsed"] == sum(3 - len(p) for p in parsed)
+    modal = [max(range(3), key=lambda j: (a.count(a[j]) if str(a[j]).strip() else 0, -j)) for a in answers]
     assert block["maj_at_k"] == pytest.approx(sum(float(correct[i, modal[i]]) for i in range(LIMIT)) / LIMIT)
-    assert block["agreement"] == pytest.approx(sum(max(Counter(a).values()) / 3 for a in answers) / LIMIT)
+    shares = [max(Counter(p).values()) / len(p) for p in parsed if p]
+    assert block["agreement"] == (pytest.approx(sum(shares) / len(shares)) if shares else None)
     texts = [{f["raw_output"].iloc[i] for f in per_sample} for i in range(LIMIT)]
     assert any(len(t) > 1 for t in texts)  # the samples differ: the seeds reach the sampling
     # results.json, the console line and the reports
@@ -144,8 +150,39 @@ def test_the_summary_scores_each_sample_by_the_rule_and_compares_extracted_answe
     assert found["maj_at_k"] == pytest.approx(2 / 4)  # the first and the last are right by majority
     assert found["agreement"] == pytest.approx((1 + 2 / 3 + 1 + 2 / 3) / 4)
     means = torch.tensor([sum(p) / 3 for p in pattern], dtype=torch.float64)
-    assert found["se"] == pytest.approx(float(means.std() / 2))
+    assert found["se_iid"] == pytest.approx(float(means.std() / 2))
     assert sum(g["n"] for g in found["by"]["kind"].values()) == LIMIT
+    # unparsed samples are no votes: every answer empty → no agreement, no shared "answer"
+    empty = [f.assign(answer="") for f in frames]
+    none = sampling_summary(empty, "finmme", 3)
+    assert none["agreement"] is None and none["n_unparsed"] == 3 * LIMIT and none["n_no_parsed"] == LIMIT
+    # one question answered twice alike and once unparsed: agreement 1 over its 2 parsed samples, not 2/3
+    one = [f.copy() for f in frames]
+    one[2].loc[0, "answer"] = ""
+    found = sampling_summary(one, "finmme", 3)
+    assert found["n_unparsed"] == 1 and found["agreement"] == pytest.approx((1 + 2 / 3 + 1 + 2 / 3) / 4)
+
+
+def test_the_sampling_se_is_clustered_like_statsmodels_on_per_question_means():
+    """20 images × 5 questions, K = 4: the SE of the per-question means is statsmodels'
+    cluster-robust SE on the images, not the iid one (which it keeps as se_iid)."""
+    import numpy as np
+    import statsmodels.api as sm
+
+    from finbench.scoring.clustered import repeated_sampling
+
+    rng = np.random.default_rng(5)
+    images = np.repeat(np.arange(20), 5)
+    p = rng.random(20)[images]  # questions on one image are alike
+    correct = (rng.random((100, 4)) < p[:, None]).astype(float)
+    answers = torch.from_numpy((correct * 2).astype(np.int64))
+    found = repeated_sampling(answers, torch.from_numpy(correct), cluster_ids=torch.from_numpy(images))
+    means = correct.mean(1)
+    fit = sm.OLS(means, np.ones(100)).fit(cov_type="cluster", cov_kwds={"groups": images}, use_t=True)
+    assert found["se"] == pytest.approx(float(fit.bse[0]), abs=1e-12)
+    assert found["se_iid"] == pytest.approx(float(sm.OLS(means, np.ones(100)).fit().bse[0]), abs=1e-12)
+    assert (found["ci"]["low"], found["ci"]["high"]) == pytest.approx(tuple(fit.conf_int(0.05)[0]), abs=1e-12)
+    assert found["se"] > 1.3 * found["se_iid"]
 
 
 def test_thinking_samples_its_reasoning_only_when_asked(tmp_path_factory, synthetic_parquet, tmp_path):
@@ -199,3 +236,28 @@ def test_a_mixed_run_samples_its_open_answers_only(tiny_model, tiny_qwen_dir, tm
     block = results["sampling"]
     unscored = int((opened["gold"] == "").sum())
     assert block["n"] + block["n_unscored"] == len(opened) and block["n_unscored"] == unscored
+
+
+def test_compare_of_sampled_runs_uses_the_per_question_means(sampled, tmp_path):
+    """`finbench compare` of a --samples run: the clustered difference is of the mean score over
+    the K samples per question (sample 0 alone would keep the within-question noise)."""
+    import numpy as np
+
+    from finbench.scoring.commands import compare_command
+    from finbench.scoring.sampling import per_question_means
+
+    root, _, _, _ = sampled
+    samples = pd.read_parquet(root / "k3" / "samples.parquet")
+    variants = pd.read_parquet(root / "k3" / "variants.parquet")
+    per_sample = [samples] + [variants[variants["sample"] == j].set_index("id").loc[samples["id"]].reset_index()
+                              for j in (1, 2)]
+    by_hand = np.mean([per_question_correct(f, "finmme") for f in per_sample], axis=0)
+    means = per_question_means(samples, variants, "finmme")
+    assert means.reindex(samples["id"]).to_numpy() == pytest.approx(by_hand)
+    result = compare_command([root / "k1", root / "k3"], tmp_path / "c.json", n_bootstrap=0)
+    c = result["comparisons"][0]
+    assert c["diff"] == pytest.approx(float((by_hand - per_question_correct(samples, "finmme")).mean()))
+    assert c["per_question"].startswith("mean score over the K samples")
+    from finbench.report.format import power_line
+
+    assert "Δ score (per-question means over the K samples)" in power_line(c)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -25,19 +26,19 @@ def _load(name: str):
 
 
 def test_gpu_check_sh_in_cpu_mode_writes_every_section(tmp_path):
-    """scripts/gpu_check.sh end to end with TINY=1 and its own (smallest) tiny settings: the GEMM and
-    attention benchmarks, then gpu_check.py's run, profile, baseline, think and A/B rows (8 of them,
-    the compilers included), each written as it finishes. Run once: it is the suite's longest test."""
+    """scripts/gpu_check.sh end to end with TINY=1 and its own (smallest) tiny settings, in the H200
+    plan's order: run, the quantized rows, think, the elementwise compile row, then the reference,
+    the levers, the other compiler, the profile, the baseline and the GEMM and attention benchmarks,
+    each written as it finishes. Run once: it is the suite's longest test."""
     import os
 
-    args = ["--quant-ab", "fp8,8bit", "--ab", "default,no-pad-widths,no-causal-prefill,no-static-decode,"
+    args = ["--quant-ab", "fp8,8bit", "--ab", "no-pad-widths,no-causal-prefill,no-static-decode,"
                                               "no-cuda-graphs,compile-vision,compile-lm,no-cudnn-sdpa"]
     done = subprocess.run(["bash", str(SCRIPTS / "gpu_check.sh"), *args], capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "TINY": "1", "OUT": str(tmp_path), "PYTHON": sys.executable,
                                "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for section in ("gemm", "attention", "gpu_check"):
-        assert f"== {section} (limit" in done.stdout and f"== {section}: exit" not in done.stdout, done.stdout[-3000:]
+    assert "== gpu_check (outer limit" in done.stdout and "== gpu_check: exit" not in done.stdout, done.stdout[-3000:]
 
     gemm = json.loads((tmp_path / "bench_gemm_tiny.json").read_text())
     shapes = {row["shape"]: row for row in gemm["shapes"]}
@@ -56,11 +57,11 @@ def test_gpu_check_sh_in_cpu_mode_writes_every_section(tmp_path):
     assert not [name for name, section in {**sections, **ab}.items() if "error" in section]
     # every section in run order with its limit, time and status; cheap rows, then fp8, then compilers
     order = [record["name"] for record in payload["sections"]]
-    assert order == ["build", "run", "profile", "baseline", "think", "reference", "default", "no-pad-widths",
-                     "no-causal-prefill", "no-static-decode", "no-cuda-graphs", "no-cudnn-sdpa", "quant-fp8",
-                     "quant-8bit", "compile-vision", "compile-lm"]
+    assert order == ["build", "run", "quant-fp8", "quant-8bit", "think", "compile-lm", "reference", "no-pad-widths", "no-causal-prefill", "no-static-decode", "no-cuda-graphs", "no-cudnn-sdpa",
+                     "compile-vision", "profile", "baseline", "gemm", "attention"]
     statuses = {record["name"]: record["status"] for record in payload["sections"]}
     assert statuses.pop("quant-fp8") == "skipped" and set(statuses.values()) == {"done"}
+    assert "quant-8bit" in ab and ab["quant-8bit"]["anchor"].startswith("the interleaved default runs")
     assert all(set(record) == {"name", "limit_s", "elapsed_s", "status"} for record in payload["sections"])
     think = sections["think"]
     assert think["batch"] == 2 and think["tokens"] > 0 and think["tokens_per_s"] > 0 and think["answers"] == 2
@@ -78,24 +79,28 @@ def test_gpu_check_sh_in_cpu_mode_writes_every_section(tmp_path):
     assert {"vision", "language_model"} <= set(profile["prefill_parts_s"])
     assert "Self CPU" in (tmp_path / profile["file"]).read_text()
     assert sections["baseline"]["speedup"] == run["samples_per_s"] / sections["baseline"]["samples_per_s"]
-    assert list(ab)[:2] == ["reference", "default"]
+    assert list(ab)[:5] == ["quant-fp8", "quant-8bit", "compile-lm", "reference", "no-pad-widths"]
     assert ab["reference"]["fast_paths"] == [] and ab["reference"]["padded_widths"] == {}
-    assert ab["no-pad-widths"]["padded_widths"] == {} and ab["default"]["padded_widths"] == {"Qwen2_5_VLMLP": [107, 128]}
+    assert ab["no-pad-widths"]["padded_widths"] == {} and ab["no-causal-prefill"]["padded_widths"] == {"Qwen2_5_VLMLP": [107, 128]}
     for name, row in ab.items():
         if name in ("reference", "quant-fp8"):
             continue
         assert row["compared"] == 4 and row["samples_per_s"] > 0, name
         assert len(row["samples_per_s_runs"]) == len(row["default_samples_per_s_runs"]) == row["pairs"] == 2, name  # ABAB
+        assert row["pairs_planned"] == 2 and row["vs_default"]["compared"] == 4, name
         assert row["minutes_spread"][0] <= row["projected_finmme_minutes"] <= row["minutes_spread"][1], name
-        if name != "quant-8bit":  # exact levers: the reference's answers (fp32)
+        if name != "quant-8bit":  # exact levers: the reference's answers (fp32), and the default's
             assert row["answers_equal"] == 4 and row["max_option_prob_diff"] <= 1e-4, (name, row)
+            assert row["vs_default"]["answers_equal"] == 4 and row["vs_default"]["max_option_prob_diff"] <= 1e-4, name
+    # the elementwise compile row ran before the reference: its answers against the default runs
+    assert ab["compile-lm"]["anchor"].startswith("the interleaved default runs")
     # fp8 is built (models/fp8.py) but needs an FP8 GPU: the CPU row says why, it never fakes a figure
     assert "--quant fp8" in ab["quant-fp8"]["skipped"] and "samples_per_s" not in ab["quant-fp8"]
     if compile_unavailable(torch.device("cpu")) is None:
         assert ab["compile-vision"]["compiled"] == ["Qwen2_5_VLVisionBlock"] and ab["compile-vision"]["compile_s"] > 0
         assert "Qwen2MLP" in ab["compile-lm"]["compiled"] and "Qwen2_5_VLVisionBlock" not in ab["compile-lm"]["compiled"]
     table = (tmp_path / "gpu_check_tiny.md").read_text()
-    assert "| default |" in table and "| quant-fp8 |" in table and "through finbench run's defaults" in table
+    assert "| no-pad-widths |" in table and "| quant-fp8 |" in table and "through finbench run's defaults" in table
 
 
 def test_a_section_over_its_limit_is_timed_out_even_through_a_handler_and_the_next_one_runs(tmp_path, monkeypatch):
@@ -129,7 +134,7 @@ def test_a_section_over_its_limit_is_timed_out_even_through_a_handler_and_the_ne
     assert [(r["name"], r["limit_s"], r["status"]) for r in payload["sections"]] == [
         ("slow", 0.2, "timed_out"), ("quick", 5, "done"), ("broken", 5, "failed"), ("not here", 5, "skipped")]
     # an alarm that comes late (the main thread inside one long C call) still makes it timed_out
-    monkeypatch.setattr(gpu_check, "deadline", lambda seconds: contextlib.nullcontext())
+    monkeypatch.setattr(sys.modules["gpucheck.report"], "deadline", lambda seconds: contextlib.nullcontext())
     late = gpu_check.Report(tmp_path, "late-work", argparse.Namespace(budget=None, tiny=True, model="m"))
     assert late.section("came back late", 0.05, lambda: time.sleep(0.2) or {"v": 1}) is None
     assert json.loads((tmp_path / "late-work.json").read_text())["sections"][0]["status"] == "timed_out"
@@ -139,6 +144,119 @@ def test_a_section_over_its_limit_is_timed_out_even_through_a_handler_and_the_ne
     assert out_of_time.section("late", 5, lambda: {"value": 1}) is None
     payload = json.loads((tmp_path / "late.json").read_text())
     assert "budget ran out" in payload["results"]["late"]["skipped"] and payload["sections"][0]["status"] == "skipped"
+
+
+def test_the_h200_plan_puts_fp8_think_and_a_compile_row_inside_480_s():
+    """`gpu_check.sh --plan` (no GPU, no torch): every section in run order with its limit; the
+    figures that decide the defaults come first and the planned total, the sum of the limits
+    listed, is at most 480 s."""
+    done = subprocess.run(["bash", str(SCRIPTS / "gpu_check.sh"), "--plan"], capture_output=True, text=True,
+                          timeout=120, env={"PATH": os.environ["PATH"], "PYTHON": sys.executable})
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(r"^ *\d+\. (\S+) +(\d+) s ", done.stdout, re.M)
+    [total] = re.findall(r"^total (\d+) s", done.stdout, re.M)
+    names = [name for name, _ in rows]
+    assert names[:7] == ["setup", "start", "build", "run", "quant-fp8", "think", "compile-lm"], done.stdout
+    assert int(total) == sum(int(limit) for _, limit in rows) <= 480
+    assert "no-cuda-graphs" in done.stdout.split(f"total {total} s")[1]  # a cheap row, while the budget lasts
+
+
+def test_an_outer_sigterm_writes_the_running_section_timed_out_and_the_rest_skipped(tmp_path):
+    """The outer limit's SIGTERM inside a section: that section `timed_out` (the same SectionTimeout
+    as its own limit), every later one `skipped`, the check stopped."""
+    import argparse
+    import os
+    import signal
+    import time
+
+    gpu_check = _load("gpu_check")
+    report = gpu_check.Report(tmp_path, "check", argparse.Namespace(budget=None, tiny=True, model="m"),
+                              [("first", 5), ("killed", 5), ("later", 5)])
+    assert [r["status"] for r in json.loads((tmp_path / "check.json").read_text())["sections"]] == ["pending"] * 3
+
+    def killed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+
+    with report.stop_on_term():
+        assert report.section("first", 5, lambda: {"v": 1})["v"] == 1
+        assert report.section("killed", 5, killed) is None
+        assert report.section("later", 5, lambda: {"v": 2}) is None
+    report.finish()
+    payload = json.loads((tmp_path / "check.json").read_text())
+    assert [(r["name"], r["status"]) for r in payload["sections"]] == [
+        ("first", "done"), ("killed", "timed_out"), ("later", "skipped")]
+    assert "SIGTERM" in payload["results"]["killed"]["error"] and "SIGTERM" in payload["results"]["later"]["skipped"]
+
+
+def test_a_killed_tiny_check_has_every_section_written_the_running_one_timed_out(tmp_path):
+    """A SIGKILL (no handler runs) while `run` runs: the check's file lists every planned section;
+    `--mark-killed`, which gpu_check.sh runs after a non-zero exit, writes `run` timed_out and the
+    sections never reached skipped."""
+    import os
+    import signal
+    import time
+
+    args = [sys.executable, str(SCRIPTS / "gpu_check.py"), "--tiny", "--out", str(tmp_path), "--n-items", "8",
+            "--ab-items", "4", "--baseline-items", "1", "--no-run-reports", "--no-benches"]
+    check = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    path, started = tmp_path / "gpu_check_tiny.json", time.monotonic()
+    try:
+        while time.monotonic() - started < 300:
+            if path.exists() and any(r["name"] == "run" and r["status"] == "running"
+                                     for r in json.loads(path.read_text())["sections"]):
+                break
+            time.sleep(0.05)
+        check.send_signal(signal.SIGKILL)
+    finally:
+        check.wait(60)
+    written = json.loads(path.read_text())["sections"]
+    assert [r["status"] for r in written][:2] == ["done", "running"]
+    marked = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), "--out", str(tmp_path), "--mark-killed"],
+                            capture_output=True, text=True, timeout=120)
+    assert marked.returncode == 0, marked.stderr
+    payload = json.loads(path.read_text())
+    statuses = [(r["name"], r["status"]) for r in payload["sections"]]
+    assert statuses[:3] == [("build", "done"), ("run", "timed_out"), ("quant-fp8", "skipped")], statuses
+    assert [r["name"] for r in payload["sections"]][-3:] == ["compile-vision", "profile", "baseline"]
+    assert {status for _, status in statuses[2:]} == {"skipped"}
+    assert payload["results"]["run"]["error"] == "killed by the outer time limit"
+    assert "| run | – | 0.0 | timed_out |" in (tmp_path / "gpu_check_tiny.md").read_text()
+
+
+def test_an_ab_row_cut_by_its_limit_keeps_the_pairs_it_finished(tmp_path):
+    """Interleaved pairs of 0.1-s runs under a 0.75-s limit: the row is `timed_out` and keeps the
+    finished pairs' rates and minutes, with their count and the count planned."""
+    import argparse
+    import time
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    gpu_check = _load("gpu_check")
+    samples = pd.DataFrame({"id": ["a", "b"], "answer": ["A", "B"], "option_probs": [[0.9, 0.1], [0.2, 0.8]],
+                            "confidence": [0.9, 0.8]})
+
+    class Runs:
+        args, load_s, headline, reference_samples = SimpleNamespace(ab_items=2), 1.0, object(), None
+
+        def run(self, adapter, name, n_items):
+            time.sleep(0.1)
+            return SimpleNamespace(samples=samples, results={"throughput": {"samples": 2, "seconds": 0.1,
+                                                                            "samples_per_s": 20.0}})
+
+    check = Runs()
+    check.report = gpu_check.Report(tmp_path, "check", argparse.Namespace(budget=None, tiny=True, model="m"))
+    row = lambda: gpu_check.interleaved(check, "row", lambda i: check.run(None, f"v{i}", 2), 20)[0]  # noqa: E731
+    assert check.report.section("row", 0.75, row, check.report.payload["ab"]) is None
+    payload = json.loads((tmp_path / "check.json").read_text())
+    kept = payload["ab"]["row"]
+    assert payload["sections"][0]["status"] == "timed_out" and kept["error"].startswith("SectionTimeout")
+    assert 1 <= kept["pairs"] <= 3 and kept["pairs_planned"] == 20
+    assert len(kept["samples_per_s_runs"]) == len(kept["default_samples_per_s_runs"]) == kept["pairs"]
+    assert kept["projected_finmme_minutes"] == (1.0 + 11_099 / 20.0) / 60 and kept["vs_default"]["answers_equal"] == 2
+    assert f"cut after {kept['pairs']} of 20 pairs" in (tmp_path / "check.md").read_text()
 
 
 def test_a_20_second_budget_cuts_the_later_sections_and_no_done_section_overruns(tmp_path):
@@ -267,3 +385,10 @@ def test_the_fp8_row_quantizes_the_seeded_weights_in_memory_and_runs_interleaved
     from finbench.report import html
 
     assert html.write_report.__name__ == "write_report"  # put back after each run
+
+
+def test_coverage_sim_runs_on_a_few_benchmarks():
+    """scripts/coverage_sim.py on 200 simulated benchmarks (its coverage numbers are the script's
+    output, quoted in docs/statistics.md, not asserted here)."""
+    found = _load("coverage_sim").simulate(10, 3, 200, 0.6, 0.3, 0)
+    assert 0 <= found["normal"] <= found["t"] <= 1 and found["t_multiplier"] > 2.2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from finbench.benchmarks import famma, finmme, finmmr, finmtm, mme_finance
+from finbench.benchmarks import famma, fcmr, finchart_bench, finmme, finmmr, finmtm, mme_finance
 from finbench.benchmarks.base import Benchmark
 from finbench.types import DEFAULT_BENCHMARK, Question
 
@@ -29,7 +29,7 @@ def register(benchmark: Benchmark) -> Benchmark:
     return benchmark
 
 
-for _builtin in (finmme, famma, finmtm, mme_finance, finmmr):
+for _builtin in (finmme, famma, finmtm, mme_finance, finmmr, finchart_bench, fcmr):
     register(_builtin.BENCHMARK)
 
 __all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "check_protocol", "describe", "get_benchmark", "load_matching",

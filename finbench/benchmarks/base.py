@@ -35,6 +35,13 @@ def as_decoded(rule: str, images: Sequence[Any]) -> list[Any]:
     return list(images)
 
 
+def record_files(source: Any) -> list[Path]:
+    """Default data files of a local source: those the shared loader prologue reads."""
+    from finbench.benchmarks.records import data_files
+
+    return data_files(source)
+
+
 def no_rules(question: Question, prediction: Prediction) -> Judgement:
     return None, {}
 
@@ -174,8 +181,11 @@ class Benchmark:
     - `rule_judgement`, `judge_requests`, `read_judgement` → open answers judged by rules and by a
       `--judge` model: the requests (`Generate`, with the question's images where the official
       judge sees them) it must answer, and its replies read back; `rule_judgements(questions,
-      predictions, protocol)`, when given, replaces `rule_judgement` with one call for the whole
-      run (verdicts that are cheap only together: FinMMR's programs, run in a sandbox pool);
+      predictions, protocol, unsafe_sandbox)`, when given, replaces `rule_judgement` with one call
+      for the whole run (verdicts that are cheap only together: FinMMR's programs, run in the
+      sandbox's jails; `unsafe_sandbox`: without one where none can be built), `program_protocols` names
+      the protocols whose answers are programs (refused at start-up where no jail can be built,
+      unless --unsafe-sandbox);
     - `recognise(source)` → "" when a --data source looks like this benchmark's data, else one
       line why not ("…: not FinMMR data — missing …"), asked at start-up before any model loads and
       by `finbench data check`; cheap (column names, benchmarks/recognise.py builds the usual ones);
@@ -195,7 +205,11 @@ class Benchmark:
       keys of `scores`) it shows beside the headline, with each scored part's headline metric;
     - `cluster_field` → what its questions cluster on (`cluster_key`: `id`, `image` or a meta
       field): samples.parquet's `cluster` column, the clustered SEs of `scores.clustered` and the
-      cluster bootstrap of its headlines (scoring/clustered.py)."""
+      cluster bootstrap of its headlines (scoring/clustered.py);
+    - `answer_type_field` → the samples column whose values are its answer types (`kind`; FinChart-Bench's
+      MC and TF are both single choices over different labels: `task`), for the label balance
+      (scoring/balance.py: constant-answer baseline, macro-recall, lowest per-label recall).
+      `files(source)` → the data files a source holds, as `finbench data check` lists them."""
 
     name: str
     title: str
@@ -210,7 +224,8 @@ class Benchmark:
     answer: Callable[[Question, str, str], str] = stripped_text
     prepare_images: Callable[[str, Sequence[Any]], list[Any]] = as_decoded
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
-    rule_judgements: Callable[[Sequence[Question], Sequence[Prediction], str], list[Judgement]] | None = None
+    rule_judgements: Callable[[Sequence[Question], Sequence[Prediction], str, bool], list[Judgement]] | None = None
+    program_protocols: tuple[str, ...] = ()  # protocols whose answers are programs the sandbox runs
     judge_requests: Callable[[Question, Prediction], list[Request]] = no_judge_requests
     read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
     rotate: Callable[[Question, int], Question | None] = rotated_options
@@ -225,6 +240,10 @@ class Benchmark:
     open_prompt: Callable[[Question], Prompt | None] = question_alone
     language_field: str = ""  # the meta field of a question's language ("": every question in English)
     recognise: Recognise = anything  # "" when a --data source looks like this benchmark's data, else why not
+    # what splits the choice items into answer types, each with its own labels (scoring/balance.py):
+    # the constant answer, macro-recall and the lowest per-label recall are computed per type
+    answer_type_field: str = "kind"
+    files: Callable[[Any], list[Path]] = record_files
 
     @property
     def breakdown_column(self) -> str:

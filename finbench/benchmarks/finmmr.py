@@ -10,7 +10,7 @@ and `evaluate/utils/evaluation_utils.py` (restated in scoring/finmmr.py), `infer
 Three protocols:
 - `cot` / `pot`: the official chain-of-thought / program-of-thought prompts (system; user = the
   images, then the text), greedy; cot's answer extracted by `--judge` with the official prompt or
-  by a rule (labelled so), pot's program run in runner/sandbox.py; judged by the official get_acc.
+  by a rule (labelled so), pot's program run in the kernel jail of finbench/sandbox/; judged by the official get_acc.
 - `constrained` (default): finbench's prompt, the number read by the numeric grammar decoder
   (after `--think-budget` reasoning where asked), judged by get_acc. No extractor, no code.
 """
@@ -278,19 +278,22 @@ def _verdict(text: str, question: Question, source: str) -> Judgement:
     return float(acc), {"source": source, "extracted": text, "execution_rate": int(ok)}
 
 
-def rule_judgements(questions: Sequence[Question], predictions: Sequence[Prediction], protocol: str) -> list[Judgement]:
-    """Every answer's official verdict at once: pot programs run together in the sandbox pool."""
+def rule_judgements(questions: Sequence[Question], predictions: Sequence[Prediction], protocol: str,
+                    unsafe_sandbox: bool = False) -> list[Judgement]:
+    """Every answer's official verdict at once: pot programs run together, each in its own jail
+    (`unsafe_sandbox`: without one where none can be built, --unsafe-sandbox; the verdict says so)."""
     import finbench.scoring.finmmr as scoring  # as _verdict
 
     if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
         return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
                          else "answer") for q, p in zip(questions, predictions)]
-    from finbench.runner.sandbox import run_programs
+    from finbench.sandbox import run_programs
 
     out: list[Judgement] = []
     programs = [extract_program(p.generated_text or p.answer) for p in predictions]
-    for question, outcome in zip(questions, run_programs(programs)):
-        info = {"source": "program", "execution_rate": int(outcome.ok), "extracted": outcome.value if outcome.ok else ""}
+    for question, outcome in zip(questions, run_programs(programs, unsafe=unsafe_sandbox)):
+        info = {"source": "program", "execution_rate": int(outcome.ok), "extracted": outcome.value if outcome.ok else "",
+                **({"sandbox": outcome.sandbox} if outcome.sandbox != "jail" else {})}
         if not outcome.ok:
             out.append((0.0, {**info, "reason": outcome.reason}))
             continue
@@ -320,7 +323,7 @@ BENCHMARK = Benchmark(
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmmr"),
     load=load_questions, request=request, answer=answer, rule_judgements=rule_judgements,
     judge_requests=judge_requests, read_judgement=read_judgement, rotate=options_not_rendered, open_prompt=no_open_prompt, forms=FORMS,
-    protocols=PROTOCOLS, protocol_names=PROTOCOL_NAMES, metrics=METRICS,
+    protocols=PROTOCOLS, protocol_names=PROTOCOL_NAMES, metrics=METRICS, program_protocols=("pot",),
     recognise=requires_columns("FinMMR", REQUIRED_COLUMNS, files=record_files),  # the files a run would read
     cluster_field="image",  # the image set: pages of one source document (4226-1..3.png), shared by its questions
     demo=Demo(module="finbench.offline.finmmr_synthetic", sizes="FinMMR items per difficulty (4)",

@@ -93,3 +93,20 @@ def requires_columns(title: str, required: Sequence[str], *, any_of: Sequence[st
         return ""
 
     return recognise
+
+
+def requires_files(title: str, files: Callable[[Any], Iterable[Path]], required: Sequence[str]) -> Recognise:
+    """A recogniser for a benchmark whose data files are named (`files` raises a DataError naming
+    what it looked for when a source holds none of them), then whose records have `required` columns."""
+    columns = requires_columns(title, required, files=files)
+
+    def recognise(source: Any) -> str:
+        if source is None or not Path(str(source)).expanduser().exists():
+            return ""  # a hub id, or a missing path: the loader's one line
+        try:
+            list(files(Path(str(source)).expanduser()))
+        except ValueError as err:  # DataError: "--data PATH: no X_data.json …" → the reason after the path
+            return f"{source}: not {title} data — {str(err).split(': ', 1)[-1]}"
+        return columns(source)
+
+    return recognise

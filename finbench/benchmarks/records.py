@@ -8,8 +8,13 @@ go wrong is split the way the error policy asks:
   available offline) raises `ValueError` naming it: one start-up line, before any work;
 - a bad line or field (malformed JSON, non-UTF-8 bytes, a line that is not an object, a line
   nested too deeply to parse) becomes a `RawRecord` with `error` set, which the benchmark turns
-  into that sample's error; in a JSON array, a non-UTF-8 byte inside one record's text fails
-  that record only.
+  into that sample's error. A byte that is not UTF-8 fails only the record it sits in, wherever it
+  is — a key, a value, or between records (then an entry of its own) — and the error names its
+  offset in the file: "not UTF-8 at byte N" (json_records.py for JSON and JSON lines).
+
+A loader gets all of this by reading its data through `open_table` (or `read_table`), never with
+its own `json.loads` or `pd.read_json`; a new format is one more reader here, returning
+`RawRecord`s with `error` set the same way.
 
 A folder's metadata files are not records: `datasets`' `save_to_disk` bookkeeping
 (`dataset_info.json`, `state.json`, `dataset_dict.json`), an image folder's `metadata.jsonl`
@@ -17,9 +22,9 @@ and anything under a hidden folder (`.cache/`) are skipped, and the skip is name
 Relative image paths are read inside the data's folder only (`local_file`): one that climbs out
 (`../../etc/passwd`) is that record's error; absolute paths are read as given.
 
-pyarrow reads parquet and arrow (the `datasets` package is needed for hub ids only); JSON lines
-are parsed line by line with the standard library, because pyarrow's and `datasets`' JSON readers
-fail a whole file on one bad line.
+pyarrow reads parquet and arrow (the `datasets` package is needed for hub ids only); JSON and JSON
+lines are parsed with the standard library (json_records.py), because pyarrow's and `datasets`'
+JSON readers fail a whole file on one bad line or byte.
 
 Every loader starts the same way (`open_table`, then `select`): read the records, keep those the
 filters ask for, stop at `--limit` — before any question is built or any image read. The rule for
@@ -35,32 +40,19 @@ silently.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
+
+from finbench.benchmarks.json_records import read_json
+from finbench.benchmarks.raw import DataError, RawRecord
 
 FORMATS = (".parquet", ".arrow", ".jsonl", ".json", ".tsv")
 # files inside a data folder that describe the data instead of holding records
 METADATA_FILES = {"dataset_info.json", "state.json", "dataset_dict.json"}  # datasets' save_to_disk
 IMAGE_METADATA_FILES = {"metadata.jsonl", "metadata.json"}  # an image folder's captions (hub ImageFolder)
-
-
-class DataError(ValueError):
-    """A data source that cannot be used at all: one start-up line."""
-
-
-@dataclass(frozen=True)
-class RawRecord:
-    """One record as stored, with where it came from; `values` is empty when `error` is set."""
-
-    origin: str
-    values: Mapping[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    folder: str = ""  # the data file's folder: relative image paths are read from there
-    root: str = ""  # the data's folder (--data, or a file's folder): relative paths stay inside it
 
 
 @dataclass
@@ -215,7 +207,7 @@ def _read_file(path: Path) -> tuple[list[RawRecord], set[str]]:
             return _from_arrow(_read_arrow(path), path)
         if path.suffix == ".tsv":
             return _read_tsv(path)
-        return _read_json(path)
+        return read_json(path)
     except DataError:
         raise
     except Exception as err:  # noqa: BLE001 — pyarrow and the OS raise many types for a bad file
@@ -256,7 +248,15 @@ def _from_arrow(table: Any, path: Path) -> tuple[list[RawRecord], set[str]]:
     return records, set(table.column_names)
 
 
-def _read_tsv(path: Path) -> tuple[list[RawRecord], set[str]]:
+def read_csv(path: Path) -> list[RawRecord]:
+    """The records of one comma-separated file with a header row (FCMR's `<grade>_data.csv`), read
+    as the TSV below is: every field text, a bad record that record's error; `folder` and `root`
+    are the file's folder."""
+    records, _ = _read_tsv(path, sep=",")
+    return [dataclasses.replace(r, folder=str(path.parent), root=str(path.parent)) for r in records]
+
+
+def _read_tsv(path: Path, sep: str = "\t") -> tuple[list[RawRecord], set[str]]:
     """VLMEvalKit's TSV, tokenized as VLMEvalKit reads it (pandas `read_csv(sep='\\t')`): a header
     row, then one record per row, with pandas' quoting (a field in double quotes may hold tabs,
     newlines and `""` for a quote; VLMEvalKit's writer quotes every field). Every field stays text
@@ -269,10 +269,10 @@ def _read_tsv(path: Path) -> tuple[list[RawRecord], set[str]]:
     import pandas as pd
 
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
-    width = 1 + max((line.count(b"\t") for line in data.split(b"\n")), default=0)
+    width = 1 + max((line.count(sep.encode()) for line in data.split(b"\n")), default=0)
     for _ in range(8):  # a quoted field spanning lines may hide more fields than any one line shows
         try:
-            frame = pd.read_csv(io.BytesIO(data), sep="\t", header=None, names=range(width), dtype=object,
+            frame = pd.read_csv(io.BytesIO(data), sep=sep, header=None, names=range(width), dtype=object,
                                 keep_default_na=False, na_filter=False, encoding_errors="surrogateescape")
             break
         except pd.errors.ParserError as err:
@@ -323,87 +323,6 @@ def _utf8(data: bytes, name: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"field {name!r} is not valid UTF-8 (byte 0x{data[err.start]:02x} at offset {err.start})") from None
-
-
-def _read_json(path: Path) -> tuple[list[RawRecord], set[str]]:
-    """A .json file holding one array (or object) of records, or JSON lines in either suffix."""
-    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")  # a BOM (Windows editors) is not part of record 1
-    if path.suffix == ".json":
-        try:
-            whole = json.loads(data)  # (bytes: UTF-16 and UTF-32 files are detected too)
-        except UnicodeDecodeError:  # a byte that is not UTF-8 stays a lone surrogate: `_json_record` fails that record only
-            whole = _loads_or_none(data.decode("utf-8", errors="surrogateescape"))
-        except (json.JSONDecodeError, RecursionError):
-            whole = None  # maybe JSON lines with a .json suffix
-        if isinstance(whole, list):
-            return _objects(whole, lambda n: f"{path}[{n}]")
-        if isinstance(whole, dict):
-            if whole and all(isinstance(v, Mapping) for v in whole.values()):  # {id: record}
-                return _objects([{"id": k, **v} if "id" not in v else v for k, v in whole.items()],
-                                lambda n: f"{path}[{n}]")
-            return _objects([whole], lambda n: str(path))
-    records: list[RawRecord] = []
-    columns: set[str] = set()
-    for number, line in enumerate(data.splitlines(), 1):
-        origin = f"{path}:{number}"
-        if not line.strip():
-            continue
-        try:
-            values = json.loads(_utf8(line, "line"))
-        except json.JSONDecodeError as err:
-            records.append(RawRecord(origin, error=f"{origin}: malformed JSON ({err.msg} at column {err.colno})"))
-            continue
-        except RecursionError:
-            records.append(RawRecord(origin, error=f"{origin}: JSON nested too deeply to read"))
-            continue
-        except ValueError as err:
-            records.append(RawRecord(origin, error=f"{origin}: {err}"))
-            continue
-        records.append(_json_record(origin, values))
-        columns |= set(values) if isinstance(values, dict) else set()
-    if data.strip() and all(r.error for r in records):
-        raise DataError(f"cannot read {path}: neither a JSON array of records nor JSON lines "
-                         f"({records[0].error.split(': ', 1)[-1]})")
-    return records, columns
-
-
-def _loads_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-
-
-def _objects(items: Sequence[Any], origin_of: Any) -> tuple[list[RawRecord], set[str]]:
-    records, columns = [], set()
-    for n, values in enumerate(items):
-        records.append(_json_record(origin_of(n), values))
-        columns |= set(values) if isinstance(values, dict) else set()
-    return records, columns
-
-
-def _json_record(origin: str, values: Any) -> RawRecord:
-    """One parsed JSON record, or its error: not an object, or a field (its name or its text) holding a lone
-    surrogate (valid JSON, e.g. "\\udcff", but not text: the tokenizer and Parquet refuse it later,
-    for the whole run)."""
-    if not isinstance(values, dict):
-        return RawRecord(origin, error=f"{origin}: expected a JSON object, got {type(values).__name__}")
-    for name in values:  # a bad byte in a field's name would hide the field ("question is empty")
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:
-            shown = name.encode("utf-8", errors="replace").decode("utf-8")
-            return RawRecord(origin, error=f"{origin}: field name {shown!r} is not valid UTF-8 (a byte that is not "
-                                           "UTF-8, or a lone surrogate escape)")
-    for name, value in values.items():
-        try:  # every string inside the field, nested ones included
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            return RawRecord(origin, error=f"{origin}: field {name!r} is not valid UTF-8 (a byte that is not "
-                                           "UTF-8, or a lone surrogate escape)")
-        except RecursionError:
-            return RawRecord(origin, error=f"{origin}: field {name!r} is nested too deeply to read")
-    return RawRecord(origin, values)
 
 
 def _read_hub(hub_id: str, split: str) -> RawTable:

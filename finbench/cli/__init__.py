@@ -1,10 +1,11 @@
-"""`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks.
+"""`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks,
+judge-agreement.
 
 Configuration errors (unknown model, missing path, impossible quantization) end the command at
 start-up with one clear line and exit code 2; per-sample problems never stop a run.
 
 One module per command group: `evaluate` (run, demo, sweep), `scores` (score, compare, report,
-leaderboard), `tools` (data check, models, benchmarks); `common` holds the apps, the consoles and
+leaderboard, judge-agreement), `tools` (data check, models, benchmarks); `common` holds the apps, the consoles and
 how a command ends. The commands are registered below, in the order `finbench --help` lists them.
 """
 
@@ -30,5 +31,6 @@ models_app.command("make-tiny", cls=tools.MakeTinyCommand, short_help=_summary(t
     tools.make_tiny_command)
 models_app.command("list", short_help=_summary(tools.list_models))(tools.list_models)
 app.command(short_help=_summary(tools.benchmarks))(tools.benchmarks)
+app.command("judge-agreement", short_help=_summary(scores.judge_agreement))(scores.judge_agreement)
 
 __all__ = ["app"]

@@ -1,25 +1,30 @@
 """What every command shares: the Typer apps, the two consoles (stderr for messages, stdout for
 results), and how a command ends — one line and exit code 2 for bad input, one line and 128 +
-the signal for a stopped run, 1 when every sample failed."""
+the signal for a stopped run, 1 when every sample failed.
+
+An option given twice never loses a value silently (click keeps only the last): one that takes a
+list is declared repeatable (`List[str]`, read as one comma list by `comma_list`: `--probe a
+--probe b` is `--probe a,b`), and every other one given twice is refused in one line before any
+work — by the apps' group (`OneValueGroup`), for every command and every option, those added
+later included, none named here."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+UNSAFE_SANDBOX_HELP = ("Where this machine gives neither the kernel jail nor Landlock for model-written programs "
+                       "(FinMMR pot), run them anyway in plain limited processes (named in the results; default: "
+                       "refuse at start-up).")
 HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP)
-models_app = typer.Typer(no_args_is_help=True, help="Model utilities (tiny offline models).")
-app.add_typer(models_app, name="models")
-data_app = typer.Typer(no_args_is_help=True, help="Data utilities: check a local copy of a benchmark's data.")
-app.add_typer(data_app, name="data")
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console()
 
@@ -27,6 +32,51 @@ out_console = Console()
 def fail(message: str) -> None:
     console.print(f"[bold red]error:[/] {escape(message)}")  # paths and values may hold [brackets]
     raise typer.Exit(2)
+
+
+def repeated_option(command: typer.core.TyperCommand, name: str, args: Sequence[str],
+                    parent: typer.Context) -> str | None:
+    """The refusal of a single-valued option that `args` give more than once (the parser would keep
+    the last silently), or None. The command's own parser reads `args`, so `--opt=value`, a flag's
+    `--no-` form and values that look like options count as the command will see them; an error
+    in `args` is left to the command's own parse to report."""
+    context = type(parent)(command, info_name=name, parent=parent, resilient_parsing=True)
+    _, _, order = command.make_parser(context).parse_args(list(args))
+    counts = Counter(param for param in order if isinstance(param, typer.core.TyperOption) and param.expose_value
+                     and not param.multiple and not param.count)
+    for param, times in counts.items():
+        if times > 1:
+            flag = "/".join(param.opts + param.secondary_opts)
+            return (f"{flag} is given {times} times: it takes one value, and all but the last would be dropped "
+                    "— give it once")
+    return None
+
+
+class OneValueGroup(typer.core.TyperGroup):
+    """The apps' group: before a command runs, a single-valued option given twice is refused in one
+    line (`repeated_option`)."""
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None and not isinstance(command, typer.core.TyperGroup):
+            refusal = repeated_option(command, name or "", rest, ctx)
+            if refusal:
+                fail(refusal)
+        return name, command, rest
+
+
+def comma_list(values: Sequence[str]) -> str:
+    """A list option as one comma-separated text, whether given once as a comma list or repeated
+    (`--probe a --probe b` is `--probe a,b`)."""
+    return ",".join(values)
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=HELP, cls=OneValueGroup)
+models_app = typer.Typer(no_args_is_help=True, help="Model utilities (tiny offline models).", cls=OneValueGroup)
+app.add_typer(models_app, name="models")
+data_app = typer.Typer(no_args_is_help=True, help="Data utilities: check a local copy of a benchmark's data.",
+                       cls=OneValueGroup)
+app.add_typer(data_app, name="data")
 
 
 @contextlib.contextmanager

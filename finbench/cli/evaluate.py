@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from finbench.cli.common import console, fail, home, one_line_errors, out_console, run_and_report, stops_in_one_line
+from finbench.cli.common import (UNSAFE_SANDBOX_HELP, comma_list, console, fail, home, one_line_errors, out_console,
+                                 run_and_report, stops_in_one_line)
 from finbench.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 # importing the registry: every command starts without torch
 
@@ -41,9 +42,24 @@ class DemoCommand(typer.core.TyperCommand):
 
 
 def run(
-    model: str = typer.Option(..., help="Hub id or local folder of the model."),
-    benchmark: str = typer.Option(DEFAULT_BENCHMARK, help="Benchmark name, or several: finmme,famma (one run folder each "
-                                  "under --out, one loaded model, OUT/summary.json)."),
+    model: str = typer.Option(..., help="Hub id or local folder of the model, or the URL of a server that serves "
+                              "it (http(s)://HOST:PORT/v1: vLLM, SGLang, transformers serve; docs/scale.md)."),
+    served_model: Optional[str] = typer.Option(None, help="Which model a served --model (or --judge) answers with "
+                                               "(default: the only one its /v1/models lists)."),
+    api_key_env: Optional[str] = typer.Option(None, help="Environment variable holding the served model's API key "
+                                              "(sent as a bearer token; never on the command line, never written)."),
+    in_flight: Optional[int] = typer.Option(None, help="Requests in flight to a served model (default: 64 for vLLM "
+                                            "and SGLang, 4 for other servers)."),
+    request_timeout: float = typer.Option(600.0, help="Seconds a served model's request may take (then retried)."),
+    served_thinking: bool = typer.Option(False, help="Ask a served model to think (chat_template_kwargs "
+                                         "enable_thinking; off by default, as finbench renders hybrid models)."),
+    served_reading: str = typer.Option("auto", help="How a served model's choices are read: auto (logprobs on "
+                                       "vLLM and SGLang, else the decision endpoint), logprobs or decision."),
+    family: Optional[str] = typer.Option(None, help="Model family (`finbench models list`); auto: the generic one. "
+                                         "Default: the family of the checkpoint's model_type, else auto."),
+    benchmark: List[str] = typer.Option([DEFAULT_BENCHMARK], help="Benchmark name, or several: finmme,famma or "
+                                        "repeated (one run folder each under --out, one loaded model, "
+                                        "OUT/summary.json)."),
     data: List[str] = typer.Option([], help="Local data file/folder or hub id (default: the benchmark's hub set); "
                                    "with several benchmarks, BENCHMARK=SOURCE, repeatable."),
     limit: Optional[int] = typer.Option(None, help="Evaluate only the first N questions (after filters)."),
@@ -86,22 +102,26 @@ def run(
     seed: int = typer.Option(0, help="Seed of the bootstrap and of sampled generation."),
     think_budget: int = typer.Option(0, help="Thinking models: reasoning tokens before the constrained answer "
                                      "(0 = none; a thinking checkpoint then closes its block at once)."),
-    judge: Optional[str] = typer.Option(None, help="Local model (folder or hub id) that judges the open answers of "
+    judge: Optional[str] = typer.Option(None, help="Local model (folder or hub id, or a server's URL) that judges the open answers of "
                                         "the benchmarks whose official evaluation asks a judge (`finbench benchmarks`): "
                                         "a vision-language model is shown the images the official judge sees; its "
                                         "verdicts are cached."),
     judge_max_new_tokens: Optional[int] = typer.Option(None, help="The judge's reply budget (default: each "
                                                        "benchmark's official one)."),
+    judge_served_model: Optional[str] = typer.Option(None, help="Which model a served --judge answers with "
+                                                     "(default: the only one its /v1/models lists)."),
     permutations: int = typer.Option(0, help="Circular evaluation: ask every constrained choice item again with its "
                                      "options rotated, K orders in all (capped at its option count; 0 = off); "
                                      "results.json['circular'], variants.parquet."),
-    image_ablation: str = typer.Option("", help="Image ablation: the same items again with every image blank, "
-                                       "noise or none (removed); comma-separated; results.json['image_ablation']."),
+    image_ablation: List[str] = typer.Option([], help="Image ablation: the same items again with every image blank, "
+                                             "noise or none (removed); comma-separated or repeated; "
+                                             "results.json['image_ablation']."),
     samples: int = typer.Option(1, help="Repeated sampling: every generated request K times, seeds seed…seed+K−1, "
                                 "sampled as --gen-kwargs says (a temperature is needed); results.json['sampling']."),
-    probe: str = typer.Option("", help="Contamination probes of the constrained single-answer choice items: "
+    probe: List[str] = typer.Option([], help="Contamination probes of the constrained single-answer choice items: "
                               "none-of-the-above (the gold option's text replaced by \"None of the above\"), "
-                              "open-ended (asked without options); comma-separated; results.json['probes']."),
+                              "open-ended (asked without options); comma-separated or repeated; "
+                              "results.json['probes']."),
     revision: Optional[str] = typer.Option(None, help="Hub branch, tag or commit of --model (in the cache key)."),
     trust_remote_code: bool = typer.Option(False, help="Allow the checkpoint's own Python code to run (off: "
                                            "nothing remote runs)."),
@@ -110,8 +130,9 @@ def run(
     chat_template: Optional[str] = typer.Option(None, help="File with a Jinja chat template replacing the "
                                                 "checkpoint's."),
     system_prompt: Optional[str] = typer.Option(None, help="A system message put before every question."),
-    gen_kwargs: str = typer.Option("", help="Free generation (official protocol, open answers): "
-                                   "max_new_tokens=N,temperature=T,top_p=P,top_k=K; greedy by default."),
+    gen_kwargs: List[str] = typer.Option([], help="Free generation (official protocol, open answers): "
+                                         "max_new_tokens=N,temperature=T,top_p=P,top_k=K (comma-separated or "
+                                         "repeated); greedy by default."),
     log_prompts: bool = typer.Option(True, help="Keep each rendered prompt in samples.parquet "
                                      "(--no-log-prompts: only its SHA-256)."),
     progress: bool = typer.Option(True, help="Show progress bars (--no-progress: none at all, model loading "
@@ -123,6 +144,7 @@ def run(
                                         "the largest spread)."),
     overwrite: bool = typer.Option(False, help="Replace the results of another run (another model, benchmark, "
                                    "data or protocol) that --out holds (default: refuse)."),
+    unsafe_sandbox: bool = typer.Option(False, help=UNSAFE_SANDBOX_HELP),
 ) -> None:
     """Evaluate a model on one or more benchmarks; resumes from the cache if interrupted."""
     import shlex
@@ -130,14 +152,18 @@ def run(
 
     from finbench.api import benchmark_names, data_sources, evaluate
     from finbench.report.output import configure_output
-    from finbench.runner.startup import parse_gen_kwargs
+    from finbench.runner.gen_kwargs import parse_gen_kwargs
 
     configure_output(progress, verbose)
     if batch_size is not None and batch_size != "auto" and not batch_size.isdigit():
         fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
+    benchmark = comma_list(benchmark)
     try:
         sources = data_sources(data, benchmark_names(benchmark)) if data else None
-        options = dict(limit=limit, domains=tuple(domain), question_types=tuple(question_type),
+        options = dict(family=family, served_model=served_model, api_key_env=api_key_env, in_flight=in_flight,
+                       request_timeout=request_timeout, served_thinking=served_thinking, served_reading=served_reading,
+                       judge_served_model=judge_served_model, limit=limit, domains=tuple(domain),
+                       question_types=tuple(question_type),
                        batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
                        token_budget=token_budget, workers=workers,  # None: sized at start-up (runner/defaults.py)
                        protocol=protocol, dtype=dtype, device=device, quant=quant,
@@ -147,11 +173,11 @@ def run(
                        compile_vision=compile_vision, compile_lm=compile_lm, profile=profile, fast_paths=fast_paths,
                        bootstrap=bootstrap, seed=seed,
                        think_budget=think_budget, judge=judge, judge_max_new_tokens=judge_max_new_tokens, revision=revision,
-                       trust_remote_code=trust_remote_code, permutations=permutations, image_ablation=image_ablation,
-                       samples=samples,
-                       probes=probe,
+                       trust_remote_code=trust_remote_code, permutations=permutations,
+                       image_ablation=comma_list(image_ablation), samples=samples, probes=comma_list(probe),
                        attn_implementation=attn_implementation, chat_template=chat_template,
-                       system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(gen_kwargs), log_prompts=log_prompts)
+                       system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(comma_list(gen_kwargs)), log_prompts=log_prompts,
+                       unsafe_sandbox=unsafe_sandbox)
     except ValueError as err:
         fail(str(err))
     command = shlex.join(["finbench", *sys.argv[1:]])
@@ -204,14 +230,15 @@ def demo(
 
 def sweep(
     model: Optional[str] = typer.Option(None, help="Hub id or local folder of the model (or use --models)."),
-    models: Optional[str] = typer.Option(None, help="Comma-separated models (e.g. instruct,thinking checkpoints)."),
-    quant: Optional[str] = typer.Option(None, help="Comma-separated --quant values: none,8bit,4bit,int8wo,int4wo,fp8 "
-                                        "(pre-quantized checkpoints go in --models)."),
+    models: List[str] = typer.Option([], help="Comma-separated (or repeated) models, e.g. instruct,thinking "
+                                     "checkpoints."),
+    quant: List[str] = typer.Option([], help="Comma-separated (or repeated) --quant values: none,8bit,4bit,int8wo,"
+                                    "int4wo,fp8 (pre-quantized checkpoints go in --models)."),
     quant_vision: bool = typer.Option(False, help="--quant the vision tower too."),
     allow_dequantized: bool = typer.Option(False, help="Run FP8 checkpoints dequantized where FP8 matmuls cannot "
                                            "run (labelled +dequantized)."),
-    dtype: Optional[str] = typer.Option(None, help="Comma-separated dtypes, e.g. bfloat16,float16."),
-    think_budget: Optional[str] = typer.Option(None, help="Comma-separated reasoning budgets, e.g. 0,256,1024."),
+    dtype: List[str] = typer.Option([], help="Comma-separated (or repeated) dtypes, e.g. bfloat16,float16."),
+    think_budget: List[str] = typer.Option([], help="Comma-separated (or repeated) reasoning budgets, e.g. 0,256,1024."),
     benchmark: str = typer.Option(DEFAULT_BENCHMARK, help="Benchmark name."),
     data: Optional[str] = typer.Option(None, help="Local data file/folder or hub id."),
     limit: Optional[int] = typer.Option(None, help="Evaluate only the first N questions."),
@@ -222,9 +249,10 @@ def sweep(
     out: str = typer.Option("runs/sweep", help="Sweep folder: one run folder per variant, a shared cache, "
                             "sweep.json, report.html, report.md."),
     permutations: int = typer.Option(0, help="Circular evaluation in every variant (see `finbench run`)."),
-    image_ablation: str = typer.Option("", help="Image ablation in every variant: blank,noise,none (see `finbench run`)."),
-    probe: str = typer.Option("", help="Contamination probes in every variant: none-of-the-above,open-ended (see "
-                              "`finbench run`)."),
+    image_ablation: List[str] = typer.Option([], help="Image ablation in every variant: blank,noise,none (see "
+                                             "`finbench run`)."),
+    probe: List[str] = typer.Option([], help="Contamination probes in every variant: none-of-the-above,open-ended "
+                                    "(see `finbench run`)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples (CIs and paired deltas)."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
     progress: bool = typer.Option(True, help="Show progress bars (--no-progress: none at all, model loading "
@@ -241,19 +269,20 @@ def sweep(
     if batch_size is not None and batch_size != "auto" and not batch_size.isdigit():
         fail(f"--batch-size {batch_size}: expected a positive integer or 'auto'")
     with stops_in_one_line(), one_line_errors():
-        model_list = parse_axis(models) or ([model] if model else [])
+        model_list = parse_axis(comma_list(models)) or ([model] if model else [])
         if not model_list:
             raise ValueError("give --model or --models")
         if model and models:
             raise ValueError("give either --model or --models, not both")
-        axes = {"model": model_list, "quant": parse_axis(quant), "dtype": parse_axis(dtype),
-                "think_budget": parse_axis(think_budget, int)}
+        axes = {"model": model_list, "quant": parse_axis(comma_list(quant)), "dtype": parse_axis(comma_list(dtype)),
+                "think_budget": parse_axis(comma_list(think_budget), int)}
         base = RunConfig(model=model_list[0], benchmark=benchmark, data=data, limit=limit,
                          batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
                          device=device,
                          max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
                          quant_vision=quant_vision, allow_dequantized=allow_dequantized, permutations=permutations,
-                         image_ablation=tuple(parse_axis(image_ablation)), probes=tuple(parse_axis(probe)))
+                         image_ablation=tuple(parse_axis(comma_list(image_ablation))),
+                         probes=tuple(parse_axis(comma_list(probe))))
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
     from finbench.scoring.commands import print_comparison
 

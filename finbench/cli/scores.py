@@ -1,4 +1,4 @@
-"""`finbench score`, `compare`, `report` and `leaderboard`: what finished run folders hold, scored,
+"""`finbench score`, `compare`, `judge-agreement`, `report` and `leaderboard`: what finished run folders hold, scored,
 compared and drawn again (CPU only, no model)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from finbench.cli.common import console, fail, one_line_errors, out_console
+from finbench.cli.common import UNSAFE_SANDBOX_HELP, console, fail, one_line_errors, out_console
 from finbench.types import DEFAULT_BENCHMARK
 
 
@@ -25,6 +25,7 @@ def score(
                                                         "extracted answers; pot, the raw outputs with the program)."),
     samples_out: Optional[Path] = typer.Option(None, help="With --predictions: write one JSON line per question "
                                                             "(id, answer, extracted, correct) to this file."),
+    unsafe_sandbox: bool = typer.Option(False, help=UNSAFE_SANDBOX_HELP),
 ) -> None:
     """Score a finished run (tables + RUN_DIR/scores_<variant>.json), or raw answer strings
     against benchmark data (printed as JSON)."""
@@ -49,7 +50,7 @@ def score(
             from finbench.scoring.commands import score_predictions
 
             scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed, console=console,
-                                        protocol=protocol, samples_out=samples_out)
+                                        protocol=protocol, samples_out=samples_out, unsafe_sandbox=unsafe_sandbox)
     else:
         fail("give a RUN_DIR, or both --data and --predictions")
     print(json.dumps(scores, indent=2, default=str))
@@ -77,6 +78,27 @@ def compare(
     with one_line_errors():
         compare_command(run_dirs, out, bootstrap, seed, console=out_console,
                         allow_mixed_protocols=allow_mixed_protocols)
+
+
+def judge_agreement(
+    run_dirs: List[Path] = typer.Argument(..., help="Two run folders of the same answers, each judged (--judge)."),
+    out: Optional[Path] = typer.Option(None, help="Write the agreement JSON here (default RUN_A/judge_agreement.json)."),
+    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the CIs (0 = none)."),
+    seed: int = typer.Option(0, help="Bootstrap seed."),
+) -> None:
+    """How far two judges agree on the questions both judged (Cohen's kappa for verdicts,
+    Krippendorff's alpha for 0–5 scores, with bootstrap CIs), and each run's rules vs its judge."""
+    if len(run_dirs) != 2:
+        fail("judge-agreement compares exactly two run folders")
+    if bootstrap < 0:
+        fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
+    for run_dir in run_dirs:
+        if not (run_dir / "samples.parquet").exists():
+            fail(f"{run_dir}: no samples.parquet")
+    from finbench.scoring.agreement import judge_agreement_command  # after the checks: a refusal imports no torch
+
+    with one_line_errors():
+        judge_agreement_command(run_dirs, out, bootstrap, seed, console=out_console)
 
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:

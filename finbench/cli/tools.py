@@ -103,10 +103,20 @@ def list_models() -> None:
     yes_no = {True: "yes", False: "no"}
     for family in FAMILIES:
         caps = family.capabilities
-        table.add_row(family.family, ", ".join(family.model_types), yes_no[caps.thinking], ", ".join(caps.quantization),
+        types = ", ".join(family.model_types) or "any other"  # the generic family takes the rest
+        thinking = "per template" if family.tested_on else yes_no[caps.thinking]
+        table.add_row(family.family, types, thinking, ", ".join(caps.quantization),
                       "any" if caps.max_images is None else str(caps.max_images),
                       yes_no[caps.device_preprocessing], yes_no[caps.flop_count])
     out_console.print(table)
+    for family in FAMILIES:  # the generic family: the architectures it was tested on, and what each does
+        tested = family.tested_on
+        if tested:
+            out_console.print(f"{family.family} (generic) tested on:", markup=False)
+        for arch, thinks in tested.items():
+            out_console.print(f"  {family.family}: {arch}: thinking {yes_no[thinks]}, quantization "
+                              f"{', '.join(family.capabilities.quantization)}", markup=False, highlight=False,
+                              soft_wrap=True)
     out_console.print("released checkpoints (hub ids):", markup=False)
     for family in FAMILIES:  # one id per line: a hub id is never broken at the terminal's width
         for checkpoint in family.checkpoints:

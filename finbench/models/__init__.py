@@ -1,8 +1,9 @@
 """Model families: one file each. `read_checkpoint` reads a checkpoint's config.json once into a
 `Checkpoint` record (its family adapter by `model_type`, its own quantization); the start-up
 checks (runner/startup.py) and `load_model` share that record. `load_model` refuses what the
-family does not declare (models/contract.py) unless start-up did, and loads it; unknown
-architectures fail at start-up with one line."""
+family does not declare (models/contract.py) unless start-up did, and loads it. A `model_type` no
+family claims goes to the generic family (models/auto.py, `--family auto`); one the installed
+transformers cannot load fails at start-up with one line."""
 
 from __future__ import annotations
 
@@ -21,8 +22,11 @@ __all__ = ["FAMILIES", "Capabilities", "Checkpoint", "ModelAdapter", "family_for
 # module of it (library_logs) is imported by every command before its options are checked.
 _LAZY = {"Capabilities": "contract", "ModelAdapter": "contract", "refusal": "contract",
          "HFVisionLanguageModel": "base", "DeepSeekVL2": "deepseek_vl2", "InternVL": "internvl",
-         "Qwen25VL": "qwen2_5_vl", "Qwen35": "qwen3_5", "Qwen3VL": "qwen3_vl", "Qwen3VLMoe": "qwen3_vl_moe"}
-FAMILY_NAMES = ("Qwen25VL", "Qwen3VL", "InternVL", "Qwen3VLMoe", "Qwen35", "DeepSeekVL2")  # FAMILIES, in order
+         "Qwen25VL": "qwen2_5_vl", "Qwen35": "qwen3_5", "Qwen3VL": "qwen3_vl", "Qwen3VLMoe": "qwen3_vl_moe",
+         "AutoVLM": "auto"}
+# FAMILIES, in order; the generic family last (it claims no model_type: it takes the rest)
+FAMILY_NAMES = ("Qwen25VL", "Qwen3VL", "InternVL", "Qwen3VLMoe", "Qwen35", "DeepSeekVL2", "AutoVLM")
+GENERIC = "auto"  # --family auto: the generic family, whatever the model_type
 
 
 def __getattr__(name: str) -> Any:
@@ -36,13 +40,29 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def family_for(model_type: str) -> type[HFVisionLanguageModel]:
+def family_for(model_type: str, name: str | None = None) -> type[HFVisionLanguageModel]:
+    """The family of `model_type`: the one named (`--family`, e.g. auto), else the specific family
+    that claims it, else the generic one, provided the installed transformers can load it."""
     families = globals().get("FAMILIES") or __getattr__("FAMILIES")
-    for family in families:
-        if model_type in family.model_types:
-            return family
-    known = ", ".join(t for f in families for t in f.model_types)
-    raise ValueError(f"model_type {model_type!r} is not supported yet (supported: {known})")
+    if name is not None:
+        named = {f.family: f for f in families}
+        if name not in named:
+            raise ValueError(f"--family {name}: expected one of {', '.join(named)}")
+        chosen = named[name]
+        if chosen.family != GENERIC and model_type not in chosen.model_types:
+            raise ValueError(f"--family {name}: its adapter is for model_type {', '.join(chosen.model_types)}, "
+                             f"not {model_type!r} (--family {GENERIC} takes any)")
+    else:
+        generic = next(f for f in families if f.family == GENERIC)
+        chosen = next((f for f in families if model_type in f.model_types), generic)
+    if chosen.family == GENERIC:
+        from finbench.models.auto import architecture_refusal
+
+        refused = architecture_refusal(model_type)
+        if refused:
+            raise ValueError(refused)
+    return chosen
+
 
 
 @dataclass(frozen=True)
@@ -57,13 +77,13 @@ class Checkpoint:
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.family.capabilities_for(self.model_type)
+        return self.family.capabilities_for(self.model_type, self.source)
 
 
-def read_checkpoint(source: str) -> Checkpoint:
+def read_checkpoint(source: str, family: str | None = None) -> Checkpoint:
     """The record of a hub id or local folder, from its config.json alone (no weights read; a hub
-    id without a cached config.json asks AutoConfig, offline); unknown architectures and missing
-    models are one ValueError line."""
+    id without a cached config.json asks AutoConfig, offline); `family` names one (`--family`).
+    Architectures transformers cannot load and missing models are one ValueError line."""
     from pathlib import Path
 
     from transformers import AutoConfig
@@ -82,7 +102,7 @@ def read_checkpoint(source: str) -> Checkpoint:
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
                              f"a hub id available offline ({str(err).splitlines()[0]})") from None
-    return Checkpoint(source, family_for(model_type), model_type, described_quantization(config))
+    return Checkpoint(source, family_for(model_type, family), model_type, described_quantization(config))
 
 
 def family_of(source: str) -> tuple[type[HFVisionLanguageModel], str]:
@@ -96,7 +116,7 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
                trust_remote_code: bool = False, attn_implementation: str | None = None,
                chat_template: str | None = None, device_map: str | None = None, quant_vision: bool = False,
                allow_dequantized: bool = False, fast_paths: bool = True,
-               checkpoint: Checkpoint | None = None) -> HFVisionLanguageModel:
+               checkpoint: Checkpoint | None = None, family: str | None = None) -> HFVisionLanguageModel:
     """Load a model from a hub id or a local folder through the transformers Auto classes.
     `chat_template` is the text of a Jinja template that replaces the checkpoint's. An option the
     family does not declare (models/contract.py) is refused before any weights are read; so is a
@@ -104,7 +124,8 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     in its own format (models/quant_checkpoint.py). `fast_paths=False` runs the reference paths
     where the exact CUDA fast paths would run (models/fast_paths.py). `checkpoint`: the record
     start-up read and checked (runner/startup.py `check_family`): config.json is not read again
-    and the family's refusal not repeated; without it both happen here."""
+    and the family's refusal not repeated; without it both happen here. `family`: a family by
+    name (`--family`; "auto" is the generic one), else the one of the model_type."""
     from safetensors import SafetensorError
 
     from finbench.models.contract import refusal
@@ -113,7 +134,7 @@ def load_model(source: str, *, dtype: str = "auto", device: str = "auto", quant:
     hub = {k: v for k, v in {"revision": revision, "trust_remote_code": trust_remote_code,
                              "attn_implementation": attn_implementation, "device_map": device_map}.items() if v}
     if checkpoint is None:
-        checkpoint = read_checkpoint(source)
+        checkpoint = read_checkpoint(source, family)
         refused = refusal(checkpoint.capabilities, checkpoint.family.family, quant=quant,
                           device_preprocess=device_preprocess, max_pixels=max_pixels,
                           chat_template=chat_template is not None,

@@ -8,6 +8,7 @@ settings). The heart of it:
 - `prefill(inputs)`         → last-position hidden state [B, H] and a decode state (KV cache)
 - `decode_step(state, ids)` → next last-position hidden state, one token per row
 - `output_rows(token_ids)`  → the LM-head rows to project onto (never the whole vocabulary)
+- `logits(hidden, rows)`    → those rows' logits [B, R] (a projection; a gather in models/auto.py)
 - `score_options(inputs, option_token_ids)` → log-probs [B, K] from one prefill
 - `generate(inputs, max_new_tokens)` → free text (official protocols, open answers, sessions)
 - `generate_ids(inputs, budget, stops)` → greedy token ids (the thinking step)
@@ -58,6 +59,7 @@ class HFVisionLanguageModel:
     family = "generic"
     model_types: tuple[str, ...] = ()
     checkpoints: tuple[str, ...] = ()  # hub ids of released checkpoints with this architecture
+    tested_on: dict[str, bool] = {}  # the generic family: architectures tested → thinks (models/auto.py)
     # What the family can honour (shown by `finbench models list`, checked at start-up).
     capabilities = Capabilities()
     compiled_blocks: dict[str, int] = {}  # --compile-vision: {block class: count}; replaced, never mutated
@@ -71,8 +73,7 @@ class HFVisionLanguageModel:
     token_keys: frozenset[str] = frozenset({"mm_token_type_ids", "token_type_ids"})
 
     @classmethod
-    def capabilities_for(cls, model_type: str) -> Capabilities:
-        """The capabilities of this family's checkpoints of `model_type` (config.json)."""
+    def capabilities_for(cls, model_type: str, source: str | None = None) -> Capabilities:  # source: models/auto.py
         return cls.capabilities
 
     def __init__(self, model: Any, processor: Any, source: str, *, quant: str = "none",
@@ -307,8 +308,11 @@ class HFVisionLanguageModel:
         index = torch.as_tensor(token_ids, device=head.weight.device, dtype=torch.long)
         return head.weight.index_select(0, index)
 
-    def vocabulary_size(self) -> int:
-        """Rows of the LM head (what greedy decoding argmaxes over; runner/compaction.py)."""
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Logits [B, R] (float32) of `output_rows` rows: the last hidden states projected onto them."""
+        return project_rows(hidden, rows)
+
+    def vocabulary_size(self) -> int:  # rows of the LM head: what greedy decoding argmaxes over
         return int(self.model.get_output_embeddings().weight.shape[0])
 
     @torch.inference_mode()
@@ -317,7 +321,7 @@ class HFVisionLanguageModel:
         of K options (e.g. "A" and " A"), combined with logsumexp."""
         hidden, _ = self.prefill(inputs)
         spellings, n_options = option_token_ids.shape
-        logits = project_rows(hidden, self.output_rows(option_token_ids.reshape(-1)))
+        logits = self.logits(hidden, self.output_rows(option_token_ids.reshape(-1)))
         scores = combine_spellings(logits, spellings)
         allowed = torch.ones_like(scores, dtype=torch.bool)
         return masked_log_softmax(scores, allowed)
@@ -409,8 +413,7 @@ class HFVisionLanguageModel:
         return self.compiled_language_model
 
     # ---- bookkeeping --------------------------------------------------------------------------
-    def memory_footprint(self) -> int | None:
-        """Bytes of the loaded weights and buffers (quantized tensors by what they store)."""
+    def memory_footprint(self) -> int | None:  # bytes of the weights and buffers (quantized: what they store)
         if self.quant != "none":
             from finbench.models.quant import storage_bytes
 
@@ -418,8 +421,7 @@ class HFVisionLanguageModel:
         return int(self.model.get_memory_footprint())
 
     def timed_parts(self, clock: PartClock) -> ContextManager[Any]:
-        """Time the model's parts into `clock` while the block runs (runner/timing.py): forward hooks
-        on the vision tower and the language model, where present, removed after."""
+        """Forward hooks timing the vision tower and language model into `clock` (runner/timing.py)."""
         base = getattr(self.model, "model", None)
         parts = [("vision", getattr(base, "visual", None)), ("language_model", getattr(base, "language_model", None))]
         return clock.hooks([(name, module) for name, module in parts if isinstance(module, torch.nn.Module)])
@@ -430,8 +432,7 @@ class HFVisionLanguageModel:
         settings = image_processor.to_dict() if image_processor is not None else {}
         return {k: v for k, v in settings.items() if isinstance(v, (int, float, str, bool, list, dict, type(None)))}
 
-    def use_chat_template(self, template: str) -> None:
-        """Replace the checkpoint's chat template (`--chat-template FILE`)."""
+    def use_chat_template(self, template: str) -> None:  # --chat-template FILE
         self.processor.chat_template = template
         self.tokenizer.chat_template = template
 
@@ -442,8 +443,7 @@ class HFVisionLanguageModel:
         value = getattr(text_config, "max_position_embeddings", None) or getattr(config, "max_position_embeddings", None)
         return int(value) if value else None
 
-    def checkpoint_folder(self) -> Path:
-        """Where the weights are, for the content digest (a hub id has none: its revision counts)."""
+    def checkpoint_folder(self) -> Path:  # for the content digest (a hub id has none: its revision counts)
         return Path(self.source)
 
     def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]:

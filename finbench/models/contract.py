@@ -20,7 +20,7 @@ import torch
 from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
 from finbench.models.quant import QUANT_CHOICES
-from finbench.types import ModelRequest
+from finbench.types import MULTI, NUMERICAL, SINGLE, ModelRequest
 
 # a family that can load checkpoints shipped quantized (config.json's quantization_config) lists it
 PREQUANTIZED = "prequantized"
@@ -43,6 +43,9 @@ class Capabilities:
     chat_template: bool = True  # --chat-template replaces the checkpoint's template
     hub_options: bool = True  # --revision, --attn-implementation and --device-map apply
     sees_images: bool = True  # takes images (a text-only --judge model does not: it is shown the text)
+    # the constrained answers it can read (types.py kinds): a served model reads single choices at most
+    constrained: tuple[str, ...] = (SINGLE, MULTI, NUMERICAL)
+    choice_reading: str = ""  # how choices are read when not from finbench's prompt and logits (a note in results)
 
 
 def refusal(capabilities: Capabilities, family: str, *, think_budget: int = 0, quant: str = "none",
@@ -81,6 +84,12 @@ class GenerationInterrupted(KeyboardInterrupt):
         self.texts, self.counts = texts, counts
 
 
+class ModelUnavailable(BaseException):
+    """The model cannot answer any more (a served model's server is gone): the run stops in one
+    line, keeping every committed answer (runner/engine.py). Like KeyboardInterrupt it is no
+    question's error, so the batch loop's per-question isolation (`except Exception`) lets it pass."""
+
+
 @runtime_checkable
 class ModelAdapter(Protocol):
     """Everything the runner calls on a loaded model (`load_model` returns one)."""
@@ -113,6 +122,8 @@ class ModelAdapter(Protocol):
     def prefill(self, inputs: Any) -> tuple[torch.Tensor, Any]: ...
     def decode_step(self, state: Any, token_ids: torch.Tensor) -> torch.Tensor: ...
     def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor: ...
+    # logits [B, R] (float32) of the `output_rows` rows from what prefill / decode_step returned
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor: ...
     def vocabulary_size(self) -> int: ...
     def score_options(self, inputs: Any, option_token_ids: torch.Tensor) -> torch.Tensor: ...
     # Ctrl-C inside `generate` raises `GenerationInterrupted` with the rows finished by then

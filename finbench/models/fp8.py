@@ -86,10 +86,43 @@ def dequantize_blocks(q: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int
 
 
 # ---- matmuls -----------------------------------------------------------------------------------
+def _cpu_takes_rowwise_scales() -> bool:
+    """A 16×16 probe: torch 2.11 (the H200 machine's, scripts/gpu-constraints.txt) takes only
+    per-tensor scales in `_scaled_mm` on the CPU; later versions take row-wise ones too."""
+    ones = torch.ones(16, 16).to(FP8)
+    try:
+        torch._scaled_mm(ones, ones.t(), scale_a=torch.ones(16, 1), scale_b=torch.ones(1, 16), out_dtype=torch.float32)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+# probed once, at import, outside any compiled region (a compiled MLP reads it as a constant)
+CPU_ROWWISE_SCALES = _cpu_takes_rowwise_scales()
+
+
+def rowwise_scales_run(device_type: str) -> bool:
+    """Whether this torch's `_scaled_mm` takes row-wise scales on `device_type`: on CUDA yes (an FP8
+    GPU is checked at start-up, `fp8_matmul_unavailable`), on the CPU as probed."""
+    return device_type == "cuda" or CPU_ROWWISE_SCALES
+
+
 def rowwise_matmul(x_fp8: torch.Tensor, x_scale: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor,
                    out_dtype: torch.dtype, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """(x_fp8 · x_scale [M, 1]) @ (w_fp8 · w_scale [1, N]).T + bias → [M, N] in `out_dtype`."""
-    return torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_scale, scale_b=w_scale, bias=bias, out_dtype=out_dtype)
+    """(x_fp8 · x_scale [M, 1]) @ (w_fp8 · w_scale [1, N]).T + bias → [M, N] in `out_dtype`: one
+    row-wise `_scaled_mm`, or, where this torch has none (the CPU of torch 2.11), a per-tensor one
+    with unit scales (the fp32 sum of the fp8 products) scaled by rows and columns after."""
+    if rowwise_scales_run(x_fp8.device.type):
+        return torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_scale, scale_b=w_scale, bias=bias, out_dtype=out_dtype)
+    return _per_tensor_rowwise(x_fp8, x_scale, w_fp8, w_scale, out_dtype, bias)
+
+
+@torch.compiler.disable  # eager inside a compiled module too: Inductor would reorder the scaling's rounding
+def _per_tensor_rowwise(x_fp8: torch.Tensor, x_scale: torch.Tensor, w_fp8: torch.Tensor, w_scale: torch.Tensor,
+                        out_dtype: torch.dtype, bias: torch.Tensor | None) -> torch.Tensor:
+    unit = torch.ones((), device=x_fp8.device)
+    out = torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=unit, scale_b=unit, out_dtype=torch.float32) * x_scale * w_scale
+    return (out if bias is None else out + bias.float()).to(out_dtype)
 
 
 def block_matmul(x_fp8: torch.Tensor, x_scale: torch.Tensor, w_fp8: torch.Tensor, w_scale_inv: torch.Tensor,
@@ -108,8 +141,8 @@ def block_matmul(x_fp8: torch.Tensor, x_scale: torch.Tensor, w_fp8: torch.Tensor
     out = torch.zeros(x_fp8.shape[0], n, dtype=torch.float32, device=x_fp8.device)
     for j in range(k // bk):  # K/128 calls per layer (28 for a 7B), never per row or per sample
         cols = slice(j * bk, (j + 1) * bk)
-        out += torch._scaled_mm(x_fp8[:, cols], w_fp8[:, cols].t(), scale_a=x_scale[:, j:j + 1].contiguous(),
-                                scale_b=column_scales[j:j + 1], out_dtype=partial).float()
+        out += rowwise_matmul(x_fp8[:, cols], x_scale[:, j:j + 1].contiguous(), w_fp8[:, cols],
+                              column_scales[j:j + 1], partial).float()
     return out.to(out_dtype)
 
 

@@ -5,18 +5,21 @@ runner asks the batch — never walks it — to pin, move, extend or cut it:
 - `pin()`           page-locked host memory (the worker threads of a CUDA run);
 - `to(device)`      a copy on the model's device; `record_stream` keeps it alive on a stream;
 - `extend(...)`     new tokens appended to every row and the rows re-packed to left padding (thinking);
-- `select(rows)`    the batch of some rows only (e.g. a thinking batch whose finished rows leave).
+- `select(rows)`    the batch of some rows only (e.g. a thinking batch whose finished rows leave);
+- `join(parts)`     one batch of the rows of several (the first batch's pieces, prepared at once on
+                    the worker threads, run as the one forward the plan made: runner/preprocess.py).
 Keys: `input_ids` and `attention_mask` [B, T]; `token_keys` are [B, T] too (new tokens are plain
 text: 0); `row_keys` are [B, …]; `spans[key]` gives each row's extent along dim 0 of a tensor (or
 list) of the batch's images (e.g. Qwen's patches); `derived_keys` are computed from the tokens
 (positions) and dropped when the tokens change, `image_derived_keys` from the images (a tower's
-indices) and dropped when the rows do: the adapter recomputes what it needs.
+indices) and dropped when the rows do: the adapter recomputes what it needs, at once for a joined
+batch when the parts carry its `derive` (the function that computed them in the workers).
 A key none of these name cannot be cut by rows (`select` refuses it).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -36,7 +39,8 @@ class ModelInputs(dict):
     def __init__(self, data: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), *,
                  token_keys: Iterable[str] = (), row_keys: Iterable[str] = (),
                  spans: Mapping[str, Sequence[int]] | None = None, derived_keys: Iterable[str] = (),
-                 image_derived_keys: Iterable[str] = (), texts: Sequence[str] = ()) -> None:
+                 image_derived_keys: Iterable[str] = (), texts: Sequence[str] = (),
+                 derive: Callable[["ModelInputs"], "ModelInputs"] | None = None) -> None:
         super().__init__(data)
         self.token_keys = frozenset(token_keys) & set(self)
         self.row_keys = frozenset(row_keys) & set(self)
@@ -44,12 +48,13 @@ class ModelInputs(dict):
         self.derived_keys = frozenset(derived_keys)
         self.image_derived_keys = frozenset(image_derived_keys)
         self.texts = tuple(texts)
+        self.derive = derive  # the adapter's: recomputes the derived keys of a joined batch (`join`)
 
     def like(self, data: Mapping[str, Any], **changes: Any) -> "ModelInputs":
         """New inputs `data` with this batch's alignment (and `changes` to it)."""
         layout = {"token_keys": self.token_keys, "row_keys": self.row_keys, "spans": self.spans,
                   "derived_keys": self.derived_keys, "image_derived_keys": self.image_derived_keys,
-                  "texts": self.texts}
+                  "texts": self.texts, "derive": self.derive}
         return ModelInputs(data, **{**layout, **changes})
 
     # ---- host and device ------------------------------------------------------------------------
@@ -126,6 +131,58 @@ class ModelInputs(dict):
                 data[key] = value
         return self.like(data, spans=spans, derived_keys=frozenset(), image_derived_keys=frozenset(),
                          texts=tuple(self.texts[r] for r in rows) if self.texts else ())
+
+    @staticmethod
+    def join(parts: Sequence["ModelInputs"], pad_token_id: int | None = None) -> "ModelInputs":
+        """One batch of the rows of `parts`, in order, as one call of the processor on all of them
+        gives it: token-aligned keys left-padded to the widest part (input ids with `pad_token_id`,
+        else 0; masks and token keys with 0), row keys and the per-image tensors (`spans`)
+        concatenated along dim 0 (a part without images has extents 0), other values equal in
+        every part; derived keys dropped, then recomputed by the parts' `derive` when they have
+        one. Raises ValueError for a key whose rows are not declared or that differs."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        if any("input_ids" not in part for part in parts):
+            raise ValueError("the prepared batches cannot be joined without their input ids")
+        width = max(int(part["input_ids"].shape[1]) for part in parts)
+        dropped = first.derived_keys | first.image_derived_keys
+        keys = [k for k in dict.fromkeys(k for part in parts for k in part) if k not in dropped]
+        data: dict[str, Any] = {}
+        spans: dict[str, tuple[int, ...]] = {}
+        for key in keys:
+            present = [part for part in parts if key in part]
+            if key in TOKEN_ALIGNED or key in first.token_keys:
+                fill = (pad_token_id or 0) if key == "input_ids" else 0
+                data[key] = torch.cat([_left_pad(part[key], width, fill) for part in _all(parts, key)])
+            elif key in first.row_keys:
+                data[key] = torch.cat([part[key] for part in _all(parts, key)])
+            elif any(key in part.spans for part in present):
+                values = [part[key] for part in present]
+                data[key] = sum(values, []) if isinstance(values[0], list) else torch.cat(values)
+                spans[key] = tuple(n for part in parts for n in (part.spans.get(key) or [0] * part.n_rows))
+            elif torch.is_tensor(first.get(key)) or isinstance(first.get(key), list):
+                raise ValueError(f"the prepared batches cannot be joined on {key!r}: its rows are not declared")
+            elif any(part.get(key) != first.get(key) for part in parts):
+                raise ValueError(f"the prepared batches differ in {key!r}")
+            else:
+                data[key] = first[key]
+        joined = first.like(data, spans=spans, token_keys=frozenset().union(*(p.token_keys for p in parts)),
+                            texts=tuple(t for part in parts for t in part.texts))
+        return first.derive(joined) if first.derive is not None else joined
+
+
+def _all(parts: Sequence[ModelInputs], key: str) -> Sequence[ModelInputs]:
+    if any(key not in part for part in parts):
+        raise ValueError(f"the prepared batches cannot be joined: {key!r} is missing from some of them")
+    return parts
+
+
+def _left_pad(value: torch.Tensor, width: int, fill: int) -> torch.Tensor:
+    """[B, T] → [B, width] with `fill` before the tokens (the batch is left-padded)."""
+    if value.shape[1] == width:
+        return value
+    return torch.cat([value.new_full((value.shape[0], width - value.shape[1]), fill), value], dim=1)
 
 
 def _select_spans(value: Any, extents: Sequence[int], rows: Sequence[int]) -> tuple[Any, tuple[int, ...]]:

@@ -19,6 +19,7 @@ What differs from the generic adapter:
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Sequence
 
@@ -89,12 +90,19 @@ class Qwen25VL(HFVisionLanguageModel):
         prefill = all(r.prefilled for r in requests)
         towers = all(r.prefilled or r.thinking for r in requests)
         inputs = self._device_inputs(requests) if self.device_preprocess else super().prepare(requests)
+        return self._derived(inputs.like(inputs, spans=self._image_spans(requests, inputs)), prefill, towers)
+
+    def _derived(self, inputs: ModelInputs, prefill: bool, towers: bool) -> ModelInputs:
+        """`inputs` with the keys the workers compute from them (positions, the tower's indices), and
+        this function as their `derive`: a batch joined from pieces (`ModelInputs.join`) gets them
+        computed once more, for all its rows."""
+        data = dict(inputs)
         if prefill and self.fast.causal_prefill:
-            inputs[POSITIONS], inputs[NEXT_POSITION] = self.rope_positions(inputs)
+            data[POSITIONS], data[NEXT_POSITION] = self.rope_positions(inputs)
         if towers and self.fast.vision_indices and inputs.get("image_grid_thw") is not None:
-            inputs.update(self.vision_indices(inputs["image_grid_thw"]))
-        return inputs.like(inputs, spans=self._image_spans(requests, inputs),
-                           derived_keys={POSITIONS, NEXT_POSITION}, image_derived_keys=VISION_INDEX_KEYS)
+            data.update(self.vision_indices(inputs["image_grid_thw"]))
+        return inputs.like(data, derived_keys={POSITIONS, NEXT_POSITION}, image_derived_keys=VISION_INDEX_KEYS,
+                           derive=functools.partial(self._derived, prefill=prefill, towers=towers))
 
     @staticmethod
     def _image_spans(requests: Sequence[ModelRequest], inputs: ModelInputs) -> dict[str, list[int]]:

@@ -42,7 +42,7 @@ class Qwen35(Qwen3VL):
     supports = frozenset({"pad_widths"})  # see the module docstring
 
     @classmethod
-    def capabilities_for(cls, model_type: str) -> Capabilities:
+    def capabilities_for(cls, model_type: str, source: str | None = None) -> Capabilities:
         if model_type == "qwen3_5_moe":  # bitsandbytes would leave the fused expert weights unquantized
             return replace(cls.capabilities, quantization=("none",))
         return cls.capabilities

@@ -14,7 +14,9 @@ like a real checkpoint of that family, only tiny:
 - `finbench_tiny.json`, which records family, seed and that the weights are random.
 
 The family builders live in `tiny_families.py`, the chat templates and special tokens in
-`tiny_texts.py`, the BPE in `bpe.py`; this module is the entry point.
+`tiny_texts.py`, the BPE in `bpe.py`; the architectures of the generic family (by transformers
+`model_type`: gemma4, glm46v, minicpmv4_6, llama4, mistral3, smolvlm, llava_onevision, and
+internvl in InternVL3.5's shapes) in `tiny_auto.py`; this module is the entry point.
 
 The weights are random: every score a tiny model produces is chance level. Tiny models exist to
 test loading, batching, caching, decoding and scoring code paths, never model quality.
@@ -77,14 +79,20 @@ from pathlib import Path
 from typing import Any
 
 from finbench.offline.bpe import TINY_MARKER, TINY_NOTE, check_tokenizer
+from finbench.offline.tiny_auto import AUTO_BUILDERS, STOPS
 from finbench.offline.tiny_families import _BUILDERS, _Built, _HEAD_DIM, _VISION_HIDDEN
 
 TINY_FAMILIES: tuple[str, ...] = ("qwen2.5-vl", "qwen3-vl", "internvl", "qwen3-vl-moe", "qwen3.5", "qwen3.5-moe",
-                                  "deepseek-vl2")
+                                  "deepseek-vl2", "gemma4", "glm46v", "minicpmv4_6", "llama4", "mistral3", "smolvlm",
+                                  "llava_onevision")
 # Families whose model class only newer transformers releases have (the GPU machine's 5.17 may lack
 # them): `make_tiny` says so in one line instead of an ImportError.
 _NEEDS_CLASS = {"qwen3-vl-moe": "Qwen3VLMoeForConditionalGeneration", "qwen3.5": "Qwen3_5ForConditionalGeneration",
-                "qwen3.5-moe": "Qwen3_5MoeForConditionalGeneration"}
+                "qwen3.5-moe": "Qwen3_5MoeForConditionalGeneration", "gemma4": "Gemma4ForConditionalGeneration",
+                "glm46v": "Glm46VForConditionalGeneration", "minicpmv4_6": "MiniCPMV4_6ForConditionalGeneration",
+                "llama4": "Llama4ForConditionalGeneration", "mistral3": "Mistral3ForConditionalGeneration",
+                "smolvlm": "SmolVLMForConditionalGeneration",
+                "llava_onevision": "LlavaOnevisionForConditionalGeneration"}
 
 
 def tiny_family_available(family: str) -> bool:
@@ -94,8 +102,11 @@ def tiny_family_available(family: str) -> bool:
     return family in TINY_FAMILIES and hasattr(transformers, _NEEDS_CLASS.get(family, "AutoModel"))
 
 
+# architectures only the generic family loads (internvl has its own family, and its tiny build
+# InternVL3.5's shapes)
+GENERIC_ONLY = frozenset(AUTO_BUILDERS) - {"internvl"}
 # deepseek-vl2 is not a transformers model: its own file builds the official format (make_tiny)
-assert tuple(_BUILDERS) == tuple(f for f in TINY_FAMILIES if f != "deepseek-vl2")
+assert set(_BUILDERS) | set(AUTO_BUILDERS) == {f for f in TINY_FAMILIES if f != "deepseek-vl2"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,7 +145,7 @@ def make_tiny(
         from finbench.offline.tiny_deepseek_vl2 import make_tiny_deepseek_vl2
 
         return make_tiny_deepseek_vl2(out_dir, seed=seed, hidden_size=hidden_size, weights_dtype=weights_dtype)
-    if family not in _BUILDERS:
+    if family not in _BUILDERS and family not in AUTO_BUILDERS:
         raise ValueError(f"unknown tiny family {family!r}; known: {', '.join(TINY_FAMILIES)}")
     if hidden_size <= 0 or hidden_size % _HEAD_DIM:
         raise ValueError(
@@ -146,6 +157,9 @@ def make_tiny(
         import transformers
 
         raise ValueError(f"{family}: transformers {transformers.__version__} has no {_NEEDS_CLASS[family]}")
+    if thinking and family in GENERIC_ONLY:
+        raise ValueError(f"{family}: the checkpoint's template has its own thinking switch (or none); there is no "
+                         "separate thinking variant to build")
     if thinking and family.startswith("qwen3.5"):
         raise ValueError(f"{family}: one checkpoint both thinks and answers (its template's enable_thinking); "
                          "there is no separate thinking variant to build")
@@ -155,14 +169,16 @@ def make_tiny(
     # Fork the RNG so that seeding for a deterministic init does not disturb the caller.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        built = _BUILDERS[family](hidden_size, max_pixels, vision_hidden_size)
+        built = (AUTO_BUILDERS.get(family) or _BUILDERS[family])(hidden_size, max_pixels, vision_hidden_size)
     if thinking:
         _make_thinking(built)
     model = built.model.to(getattr(torch, weights_dtype)).eval()
     tokenizer = built.processor.tokenizer
-    eos, pad = tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    stops = [tokenizer.convert_tokens_to_ids(t) for t in STOPS.get(family, ("<|im_end|>", "<|endoftext|>"))]
+    pad = tokenizer.pad_token_id if family in GENERIC_ONLY else stops[-1]
+    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else pad
     # Greedy by default (real checkpoints ship sampling settings; adapters should pass their own).
-    model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad)
+    model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=stops, pad_token_id=pad)
     # A "Writing model shards" progress bar per tiny build is noise in test logs; restore the
     # caller's setting afterwards (it is process-global).
     bars_were_on = hf_logging.is_progress_bar_enabled()
@@ -181,7 +197,7 @@ def make_tiny(
     if processor.tokenizer.padding_side != "left":
         raise RuntimeError("padding_side='left' was not saved with the tokenizer")
     check_tokenizer(processor.tokenizer)
-    _check_config_tokens(model.config, processor.tokenizer)
+    _check_config_tokens(model.config, processor.tokenizer, generic=family in GENERIC_ONLY)
 
     meta = {
         "family": family,
@@ -220,15 +236,16 @@ def _make_thinking(built: _Built) -> None:
     tokenizer.chat_template = template
 
 
-def _check_config_tokens(config: Any, tokenizer: Any) -> None:
-    """Every token id the model config names must be the tokenizer's id for that token."""
-    expected = {
+def _check_config_tokens(config: Any, tokenizer: Any, generic: bool = False) -> None:
+    """Every token id the model config names must be the tokenizer's id for that token (the
+    generic family's builders name theirs from the tokenizer: only the vocabulary is checked)."""
+    expected = {} if generic else {
         "image_token_id": "<|image_pad|>",
         "video_token_id": "<|video_pad|>",
         "vision_start_token_id": "<|vision_start|>",
         "vision_end_token_id": "<|vision_end|>",
     }
-    if config.model_type == "internvl":
+    if config.model_type == "internvl" and not generic:
         expected = {"image_token_id": "<IMG_CONTEXT>"}
     for attr, token in expected.items():
         got = getattr(config, attr)

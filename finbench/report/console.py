@@ -2,8 +2,8 @@
 
 In order: the headline table (with CIs), the parts a rule scores apart (its `Scorer.parts`: FinMTM's dialogue
 and agent; or one line saying why a part is unscored), the breakdown whose groups differ most (every
-breakdown with `--verbose-tables`), the best prior baseline beside the model's accuracy and a line
-per robustness study (report/studies.py), the clustered SE against the iid one and the cost
+breakdown with `--verbose-tables`), the best prior baseline beside the model's accuracy, the label balance of the choice
+items (report/balance.py: constant answer, macro-recall, lowest label recall), a line per robustness study (report/studies.py), the clustered SE against the iid one and the cost
 (report/run_sections.py), the errors, the throughput, where the files went, and a last
 line that repeats model · benchmark · protocol · headline score [CI] · n · errors, so the end of
 the scroll-back says what was run and what came out. The tables of `finbench score` and
@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from finbench.report.balance import balance_line
 from finbench.report.format import ITEMS_BEHIND, headline_score, part_cells, plural, power_line, score_text, scored_by, scored_parts
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
@@ -79,7 +80,8 @@ def files_line(out_dir: Path) -> str:
 def print_run(results: dict[str, Any], out_dir: Path, console: Any, verbose_tables: bool = False) -> None:
     """The summary of one finished run, on `console` (its last line last)."""
     print_scores(results["scores"], console=console, verbose=verbose_tables, protocol=results["protocol"])
-    for line in [baseline_line(results), *study_lines(results), clustered_line(results), cost_line(results)]:
+    for line in [baseline_line(results), balance_line(results), *study_lines(results), clustered_line(results),
+                 cost_line(results)]:
         if line:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in (errors_line(results), throughput_line(results), files_line(out_dir)):
@@ -317,8 +319,8 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
 
     primary = result.get("primary", "accuracy")
     shown = [primary] + (["accuracy"] if primary != "accuracy" and "accuracy" in headline else [])
-    table = Table(title=f"vs {result['baseline']}: paired bootstrap (×{result['bootstrap']['n_resamples']}), "
-                        "exact McNemar, Holm")
+    table = Table(title=f"vs {result['baseline']}: Δ with its 95% CI (clustered t for mean scores, else paired "
+                        f"bootstrap ×{result['bootstrap']['n_resamples']}), exact McNemar, Holm")
     table.add_column("run", no_wrap=True, min_width=max(len(c["run"]) for c in result["comparisons"]))
     for m in shown:
         table.add_column(f"Δ {m} [CI]", justify="right", overflow="fold")

@@ -12,11 +12,15 @@ if TYPE_CHECKING:
 HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised accuracy (F)",
                    "p_h": "multi-answer error rate (P_H)", "accuracy": "accuracy", "domain_score": "domain score",
                    "score": "score", "strict_accuracy": "strict accuracy", "binary_accuracy": "binary accuracy",
-                   "binary_f1": "binary F1", "execution_rate": "execution rate"}
+                   "binary_f1": "binary F1", "execution_rate": "execution rate", "mc_accuracy": "MC accuracy",
+                   "tf_accuracy": "TF accuracy", "qa_accuracy": "QA accuracy (exact)",
+                   "qa_accuracy_tolerance": "QA accuracy (within 1 %)", "statement_accuracy": "per-statement accuracy"}
 
 # A headline metric computed on a subset of the scored items: the count the scorer reports for it.
 ITEMS_BEHIND = {"p_h": ("n_multi_answer", "multi-answer item"), "binary_accuracy": ("n_binary", "binary item"),
-                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item")}
+                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item"),
+                "mc_accuracy": ("n_mc", "MC item"), "tf_accuracy": ("n_tf", "TF item"), "qa_accuracy": ("n_qa", "QA item"),
+                "qa_accuracy_tolerance": ("n_qa", "QA item")}
 
 
 def plural(n: int, word: str) -> str:
@@ -146,18 +150,30 @@ def also_text(row: dict[str, Any]) -> str:
                      for h in row.get("headlines", [])[1:]) or "–"
 
 
-def power_line(c: dict[str, Any]) -> str:
+def power_line(c: dict[str, Any], check: bool = False) -> str:
     """A paired comparison in one sentence a reader can act on: the difference of the mean
-    per-question score with its clustered 95% interval, and the smallest difference the set
-    detects (`mde`, scoring/clustered.py); '' for comparisons written before they had one."""
-    if c.get("mde") is None or c.get("diff") is None:
+    per-question score with its clustered 95% interval (t, G − 1 degrees of freedom) and the
+    verdict that interval gives (`clustered.verdict`: significant when it excludes 0, else the
+    smallest difference the set detects, or that it cannot estimate its power); '' for
+    comparisons written before they had an interval. `check` (the reports, never the console)
+    adds the paired bootstrap of the same difference, named as a check of that one interval."""
+    from finbench.scoring.clustered import verdict
+
+    if c.get("diff") is None or "ci_diff" not in c:
         return ""
     ci = c.get("ci_diff") or {}
     interval = f" [{100 * ci['low']:+.2f}, {100 * ci['high']:+.2f}]" if ci.get("low") is not None else ""
-    verdict = "" if abs(c["diff"]) >= c["mde"] else " — smaller than that: this set cannot tell"
-    return (f"{c['run']} vs {c['baseline']}: Δ score {100 * c['diff']:+.2f} points{interval} (SE "
+    sampled = " (per-question means over the K samples)" if c.get("per_question") else ""
+    return (f"{c['run']} vs {c['baseline']}: Δ score{sampled} {100 * c['diff']:+.2f} points{interval} (SE "
             f"{100 * (c.get('se_diff') or 0):.2f}, clustered by {c.get('cluster_by', 'id')}, {c.get('n_clusters')} "
-            f"clusters); this set detects differences ≥ {100 * c['mde']:.1f} points (80% power, α = 0.05){verdict}")
+            f"clusters): {verdict(ci, c.get('mde'))}" + (_bootstrap_check(c) if check else ""))
+
+
+def _bootstrap_check(c: dict[str, Any]) -> str:
+    found = next((d["bootstrap_check"] for d in (c.get("delta") or {}).values()
+                  if (d.get("bootstrap_check") or {}).get("low") is not None), None)
+    return "" if found is None else (f" (check: paired bootstrap [{100 * found['low']:+.2f}, "
+                                     f"{100 * found['high']:+.2f}])")
 
 
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 
 from finbench.report.format import (HEADLINE_LABELS, headline_score, num, part_cells, pct, power_line,
                                     quantization_study, scored_by, scored_parts)
+from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
@@ -73,7 +74,7 @@ def write_report(run_dir: str | Path) -> Path:
     page = _environment().get_template("run.html.j2").render(
         results=results, scores=scores, labels=HEADLINE_LABELS, plots=_uris(run_figures(results)),
         parts=part_rows(scores), headline=headline_score(scores), scored_by=scored_by(scores), penalties=LOWER_IS_BETTER,
-        studies=study_sections(results) + run_sections(results), baseline=baseline_line(results),
+        studies=study_sections(results) + balance_sections(results) + run_sections(results), baseline=baseline_line(results),
         browser_json=_script_json(rows), n_browser=len(rows), n_samples=len(samples),
         domains=sorted({r["domain"] for r in rows}), kinds=sorted({r["kind"] for r in rows}),
         errors=samples.loc[samples["error"].astype(str) != "", ["id", "error"]].head(200).to_dict("records"),
@@ -213,7 +214,7 @@ def write_sweep_report(out: str | Path, summary: dict[str, Any]) -> Path:
         distributions=summary["distributions"], flips=summary["flip_matrix"],
         robustness=compare_rows({v["name"]: v.get("studies") or {} for v in variants})
         if any(v.get("studies") for v in variants) else None,
-        power=[line for line in map(power_line, summary["comparison"]["comparisons"]) if line],
+        power=[line for line in (power_line(c, check=True) for c in summary["comparison"]["comparisons"]) if line],
         browser_json=_script_json([]), out=out)
     path = out / "report.html"
     _write(path, page)

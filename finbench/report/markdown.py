@@ -9,6 +9,7 @@ from typing import Any
 
 from finbench.report.format import (HEADLINE_LABELS, also_text, headline_score, interval_text, num, part_cells, pct,
                                     power_line, quantization_study, score_text, scored_by, scored_parts)
+from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
@@ -55,7 +56,7 @@ def run_markdown(results: dict[str, Any]) -> str:
         if found.get("by_level"):
             parts.append(_table(["level", "n", "score"], [[level, str(g["n"]), f"{g['score']:.2f}"]
                                                           for level, g in found["by_level"].items()]))
-    for section in study_sections(results) + run_sections(results):  # studies, clustered error bars, cost
+    for section in study_sections(results) + balance_sections(results) + run_sections(results):  # studies, clustered error bars, cost
         parts.append(f"## {section['title']}")
         parts += [_table(table["header"], table["rows"]) for table in section["tables"]]
         parts.append(section["note"])
@@ -106,7 +107,8 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         "## Variants (×100, 95% bootstrap CI)",
         _table(["variant", *[HEADLINE_LABELS.get(m, m) for m in headline], "model memory GiB", "samples/s",
                 "reasoning tokens"], rows),
-        f"## Against {summary['reference']} (×100; paired bootstrap CI, exact McNemar, Holm)",
+        f"## Against {summary['reference']} (×100; 95% CI: clustered t for mean scores, else paired bootstrap; "
+        "exact McNemar, Holm)",
         _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}" for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
         *_power_markdown(summary["comparison"]["comparisons"]),
@@ -117,7 +119,7 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
 
 def _power_markdown(comparisons: list[dict[str, Any]]) -> list[str]:
     """One line per comparison: its clustered difference and the smallest one the set detects."""
-    lines = [f"- {line}" for line in map(power_line, comparisons) if line]
+    lines = [f"- {line}" for line in (power_line(c, check=True) for c in comparisons) if line]
     return ["\n".join(lines)] if lines else []
 
 

@@ -32,6 +32,11 @@ def _ratio(value: Any) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def _kept(value: Any) -> str:
+    """A ratio in a line whose numbers are ×100: as a percentage of the base, never a bare 1.200."""
+    return "retained –" if value is None else f"{100 * value:.1f} % of the base"
+
+
 def baseline_line(results: dict[str, Any]) -> str | None:
     """The line beside the headline: the best prior baseline, the model, the margin (×100)."""
     found = (results.get("majority_baseline") or {}).get("all")
@@ -55,15 +60,15 @@ def study_lines(results: dict[str, Any]) -> list[str]:
     for mode, found in (results.get("image_ablation") or {}).items():
         label = HEADLINE_LABELS.get(found["metric"], found["metric"])
         lines.append(f"image ablation {mode} ({found['n']} items, ×100): {label} {pct(found['base_score'])} → "
-                     f"{pct(found['score'])} (retained {_ratio(found['retained'])}) · accuracy "
-                     f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} (retained "
-                     f"{_ratio(found['retained_accuracy'])})")
+                     f"{pct(found['score'])} ({_kept(found['retained'])}) · accuracy "
+                     f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} ({_kept(found['retained_accuracy'])})")
     for probe, found in (results.get("probes") or {}).items():
         lines.append(f"probe {probe}: no item probed (see the notes)" if not found["n"]
                      else f"probe {probe} ({found['n']} items, {found['n_not_probed']} not probed, scored by "
                           f"{found.get('scored_by') or 'rule'}, ×100): accuracy "
                           f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} ({_signed(found['diff'])}"
-                          f"{_interval(found.get('paired'))}) · kept when right {pct(found['kept_when_right'])}")
+                          f"{_interval(found.get('paired'))}) · kept when right {pct(found['kept_when_right'])}"
+                          + _control_text(found))
     return lines + [line for line in [sampling_line(results)] if line]
 
 
@@ -72,8 +77,19 @@ def _interval(paired: Any) -> str:
     return "" if ci.get("low") is None else f", 95% CI {_signed(ci['low'])} … {_signed(ci['high'])}"
 
 
-PROBE_MEANINGS = {"none-of-the-above": "the gold option's text replaced by \"None of the above\" in the item's "
-                                       "language, the gold letter unchanged: accuracy is the share that picked it",
+def _control_text(found: dict[str, Any]) -> str:
+    """The none-of-the-above probe beside its control: the rate of picking "None of the above"
+    where it is right and where it is wrong (×100)."""
+    if "picks_none_when_right" not in found:
+        return ""
+    return (f" · picks \"None of the above\" {pct(found['picks_none_when_right'])} when right, "
+            f"{pct(found.get('picks_none_when_wrong'))} when wrong (control, n {(found.get('control') or {}).get('n', 0)})")
+
+
+PROBE_MEANINGS = {"none-of-the-above": "the gold option taken out and \"None of the above\" (in the item's "
+                                       "language) put last: accuracy is the share that picked it; its control takes "
+                                       "out a wrong option instead, so \"None of the above\" is wrong there. Only the "
+                                       "gap between the two rates of picking it says the model reads the options",
                   "open-ended": "asked without its options; the free answer right when it names the gold "
                                 "option's text (or its number) and no other option's, by rule or, scored by "
                                 "judge, as the --judge model says"}
@@ -82,14 +98,15 @@ PROBE_MEANINGS = {"none-of-the-above": "the gold option's text replaced by \"Non
 def _probe_section(probes: dict[str, Any]) -> dict[str, Any]:
     rows = [[probe, str(f["n"]), str(f["n_not_probed"]), pct(f["base_accuracy"]), pct(f["accuracy"]),
              _signed(f["diff"]), _interval(f.get("paired")).removeprefix(", 95% CI ") or "–",
-             pct(f["kept_when_right"]), f.get("scored_by") or "rule"] for probe, f in probes.items()]
+             pct(f["kept_when_right"]), pct(f.get("picks_none_when_right")), pct(f.get("picks_none_when_wrong")),
+             f.get("scored_by") or "rule"] for probe, f in probes.items()]
     skipped = sorted({reason for f in probes.values() for reason in f.get("not_probed", {})})
     return {"id": "probes", "title": "Contamination probes (accuracy ×100)",
             "tables": [{"header": ["probe", "n", "not probed", "base accuracy", "probe accuracy", "probe − base",
-                                   "95% CI (clustered)", "kept when right", "scored by"], "rows": rows}],
+                                   "95% CI (clustered)", "kept when right", "picks none when right",
+                                   "picks none when wrong (control)", "scored by"], "rows": rows}],
             "note": "Single-answer choice items asked again: " + "; ".join(
-                f"{probe}: {PROBE_MEANINGS.get(probe, probe)}" for probe in probes) + ". A model that reads the "
-                "item keeps its accuracy; one that remembers the answer's text loses it. Not probed: "
+                f"{probe}: {PROBE_MEANINGS.get(probe, probe)}" for probe in probes) + ". Not probed: "
                 + (", ".join(reason.replace("_", " ") for reason in skipped) or "none") + "."}
 
 

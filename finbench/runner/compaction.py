@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import torch
 
 from finbench.kernels.compaction import compaction_due, live_rows, worth_compacting
-from finbench.kernels.option_logits import project_rows
 from finbench.runner.sampling import next_tokens
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ def greedy_ids(model: "ModelAdapter", inputs: Any, budget: int, stop_token_ids: 
     ends = torch.full((batch,), max(budget, 0), dtype=torch.long, device=device)  # tokens up to the stop
     width = 0
     for step in range(budget):
-        logits = project_rows(hidden, head)
+        logits = model.logits(hidden, head)
         token = torch.where(finished, pad, next_tokens(logits, sampling) if sampling else logits.argmax(-1))
         out[rows, step] = token
         width = step + 1

@@ -21,7 +21,7 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
-from finbench.kernels.option_logits import combine_spellings, first_allowed, masked_log_softmax, project_rows
+from finbench.kernels.option_logits import combine_spellings, first_allowed, masked_log_softmax
 from finbench.models.contract import ModelAdapter
 from finbench.models.inputs import ModelInputs
 from finbench.types import OPTION_LETTERS, Prediction
@@ -99,7 +99,7 @@ def decode_multi(model: ModelAdapter, inputs: ModelInputs, n_options: torch.Tens
         steps: list[torch.Tensor] = []
         separator, end = N_LETTERS, N_LETTERS + 1
         for _ in range(2 * N_LETTERS + 1):
-            logits = project_rows(hidden, rows)
+            logits = model.logits(hidden, rows)
             scores = torch.cat([combine_spellings(logits[:, : 2 * N_LETTERS], 2),
                                 logits[:, 2 * N_LETTERS: 2 * N_LETTERS + 1],
                                 torch.logsumexp(logits[:, 2 * N_LETTERS + 1:], -1, keepdim=True)], dim=1)
@@ -191,7 +191,7 @@ def decode_numerical(model: ModelAdapter, inputs: ModelInputs, budget: int, voca
         chosen_logprobs: list[torch.Tensor] = []
         n_symbols = len(vocab.number)
         for step in range(budget):
-            logits = project_rows(hidden, rows)
+            logits = model.logits(hidden, rows)
             scores = torch.cat([logits[:, :n_symbols], torch.logsumexp(logits[:, n_symbols:], -1, keepdim=True)], 1)
             allowed = grammar[state_id] >= 0
             logprobs = masked_log_softmax(scores, allowed)

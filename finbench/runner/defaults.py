@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from finbench.sources import is_served
 from finbench.types import AUTO, RunConfig  # noqa: F401  (AUTO: --batch-size auto, named here too)
 
 # What the H200 check ran (benchmarks/results/gpu_check_h200.json): batch auto (64, halved on
@@ -21,6 +22,7 @@ CPU_DEFAULTS = {"batch_size": 8, "token_budget": 16384, "workers": 2}
 TOKENS_PER_GIB = 768  # token budget per GiB of GPU memory: 98,304 on 128 GiB and more
 MEASURED_TOKEN_BUDGET = 98_304  # the largest budget measured; larger GPUs are not extrapolated to
 MAX_WORKERS = 8  # the largest worker count measured
+SERVED_BATCH = 64  # a served model's rows per batch (models/served.py sends them `--in-flight` at a time)
 SIZED = ("batch_size", "token_budget", "workers")  # the settings a run may leave to the device
 
 
@@ -62,5 +64,7 @@ def size_to_device(config: RunConfig, device: str | torch.device) -> RunConfig:
     if not missing:
         return config
     figures = run_defaults(str(device))
+    if is_served(config.model):  # rows per batch = answers committed at once; the server's in-flight cap bounds them
+        figures["batch_size"] = SERVED_BATCH
     values = {name: AUTO if name == "batch_size" and figures[name] is None else figures[name] for name in missing}
     return dataclasses.replace(config, **values, sized=tuple(n for n in SIZED if n in missing or n in config.sized))

@@ -9,6 +9,13 @@ and writes the run folder; the other ranks write nothing. A killed rank loses on
 flight, and a rerun with any world size reuses every committed answer, since the cache is keyed by
 content, not by rank.
 
+Over several nodes (torchrun --nnodes N: WORLD_SIZE > LOCAL_WORLD_SIZE) no SQLite file is shared
+over a network filesystem: each rank writes its own cache shard beside the cache path
+(`cache.rank<R>.sqlite`, `shard_path`), the ranks exchange what their shards (and the cache
+itself, where a node has it) hold before sharding the work (`cached_everywhere`), and rank 0 merges
+every answer into the run folder's cache at the end (`merge`). A rerun on any world size reads the
+cache and the shards it finds beside it.
+
 No gradients are synchronised, so the process group is only used to gather Python objects: gloo,
 on CPU and GPU alike.
 """
@@ -19,6 +26,7 @@ import heapq
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -31,18 +39,72 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    local_size: int = 0  # ranks on this node (LOCAL_WORLD_SIZE); 0: unknown, taken as all of them
 
     @property
     def main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def nodes(self) -> int:
+        return max(1, self.size // self.local_size) if self.local_size else 1
+
 
 def world_from_env() -> World:
-    """The launcher's world (torchrun and accelerate set RANK, WORLD_SIZE, LOCAL_RANK)."""
+    """The launcher's world (torchrun and accelerate set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
-    return World(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")))
+    return World(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")),
+                 int(os.environ.get("LOCAL_WORLD_SIZE", "0")))
+
+
+def shard_path(path: str | Path, world: World) -> Path:
+    """The cache file this rank writes: the cache itself on one node, its own shard over several."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.rank{world.rank}{path.suffix}") if world.nodes > 1 else path
+
+
+def cached_everywhere(cache: Any, keys: Sequence[str], path: str | Path, world: World) -> dict[str, Any]:
+    """The cached answers of `keys`: this rank's cache, the cache and the shards beside `path` on
+    this node, and over several nodes every rank's (exchanged), so all ranks shard one list. Every
+    rank waits here for the others: a rank that read after another had committed answers would
+    shard a different list of uncached questions, and some would fall between the ranks."""
+    found = cache.get_many(keys)
+    path = Path(path)
+    for other in sorted({path, *path.parent.glob(f"{path.stem}.rank*{path.suffix}")} - {Path(cache.path)}):
+        if other.is_file() and len(found) < len(keys):
+            found = {**_read(other, [k for k in keys if k not in found]), **found}
+    if world.size > 1 and world.nodes > 1:
+        import torch.distributed as dist
+
+        everyone: list[Any] = [None] * world.size
+        dist.all_gather_object(everyone, found)
+        found = {k: v for share in everyone for k, v in share.items()}
+    barrier(world)
+    return found
+
+
+def _read(path: Path, keys: Sequence[str]) -> dict[str, Any]:
+    from finbench.runner.cache import PredictionCache
+
+    other = PredictionCache(path)
+    try:
+        return other.get_many(keys)
+    finally:
+        other.close()
+
+
+def merge(path: str | Path, rows: Sequence[tuple[str, Any]], world: World) -> None:
+    """Over several nodes, rank 0 writes every answer of the run into the run folder's cache."""
+    if world.nodes > 1 and world.main:
+        from finbench.runner.cache import PredictionCache
+
+        merged = PredictionCache(path)
+        try:
+            merged.put_many(rows)
+        finally:
+            merged.close()
 
 
 def start(world: World) -> None:

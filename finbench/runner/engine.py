@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import torch
 
 from finbench.benchmarks import get_benchmark, load_matching
-from finbench.models.contract import ModelAdapter
+from finbench.models.contract import ModelAdapter, ModelUnavailable
 from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.cache import CacheWriteError, PredictionCache
@@ -61,7 +61,7 @@ from finbench.runner.outputs import (OutputsError, error_summary, previous_throu
 from finbench.runner.preprocess import prefetch
 from finbench.runner.progress import progress
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
-from finbench.runner.requests import build_requests, decoding_summary, shared_requests
+from finbench.runner.requests import build_requests, decoding_summary, shared_requests, unreadable
 from finbench.runner.runlog import RunLog
 from finbench.runner.timing import ModelParts, StageTimer
 from finbench.types import Prediction, RunConfig
@@ -97,8 +97,8 @@ class Interrupted(Stopped):
         self.saved, self.total = saved, total
 
 
-def _stopped(err: CacheWriteError, saved: int, total: int) -> Stopped:
-    if err.kept:
+def _stopped(err: CacheWriteError | ModelUnavailable, saved: int, total: int) -> Stopped:
+    if getattr(err, "kept", True):
         return Stopped(f"stopped: {err}; {saved} of {total} answers saved; rerun the same command to resume")
     return Stopped(f"stopped: {err}; rerun the same command to start again")
 
@@ -142,12 +142,14 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     startup.compile_parts(model, config, notes)
     judge = startup.load_judge_for_run(config, world, model)
     requests, request_errors = build_requests(benchmark, questions, config, think_budget, model.capabilities.max_images)
+    unreadable(model, requests, request_errors, notes)  # e.g. a served model's sets and numbers: before any request
     study = studies.expand(benchmark, questions, requests, request_errors, config, think_budget, notes)  # the variants
     questions, requests, request_errors = study.questions, study.requests, study.errors  # the run's, then its variants'
     out_dir = Path(config.out)
     startup.make_run_folder(out_dir)
     run_log.open(out_dir / ("run.log" if world.main else f"run.rank{world.rank}.log"))
-    cache = PredictionCache(config.cache or out_dir / "cache.sqlite")
+    cache_file = config.cache or out_dir / "cache.sqlite"
+    cache = PredictionCache(distributed.shard_path(cache_file, world))  # over several nodes: this rank's shard
     notes.extend(cache.notes)
     fingerprint = {**model.fingerprint(file_digest=cache.file_digest), "arguments": model_arguments(config)}
     prompt_version = benchmark.prompt_version_for(config.protocol)
@@ -155,8 +157,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     keys = [sample_key(fingerprint, prompt_version, r, q) if r is not None else "" for q, r in zip(questions, requests)]
 
     # 2. the cache first, then a plan for the rest
-    cached = cache.get_many(sorted({k for k in keys if k}))
-    distributed.barrier(world)  # every rank has read the cache before any writes to it: all shard the same list
+    cached = distributed.cached_everywhere(cache, sorted({k for k in keys if k}), cache_file, world)  # all ranks
     log.info("%d questions, %d cached, model %s", len(questions), sum(k in cached for k in keys), config.model)
     timer = StageTimer(model.device, synchronize=config.profile)
     loop = BatchLoop(model, benchmark, questions, requests, config, vocab, timer)
@@ -188,7 +189,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
         n_followers = sum(len(followers.get(i, ())) for i in mine)  # answered with their leader
         with progress(show_progress, len(items) + n_followers, console) as advance, parts:
             for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
-                                     ahead=loop.copy_ahead):
+                                     ahead=loop.copy_ahead, join=loop.join):
                 if first_batch_wait is None:  # the pipeline fill: nothing for the model to do yet
                     first_batch_wait = time.perf_counter() - compute_started
                 timer.seconds["preprocess"] += prepared.seconds
@@ -208,7 +209,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
         cache.close()
         log.warning("interrupted after %d of %d answers were saved", saved, len(questions))
         raise Interrupted(saved, len(questions)) from None
-    except CacheWriteError as err:
+    except (CacheWriteError, ModelUnavailable) as err:  # the cache stops taking writes; a served model's server goes
         cache.close()
         log.error("%s", err)
         raise _stopped(err, saved, len(questions)) from None
@@ -223,6 +224,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
             return RunResult(out_dir, {"rank": world.rank, "computed": len(computed)}, None)
         for share in shares[1:]:
             predictions.update(share["predictions"])
+        distributed.merge(cache_file, [(keys[i], p) for i, p in predictions.items() if keys[i] and not p.error], world)
         compute_seconds = max(share["seconds"] for share in shares)
         notes.append(f"data parallel over {world.size} ranks: {[share['samples'] for share in shares]} samples each")
 

@@ -17,7 +17,9 @@ retried call by call. A call that still fails (after those retries) is read as a
 verdict, which each benchmark's official reading scores 0 (the official MME-Finance judge scores
 an item 0 once its retries fail; FinMTM's turn judge a turn without a verdict); such questions are
 counted (`n_failed_items`), named (`failed_items`) and said in one note, never dropped from the
-score. Replies are greedy and cached in the run's SQLite cache like any answer, keyed by the
+score. A reply the benchmark's reading cannot parse (its `read_judgement` says `parsed`: False)
+fails closed: the question gets no judge score at all — not the official reading's default 0 —
+and is counted (`n_unparsed_items`), named (`unparsed_items`) and said in one note. Replies are greedy and cached in the run's SQLite cache like any answer, keyed by the
 judge's fingerprint and the whole request as shown (images by their digests, the budget), so a
 rerun computes nothing and a changed answer is judged again.
 """
@@ -90,7 +92,8 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
     outputs: list[str] = [""] * n
     details: list[dict[str, Any]] = [{} for _ in range(n)]
     asked: dict[int, list[Generate]] = {}
-    together = _rule_judgements(benchmark, questions, predictions, protocol, details)
+    together = _rule_judgements(benchmark, questions, predictions, protocol, details,
+                                config is not None and config.unsafe_sandbox)
     for i, question in enumerate(questions):
         prediction = predictions[i]
         if question.error or prediction.error:
@@ -132,6 +135,7 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
     for call in calls:
         by_question.setdefault(call.index, []).append(call)
     failed_items: list[str] = []
+    unparsed_items: list[str] = []
     for i, mine in by_question.items():
         outputs[i] = json.dumps([replies.get(c.key, failed.get(c.key, "")) for c in mine], ensure_ascii=False)
         if not sees_images and any(r.prompt.images for r in asked[i]):
@@ -146,32 +150,51 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
         except Exception as err:  # noqa: BLE001
             details[i]["error"] = f"reading the judge: {type(err).__name__}: {err}"
             continue
+        details[i]["judge"] = info
+        if isinstance(info, Mapping) and info.get("parsed") is False and not errors:
+            unparsed_items.append(questions[i].id)  # fail closed: no verdict, never a default score
+            details[i]["error"] = "the judge's reply has no verdict the benchmark's reading can parse"
+            continue
         if score is not None or errors:
             judge_score[i] = float(score or 0.0)
-        details[i]["judge"] = info
     names_images = sum(1 for requests in asked.values() if any(r.prompt.images for r in requests))
     summary.update({"n_judged": len(by_question), "n_calls": len(calls), "n_cached": n_cached,
                     "n_computed": len(todo), "n_failed": len(failed), "n_failed_items": len(failed_items),
-                    "failed_items": failed_items, "oom_retries": oom_retries, "fingerprint": fingerprint,
+                    "failed_items": failed_items, "n_unparsed_items": len(unparsed_items),
+                    "unparsed_items": unparsed_items, "oom_retries": oom_retries, "fingerprint": fingerprint,
                     "sees_images": sees_images, "n_shown_images": names_images if sees_images else 0,
                     **({"text_only": f"a text-only judge: the images of {names_images} judged questions were "
                                      "not shown (the official judge sees them)"} if names_images and not sees_images
                        else {})})
+    return Judged(_columns(rule_score, judge_score, outputs, details), summary,
+                  _failure_notes(failed_items, unparsed_items, failed), cost)
+
+
+def _named(ids: Sequence[str]) -> str:
+    return ", ".join(ids[:5]) + (", …" if len(ids) > 5 else "")
+
+
+def _failure_notes(failed_items: Sequence[str], unparsed_items: Sequence[str], failed: Mapping[str, str]) -> list[str]:
+    """One note for the questions whose judge call failed (scored 0), one for those whose reply
+    held no verdict (failed judgements, no score)."""
     notes = [f"judge: {len(failed_items)} judged question(s) scored 0, a judge call failing after its retries "
-             f"({', '.join(failed_items[:5])}{', …' if len(failed_items) > 5 else ''}; first: "
-             f"{next(iter(failed.values()))})"] if failed_items else []
-    return Judged(_columns(rule_score, judge_score, outputs, details), summary, notes, cost)
+             f"({_named(failed_items)}; first: {next(iter(failed.values()))})"] if failed_items else []
+    if unparsed_items:
+        notes.append(f"judge: {len(unparsed_items)} judged question(s) have no judge verdict, the reply could not be "
+                     f"parsed ({_named(unparsed_items)}): counted as failed judgements (judge.unparsed_items), not "
+                     "given a default score")
+    return notes
 
 
 def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
-                     protocol: str, details: list[dict[str, Any]]) -> dict[int, Any] | None:
+                     protocol: str, details: list[dict[str, Any]], unsafe: bool) -> dict[int, Any] | None:
     """{question: verdict} from the benchmark's `rule_judgements` (None when it has none); a
     failure of the call is every such question's judging error."""
     if benchmark.rule_judgements is None:
         return None
     rows = [i for i, q in enumerate(questions) if not q.error and not predictions[i].error]
     try:
-        found = benchmark.rule_judgements([questions[i] for i in rows], [predictions[i] for i in rows], protocol)
+        found = benchmark.rule_judgements([questions[i] for i in rows], [predictions[i] for i in rows], protocol, unsafe)
         return dict(zip(rows, found))
     except Exception as err:  # noqa: BLE001 — the rules failing is every judged question's problem, not the run's
         for i in rows:
@@ -198,7 +221,7 @@ def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Quest
     items = [item for item in items if calls[item.index].key not in errors]
     batches = plan_batches(items, first_rows(config), config.token_budget)
     for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
-                             ahead=loop.copy_ahead):
+                             ahead=loop.copy_ahead, join=loop.join):
         done = loop.run(prepared)
         new = {calls[k].key: p for k, p in done.items() if not p.error}
         errors.update({calls[k].key: f"judge error: {p.error}" for k, p in done.items() if p.error})

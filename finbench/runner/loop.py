@@ -1,10 +1,9 @@
 """The batch loop: token estimates for batching, preprocessing (in worker threads), and decoding
 each batch by its requests' type, with out-of-memory backoff and per-sample failure isolation.
 
-Dispatch is on the request type (finbench/requests.py), one decoder per batch kind:
-`Choose` → `decode_single` / `decode_multi`, `Number` → `decode_numerical`, `Generate` → the
-adapter's `generate`, `Session` → turn by turn (runner/sessions.py). A request with a thinking
-budget first reasons (runner/thinking.py), then answers with the same decoders.
+Dispatch is on the request type (finbench/requests.py), one decoder per batch kind: `Choose` → `decode_single` /
+`decode_multi`, `Number` → `decode_numerical`, `Generate` → the adapter's `generate`, `Session` → turn by turn
+(runner/sessions.py). A request with a thinking budget first reasons (runner/thinking.py), then the same decoders.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ from finbench.requests import Choose, Generate, Number, Prompt, Request, Session
 from finbench.runner.batching import Item
 from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
-from finbench.runner.preprocess import PreparedBatch, image_size, prepare_batch
-from finbench.runner.requests import batch_kind, first_prompt, render, text_of, thinking
+from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
+from finbench.runner.requests import batch_kind, first_prompt, n_options, render, text_of, thinking
 from finbench.runner.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
@@ -38,8 +37,8 @@ log = logging.getLogger("finbench")
 
 
 class BatchInterrupted(KeyboardInterrupt):
-    """Ctrl-C while a batch ran, carrying the predictions of its rows that had finished (question
-    index → prediction): the engine commits them before it stops, so an interrupt keeps them."""
+    """Ctrl-C while a batch ran, carrying the predictions of its rows that had finished (question index →
+    prediction): the engine commits them before it stops, so an interrupt keeps them."""
 
     def __init__(self, predictions: dict[int, Prediction]) -> None:
         super().__init__()
@@ -64,6 +63,7 @@ class BatchLoop:
         if dict(config.gen_kwargs).get("temperature"):
             torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
         self.streams = SeedStreams(config.seed)  # --samples: each other seed its own stream
+        self.join = lambda pieces: join_pieces(pieces, model)  # prefetch's: the first batch's pieces as one
 
     # ---- planning ---------------------------------------------------------------------------
     def items(self, indices: Sequence[int]) -> list[Item]:
@@ -100,14 +100,14 @@ class BatchLoop:
     def prepare_prompts(self, indices: Sequence[int], prompts: dict[int, Prompt], texts: dict[int, str] | None = None,
                         decoded: dict[int, dict[int, Any]] | None = None) -> PreparedBatch:
         """Decode the images the prompts show (those in `decoded` reused), render (unless `texts`
-        holds the rendered prompts already) and call the model's `prepare`; for a CUDA model the
-        batch is pinned here, in the worker thread (off the model's thread, which then only
-        enqueues the copy)."""
+        holds the rendered prompts already) and call the model's `prepare`; for a CUDA model the batch
+        is pinned here, in the worker thread (off the model's thread, which then only enqueues the copy)."""
         first = self.requests[indices[0]] if indices else None
         prefill = first is not None and not is_generated(first) and not thinking(first)
 
         def build(index: int, images: dict[int, Any]) -> Any:
-            request = render(self.benchmark, prompts[index], images, thinking(self.requests[index]))
+            asked = self.requests[index]
+            request = render(self.benchmark, prompts[index], images, thinking(asked), n_options(asked))
             return dataclasses.replace(request, text=(texts or {}).get(index, ""), prefilled=prefill)
 
         def inputs(requests: list[Any]) -> ModelInputs:

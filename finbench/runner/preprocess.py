@@ -1,12 +1,14 @@
 """Parallel preprocessing: image decode, prompt building and the processor call run in worker
 threads (the heavy parts release the GIL; a fork-based process pool deadlocks once torch is
-loaded), with batches prefetched while the model works on the current one. The first batch is cut
-into one piece per thread, so the model starts after one piece instead of after one thread has
-prepared a whole batch (the pipeline fill: ~5 s on the H200 for 64 charts on one thread)."""
+loaded), with batches prefetched while the model works on the current one. The first batch is
+prepared in one piece per thread, at once, so the pipeline fill (~5 s on the H200 for 64 charts on
+one thread) is one piece's time; its pieces are then joined (`join`, the batch loop's) into the one
+batch the plan made, so that a planned batch of N items is one forward of N rows."""
 
 from __future__ import annotations
 
 import io
+import logging
 import re
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -15,6 +17,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from finbench.types import Question
 
+log = logging.getLogger("finbench")
 MAX_IMAGE_PIXELS = 64_000_000  # larger images are rejected per sample instead of exhausting memory
 
 
@@ -106,6 +109,40 @@ def prepare_batch(indices: Sequence[int], questions: Sequence[Question], shown: 
                          images={i: images[i] for i in kept})
 
 
+def join_prepared(pieces: Sequence[PreparedBatch], join_inputs: Callable[[list[Any]], Any]) -> PreparedBatch:
+    """Prepared pieces of one planned batch as that batch: their rows in order, their errors,
+    prompts and images together, the inputs joined by `join_inputs` (which raises ValueError when
+    it cannot); the seconds are the pieces' worker seconds and the join's."""
+    started = time.perf_counter()
+    kept = [piece for piece in pieces if piece.inputs is not None]
+    inputs = join_inputs([piece.inputs for piece in kept]) if kept else None
+    return PreparedBatch([i for piece in kept for i in piece.indices], inputs,
+                         {i: e for piece in pieces for i, e in piece.errors.items()},
+                         sum(piece.seconds for piece in pieces) + time.perf_counter() - started,
+                         {i: t for piece in pieces for i, t in piece.prompts.items()},
+                         images={i: d for piece in pieces for i, d in piece.images.items()})
+
+
+def join_pieces(pieces: list[PreparedBatch], model: Any) -> list[PreparedBatch]:
+    """The first batch's pieces (prepared at once on the worker threads) as the one batch the plan
+    made: one forward of all its rows (`ModelInputs.join`, input ids padded with the model's pad
+    token), pinned again for a CUDA model. Inputs that cannot be joined (keys whose rows a family
+    does not declare, e.g. DeepSeek-VL2's tiles) stay pieces, each its own forward."""
+    from finbench.models.inputs import ModelInputs
+
+    def joined(parts: list[Any]) -> Any:
+        if not all(isinstance(part, ModelInputs) for part in parts):
+            raise ValueError("the prepared batches are no ModelInputs")
+        inputs = ModelInputs.join(parts, model.pad_token_id)  # none: 0, under the mask
+        return inputs.pin() if model.device.type == "cuda" and len(parts) > 1 else inputs
+
+    try:
+        return [join_prepared(pieces, joined)]
+    except ValueError as err:
+        log.debug("the first batch runs as %d pieces: %s", len(pieces), err)
+        return list(pieces)
+
+
 def split_first(batches: Sequence[Sequence[int]], parts: int) -> list[Sequence[int]]:
     """The plan with its first batch cut into up to `parts` consecutive pieces (the rest as planned)."""
     if not batches or parts <= 1 or len(batches[0]) <= 1:
@@ -117,22 +154,33 @@ def split_first(batches: Sequence[Sequence[int]], parts: int) -> list[Sequence[i
 
 def prefetch(batches: Sequence[Sequence[int]], work: Callable[[Sequence[int]], PreparedBatch],
              workers: int = 2, depth: int = 2,
-             ahead: Callable[[PreparedBatch], None] | None = None) -> Iterator[PreparedBatch]:
-    """Yield `work(batch)` for every batch (the first cut into `workers` pieces, `split_first`), in
-    order, keeping up to `depth` batches in flight on `workers` threads while the caller runs the
-    model on the one it holds. `ahead(next)` is called on the caller's thread with the next
-    prepared batch, once, when it is ready by the time the current one is handed over (a CUDA model
-    copies it to the device on a side stream meanwhile: runner/loop.py)."""
-    batches = split_first(batches, workers)
-    depth = max(depth, min(workers, len(batches)))  # every piece of the first batch at once
+             ahead: Callable[[PreparedBatch], None] | None = None,
+             join: Callable[[list[PreparedBatch]], list[PreparedBatch]] | None = None) -> Iterator[PreparedBatch]:
+    """Yield `work(batch)` for every batch, in order, keeping up to `depth` batches in flight on
+    `workers` threads while the caller runs the model on the one it holds. The first batch is
+    prepared in `workers` pieces at once (`split_first`); `join(pieces)` makes them the planned
+    batch again (without `join`, or when it returns the pieces, they are yielded one by one).
+    `ahead(next)` is called on the caller's thread with the next prepared batch, once, when it is
+    ready by the time the current one is handed over (a CUDA model copies it to the device on a
+    side stream meanwhile: runner/loop.py)."""
+    cut = split_first(batches, workers)
+    pieces = len(cut) - len(batches) + 1 if batches else 0  # the first batch's
+    depth = max(depth, min(workers, len(cut)))  # every piece of the first batch at once
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="finbench-prep") as pool:
-        pending: list[Future] = [pool.submit(work, b) for b in batches[:depth]]
+        pending: list[Future] = [pool.submit(work, b) for b in cut[:depth]]
         next_batch = len(pending)
+        held: list[PreparedBatch] = []
         while pending:
             result = pending.pop(0).result()
-            if next_batch < len(batches):
-                pending.append(pool.submit(work, batches[next_batch]))
+            if next_batch < len(cut):
+                pending.append(pool.submit(work, cut[next_batch]))
                 next_batch += 1
+            if join is not None and pieces > 1 and len(held) < pieces:
+                held.append(result)
+                if len(held) < pieces:
+                    continue
+                *first, result = join(held)
+                yield from first
             if ahead is not None and pending and pending[0].done() and pending[0].exception() is None:
                 ahead(pending[0].result())
             yield result

@@ -1,10 +1,15 @@
 """Contamination probes as more requests of the same run (`--probe`, beside the studies of
 runner/studies.py): does the model read the item, or remember its answer?
 
-- `none-of-the-above`: a constrained single-answer choice item asked again with its gold option's
-  text replaced by "None of the above" in the item's language (`NONE_OF_THE_ABOVE`, the
-  benchmark's `language_field`), the gold letter unchanged. A model that reads the options picks
-  it; one that remembers the gold text finds it gone and picks another.
+- `none-of-the-above`: a constrained single-answer choice item asked again with its gold option
+  taken out and "None of the above" (in the item's language: `NONE_OF_THE_ABOVE`, the benchmark's
+  `language_field`) put last, so it is the right answer — and its control, the same item with a
+  wrong option taken out and "None of the above" last, where it is wrong and the gold is still
+  there. The two rates of picking "None of the above" (right vs wrong) separate a model that reads
+  from one that picks it, or a letter, whatever the item. Items whose gold is not well defined once
+  removed are not probed: a superlative or approximate question ("highest", "closest to",
+  "approximately", 最) is answered by the next-best option (`superlative_or_approximate`), and an
+  option equal in value to the gold (8.8 % and 0.088) still answers it (`option_equal_to_gold`).
 - `open-ended`: the same items asked without their options (the benchmark's `open_prompt`), as
   free text; the answer is matched to the gold option's text by rule (scoring/probes.py), or,
   with `--judge`, by the run's judge (`OPEN_ENDED_JUDGING`: a generic yes/no prompt, its reply
@@ -22,6 +27,7 @@ request (`Choose.probe`, `Generate.probe`), so of its cache key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import replace
 from types import SimpleNamespace
@@ -30,10 +36,19 @@ from typing import Any, Sequence
 from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import PROBES, Choose, Generate, Prompt, Request, user_message
 from finbench.runner.requests import for_run
+from finbench.scoring.probes import normalized, numeric_option
 from finbench.types import OPTION_LETTERS, SINGLE, Prediction, Question, RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
+NONE_OF_THE_ABOVE_CONTROL = "none-of-the-above-control"  # asked with every none-of-the-above probe
 OPEN_ENDED_MAX_NEW_TOKENS = 32  # a short answer: the probe matches it to an option's text
+
+# Questions whose gold is the best of the options shown, not a fact: with it gone the next-best
+# option answers them, so "None of the above" is not the one right answer.
+_RELATIVE = re.compile(
+    r"\b(closest|nearest|approximate(ly)?|approx|roughly|estimated?|best|worst|most|least|highest|lowest|largest|"
+    r"smallest|greatest|biggest|fastest|slowest|strongest|weakest|maximum|minimum)\b|最|约|大概|接近|近似",
+    re.IGNORECASE)
 
 # "None of the above" as a choice item in each language writes it; keyed by ISO 639-1 code, with the
 # languages' English names as data sets spell them (LANGUAGE_CODES). An unknown language: English.
@@ -64,18 +79,50 @@ def none_of_the_above_text(language: Any) -> str:
     return NONE_OF_THE_ABOVE[language_code(language) or "en"]
 
 
-def with_none_of_the_above(question: Question, language: Any = "") -> Question | None:
-    """`question` with its gold option's text replaced by "None of the above" in `language`, the
-    gold letter unchanged; None for an item that cannot be probed so: not single-answer, no gold
+def relative_question(text: Any) -> bool:
+    """Whether the question asks for the best of the options shown (superlative, approximate,
+    closest), not for a fact the gold states."""
+    return _RELATIVE.search(str(text or "")) is not None
+
+
+def option_value(option: Any) -> float | None:
+    """An option's value when it is one number with at most a unit; a percentage as its fraction
+    (8.8 % → 0.088), so equal values compare equal."""
+    value = numeric_option(str(option or ""))
+    if value is None:
+        return None
+    return value / 100 if "%" in str(option) or "percent" in str(option).lower() else value
+
+
+def equal_to_gold(options: Sequence[str], gold: int) -> bool:
+    """Whether another option has the gold's value (8.8 % vs 0.088) or its text."""
+    value, text = option_value(options[gold]), normalized(options[gold])
+    for j, option in enumerate(options):
+        if j == gold:
+            continue
+        other = option_value(option)
+        if normalized(option) == text or (value is not None and other is not None
+                                          and math.isclose(value, other, rel_tol=1e-9, abs_tol=1e-12)):
+            return True
+    return False
+
+
+def with_none_of_the_above(question: Question, language: Any = "", replaced: str | None = None) -> Question | None:
+    """`question` with option `replaced` (a letter; the gold when None) taken out and "None of the
+    above" in `language` put last; the gold letter is the gold's new letter — the last one when
+    the gold was taken out. None for an item that cannot be probed so: not single-answer, no gold
     or options, or an option that already names the others."""
     letters = question.letters
     if question.kind != SINGLE or len(question.gold) != 1 or question.gold not in letters or len(letters) < 2:
         return None
     if names_other_options(question.options, letters):
         return None
-    options = list(question.options)
-    options[letters.index(question.gold)] = none_of_the_above_text(language)
-    return dataclasses.replace(question, options=tuple(options))
+    gone = letters.index(replaced or question.gold)
+    kept = [j for j in range(len(letters)) if j != gone]
+    options = tuple([question.options[j] for j in kept] + [none_of_the_above_text(language)])
+    gold = letters.index(question.gold)
+    new_gold = len(options) - 1 if gold == gone else kept.index(gold)
+    return dataclasses.replace(question, options=options, gold=OPTION_LETTERS[new_gold])
 
 
 def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests: Sequence[Request | None],
@@ -101,6 +148,10 @@ def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests
                 continue
             question, make = found
             out.append((variant(i, probe), question, make))
+            if probe == NONE_OF_THE_ABOVE_PROBE:  # the control: the same swap on a wrong option
+                question, make = _none_of_the_above(benchmark, questions[i], requests[i], config, think_budget,
+                                                    control=True)
+                out.append((variant(i, NONE_OF_THE_ABOVE_CONTROL), question, make))
         not_probed[probe] = skipped
         if skipped:
             notes.append(f"probe {probe}: {sum(skipped.values())} choice item(s) not probed ("
@@ -109,17 +160,24 @@ def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests
 
 
 def _none_of_the_above(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
-                       think_budget: int | None) -> tuple[Question, Any] | str:
-    """(the probed question, its request's maker), or why the item is not probed."""
+                       think_budget: int | None, control: bool = False) -> tuple[Question, Any] | str:
+    """(the probed question, its request's maker), or why the item is not probed; `control`: the
+    wrong option after the gold (cyclically) is the one taken out."""
     if len(question.options) == 2:  # one wrong option beside "None of the above": elimination, not reading
         return "two_options"
+    if relative_question(question.text):
+        return "superlative_or_approximate"
+    gold = question.letters.find(question.gold)
+    if 0 <= gold < len(question.options) and equal_to_gold([str(o) for o in question.options], gold):
+        return "option_equal_to_gold"
     language = question.meta.get(benchmark.language_field, "") if benchmark.language_field else ""
-    probed = with_none_of_the_above(question, language)
+    wrong = question.letters[(gold + 1) % len(question.letters)] if control and gold >= 0 else None
+    probed = with_none_of_the_above(question, language, wrong)
     if probed is None:
         return "names_other_options"
+    name = NONE_OF_THE_ABOVE_CONTROL if control else NONE_OF_THE_ABOVE_PROBE
     try:
-        request = replace(for_run(benchmark.request(probed, config.protocol), config, think_budget),
-                          probe=NONE_OF_THE_ABOVE_PROBE)
+        request = replace(for_run(benchmark.request(probed, config.protocol), config, think_budget), probe=name)
     except Exception as err:  # noqa: BLE001 — raised again by the maker: that variant's error
         return probed, _raises(err)
     if request.prompt == base.prompt:  # the prompt does not show Question.options apart from the text

@@ -61,14 +61,21 @@ def first_prompt(request: Request) -> Prompt:
     return request.turn_prompt(()) if isinstance(request, Session) else request.prompt
 
 
-def render(benchmark: Benchmark, prompt: Prompt, images: Sequence[Any], think: bool = False) -> ModelRequest:
+def render(benchmark: Benchmark, prompt: Prompt, images: Sequence[Any], think: bool = False,
+           options: int = 0) -> ModelRequest:
     """The adapter's request: `prompt` with the decoded question `images` it names, replaced as its
     ablation asks, then transformed by the benchmark's image rule (a replacement goes through the
-    same transform the chart would). With `think` it ends inside an open thinking block."""
+    same transform the chart would). With `think` it ends inside an open thinking block; `options`:
+    a choice's option count (`n_options`)."""
     named = [images[i] for i in prompt.images]
     shown = benchmark.prepare_images(prompt.image_rule, [ablated_image(image, prompt.ablation) for image in named])
     return ModelRequest(messages=prompt.messages, images=tuple(shown), answer_prefix=prompt.answer_prefix,
-                        thinking=think)
+                        thinking=think, n_options=options)
+
+
+def n_options(request: Request) -> int:
+    """The options a choice is read among (0 for any other request)."""
+    return request.n_options if isinstance(request, Choose) else 0
 
 
 def ablated_image(image: Any, ablation: str) -> Any:
@@ -155,3 +162,31 @@ def shared_requests(todo: Sequence[int], keys: Sequence[str]) -> tuple[list[int]
         if leader != index:
             followers.setdefault(leader, []).append(index)
     return list(leaders.values()), followers
+
+
+def unreadable(model: Any, requests: list[Any], errors: dict[int, str], notes: list[str]) -> None:
+    """The constrained requests the model declares it cannot read (`Capabilities.constrained`: a
+    served model reads single choices at most) become their questions' errors, named in one note,
+    before any is sent; a run with nothing left that it can read is refused in one line. A model
+    that reads choices its own way (`Capabilities.choice_reading`) says so in a note."""
+    from finbench.types import MULTI, NUMERICAL, SINGLE
+
+    def kind(request: Any) -> str | None:
+        if isinstance(request, Choose):
+            return MULTI if request.multi else SINGLE
+        return NUMERICAL if isinstance(request, Number) else None
+
+    names = {SINGLE: "single-answer choices", MULTI: "multi-answer sets", NUMERICAL: "numbers (the numeric grammar)"}
+    refused = {i: kind(r) for i, r in enumerate(requests)
+               if r is not None and kind(r) not in (None, *model.capabilities.constrained)}
+    if refused:
+        what = " or ".join(sorted({names[k] for k in refused.values() if k}))
+        line = (f"cannot be read from a {model.family} model: {what} under the constrained protocol (no logits reach "
+                "finbench); --protocol official generates and reads them")
+        if len(refused) == sum(r is not None for r in requests):
+            raise ValueError(f"--model {model.source}: {line}")
+        for index in refused:
+            errors[index], requests[index] = line, None
+        notes.append(f"{len(refused)} question(s) not asked: {line}")
+    if model.capabilities.choice_reading and any(kind(r) == SINGLE for r in requests):
+        notes.append(f"choices read by {model.capabilities.choice_reading}")

@@ -10,6 +10,7 @@ vocabulary, its thinking block). Then the run folder, with run.log (`RunLog`) fr
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import re
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finbench.benchmarks import get_benchmark
+from finbench.runner.gen_kwargs import GENERATION_KEYS
+from finbench.sandbox import refuse_without_jail
+from finbench.sources import is_served
 from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
 
 if TYPE_CHECKING:
@@ -28,31 +32,8 @@ if TYPE_CHECKING:
 # a second (tests/test_startup_fast.py)
 
 log = logging.getLogger("finbench")
-GENERATION_KEYS = {"max_new_tokens": int, "temperature": float, "top_p": float, "top_k": int}
 DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
 LOADING_OPTIONS = ("revision", "trust_remote_code", "attn_implementation", "chat_template")
-
-
-def parse_gen_kwargs(text: str) -> tuple[tuple[str, Any], ...]:
-    """`max_new_tokens=64,temperature=0.7` → (("max_new_tokens", 64), ("temperature", 0.7)); one
-    clear error for an unknown key or a bad value. Greedy decoding is the default."""
-    pairs = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, sep, value = part.partition("=")
-        key = key.strip()
-        if not sep or key not in GENERATION_KEYS:
-            raise ValueError(f"--gen-kwargs {text!r}: expected key=value pairs with keys "
-                             f"{', '.join(GENERATION_KEYS)}")
-        try:
-            pairs.append((key, GENERATION_KEYS[key](value.strip())))
-        except ValueError:
-            raise ValueError(f"--gen-kwargs: {key}={value.strip()!r} is not a {GENERATION_KEYS[key].__name__}") from None
-    return tuple(sorted(pairs))
-
-
-def _protocol_names(benchmark: str) -> tuple[str, ...]:
-    """The --protocol values of the run's benchmark (an unknown benchmark is one ValueError line)."""
-    return get_benchmark(benchmark).protocol_names
 
 
 def validate(config: RunConfig) -> None:
@@ -62,6 +43,8 @@ def validate(config: RunConfig) -> None:
     refusal = get_benchmark(config.benchmark).recognise(config.data)  # another benchmark's data: one line, now
     if refusal:
         raise ValueError(refusal)
+    refuse_without_jail(config.protocol in get_benchmark(config.benchmark).program_protocols, config.unsafe_sandbox,
+                        f"--protocol {config.protocol}")  # programs need the kernel jail (finbench/sandbox)
     _validate_device(config.device)
     if config.quant != "none":  # fp8 off CUDA, a missing package
         from finbench.models.loading import resolve_device
@@ -76,9 +59,9 @@ def validate_options(config: RunConfig) -> None:
     """What the options and the registry of benchmarks decide, with no library imported (a sweep
     checks every variant's before any variant's library checks)."""
     from finbench.runner.study_options import check_options
-    from finbench.sources import check_judge_source, looks_like_path
+    from finbench.sources import check_sources, looks_like_path
 
-    names = _protocol_names(config.benchmark)  # the registry (its scorers are imported when scoring)
+    names = get_benchmark(config.benchmark).protocol_names  # the registry (its scorers are imported when scoring)
     if config.protocol not in names:
         raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
     if config.batch_size not in (None, AUTO) and not (isinstance(config.batch_size, int) and config.batch_size >= 1):
@@ -115,7 +98,7 @@ def validate_options(config: RunConfig) -> None:
     if config.data is not None and not Path(config.data).exists() and looks_like_path(config.data, DATA_SUFFIXES):
         raise ValueError(f"--data {config.data}: no such file or folder")  # anything else is a hub id ("owner/name")
     check_options(config)  # the studies: --permutations, --image-ablation, --samples, --probe
-    check_judge_source(config.judge)
+    check_sources(config)  # --judge, and a served model's options (sources.py)
     check_writable(Path(config.out))
 
 
@@ -150,6 +133,8 @@ def check_writable(out_dir: Path) -> None:
 def check_family(config: RunConfig, model: Any = None) -> Any:
     """What the model's family does not declare (models/contract.py), refused once from config.json
     read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
+    if is_served(config.model) and model is None:  # a server's model: its options were checked with the rest
+        return None
     from finbench.models import read_checkpoint, refusal
     from finbench.models.base import resolve_device
     from finbench.models.quant import quant_refusal
@@ -158,7 +143,7 @@ def check_family(config: RunConfig, model: Any = None) -> Any:
     if model is not None:
         capabilities, family = model.capabilities, model.family
     else:
-        checkpoint = read_checkpoint(config.model)
+        checkpoint = read_checkpoint(config.model, config.family)
         capabilities, family, declared = checkpoint.capabilities, checkpoint.family.family, checkpoint.declared
     refused = refusal(capabilities, family, **_refusal_options(config),
                       prequantized=declared.label if declared else None)
@@ -186,6 +171,8 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     from finbench.models import load_model
     from finbench.runner.distributed import World, rank_device
 
+    if is_served(config.model):  # a URL: the served adapter (models/served.py) checks its options, loads nothing
+        return importlib.import_module("finbench.models.served").served_for(config)
     checkpoint = checkpoint or check_family(config)
     device = rank_device(config.device, world or World())
     template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
@@ -200,19 +187,19 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
 
 
 def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
-    """The `--judge` adapter (models/judge.py) on this rank's device (the run's `model` when it is
-    the same checkpoint); None without --judge, and on ranks but 0 (rank 0 judges alone)."""
+    """The --judge adapter (judge.py: the run's `model` if the same; served.py: a URL); None without one, off rank 0."""
     from finbench.models.judge import load_judge
     from finbench.runner.distributed import World, rank_device
 
     world = world or World()
+    if config.judge and world.main and is_served(config.judge):  # a served judge (models/served.py)
+        return importlib.import_module("finbench.models.served").served_for(config, judge=True)
     return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model) \
         if config.judge and world.main else None
 
 
-# what load_for_run loaded each model with, and the options its family was checked for: a run
-# given that model (the benchmarks of one multi-benchmark run, the variants of a sweep) may name
-# the same loading options again, and is not checked again for the same options
+# what load_for_run loaded each model with, and the options its family was checked for: a run given that model
+# (a multi-benchmark run's, a sweep's variants) may name the same loading options, not checked again for them
 _LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
 
 
@@ -248,8 +235,7 @@ def think_budget_for(config: RunConfig, model: Any) -> int | None:
 
 
 def compile_parts(model: Any, config: RunConfig, notes: list[str]) -> None:
-    """--compile-vision and --compile-lm (models/compile.py) before the cache keys are made (the
-    fingerprint says what is compiled)."""
+    """--compile-vision and --compile-lm (models/compile.py), before the fingerprint (it names what is compiled)."""
     from finbench.models.compile import compile_unavailable
 
     asked = [(option, compile, what) for option, on, compile, what in (

@@ -93,6 +93,8 @@ class Throughput:
         self.accounting_errors = 0  # batches whose token/FLOP count raised (answers kept)
 
     def account(self, model: ModelAdapter, inputs: Any) -> None:
+        if "attention_mask" not in inputs:  # tokens counted by a server (a served model), not here
+            return
         try:
             image_tokens = model.count_image_tokens(inputs)
             prompt_tokens = int(inputs["attention_mask"].sum())

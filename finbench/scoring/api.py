@@ -14,7 +14,8 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
-from finbench.scoring.clustered import clustered_summary, paired_difference
+from finbench.scoring.balance import label_balance
+from finbench.scoring.clustered import clustered_summary, paired_difference, verdict
 from finbench.scoring.parts import Part
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
@@ -101,7 +102,8 @@ def per_question_correct(df: pd.DataFrame, benchmark: str | None = None) -> np.n
     return out
 
 
-def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: str, protocol: str) -> pd.DataFrame:
+def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: str, protocol: str,
+                       unsafe_sandbox: bool = False) -> pd.DataFrame:
     """Answers given in a file (`score --predictions`), with the verdicts a run's rules would add
     (`rule_score`, `judge_details`), for a benchmark whose rules judge the whole run at once
     (`Benchmark.rule_judgements`: FinMMR's programs run in the sandbox); others unchanged."""
@@ -116,7 +118,7 @@ def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: st
     rows = [i for i, q in enumerate(questions) if not q.error and str(q.id) in answers]
     found = spec.rule_judgements([questions[i] for i in rows],
                                  [Prediction(id=str(questions[i].id), answer=answers[str(questions[i].id)]) for i in rows],
-                                 protocol)
+                                 protocol, unsafe_sandbox)
     verdicts = {str(questions[i].id): verdict for i, verdict in zip(rows, found)}
     out = df.copy()
     out["rule_score"] = [float("nan") if verdicts.get(i, (None,))[0] is None else float(verdicts[i][0])
@@ -263,6 +265,7 @@ def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str =
         if table.n > 0:
             clusters = None if clusters is None else (clusters[0].to(table.values.device), clusters[1])
             out["ci"] = bootstrap_cis(table, n_bootstrap, seed, level, clusters=clusters)
+    out["label_balance"] = label_balance(rows, table.correct, spec.answer_type_field)  # scoring/balance.py
     out.update(spec.scorer.summary(df, table, out))  # after the CIs: a rule's side scores take the same settings
     if "correct" in rows.columns:
         stored = pd.to_numeric(rows["correct"], errors="coerce").to_numpy(np.float64)
@@ -285,8 +288,12 @@ def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str =
 
 def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str | None = None,
                  n_bootstrap: int = 1000, seed: int = 0, variant: str = "official", level: float = CI_LEVEL,
-                 device: str | torch.device = "cpu") -> dict[str, Any]:
+                 device: str | torch.device = "cpu", means: Sequence[pd.Series | None] | None = None
+                 ) -> dict[str, Any]:
     """Paired comparison of runs on the same questions; the first run is the baseline.
+    `means` (one per run, None for a run without --samples): each sampled question's mean score
+    over its K samples by id (scoring/sampling.py `per_question_means`), used for the clustered
+    paired difference in place of sample 0's score.
 
     Runs are aligned on `id` and only ids scored in every run are used. Per run vs baseline:
     exact McNemar on correctness, Holm-adjusted p over all runs, paired bootstrap CIs (the same
@@ -311,17 +318,25 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
     comparisons = []
     for k, (name, table) in enumerate(zip(names[1:], aligned[1:]), start=1):
         mc = mcnemar(base.correct, table.correct)
-        cis = paired_bootstrap(base, table, n_bootstrap, seed, level) if n_bootstrap > 0 and base.n else {}
-        delta = {m: {"value": _diff(scores[name].get(m), scores[names[0]].get(m)),
-                     "ci": cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None}
+        resampled = (cluster_ids.to(base.values.device), n_clusters) if n_clusters < base.n else None
+        cis = paired_bootstrap(base, table, n_bootstrap, seed, level, clusters=resampled) \
+            if n_bootstrap > 0 and base.n else {}
+        # the mean per-question score's paired difference, its clustered SE and interval, and the
+        # smallest difference this set detects (80% power, α = 0.05 two-sided)
+        mine, theirs = (means[k], means[0]) if means else (None, None)
+        paired = {key: v for key, v in paired_difference(_sampled(table, mine), _sampled(base, theirs), cluster_ids,
+                                                         n_clusters).items() if key != "n"}
+        paired["verdict"] = verdict(paired["ci_diff"], paired["mde"])  # the sentence every output prints
+        if means and (means[0] is not None or means[k] is not None):
+            paired["per_question"] = "mean score over the K samples of --samples runs"
+        mean_metrics = {m for m in base.headline if _is_mean(scores[names[0]].get(m), base)
+                        and _is_mean(scores[name].get(m), table)}
+        delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired, m in mean_metrics,
+                                 cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level)
                  for m in base.headline}
         comparisons.append({"run": name, "baseline": names[0], "n": base.n, "delta": delta,
                             "mcnemar": {"baseline_only": mc["a_only"], "run_only": mc["b_only"], "p": mc["p"]},
-                            "flipped": flipped_ids(base, table),
-                            # the mean per-question score's paired difference, its clustered SE and the
-                            # smallest difference this set detects (80% power, α = 0.05)
-                            **{k: v for k, v in paired_difference(table.score.cpu(), base.score.cpu(), cluster_ids,
-                                                                  n_clusters).items() if k != "n"},
+                            "flipped": flipped_ids(base, table), **paired,
                             "cluster_by": by, "n_clusters": n_clusters})
     for comparison, p in zip(comparisons, holm([c["mcnemar"]["p"] for c in comparisons])):
         comparison["p_holm"] = p
@@ -334,6 +349,36 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
                       "bootstrap": {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
                                     "paired": True},
                       "notes": notes})
+
+
+def _sampled(table: ScoreTable, means: pd.Series | None) -> torch.Tensor:
+    """The table's per-question scores, a sampled question's replaced by its mean over K samples."""
+    score = table.score.cpu().to(torch.float64)
+    if means is None:
+        return score
+    found = means.reindex(pd.Index([str(i) for i in table.ids])).to_numpy(np.float64, copy=True)
+    return torch.where(torch.from_numpy(np.isnan(found)), score, torch.from_numpy(found))
+
+
+def _is_mean(value: float | None, table: ScoreTable) -> bool:
+    """Whether a headline value is the table's mean per-question score (what `paired_difference`
+    differences), not a statistic of its own (FinScore, P_H)."""
+    return value is not None and table.n > 0 and abs(value - float(table.score.double().mean())) <= 1e-9
+
+
+def one_interval(value: float | None, paired: Mapping[str, Any], mean: bool, bootstrap: dict[str, Any] | None,
+                 level: float) -> dict[str, Any]:
+    """A headline difference with the ONE interval every output prints (`ci`, with its `method`):
+    the clustered t interval of the paired difference where the metric is the mean per-question
+    score that difference measures (accuracy, a mean score), else the paired bootstrap (clusters
+    resampled where the run has clusters) — the only interval a non-linear headline (FinScore,
+    P_H) has. The bootstrap of a mean metric is kept as `bootstrap_check`, which only the
+    reports show, named as a check."""
+    same = mean and value is not None and paired.get("diff") is not None and abs(value - paired["diff"]) <= 1e-9
+    if same and (paired.get("ci_diff") or {}).get("low") is not None:
+        return {"value": value, "ci": {**paired["ci_diff"], "level": level, "method": "clustered t(G-1)"},
+                "bootstrap_check": bootstrap}
+    return {"value": value, "ci": None if bootstrap is None else {**bootstrap, "method": "paired bootstrap"}}
 
 
 def _shared_ids(tables: Sequence[ScoreTable]) -> list[str]:

@@ -113,16 +113,49 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
     names = [d.name or str(d) for d in run_dirs]
     if len(set(names)) != len(names):
         names = [str(d) for d in run_dirs]
-    result = compare_runs(dfs, names, benchmark=benchmarks.pop(), n_bootstrap=n_bootstrap, seed=seed)
+    from finbench.scoring.sampling import load_per_question_means
+
+    benchmark = benchmarks.pop()
+    means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
+    result = compare_runs(dfs, names, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed, means=means)
     result["notes"] = list(result.get("notes", [])) + coverage_notes(dfs, names) + (
         ["runs use different protocols: " + ", ".join(f"{d}: {p}" for d, p in protocols.items())] if mixed else [])
     result["run_dirs"] = [str(d) for d in run_dirs]
     result["distributions"] = _jsonable(distribution_comparison(dfs, names))
     result.update(robustness_comparison(run_dirs, dfs, names, protocols, result["benchmark"]))
+    result["agreement"] = answer_agreement(dfs, names)
     print_comparison(result, console)
+    for name, agreed in result["agreement"].items():
+        largest = agreed["max_prob_diff"]
+        as_console(console).print(
+            f"{escape(name)} vs {escape(names[0])}: same answer on {agreed['agree']} of {agreed['n']} shared answered "
+            f"items; largest option-probability difference {'–' if largest is None else f'{largest:.3g}'}"
+            + (f" ({escape(agreed['max_prob_diff_id'])})" if largest is not None else ""))
     if out is not None:
         as_console(console).print(f"wrote {write_json(Path(out), result)}", markup=False, soft_wrap=True)
     return result
+
+
+def answer_agreement(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> dict[str, Any]:
+    """Each run against the first (e.g. an in-process run and a served run of one checkpoint): on
+    the items both answered without an error, how many answers are the same, and the largest
+    absolute difference of an option probability where both read the same options (None: no
+    probabilities to compare, e.g. generated answers)."""
+    base = dfs[0].set_index("id")[["answer", "error", "option_probs"]]
+    out: dict[str, Any] = {}
+    for name, df in zip(names[1:], dfs[1:]):
+        both = base.merge(df.set_index("id")[["answer", "error", "option_probs"]], left_index=True, right_index=True,
+                          suffixes=("", "_run"))
+        both = both[(both["error"] == "") & (both["error_run"] == "")]
+        gaps = pd.Series([float(abs(pd.Series(list(a), dtype=float) - pd.Series(list(b), dtype=float)).max())
+                          if a is not None and b is not None and len(a) == len(b) > 0 else math.nan
+                          for a, b in zip(both["option_probs"], both["option_probs_run"])], index=both.index,
+                         dtype=float)
+        out[name] = {"n": int(len(both)), "agree": int((both["answer"] == both["answer_run"]).sum()),
+                     "agreement": float((both["answer"] == both["answer_run"]).mean()) if len(both) else None,
+                     "max_prob_diff": None if gaps.isna().all() else float(gaps.max()),
+                     "max_prob_diff_id": None if gaps.isna().all() else str(gaps.idxmax())}
+    return out
 
 
 def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame], names: Sequence[str],
@@ -185,22 +218,26 @@ def answers_frame(questions: Sequence[Question], answers: Mapping[str, str]) -> 
 
 def score_predictions(benchmark_name: str, data: str, predictions: Path, variant: str = "official",
                       n_bootstrap: int = 0, seed: int = 0, console: Any = None, protocol: str | None = None,
-                      samples_out: Path | None = None) -> dict[str, Any]:
+                      samples_out: Path | None = None, unsafe_sandbox: bool = False) -> dict[str, Any]:
     """Score answer strings as an official extractor produced them against the benchmark's gold;
     questions left unanswered are scored as wrong, and a note (on `console` too) says how many.
     `protocol`: the protocol that produced the answers (where a benchmark's rule depends on it);
-    `samples_out`: one JSON line per question saying what the rule read and whether it counted."""
+    `samples_out`: one JSON line per question saying what the rule read and whether it counted;
+    `unsafe_sandbox`: programs run without a kernel jail where none can be built (else refused)."""
     from finbench.benchmarks import check_protocol, get_benchmark
+    from finbench.sandbox import refuse_without_jail
     from finbench.scoring.api import with_rule_verdicts, write_samples_out
 
     benchmark = get_benchmark(benchmark_name)
     check_protocol(benchmark, protocol)
+    refuse_without_jail(protocol in benchmark.program_protocols, unsafe_sandbox, f"--protocol {protocol}")
     questions = benchmark.load(data)
     answers = read_predictions(predictions)
     unknown = set(answers) - {q.id for q in questions}
     if unknown:
         raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
-    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark.name, protocol or "")
+    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark.name, protocol or "",
+                                 unsafe_sandbox)
     scores = score_samples(samples, benchmark=benchmark.name, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
     if samples_out is not None:
         write_samples_out(samples_out, samples, benchmark.name, variant)

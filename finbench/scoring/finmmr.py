@@ -19,10 +19,11 @@ within 0.2% of the ground truth (`within_eps`). Quirks kept, as the official cod
 Where `safe_eval` differs from `eval` (documented, rare in answers): names other than True,
 False and None are an object of the official module (scoring 0) when it defines them, else a
 NameError; calls only to abs, round, min, max, sum, int, float, pow, len, bool, complex, str and
-divmod; attributes, comprehensions, f-strings, lambdas fail (so the clean-up runs); integers above
-10^4,000 digits, strings or lists above 10^5 items, more than 2,000 nodes fail instead of being
-computed; `exit()` (which ends the official evaluator) scores 0. An answer that is code scores 0
-and runs nothing.
+divmod; attributes, comprehensions, f-strings, lambdas fail (so the clean-up runs); work is bounded
+before each step (scoring/safe_eval.py: integers above 10^4,000, strings or lists above 10^5
+items, format widths, `sum` of sequences, `round` digits, more than 2,000 nodes or 10^6 items made
+fail instead of being computed); an answer longer than 1,000 characters scores 0 unread; `exit()`
+(which ends the official evaluator) scores 0. An answer that is code scores 0 and runs nothing.
 
 Statistics (`get_statistics`): accuracy = mean acc, execution rate = mean execution_rate, ×100
 rounded to 2 places in `official`; a per-sample error scores 0 on both. Per-row verdicts come
@@ -31,11 +32,9 @@ from the run (`rule_score` / `judge_score` and their `judge_details`), else from
 
 from __future__ import annotations
 
-import ast
 import builtins
 import json
 import math
-import operator
 import re
 from typing import Any, Mapping
 
@@ -43,6 +42,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.sandbox import LANDLOCK_NOTE, UNSAFE_NOTE
+from finbench.scoring.safe_eval import MAX_TEXT, EvalFailed, Opaque
+from finbench.scoring.safe_eval import safe_eval as bounded_eval
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
 
 LABEL = "FinMMR (accuracy and execution rate, get_acc within 0.2%), addictedLL/FinMMR"
@@ -62,125 +64,12 @@ MODULE_NAMES = frozenset({"re", "LLM", "logger", "within_eps", "is_number", "is_
                           "contain_num_and_str", "normalize", "get_acc", "extract_cot_answers",
                           "extract_pot_answers", "__name__", "__doc__", "__file__", "__builtins__", "__loader__",
                           "__spec__", "__package__", "__cached__"}) | frozenset(dir(builtins))
-MAX_NODES, MAX_ITEMS, MAX_INT_BITS = 2000, 100_000, 13_300  # 13,300 bits ≈ 4,000 digits
-
-
-class Opaque:
-    """A value the official `eval` produces but no number rule accepts (a function, a set): it
-    compares with nothing, as the official `within_eps` then raises and scores 0."""
-
-    def __bool__(self) -> bool:
-        return True
-
-
-class EvalFailed(Exception):
-    """The official `eval` would raise (or finbench will not compute it): the clean-up follows."""
-
-
-def _checked(value: Any) -> Any:
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
-        raise EvalFailed("integer too large")
-    if isinstance(value, (str, bytes, tuple, list)) and len(value) > MAX_ITEMS:
-        raise EvalFailed("value too large")
-    return value
-
-
-def _power(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and b * abs(a).bit_length() > MAX_INT_BITS:
-        raise EvalFailed("power too large")
-    return operator.pow(a, b)
-
-
-def _times(a: Any, b: Any) -> Any:
-    for seq, count in ((a, b), (b, a)):
-        if isinstance(seq, (str, bytes, tuple, list)) and isinstance(count, int) and len(seq) * count > MAX_ITEMS:
-            raise EvalFailed("value too large")
-    return operator.mul(a, b)
-
-
-def _shift(a: Any, b: Any) -> Any:
-    if isinstance(b, int) and b > MAX_INT_BITS:
-        raise EvalFailed("shift too large")
-    return operator.lshift(a, b)
-
-
-BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: _times, ast.Div: operator.truediv,
-          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: _power, ast.LShift: _shift,
-          ast.RShift: operator.rshift, ast.BitAnd: operator.and_, ast.BitOr: operator.or_, ast.BitXor: operator.xor}
-UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Invert: operator.invert, ast.Not: operator.not_}
-COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
-           ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
-           ast.Is: operator.is_, ast.IsNot: operator.is_not}
-CALLS = {"abs": abs, "round": round, "min": min, "max": max, "sum": sum, "int": int, "float": float, "bool": bool,
-         "len": len, "complex": complex, "str": str, "divmod": divmod,
-         "pow": lambda *args: _power(*args) if len(args) == 2 else pow(*args)}
-PLAIN = (int, float, complex, str, bytes, bool, type(None), tuple, list)
 
 
 def safe_eval(text: str) -> Any:
-    """The value the official `eval(text)` has, for literals and arithmetic; EvalFailed where it
-    would raise, or where finbench does not compute it (module docstring)."""
-    try:
-        tree = ast.parse(text.lstrip(" \t"), mode="eval")  # eval strips leading spaces and tabs
-    except (SyntaxError, ValueError, MemoryError, RecursionError) as err:
-        raise EvalFailed(str(err)) from None
-    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise EvalFailed("expression too large")
-    try:
-        return _value(tree.body)
-    except EvalFailed:
-        raise
-    except Exception as err:  # noqa: BLE001 — what the operation itself raises, as eval would
-        raise EvalFailed(f"{type(err).__name__}: {err}") from None
-
-
-def _value(node: ast.AST) -> Any:
-    if isinstance(node, ast.Constant):
-        return _checked(node.value)
-    if isinstance(node, ast.Name):
-        if node.id in MODULE_NAMES:
-            return Opaque()
-        raise EvalFailed(f"name {node.id!r} is not defined")
-    if isinstance(node, (ast.Tuple, ast.List)) and not any(isinstance(e, ast.Starred) for e in node.elts):
-        items = [_value(e) for e in node.elts]
-        return _checked(tuple(items) if isinstance(node, ast.Tuple) else items)
-    if isinstance(node, (ast.Set, ast.Dict)):
-        for child in [*getattr(node, "elts", ()), *getattr(node, "keys", ()), *getattr(node, "values", ())]:
-            if child is not None:
-                _value(child)
-        return Opaque()
-    if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
-        return _checked(UNARY[type(node.op)](_plain(_value(node.operand), allow_opaque=isinstance(node.op, ast.Not))))
-    if isinstance(node, ast.BinOp) and type(node.op) in BINARY:
-        return _checked(BINARY[type(node.op)](_plain(_value(node.left)), _plain(_value(node.right))))
-    if isinstance(node, ast.BoolOp):
-        value = _value(node.values[0])
-        for child in node.values[1:]:
-            if bool(value) == isinstance(node.op, ast.Or):
-                return value
-            value = _value(child)
-        return value
-    if isinstance(node, ast.Compare):
-        left = _plain(_value(node.left))
-        for op, child in zip(node.ops, node.comparators):
-            right = _plain(_value(child))
-            if not COMPARE[type(op)](left, right):
-                return False
-            left = right
-        return True
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CALLS and not node.keywords:
-        if any(isinstance(a, ast.Starred) for a in node.args):
-            raise EvalFailed("starred call")
-        return _checked(CALLS[node.func.id](*[_plain(_value(a)) for a in node.args]))
-    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
-        return _checked(_plain(_value(node.value))[_plain(_value(node.slice))])
-    raise EvalFailed(f"{type(node).__name__} is not evaluated")
-
-
-def _plain(value: Any, allow_opaque: bool = False) -> Any:
-    if isinstance(value, Opaque) and not allow_opaque:
-        raise EvalFailed("an official object in arithmetic")
-    return value
+    """The value the official `eval(text)` has in evaluation_utils.py (its names resolve to an
+    object no rule accepts), with the work bounded before each step (scoring/safe_eval.py)."""
+    return bounded_eval(text, MODULE_NAMES)
 
 
 def normalize(prediction: str) -> Any:
@@ -233,6 +122,8 @@ def get_acc(prediction: Any, truth: Any) -> int:
         if not isinstance(truth, (int, float, bool)):
             return 0
         if isinstance(prediction, str):
+            if len(prediction) > MAX_TEXT:  # hostile input: not read (module docstring)
+                return 0
             prediction = normalize(prediction)
         if isinstance(prediction, (tuple, list)):
             prediction = prediction[0]
@@ -266,7 +157,7 @@ def truth_value(gold: str) -> Any:
 
 
 def outcome_value(kind: str, value: str, first_kind: str = "") -> Any:
-    """A sandboxed program's result (runner/sandbox.py `Outcome`) as the official `exec` returned
+    """A sandboxed program's result (finbench/sandbox `Outcome`) as the official `exec` returned
     it to `get_acc`: numbers, bools and None exactly, strings as text, a sequence by its first
     element, anything else an object no rule accepts."""
     if kind == "seq":
@@ -332,6 +223,8 @@ def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch
     values = torch.from_numpy(np.stack([acc, rate, np.ones(len(df))], axis=1)).to(dev)
     sources = sorted({s for s, e in zip(source, has_error) if not e})
     notes = [f"answers read by {', '.join(SOURCE_NAMES.get(s, s) for s in sources)}"] if sources else []
+    where = {d["rules"].get("sandbox") for d in _details(df) if isinstance(d.get("rules"), Mapping)}
+    notes += [note for mode, note in (("landlock", LANDLOCK_NOTE), ("unsafe", UNSAFE_NOTE)) if mode in where]  # no jail
     return ScoreTable(ids=str_column(df, "id"), correct=values[:, 0].clone(), score=values[:, 0].clone(),
                       values=values, segments=torch.zeros(len(df), dtype=torch.int64, device=dev), n_segments=1,
                       statistic=statistics, headline=("accuracy", "execution_rate"), primary="accuracy",

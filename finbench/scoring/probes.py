@@ -3,13 +3,17 @@
 The probe rows of variants.parquet (`study` "probe", `probe` none-of-the-above or open-ended;
 runner/probes.py) against the base run's rows of the same items:
 
-- none-of-the-above: the gold option's text replaced by "None of the above", the gold letter
-  unchanged, so `accuracy` is the share of probed items whose answer is the gold letter — now
-  "None of the above". A model that reads picks it; one that remembers the gold text does not.
+- none-of-the-above: the gold option taken out and "None of the above" put last, so `accuracy`
+  is the share of probed items whose answer is "None of the above"; its control (`probe`
+  none-of-the-above-control) takes out a wrong option instead, so "None of the above" is wrong and
+  the gold still shown. `picks_none_when_right` and `picks_none_when_wrong` are the two rates of
+  answering "None of the above": only their gap says the model reads the options — a model that
+  picks "None of the above" (or one letter) whatever the item shows both alike.
 - open-ended: the item asked without its options; the free answer is right when it names the gold
   option's text (`option_matches`: normalized containment, or the same number for an option that
-  is a number) and no other option's — or, in a run with --judge, when the judge says so
-  (runner/probes.py's generic prompt; a reply without yes or no scores 0).
+  is a number, not negated in its clause: "does not increase", 不会上升) and no other option's —
+  or, in a run with --judge, when the judge says so (runner/probes.py's generic prompt; a reply
+  without yes or no is no verdict: the rule's verdict stands and the row is counted).
 
 Per probe: `n` probed items, `not_probed` by reason (multi-answer items, options that name the
 others, prompts that show no option apart from the text), `accuracy` on the probed items beside
@@ -36,11 +40,19 @@ from finbench.types import OPTION_LETTERS
 
 PROBE = "probe"  # the `study` column of variants.parquet
 OPEN_ENDED = "open-ended"  # the probe whose rows are scored here by rule (runner/probes.py)
+NONE_OF_THE_ABOVE = "none-of-the-above"
+CONTROL = "none-of-the-above-control"  # its control rows: "None of the above" last and wrong
 
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _MARKUP = re.compile(r"\\boxed\{|\\text\{|[*_`$\\{}]")
 _WORD = re.compile(r"[^\w.%]+|(?<!\d)\.|\.(?!\d)")  # separators; a decimal point inside a number stays
-_CJK_NEGATIONS = set("不非没沒未无無否")  # a character (or 没有) that negates the text right after it
+_CJK_NEGATIONS = set("不非没沒未无無否")  # a character that negates the rest of its clause
+_CJK_NOT_NEGATING = ("非常", "不仅", "不僅", "不但", "不只", "无论", "無論", "并非只", "不断", "不斷")
+# English negations, as `normalized` writes them ("doesn't" → "doesn t"): a clause holding one
+# before the option does not name it
+_NEGATORS = frozenset({"not", "no", "never", "neither", "nor", "cannot", "t", "none", "without"})
+_CLAUSE = re.compile(r"[,;:!?\n，。；：！？、]|(?<!\d)\.|\.(?!\d)|\b(?:but|however|although|though|whereas)\b|但|而是|但是|反而",
+                     re.IGNORECASE)
 _UNIT_WORDS = {"%", "percent", "usd", "us", "eur", "rmb", "cny", "yuan", "dollars", "dollar", "million", "millions",
                "billion", "billions", "thousand", "thousands", "k", "m", "bn", "mn", "x", "times", "years", "year",
                "days", "day", "months", "month", "bp", "bps"}
@@ -58,7 +70,7 @@ def numbers(text: Any) -> list[float]:
     return [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(unicodedata.normalize("NFKC", str(text or "")))]
 
 
-def _numeric_option(option: str) -> float | None:
+def numeric_option(option: str) -> float | None:
     """The option's number when the option is a number with at most a unit ('8.81%', '$1,200 million')."""
     found = numbers(option)
     if len(found) != 1:
@@ -70,22 +82,37 @@ def _numeric_option(option: str) -> float | None:
 def option_matches(answer: Any, option: Any) -> bool:
     """Whether a free answer names `option`: the same number for an option that is a number (with
     at most a unit), else the option's normalized text inside the answer's, on word boundaries
-    (plain containment for text without spaces between words, e.g. Chinese, unless a negation
-    comes right before it)."""
+    (plain containment for text without spaces between words, e.g. Chinese) — in a clause with no
+    negation before it ("does not increase", "no increase", "isn't", 不是上升, 不会上升, 没有)."""
     option = str(option or "")
     wanted = normalized(option)
     if not wanted:
         return False
-    number = _numeric_option(option)
+    number = numeric_option(option)
     if number is not None:
         return any(abs(found - number) <= 1e-9 * max(1.0, abs(number)) for found in numbers(answer))
-    said = normalized(answer)
-    if re.search(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]", wanted):
-        # a negation just before the text says the opposite: "不是" does not name "是"
-        wanted, said = wanted.replace(" ", ""), said.replace(" ", "")
-        return any(said[start - 1:start] not in _CJK_NEGATIONS
-                   and said[max(0, start - 2):start] not in ("没有", "沒有") for start in (m.start() for m in re.finditer(re.escape(wanted), said)))
-    return f" {wanted} " in f" {said} "
+    cjk = re.search(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]", wanted) is not None
+    for clause in _CLAUSE.split(unicodedata.normalize("NFKC", str(answer or ""))):
+        said = normalized(clause)
+        if cjk:
+            said, target = said.replace(" ", ""), wanted.replace(" ", "")
+            starts = [m.start() for m in re.finditer(re.escape(target), said)]
+            if any(not _negated_cjk(said[:start]) for start in starts):
+                return True
+            continue
+        padded = f" {said} "
+        starts = [m.start() for m in re.finditer(re.escape(f" {wanted} "), padded)]
+        if any(not (_NEGATORS & set(padded[:start].replace(" not only ", " ").split())) for start in starts):
+            return True
+    return False
+
+
+def _negated_cjk(before: str) -> bool:
+    """Whether a CJK clause negates what follows `before`: 不, 没, 非, 未, 无, 否 anywhere in it
+    (不是上升, 不会上升, 没有上升), words that only contain one (非常 "very", 不仅 "not only") aside."""
+    for word in _CJK_NOT_NEGATING:
+        before = before.replace(word, "")
+    return bool(_CJK_NEGATIONS & set(before))
 
 
 def names_gold(answer: Any, options: Sequence[Any], gold: str) -> bool:
@@ -156,8 +183,37 @@ def probe_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, probes: 
                           "accuracy": _nanmean(probed), "base_accuracy": _nanmean(before), "diff": paired["diff"],
                           "kept_when_right": _nanmean(probed[right]), "n_base_right": int(right.sum()),
                           "paired": paired})
+        if probe == NONE_OF_THE_ABOVE:
+            entry.update(_control(rows, rows_all, base))
         out[probe] = entry
     return _jsonable(out)
+
+
+def _picks_last(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: 1 when the answer is the last option's letter ("None of the above"), 0 when it is
+    another answer, NaN for an error (no answer to count)."""
+    counts = pd.to_numeric(rows["n_options"], errors="coerce").fillna(0) if "n_options" in rows.columns else \
+        rows["options"].map(lambda o: 0 if o is None else len(o)) if "options" in rows.columns else pd.Series(0, rows.index)
+    last = np.array([OPTION_LETTERS[int(n) - 1] if 0 < int(n) <= len(OPTION_LETTERS) else "" for n in counts],
+                    dtype=object)
+    picked = (str_column(rows, "answer") == last).astype(np.float64)
+    return np.where(error_mask(rows) | (last == ""), np.nan, picked)
+
+
+def _control(rows: pd.DataFrame, rows_all: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
+    """The none-of-the-above probe beside its control on the same items: how often the model picks
+    "None of the above" where it is right (the probe) and where it is wrong (the control, the gold
+    still shown). Reading shows as a high first rate and a low second; a model that picks it, or
+    a letter, whatever the item shows both alike."""
+    control = rows_all[str_column(rows_all, "probe") == CONTROL] if len(rows_all) else rows_all
+    if len(control):
+        control = control[np.isin(str_column(control, "id"), base.index.to_numpy(dtype=object))]
+    when_right = _picks_last(rows) if len(rows) else np.array([])
+    when_wrong = _picks_last(control) if len(control) else np.array([])
+    mean = (lambda v: float(np.nanmean(v)) if np.isfinite(v).any() else None)  # noqa: E731
+    return {"picks_none_when_right": mean(when_right), "picks_none_when_wrong": mean(when_wrong),
+            "control": {"n": int(len(control)), "n_errors": int(error_mask(control).sum()) if len(control) else 0,
+                        "accuracy": _nanmean(torch.from_numpy(_hits(control))) if len(control) else None}}
 
 
 def _nanmean(values: torch.Tensor) -> float | None:

@@ -7,12 +7,15 @@ a row the rule leaves to a judge keeps its stored `correct`), and two samples gi
 answer when the rule's extracted answers (the `answer` column) are equal. Then, with
 `clustered.repeated_sampling`:
 
-- `mean`: the mean score over all N × K samples; `se`: the SE of the N per-question means, which
-  holds the within-question variance (Miller, "Adding Error Bars to Evals", §4);
-- `maj_at_k`: the score of each question's most frequent answer (a tie: the earliest sample's);
+- `mean`: the mean score over all N × K samples; `se`: the cluster-robust SE of the N per-question
+  means on the run's clusters (`se_iid` without them; Miller, "Adding Error Bars to Evals",
+  §3.1 "Resampling"), and `ci` their clustered 95% interval;
+- `maj_at_k`: the score of each question's most frequent parsed answer (a tie: the earliest
+  sample's);
 - `pass_at_k`: the score of each question's best sample (any sample right);
-- `agreement`: the mean share of a question's samples that give its modal answer (1: always the
-  same answer).
+- `agreement`: the mean share of a question's parsed samples that give its modal answer (1:
+  always the same answer). A sample whose rule read no answer (an empty `answer`) is no vote:
+  `n_unparsed` counts them, `n_no_parsed` the questions without any parsed sample.
 
 The same numbers per group of every breakdown the benchmark's score has (`by`). A question some
 sample's rule gives no per-question score (NaN: an open answer without a judge, a row the rule
@@ -28,7 +31,7 @@ import pandas as pd
 import torch
 
 from finbench.kernels.segments import MISSING_LABEL, factorize
-from finbench.scoring.api import _benchmark, _group_frame, _jsonable, build_table
+from finbench.scoring.api import _benchmark, _clusters, _group_frame, _jsonable, build_table
 from finbench.scoring.clustered import repeated_sampling
 
 SAMPLING = "sampling"  # the `study` column of variants.parquet
@@ -50,14 +53,16 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> 
     {group: the same}}} over `frames`, the K tables of the same questions in the same order."""
     n_rows = len(frames[0]) if frames else 0
     if n_rows == 0:
-        return {"k": k, "n": 0, "mean": None, "se": None, "maj_at_k": None, "pass_at_k": None, "agreement": None,
-                "n_unscored": 0, "by": {}}
+        return {"k": k, "n": 0, "mean": None, "se": None, "se_iid": None, "maj_at_k": None, "pass_at_k": None,
+                "agreement": None, "n_unparsed": 0, "n_no_parsed": 0, "n_unscored": 0, "by": {}}
     correct = torch.from_numpy(np.stack([sample_scores(f, benchmark) for f in frames], axis=1))  # [N, K]
     texts = pd.Series(np.concatenate([f["answer"].fillna("").astype(str).to_numpy() for f in frames]))
     answers = factorize(texts)[0].reshape(len(frames), n_rows).T.contiguous()  # [N, K]: equal code, equal answer
+    parsed = torch.from_numpy((texts.str.strip() != "").to_numpy().reshape(len(frames), n_rows).T.copy())
     keep = ~torch.isnan(correct).any(1)
-    out = {**repeated_sampling(answers[keep], correct[keep]), "n_unscored": int((~keep).sum())}
     spec = _benchmark(benchmark)
+    clusters = factorize(pd.Series(_clusters(frames[0].reset_index(drop=True), spec)[1][keep].numpy()))[0]
+    out = {**repeated_sampling(answers[keep], correct[keep], parsed[keep], clusters), "n_unscored": int((~keep).sum())}
     rows = _group_frame(frames[0].reset_index(drop=True), spec.scorer)[keep.numpy()]
     out["by"] = {}
     for column in [c for c in spec.group_columns if c in rows.columns and len(rows)]:  # (none scored: no groups)
@@ -67,6 +72,32 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> 
         for j, label in enumerate([*map(str, labels), MISSING_LABEL]):
             member = ids == (j if j < len(labels) else -1)  # one mask per group: breakdowns have few groups
             if bool(member.any()):
-                groups[label] = repeated_sampling(answers[keep][member], correct[keep][member])
+                groups[label] = repeated_sampling(answers[keep][member], correct[keep][member],
+                                                  parsed[keep][member], factorize(pd.Series(clusters[member].numpy()))[0])
         out["by"][column] = groups
     return _jsonable(out)
+
+
+def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, benchmark: str) -> pd.Series | None:
+    """The mean score of each sampled question over its K samples (sample 0 in `samples`, the
+    others the `sampling` rows of `variants`), by id; None for a run without samples. A paired
+    comparison of --samples runs uses these, not sample 0 alone: averaging the K samples takes
+    the within-question sampling noise out of the difference (Miller 2024, §3.1 "Resampling")."""
+    if variants is None or "study" not in variants.columns:
+        return None
+    rows = variants[variants["study"].astype(str) == SAMPLING].reset_index(drop=True)
+    if not len(rows):
+        return None
+    base = samples[samples["id"].astype(str).isin(set(rows["id"].astype(str)))].reset_index(drop=True)
+    scores = pd.concat([pd.Series(sample_scores(base, benchmark), index=base["id"].astype(str).to_numpy()),
+                        pd.Series(sample_scores(rows, benchmark), index=rows["id"].astype(str).to_numpy())])
+    return scores.groupby(level=0).mean()
+
+
+def load_per_question_means(run_dir: Any, samples: pd.DataFrame, benchmark: str) -> pd.Series | None:
+    """`per_question_means` of a run folder (its variants.parquet, when it has one)."""
+    from pathlib import Path
+
+    path = Path(run_dir) / "variants.parquet"
+    return per_question_means(samples, pd.read_parquet(path), benchmark) if path.is_file() else None
+

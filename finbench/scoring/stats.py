@@ -83,14 +83,20 @@ def bootstrap_cis(table: ScoreTable, n_bootstrap: int, seed: int = 0, level: flo
 
 
 def paired_bootstrap(a: ScoreTable, b: ScoreTable, n_bootstrap: int, seed: int = 0, level: float = 0.95,
-                     method: str = "auto") -> dict[str, dict[str, float | None]]:
-    """Percentile CI of statistic(b) − statistic(a) when the SAME resampled questions feed both
-    runs (the tables must be aligned row by row; segments are taken from `a`)."""
+                     method: str = "auto", clusters: tuple[torch.Tensor, int] | None = None
+                     ) -> dict[str, dict[str, float | None]]:
+    """Percentile CI of statistic(b) − statistic(a) when the SAME resampled questions (or, given
+    `clusters` = (dense ids [N], G), whole clusters) feed both runs (the tables must be aligned
+    row by row; segments are taken from `a`)."""
     if a.n != b.n:
         raise ValueError("paired bootstrap needs aligned tables of equal length")
     c = a.values.shape[1]
     joint = torch.cat([a.values, b.values.to(a.values.device)], dim=1)
-    sums = bootstrap_segment_sums(joint, a.segments, a.n_segments, n_bootstrap, seed=seed, method=method)
+    if clusters is not None:
+        sums = cluster_bootstrap_segment_sums(joint, a.segments, a.n_segments, clusters[0].to(joint.device),
+                                              clusters[1], n_bootstrap, seed=seed)
+    else:
+        sums = bootstrap_segment_sums(joint, a.segments, a.n_segments, n_bootstrap, seed=seed, method=method)
     stat_a, stat_b = a.statistic(sums[..., :c]), b.statistic(sums[..., c:])
     return {k: ci_dict(*percentile_ci(stat_b[k] - stat_a[k], level), level) for k in stat_a if k in stat_b}
 

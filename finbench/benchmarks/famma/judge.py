@@ -100,4 +100,4 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
         return None, {}
     parsed = _lenient_json(outputs[0])
     value = parsed.get(question.id) if isinstance(parsed, Mapping) else None
-    return float(value == "correct" or value is True), {"verdict": value}
+    return float(value == "correct" or value is True), {"verdict": value, "parsed": value is not None}

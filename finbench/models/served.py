@@ -1,0 +1,450 @@
+"""A model behind an OpenAI-compatible server (`--model http://HOST:PORT/v1`: vLLM, SGLang,
+`transformers serve`, llama.cpp), as a model adapter (models/contract.py) like any other: the
+runner, cache, studies, reports and the judge use it unchanged. Differs from an in-process family
+in where every answer is computed — the server — and so in what it can read:
+
+- generated answers (official protocols, cot/pot, sessions, `--samples`): `/v1/chat/completions`
+  with the benchmark's exact messages, its images as base64 PNG data URLs (lossless: the pixels
+  finbench prepared), `max_tokens`, temperature/top_p/seed (temperature 0 = greedy);
+- single-answer choices, read from the server, never guessed (`reading`):
+  - "logprobs" (vLLM, SGLang): a one-token completion continuing finbench's own constrained prompt
+    (`continue_final_message`) with the top 20 log-probabilities; every option's letter (bare or
+    space-prefixed) must be among them, else the item is an error naming why — never a
+    renormalised guess over what came back;
+  - "decision endpoint" (`/v1/systemone`, `/v1/decisions`: transformers serve, llama.cpp, vLLM,
+    SGLang): one choice question per item, the prompt's text as its state and its images as assets.
+    The server renders its OWN decision template, so the prompt differs from finbench's
+    constrained prompt (results name the reading: `fingerprint()["read_by"]`);
+- what no server reads (multi-answer sets, the numeric grammar, a thinking block) is declared and
+  refused at start-up in one line; the hidden-state methods (`prefill`, `logits`, …) raise.
+
+Token ids: the runner's answer vocabulary asks for the ids of letters, digits and separators; the
+server's tokenizer is not known here, so they are positions in `ANSWER_TEXTS` (finbench's own).
+Nothing about the weights can be fingerprinted from a client: the cache keys name the served
+model's id, the endpoints and the reading, and results.json says the weights are not fingerprinted.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Sequence
+
+import torch
+
+from finbench.models.contract import Capabilities, ModelUnavailable
+from finbench.models.inputs import ModelInputs
+from finbench.models.part_timing import PartClock
+from finbench.models.served_client import ClientSettings, ServedClient, ServedError
+from finbench.types import OPTION_LETTERS, SINGLE, ModelRequest
+
+CHAT_PATH = "/chat/completions"
+DECISION_PATHS = ("/systemone", "/decisions")  # transformers serve and llama.cpp; SGLang
+LOGPROB_SERVERS = ("vllm", "sglang")  # `owned_by` in /v1/models of the servers that return logprobs
+READ_BY_LOGPROBS, READ_BY_DECISION = "logprobs", "decision endpoint"
+TOP_LOGPROBS = 20  # the most vLLM and SGLang return by default (vLLM: --max-logprobs)
+IN_FLIGHT, OTHER_IN_FLIGHT = {"vllm": 64, "sglang": 64}, 4  # continuous batching; others mostly one at a time
+MAX_ASSETS = 4  # images per System One request
+MEMO_SIZE = 1024  # answers kept for a batch asked again row by row (ServedModel._answered)
+CHOICE_READINGS = {  # Capabilities.choice_reading: the note results.json and the report carry
+    READ_BY_DECISION: "the server's decision endpoint ({path}): it renders its own decision template, so the "
+                      "prompt differs from finbench's constrained prompt (read_by: decision endpoint)",
+    READ_BY_LOGPROBS: "the server's top {top} log-probabilities of the first answer token after finbench's "
+                      "constrained prompt (read_by: logprobs)"}
+NOT_FINGERPRINTED = "not fingerprinted: the weights are behind the server (keyed by the served model's id)"
+# the texts the runner's answer vocabulary asks ids for (runner/decoding.py), by position
+ANSWER_TEXTS = (*OPTION_LETTERS, *(" " + c for c in OPTION_LETTERS), ",", *"0123456789", ".", "-", "%", " ")
+END_ID = len(ANSWER_TEXTS)
+
+
+@dataclass(frozen=True)
+class ServedRow:
+    """One request as the server takes it: OpenAI chat messages (images as data URLs), the answer
+    prefix, the option count of a choice, and the same prompt as System One text and assets."""
+
+    messages: tuple[dict[str, Any], ...]
+    answer_prefix: str
+    n_options: int
+    state: str
+    assets: tuple[tuple[str, str], ...]  # (placeholder, base64 PNG)
+
+
+def load_served(url: str, *, served_model: str | None = None, api_key_env: str | None = None,
+                in_flight: int | None = None, timeout: float = 600.0, role: str = "--model",
+                thinking: bool = False, reading: str = "auto") -> "ServedModel":
+    """The adapter of the model `url` serves (`served_model`, or the only one it lists), or a
+    ValueError with one line: no server there, no such model, several to choose from, a key
+    variable that is not set, a `reading` the server has no endpoint for. Asks /v1/models and
+    which decision endpoint exists; nothing else. `reading`: "auto" (logprobs on vLLM and SGLang,
+    else the decision endpoint), "logprobs" (e.g. vLLM behind a gateway that names itself) or
+    "decision"."""
+    key = None
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise ValueError(f"--api-key-env {api_key_env}: the environment variable {api_key_env} is not set")
+    probe = ServedClient(url, ClientSettings(in_flight=1, timeout=min(timeout, 60.0), retries=2), key)
+    try:
+        listed = probe.get("/models").get("data") or []
+        entry = _pick(url, [m for m in listed if isinstance(m, dict) and "id" in m], served_model, role)
+        engine = str(entry.get("owned_by") or "").lower()
+        logprobs = reading == "logprobs" or reading == "auto" and engine in LOGPROB_SERVERS
+        decision = None if logprobs else next((p for p in DECISION_PATHS if probe.exists(p)), None)
+    except ValueError:  # the models listed do not name one: its own line
+        raise
+    except (ServedError, AttributeError) as err:
+        raise ValueError(f"{role} {url}: not an OpenAI-compatible server ({err})") from None
+    except (Exception, ModelUnavailable) as err:  # noqa: BLE001 — nothing listening, a bad URL: one start-up line
+        raise ValueError(f"{role} {url}: no server answers there ({err})") from None
+    finally:
+        probe.close()
+    if reading == "decision" and decision is None:
+        raise ValueError(f"--served-reading decision: {url} has no decision endpoint ({', '.join(DECISION_PATHS)})")
+    settings = ClientSettings(in_flight=in_flight or IN_FLIGHT.get(engine, OTHER_IN_FLIGHT), timeout=timeout)
+    read_by = READ_BY_LOGPROBS if logprobs else READ_BY_DECISION if decision else None
+    return ServedModel(ServedClient(url, settings, key), url, entry["id"], engine, read_by, decision, thinking)
+
+
+def served_for(config: Any, judge: bool = False) -> "ServedModel":
+    """The served adapter of a run's --model (or, `judge`, its --judge); the options that only apply
+    when finbench loads weights were refused at start-up (sources.py `check_sources`)."""
+    return load_served(config.judge if judge else config.model,
+                       served_model=config.judge_served_model if judge else config.served_model,
+                       api_key_env=config.api_key_env, in_flight=config.in_flight, timeout=config.request_timeout,
+                       role="--judge" if judge else "--model", thinking=config.served_thinking and not judge,
+                       reading="auto" if judge else config.served_reading)
+
+
+def _pick(url: str, models: list[dict[str, Any]], name: str | None, role: str) -> dict[str, Any]:
+    ids = [m["id"] for m in models]
+    flag = "--judge-served-model" if role == "--judge" else "--served-model"
+    if name is not None:
+        if name not in ids:
+            raise ValueError(f"{flag} {name}: {url} serves {', '.join(ids) or 'no model'}")
+        return models[ids.index(name)]
+    if len(ids) != 1:
+        listed = f"several models ({', '.join(ids)}); name one with {flag}" if ids else "no model"
+        raise ValueError(f"{role} {url} serves {listed}")
+    return models[0]
+
+
+class ServedModel:
+    """The model contract over HTTP (module docstring). `reading` is how choices are read (None:
+    this server reads none)."""
+
+    family = "served"
+    device = torch.device("cpu")  # where finbench's own tensors (the option scores) live
+    dtype = torch.float32
+
+    def __init__(self, client: ServedClient, url: str, model_id: str, engine: str, reading: str | None,
+                 decision_path: str | None = None, thinking: bool = False) -> None:
+        self.client, self.source, self.model_id, self.engine = client, url, model_id, engine
+        self.thinking = thinking  # chat_template_kwargs enable_thinking of every chat completion
+        weakref.finalize(self, client.close)  # its connections close with the adapter
+        # answers of the latest requests by body: a batch with one failed row is asked again row by
+        # row (runner/loop.py), and the rows that were answered are not sent a second time
+        self._answered: dict[str, Any] = {}
+        self.decision_path = decision_path
+        self.reading = reading  # READ_BY_LOGPROBS, READ_BY_DECISION or None (choices not readable here)
+        self.capabilities = Capabilities(thinking=False, quantization=("none",), sampling=True, chat_template=False,
+                                         hub_options=False, constrained=(SINGLE,) if self.reading else (),
+                                         choice_reading=CHOICE_READINGS.get(self.reading or "", "").format(
+                                             path="/v1" + (decision_path or ""), top=TOP_LOGPROBS))
+
+    @property
+    def in_flight(self) -> int:
+        return self.client.settings.in_flight
+
+    # ---- text and tokens (finbench's own ids: positions in ANSWER_TEXTS) -----------------------------
+    def prompt_text(self, request: ModelRequest) -> str:
+        """The prompt as a readable transcript (the server renders it with its own template)."""
+        lines = [f"{m['role']}: {_text(m, '<image>')}" for m in request.messages]
+        return "\n".join(lines) + (f"\nassistant: {request.answer_prefix}" if request.answer_prefix else "")
+
+    def text_token_counts(self, texts: Sequence[str]) -> list[int]:
+        return [max(1, len(t) // 4) for t in texts]  # an estimate, for batching only: the server counts
+
+    def image_token_count(self, width: int, height: int) -> int:
+        return 0  # counted by the server
+
+    def single_token_ids(self, texts: Sequence[str]) -> list[int]:
+        unknown = [t for t in texts if t not in ANSWER_TEXTS]
+        if unknown:
+            raise ValueError(f"{self.source}: finbench reads no token ids of {unknown!r} from a server")
+        return [ANSWER_TEXTS.index(t) for t in texts]
+
+    def stop_token_ids(self) -> list[int]:
+        return [END_ID]
+
+    def end_token_ids(self) -> list[int]:
+        return [END_ID]
+
+    def encode(self, text: str) -> list[int]:
+        raise ValueError(f"{self.source}: a served model's tokenizer is the server's")
+
+    def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
+        raise ValueError(f"{self.source}: a served model's tokenizer is the server's")
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return None
+
+    def thinking_token_ids(self) -> tuple[int, int] | None:
+        return None
+
+    def template_opens_thinking(self) -> bool:
+        return False
+
+    # ---- inputs ------------------------------------------------------------------------------------
+    def prepare(self, requests: Sequence[ModelRequest]) -> ModelInputs:
+        """Each request as the server takes it (images encoded here, in the worker threads)."""
+        rows = [served_row(r) for r in requests]
+        return ModelInputs({"finbench_rows": rows}, texts=[r.text or self.prompt_text(r) for r in requests])
+
+    def to_device(self, inputs: ModelInputs) -> ModelInputs:
+        return inputs
+
+    # ---- compute -------------------------------------------------------------------------------------
+    def score_options(self, inputs: Any, option_token_ids: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities [B, 14] of the option letters, read by the server (-inf past each
+        row's options). A row the server cannot read fails the batch: the runner then asks each
+        question alone, and that one becomes the error."""
+        if self.reading is None:
+            raise ServedError(f"{self.source} returns no option probabilities")
+        read = self._read_logprobs if self.reading == READ_BY_LOGPROBS else self._read_decision
+        results = self.client.map(read, inputs["finbench_rows"])
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return torch.tensor([row + [-math.inf] * (len(OPTION_LETTERS) - len(row)) for row in results])
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST `body`, or the answer it got in the latest batches (see `_answered`)."""
+        key = hashlib.sha256(json.dumps([path, body], sort_keys=True).encode()).hexdigest()
+        if key not in self._answered:
+            if len(self._answered) >= MEMO_SIZE:
+                self._answered.clear()
+            self._answered[key] = self.client.post(path, body)
+        return self._answered[key]
+
+    def _read_decision(self, row: ServedRow) -> list[float]:
+        answer = self._post(self.decision_path, decision_body(self.model_id, row))
+        try:
+            probabilities = answer["answers"]["answer"]["probabilities"]
+        except (KeyError, TypeError):
+            raise ServedError(f"{self.decision_path}: the answer has no option probabilities") from None
+        return option_logprobs(probabilities, row.n_options, "the decision endpoint's probabilities")
+
+    def _read_logprobs(self, row: ServedRow) -> list[float]:
+        answer = self._post(CHAT_PATH, logprobs_body(self.model_id, row, self.thinking))
+        return logprobs_of_letters(answer, row.n_options)
+
+    def generate(self, inputs: Any, max_new_tokens: int,
+                 sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
+        """Free text of each row from /v1/chat/completions: greedy (temperature 0) unless `sampling`
+        gives a temperature. Ctrl-C keeps the rows that had finished (`GenerationInterrupted`)."""
+        from finbench.models.contract import GenerationInterrupted
+        from finbench.models.served_client import Interrupted
+
+        body = generation_settings(max_new_tokens, sampling)
+        rows = inputs["finbench_rows"]
+        # a sampled row's seed is drawn from the run's seed stream (runner/sampling.py has made it
+        # current), one per row: a rerun with the same --seed asks the server for the same samples
+        first = int(torch.randint(0, 2**31 - len(rows), (1,))) if body["temperature"] > 0 else None
+        seeded = [{**body, "seed": first + k} if first is not None else body for k in range(len(rows))]
+        try:
+            results = self.client.map(lambda pair: self._generate_one(*pair), list(zip(rows, seeded)))
+        except Interrupted as stop:
+            raise GenerationInterrupted({k: t for k, (t, _) in stop.done.items()},
+                                        {k: n for k, (_, n) in stop.done.items()}) from None
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return [text for text, _ in results], [n for _, n in results]
+
+    def _generate_one(self, row: ServedRow, settings: dict[str, Any]) -> tuple[str, int]:
+        if row.answer_prefix and self.reading != READ_BY_LOGPROBS:
+            raise ServedError(f"{self.source} cannot continue the answer prefix {row.answer_prefix!r} (vLLM and "
+                              "SGLang take continue_final_message)")
+        body = {**logprobs_body(self.model_id, row, self.thinking), **settings}
+        for key in ("logprobs", "top_logprobs"):
+            body.pop(key)
+        answer = self._post(CHAT_PATH, body)
+        try:
+            choice = answer["choices"][0]
+            text = choice["message"].get("content") or ""
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise ServedError(f"{CHAT_PATH}: the answer has no message") from None
+        return text, int((answer.get("usage") or {}).get("completion_tokens") or 0)
+
+    def prefill(self, inputs: Any) -> tuple[torch.Tensor, Any]:
+        raise ValueError(f"{self.source}: a served model shows finbench no hidden states (multi-answer sets and "
+                         "numbers are refused at start-up)")
+
+    def decode_step(self, state: Any, token_ids: torch.Tensor) -> torch.Tensor:
+        return self.prefill(state)[0]
+
+    def output_rows(self, token_ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        return self.prefill(token_ids)[0]
+
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return self.prefill(hidden)[0]
+
+    def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
+        return self.prefill(inputs)[0]
+
+    def vocabulary_size(self) -> int:
+        return END_ID + 1
+
+    # ---- bookkeeping -----------------------------------------------------------------------------------
+    def count_image_tokens(self, inputs: Any) -> int:
+        raise ValueError("counted by the server")  # the runner records "not counted"
+
+    def image_tokens_per_row(self, inputs: Any) -> list[int]:
+        raise ValueError("counted by the server")
+
+    def prefill_flops(self, inputs: Any) -> float | None:
+        return None
+
+    def max_context(self) -> int | None:
+        return None  # the server refuses a prompt longer than its context: that question's error
+
+    def memory_footprint(self) -> int | None:
+        return None
+
+    def timed_parts(self, clock: PartClock) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def compile_vision(self) -> dict[str, int]:
+        return {}
+
+    def compile_language_model(self) -> dict[str, int]:
+        return {}
+
+    def fingerprint(self, file_digest: Callable[[Path], str] | None = None) -> dict[str, Any]:
+        """What names the answers: the served model's id, the server, the endpoints and the
+        reading of choices (the URL is not in the cache key: a server restarted on another port
+        answers the same). The weights, their type, dtype and quantization cannot be known from
+        here (None)."""
+        return {"family": self.family, "source": self.source, "model_type": None, "dtype": None, "quant": None,
+                "served_model": self.model_id, "server": self.engine or "unknown",
+                "generation_endpoint": "/v1" + CHAT_PATH,
+                "choice_endpoint": ("/v1" + (CHAT_PATH if self.reading == READ_BY_LOGPROBS else self.decision_path))
+                if self.reading else None,
+                "read_by": self.reading, "enable_thinking": self.thinking, "weights": NOT_FINGERPRINTED}
+
+
+# ---- request bodies and answers (pure functions: the tests replay documented answer shapes) -------------
+def served_row(request: ModelRequest) -> ServedRow:
+    """The request's messages with each image placeholder filled, in order, by its image as a PNG
+    data URL; the same text and images as System One state and assets (`<image-k>`)."""
+    encoded = [_png_base64(image) for image in request.images]
+    messages, state_lines, filled = [], [], 0
+    for message in request.messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            messages.append({"role": message["role"], "content": content})
+            state_lines.append(content)
+            continue
+        parts, text = [], []
+        for part in content:
+            if part.get("type") == "image":
+                if filled >= len(encoded):
+                    raise ValueError("the prompt shows more images than the question has")
+                parts.append({"type": "image_url", "image_url": {"url": "data:image/png;base64," + encoded[filled]}})
+                filled += 1
+                text.append(f"<image-{filled}>")
+            else:
+                parts.append({"type": "text", "text": part.get("text", "")})
+                text.append(part.get("text", ""))
+        messages.append({"role": message["role"], "content": parts})
+        state_lines.append("".join(text))
+    assets = tuple((f"<image-{k + 1}>", data) for k, data in enumerate(encoded[:filled]))
+    return ServedRow(tuple(messages), request.answer_prefix, request.n_options, "\n\n".join(state_lines), assets)
+
+
+def decision_body(model_id: str, row: ServedRow) -> dict[str, Any]:
+    """One System One choice question over the prompt (its options' letters as the choices)."""
+    if len(row.assets) > MAX_ASSETS:
+        raise ServedError(f"the decision endpoint takes at most {MAX_ASSETS} images; this question shows "
+                          f"{len(row.assets)}")
+    criteria = {letter: None for letter in OPTION_LETTERS[:row.n_options]}
+    return {"model": model_id, "state": row.state, "questions": {"answer": {"type": "choice", "criteria": criteria}},
+            "assets": {name: {"type": "image", "format": "png", "data_base64": data} for name, data in row.assets}}
+
+
+def logprobs_body(model_id: str, row: ServedRow, thinking: bool = False) -> dict[str, Any]:
+    """A one-token greedy completion continuing finbench's constrained prompt (its answer prefix as
+    the final assistant message), with the top log-probs; the template's thinking switch set."""
+    messages = list(row.messages) + ([_assistant(row.answer_prefix)] if row.answer_prefix else [])
+    extra = {"continue_final_message": True, "add_generation_prompt": False} if row.answer_prefix else {}
+    return {"model": model_id, "messages": messages, "max_tokens": 1, "temperature": 0, "logprobs": True,
+            "top_logprobs": TOP_LOGPROBS, "chat_template_kwargs": {"enable_thinking": thinking}, **extra}
+
+
+def logprobs_of_letters(answer: dict[str, Any], n_options: int) -> list[float]:
+    """Each option letter's log-probability from a chat completion's first-token `top_logprobs`
+    (OpenAI shape: choices[0].logprobs.content[0].top_logprobs[{token, logprob}]), its bare and
+    space-prefixed spellings combined (logsumexp); an option absent from them is a ServedError."""
+    try:
+        top = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+    except (KeyError, IndexError, TypeError):
+        raise ServedError("the server returned no logprobs for the answer token (it ignores `logprobs`; "
+                          "a decision endpoint reads choices there)") from None
+    by_token: dict[str, float] = {}
+    for entry in top:
+        by_token[str(entry.get("token"))] = float(entry.get("logprob"))
+    rows = {}
+    for letter in OPTION_LETTERS[:n_options]:
+        found = [by_token[t] for t in (letter, " " + letter) if t in by_token]
+        if found:
+            rows[letter] = float(torch.logsumexp(torch.tensor(found, dtype=torch.float64), 0))
+    return option_logprobs({k: math.exp(v) for k, v in rows.items()}, n_options,
+                           f"the {len(top)} most likely first tokens the server returned")
+
+
+def option_logprobs(probabilities: dict[str, Any], n_options: int, where: str) -> list[float]:
+    """log p of each of the item's option letters, in order; a letter missing from `probabilities`
+    is a ServedError (the item's error), never filled in."""
+    letters = OPTION_LETTERS[:n_options]
+    missing = [c for c in letters if c not in probabilities]
+    if missing:
+        raise ServedError(f"option {', '.join(missing)} not among {where}; not renormalised over the others")
+    return [math.log(float(probabilities[c])) if float(probabilities[c]) > 0 else -math.inf for c in letters]
+
+
+def generation_settings(max_new_tokens: int, sampling: dict[str, Any] | None) -> dict[str, Any]:
+    """max_tokens and the sampling of a chat completion: temperature 0 (greedy) unless a
+    temperature is given, with top_p (top_k is not an OpenAI field: vLLM and SGLang take it as an
+    extension, transformers serve refuses unknown fields, so it goes only when given)."""
+    sampling = dict(sampling or {})
+    settings: dict[str, Any] = {"max_tokens": int(max_new_tokens), "temperature": 0.0}
+    if float(sampling.get("temperature") or 0) > 0:
+        settings["temperature"] = float(sampling["temperature"])
+        settings.update({k: sampling[k] for k in ("top_p", "top_k") if sampling.get(k) is not None})
+    return settings
+
+
+def _assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def _text(message: Any, image: str) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(image if p.get("type") == "image" else p.get("text", "") for p in content)
+
+
+def _png_base64(image: Any) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")  # lossless: the server sees the pixels finbench prepared
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
