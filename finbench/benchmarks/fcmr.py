@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt
-from finbench.benchmarks.recognise import requires_files
+from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_csv, select
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.scoring.scorer import ScorerModule
@@ -185,7 +185,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.fcmr"),
     load=load_questions, request=request, answer=answer, open_prompt=no_open_prompt, forms=FORMS, files=data_files,
-    recognise=requires_files("FCMR", data_files, REQUIRED),
+    recognise=requires_columns("FCMR", REQUIRED, files=data_files),
     leaderboard_metrics=("statement_accuracy",), leaderboard_breakdown="difficulty",
     protocols=("constrained (default: the eight answer sets as one choice, from the letters' logits)",
                "official (finbench's generation prompt; the set after the last 'Answer:')"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo
-from finbench.benchmarks.recognise import requires_files
+from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_table, select
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
 from finbench.scoring.scorer import ScorerModule
@@ -201,6 +201,6 @@ BENCHMARK = Benchmark(
                          "(beside the exact rule, never instead)",
     cluster_field="chart",  # about two questions per chart: a chart's questions are not independent
     answer_type_field="task", files=task_files,
-    recognise=requires_files("FinChart-Bench", task_files, ("image", "question", "answer")),
+    recognise=requires_columns("FinChart-Bench", ("image", "question", "answer"), files=task_files),
     leaderboard_metrics=("mc_accuracy", "tf_accuracy", "qa_accuracy", "qa_accuracy_tolerance"),
     demo=Demo(module="finbench.offline.finchart_bench_synthetic", sizes="FinChart-Bench items per task (6)"))

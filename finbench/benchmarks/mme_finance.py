@@ -323,7 +323,10 @@ BENCHMARK = Benchmark(
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.mme_finance"),
     load=load_questions, request=request, answer=answer, judge_requests=judge_requests,
     read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
-    recognise=requires_columns("MME-Finance", REQUIRED_COLUMNS, any_of=("image", "image_path"), per_file=True),
+    # VLMEvalKit keys every row by `index` (ImageBaseDataset): without it, records with a question, an answer
+    # and an image (FinChart-Bench's, say) are not MME-Finance data
+    recognise=requires_columns("MME-Finance", (*REQUIRED_COLUMNS, "index"), any_of=("image", "image_path"),
+                               per_file=True),
     leaderboard_metrics=("binary_accuracy",),  # beside the judge score ×20: the binary set's own headline
     cluster_field="image",  # MME-Finance asks several questions of one image (records share image files)
     language_field="language",  # "zh" or "en" (`_language`): a probe's "None of the above" in the item's language

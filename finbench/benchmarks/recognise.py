@@ -74,12 +74,27 @@ def columns_by_file(source: Any, files: Callable[[Any], Iterable[Path]] | None =
     return {file: columns for file, columns in found.items() if columns is not None}
 
 
+def no_data_files(title: str, source: Any, files: Callable[[Any], Iterable[Path]] | None = None) -> str:
+    """One line when a local source holds none of the benchmark's data files (`files`, default every
+    data file, raises a DataError naming what it looked for), else ""."""
+    if source is None or not Path(str(source)).expanduser().exists():
+        return ""  # a hub id, or a missing path: the loader's one line
+    try:
+        list((files or data_files)(Path(str(source)).expanduser()))
+    except ValueError as err:  # DataError: "--data PATH: no … files" → the reason after the path
+        return f"{source}: not {title} data — {str(err).split(': ', 1)[-1]}"
+    return ""
+
+
 def requires_columns(title: str, required: Sequence[str], *, any_of: Sequence[str] = (), per_file: bool = False,
                      files: Callable[[Any], Iterable[Path]] | None = None) -> Recognise:
     """A recogniser: the data has every `required` column and, when given, at least one of `any_of`
     — across its files, or in each file (`per_file`: every file of the set must be one of its files)."""
 
     def recognise(source: Any) -> str:
+        missing_files = no_data_files(title, source, files)
+        if missing_files:
+            return missing_files
         by_file = columns_by_file(source, files)
         groups = ({str(f): c for f, c in by_file.items()} if per_file else
                   {", ".join(str(f) for f in by_file): set().union(*by_file.values())} if by_file else {})
@@ -94,19 +109,3 @@ def requires_columns(title: str, required: Sequence[str], *, any_of: Sequence[st
 
     return recognise
 
-
-def requires_files(title: str, files: Callable[[Any], Iterable[Path]], required: Sequence[str]) -> Recognise:
-    """A recogniser for a benchmark whose data files are named (`files` raises a DataError naming
-    what it looked for when a source holds none of them), then whose records have `required` columns."""
-    columns = requires_columns(title, required, files=files)
-
-    def recognise(source: Any) -> str:
-        if source is None or not Path(str(source)).expanduser().exists():
-            return ""  # a hub id, or a missing path: the loader's one line
-        try:
-            list(files(Path(str(source)).expanduser()))
-        except ValueError as err:  # DataError: "--data PATH: no X_data.json …" → the reason after the path
-            return f"{source}: not {title} data — {str(err).split(': ', 1)[-1]}"
-        return columns(source)
-
-    return recognise

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, HUB_ID, HUB_SPLIT, NAME, OBJECTIVE, _OPTION_LINE)
-from finbench.benchmarks.recognise import columns_by_file
+from finbench.benchmarks.recognise import columns_by_file, no_data_files
 from finbench.benchmarks.records import local_file, open_table, select
 from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
 
@@ -50,6 +50,8 @@ def load_questions(
 
 def recognise(source: Any) -> str:
     """`Benchmark.recognise`: FinMTM data holds records of at least one of its kinds."""
+    if no_data_files("FinMTM", source):
+        return no_data_files("FinMTM", source)
     by_file = columns_by_file(source)
     have = set().union(*by_file.values()) if by_file else set()
     return _not_finmtm([str(f) for f in by_file], have) if have and not set(KIND_FIELDS) & have else ""
