@@ -48,7 +48,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from gpucheck import plan  # noqa: E402
 from gpucheck.ab import (AB_VARIANTS, ab_section, compiled_modules, interleaved, quant_section,  # noqa: E402,F401
                          set_compiled, uncompiled)
-from gpucheck.build import Check  # noqa: E402,F401
+from gpucheck.build import Check, run_settings  # noqa: E402,F401 (tests/test_run_defaults.py)
 from gpucheck.output import headline, markdown, verdict  # noqa: E402,F401
 from gpucheck.report import Report, SectionTimeout, deadline, mark_killed  # noqa: E402,F401
 from gpucheck.sections import baseline_section, bench_section, profile_section, run_section, think_section  # noqa: E402

@@ -45,8 +45,9 @@ def reference(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     return run_benchmark(config, tiny_model, show_progress=False).samples
 
 
-def _args(tiny_qwen_dir, synthetic_parquet):
-    return ["--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--limit", "24", "--batch-size", "4",
+def _args(tiny_qwen_dir, synthetic_parquet, limit=24, batch_size=4):
+    return ["--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--limit", str(limit),
+            "--batch-size", str(batch_size),
             "--dtype", "float32", "--device", "cpu", "--bootstrap", "0", "--no-progress"]
 
 
@@ -111,7 +112,7 @@ def test_ranks_agree_on_the_work_however_late_one_reads_the_cache(tiny_qwen_dir,
 def test_a_killed_rank_loses_nothing_and_any_world_size_resumes(tiny_model, tiny_qwen_dir, synthetic_parquet,
                                                                  tmp_path):
     out = tmp_path / "killed"
-    args = [*_args(tiny_qwen_dir, synthetic_parquet), "--limit", "72", "--batch-size", "1"]  # later flags win
+    args = _args(tiny_qwen_dir, synthetic_parquet, limit=72, batch_size=1)  # a flag given twice is refused
     process = _torchrun(args, out)
     deadline = time.time() + 300
     children: list[str] = []

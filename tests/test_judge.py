@@ -27,6 +27,7 @@ class FakeJudge:
 
     capabilities = Capabilities(sees_images=False)
     device = torch.device("cpu")
+    pad_token_id = None  # the contract's: its texts are not padded
     source = "fake-judge"
 
     def __init__(self, fail_on: str | None = None, oom_above: int | None = None) -> None:

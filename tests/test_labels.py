@@ -106,11 +106,16 @@ def test_the_leaderboard_shows_each_benchmarks_declared_headlines(demos):
     mme, mtm = _results(root / "mme-finance")["scores"], _results(root / "finmtm")["scores"]
     shown = {h["metric"]: h for h in rows["mme-finance"]["headlines"]}
     balance = ["constant_baseline", "macro_recall", "min_recall"]  # the choice items' label balance, after the rule's own
-    assert list(shown) == ["score", "binary_accuracy", *balance]
+    # a judge reply that cannot be read scores nothing (fail closed): the tiny demo judge's replies may
+    # give the run no judge score, and then the board shows no "score" headline rather than a made-up one
+    judged = ["score"] if mme["score"] is not None else []
+    assert list(shown) == [*judged, "binary_accuracy", *balance]
     for key in balance:
         assert shown[key]["value"] == pytest.approx(100 * mme["label_balance"][key])
     assert shown["binary_accuracy"]["value"] == pytest.approx(100 * mme["binary_accuracy"])
-    assert shown["binary_accuracy"]["n"] == mme["n_binary"] and shown["score"]["value"] == pytest.approx(100 * mme["score"])
+    assert shown["binary_accuracy"]["n"] == mme["n_binary"]
+    if judged:
+        assert shown["score"]["value"] == pytest.approx(100 * mme["score"])
     shown = {h["metric"]: h for h in rows["finmtm"]["headlines"]}
     assert list(shown) == ["score", "accuracy", "dialogue.score", "agent.f2", *balance]
     assert shown["dialogue.score"]["value"] == pytest.approx(mtm["dialogue"]["score"])  # on its own 0–100 scale
@@ -122,7 +127,9 @@ def test_the_leaderboard_shows_each_benchmarks_declared_headlines(demos):
     from finbench.report.markdown import leaderboard_markdown
 
     markdown = leaderboard_markdown(board)
-    assert f"binary accuracy {100 * mme['binary_accuracy']:.2f}" in markdown and "agent tool F2" in markdown
+    binary = f"{100 * mme['binary_accuracy']:.2f}"  # beside the judge score, or the row's own metric without one
+    assert (f"binary accuracy {binary}" if judged else f"| binary accuracy | {binary} [") in markdown
+    assert "agent tool F2" in markdown
 
 
 def test_the_console_leaderboard_is_whole_at_80_columns(demos):

@@ -156,7 +156,10 @@ class ModelInputs(dict):
                 fill = (pad_token_id or 0) if key == "input_ids" else 0
                 data[key] = torch.cat([_left_pad(part[key], width, fill) for part in _all(parts, key)])
             elif key in first.row_keys:
-                data[key] = torch.cat([part[key] for part in _all(parts, key)])
+                rows = [part[key] for part in _all(parts, key)]
+                if len({tuple(row.shape[1:]) for row in rows}) > 1:  # e.g. images of other sizes, unpadded
+                    raise ValueError(f"the prepared batches cannot be joined on {key!r}: its rows differ in shape")
+                data[key] = torch.cat(rows)
             elif any(key in part.spans for part in present):
                 values = [part[key] for part in present]
                 data[key] = sum(values, []) if isinstance(values[0], list) else torch.cat(values)
