@@ -525,7 +525,7 @@ MMFIN_START_UP = {  # name → (files to write {name: bytes}, the line's substri
                                 "not MME-Finance data — missing required column(s) question, answer"),
     "mmfin-given-finmme-data": ({"d.jsonl": json.dumps({"id": "f0", "question_text": "Which?", "options": ["x", "y"],
                                                         "image": {"path": "a.png"}}).encode()},
-                                "not MME-Finance data — missing required column(s) question, answer (have: id, image"),
+                                "not MME-Finance data — missing required column(s) question, answer, index (have: id, image"),
     "mmfin-quote-left-open": ({"MMfin.tsv": b'index\tquestion\tanswer\timage\n1\t"open\t2\tx\n'}, "cannot read"),
 }
 

@@ -208,9 +208,10 @@ def test_compare_reports_answer_agreement_and_the_largest_probability_difference
     """`finbench compare` of an in-process run and a served run of one checkpoint: under the
     official protocol every answer agrees (no probabilities); constrained in-process vs the decision
     endpoint (another prompt) reports the largest option-probability difference, recomputed here."""
-    done = cli("compare", str(official_in_process.out_dir), str(official_served), "--bootstrap", "0")
+    written = tmp_path / "official-compare.json"  # compare writes a file only when asked (--out)
+    done = cli("compare", str(official_in_process.out_dir), str(official_served), "--bootstrap", "0", "--out", str(written))
     assert done.returncode == 0, done.stderr[-3000:]
-    agreed = json.loads((official_in_process.out_dir / "compare.json").read_text())["agreement"]["official"]
+    agreed = json.loads(written.read_text())["agreement"]["official"]
     assert agreed["n"] == LIMIT and agreed["agree"] == LIMIT and agreed["max_prob_diff"] is None
     assert f"same answer on {LIMIT} of {LIMIT}" in done.stdout
 
@@ -219,9 +220,10 @@ def test_compare_reports_answer_agreement_and_the_largest_probability_difference
                                     out=str(tmp_path / "local")), tiny_model, show_progress=False)
     assert _run(server.url, synthetic_parquet, tmp_path / "served", "--question-type", "single_choice",
                 limit=4).returncode == 0
-    done = cli("compare", str(tmp_path / "local"), str(tmp_path / "served"), "--bootstrap", "0")
+    done = cli("compare", str(tmp_path / "local"), str(tmp_path / "served"), "--bootstrap", "0",
+               "--out", str(tmp_path / "compare.json"))
     assert done.returncode == 0, done.stderr[-3000:]
-    agreed = json.loads((tmp_path / "local" / "compare.json").read_text())["agreement"]["served"]
+    agreed = json.loads((tmp_path / "compare.json").read_text())["agreement"]["served"]
     served = pd.read_parquet(tmp_path / "served" / "samples.parquet")
     gaps = [max(abs(a - b) for a, b in zip(x, y)) for x, y in zip(local.samples["option_probs"], served["option_probs"])]
     assert agreed["n"] == 4 and agreed["max_prob_diff"] == pytest.approx(max(gaps))

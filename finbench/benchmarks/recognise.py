@@ -13,6 +13,7 @@ kinds of record); a benchmark with another test writes its own function of the s
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -41,7 +42,8 @@ def file_columns(file: Path) -> set[str] | None:
         if file.suffix == ".tsv":
             with file.open(encoding="utf-8", errors="replace") as text:
                 header, first = text.readline(), text.readline()
-            return {name.strip() for name in header.rstrip("\r\n").split("\t") if name.strip()} if first.strip() else None
+            names = next(csv.reader([header.rstrip("\r\n")], delimiter="\t"), [])  # a quoted header, as pandas reads it
+            return {name.strip() for name in names if name.strip()} if first.strip() else None
         if file.suffix == ".jsonl":
             columns: set[str] = set()
             with file.open(encoding="utf-8", errors="replace") as text:
