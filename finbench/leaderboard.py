@@ -6,9 +6,11 @@ other headlines its benchmark declares (`headlines`, report/format.py `run_headl
 `Benchmark.leaderboard_metrics` the score holds, MME-Finance's binary accuracy, and each scored
 part's headline, FinMTM's dialogue score and agent tool F2; then the label balance of its choice items:
 constant answer, macro-recall, lowest label recall, report/balance.py), and the
-paired test against a reference run on the same benchmark: `scoring.compare_runs` over the
-questions both answered (exact McNemar on per-question correctness, Holm over the runs of that
-benchmark), shown as stars (* p < 0.05, ** p < 0.01, *** p < 0.001 after Holm). The reference is
+paired difference against a reference run on the same benchmark: `scoring.compare_runs` over the
+questions both answered, marked "*" where the clustered t(G−1) interval of the difference of the
+mean per-question score excludes 0 (its `significant`, the verdict compare, sweep and the line
+under the table print: one verdict per difference in every output). Exact McNemar with Holm is
+kept only as a secondary check, named as such in report.md (`mcnemar_p_holm`). The reference is
 the run given as `reference`, or the first run of each benchmark. Per-domain accuracy is the
 benchmark's own breakdown, as its `Benchmark` declares it (`breakdown_column`: FinMME `domain`,
 FAMMA `subfield`, FinMTM `question_type`).
@@ -31,9 +33,11 @@ from finbench.report.format import also_text, headline_label, interval_text, pow
 from finbench.types import RESULTS_FILE
 
 FORMATS = (".csv", ".md", ".html")
-STARS = ((0.001, "***"), (0.01, "**"), (0.05, "*"))
+MARK = "*"  # the one mark: the paired difference's clustered interval excludes 0
+MARK_NOTE = ("* = the paired difference of the mean per-question score against the reference is significant at "
+             "α = 0.05 (two-sided) by its clustered t(G−1) interval (the verdict printed under the table)")
 COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "benchmark", "metric", "score", "ci_low", "ci_high",
-           "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "p_holm", "stars", "n_shared")
+           "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "significant", "mark", "n_shared")
 
 
 def _declared(benchmark: str) -> Any:
@@ -76,10 +80,10 @@ def run_folders(paths: Sequence[str | Path]) -> list[Path]:
     return out
 
 
-def stars(p: float | None) -> str:
-    if p is None:
-        return ""
-    return next((mark for bound, mark in STARS if p < bound), "")
+def mark(significant: bool | None) -> str:
+    """The board's mark of a difference: its interval's verdict (`clustered.paired_difference`
+    `significant`), never a test of its own, so the board cannot contradict compare or sweep."""
+    return MARK if significant else ""
 
 
 def _names(folders: Sequence[Path]) -> list[str]:
@@ -111,7 +115,8 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
               "domain_column": column if column in breakdowns else next(iter(breakdowns), None),
               "domains": {label: {"n": g["n"], "accuracy": 100 * g["accuracy"]} for label, g in domains.items()},
               "headlines": headlines,  # the headline, then what the benchmark declares beside it (format.run_headlines)
-              "reference": None, "delta": None, "p_holm": None, "stars": "", "n_shared": None}
+              "reference": None, "delta": None, "significant": None, "mark": "", "mcnemar_p_holm": None,
+              "n_shared": None}
     row["also"] = also_text(row)
     return row
 
@@ -146,17 +151,16 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
         primary = comparison["primary"]
         for i, c in zip(others, comparison["comparisons"]):
             delta = c["delta"][primary]["value"]
-            rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta, p_holm=c["p_holm"],
-                           stars=stars(c["p_holm"]), n_shared=c["n"], comparison=power_entry(c))
+            rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta,
+                           significant=c.get("significant"), mark=mark(c.get("significant")),
+                           mcnemar_p_holm=c["p_holm"], n_shared=c["n"], comparison=power_entry(c))
         rows[base].update(reference="(reference)", n_shared=comparison["n_shared"])
         notes += comparison.get("notes", [])
         protocols = {rows[i]["protocol"] for i in members}
         if len(protocols) > 1:
             notes.append(f"{benchmark}: runs of different protocols ({', '.join(sorted(protocols))}) are compared "
                          "question by question on their correctness")
-    return {"rows": rows, "notes": notes, "columns": list(COLUMNS),
-            "stars": "paired exact McNemar vs the reference run of the same benchmark, Holm-adjusted: "
-                     "* p < 0.05, ** p < 0.01, *** p < 0.001"}
+    return {"rows": rows, "notes": notes, "columns": list(COLUMNS), "mark": MARK_NOTE}
 
 
 def to_csv(board: dict[str, Any], path: Path) -> Path:
@@ -223,7 +227,7 @@ def _board_lines(r: dict[str, Any]) -> list[dict[str, str]]:
     on its first line."""
     delta = "ref" if r["reference"] == "(reference)" else "" if r["delta"] is None else f"{r['delta']:+.2f}"
     first = {"run": r["run"], **{k: str(r[k]) for k in IDENTITY}, "benchmark": r["benchmark"],
-             "Δ vs ref": f"{delta} {r['stars']}".strip(), "errors": str(r["errors"]),
+             "Δ vs ref": f"{delta} {r['mark']}".strip(), "errors": str(r["errors"]),
              "samples/s": "–" if not r["samples_per_s"] else f"{r['samples_per_s']:.2f}"}
     lines = []
     for i, h in enumerate(r.get("headlines") or [{"label": r["metric"], "value": r["score"], "low": r["ci_low"],
@@ -263,7 +267,7 @@ def print_board(board: dict[str, Any], console: Any) -> None:
     title = "leaderboard (scores ×100 unless a metric names its scale)"
     if rows and shared:
         title += ": " + " · ".join(f"{k} {rows[0][k]}" for k in shared)
-    table = Table(title=title, caption=board["stars"])
+    table = Table(title=title, caption=board["mark"])
     for name in columns:
         if name in numeric:
             table.add_column(name, justify="right", no_wrap=True, min_width=width(name))

@@ -1,5 +1,6 @@
-"""`finbench leaderboard`: three runs → one row each (the numbers of their results.json), paired
-stars against the reference equal to an exact McNemar + Holm restated with scipy, a CSV, a
+"""`finbench leaderboard`: three runs → one row each (the numbers of their results.json), a mark
+against the reference that is the clustered interval's verdict (never McNemar's, which stays a
+secondary check restated with scipy), a CSV, a
 Markdown table and a sortable HTML page checked in headless Chromium (no JS error, nothing cut at
 a plot's edge, a click on a header sorts the rows)."""
 
@@ -77,10 +78,12 @@ def test_one_row_per_run_with_its_numbers_and_paired_stars(three_runs):
     holm = restated_holm_mcnemar(folders)
     assert rows["constrained"]["reference"] == "(reference)"
     for name, p in zip(("official", "gold-copy"), holm):
-        assert rows[name]["p_holm"] == pytest.approx(p)
-        expected = "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
-        assert rows[name]["stars"] == expected
-    assert rows["gold-copy"]["stars"] == "***"  # every answer right against a chance-level run
+        assert rows[name]["mcnemar_p_holm"] == pytest.approx(p)  # the secondary check, not the mark
+        ci = rows[name]["comparison"]["ci_diff"]
+        excludes_0 = ci["low"] is not None and (ci["low"] > 0 or ci["high"] < 0)
+        assert rows[name]["significant"] is excludes_0 and rows[name]["mark"] == ("*" if excludes_0 else "")
+        assert rows[name]["comparison"]["verdict"].startswith("significant" if excludes_0 else "not significant")
+    assert rows["gold-copy"]["mark"] == "*"  # every answer right against a chance-level run
     assert rows["gold-copy"]["delta"] == pytest.approx(rows["gold-copy"]["score"] - rows["constrained"]["score"])
     assert any("different protocols" in note for note in board["notes"])
     # another reference: the deltas are taken against it
@@ -94,14 +97,17 @@ def test_the_command_writes_csv_markdown_and_a_sortable_page(three_runs, tmp_pat
     done = CliRunner().invoke(app, ["leaderboard", *map(str, folders), *(a for p in out for a in ("--out", str(p)))],
                               env={"COLUMNS": "200"})
     assert done.exit_code == 0, done.output
-    assert all(p.exists() for p in out) and "gold-copy" in done.output and "***" in done.output
+    assert all(p.exists() for p in out) and "gold-copy" in done.output and "**" not in done.output
+    assert "significant at α = 0.05 (two-sided) by its clustered" in " ".join(done.output.split())
     with open(out[0], newline="") as handle:
         lines = list(csv.DictReader(handle))
     assert [line["run"] for line in lines] == ["constrained", "official", "gold-copy"]
     finscore = json.loads((folders[2] / "results.json").read_text())["scores"]["finscore"]
-    assert float(lines[2]["score"]) == pytest.approx(100 * finscore, abs=1e-3) and lines[2]["stars"] == "***"
+    assert float(lines[2]["score"]) == pytest.approx(100 * finscore, abs=1e-3) and lines[2]["mark"] == "*"
+    assert lines[2]["significant"] == "True" and "p_holm" not in lines[2]
     assert any(key.startswith("domain:") for key in lines[0])
     assert "| gold-copy |" in out[1].read_text() and "accuracy ×100 by domain" in out[1].read_text()
+    assert "Secondary check, not the verdict (exact McNemar" in out[1].read_text()
 
     page = out[2]
     html = page.read_text()
@@ -120,6 +126,54 @@ def test_the_command_writes_csv_markdown_and_a_sortable_page(three_runs, tmp_pat
     order = re.findall(r'<tr class="run-row"><td class="text"><a href="[^"]*">([^<]+)</a>', table)
     scores = {r: json.loads((root / r / "results.json").read_text())["scores"]["finscore"] for r in order}
     assert order == sorted(order, key=lambda r: -scores[r]) and 'data-sorted="7:desc"' in table
+
+
+def test_the_mark_is_the_interval_verdict_where_mcnemar_disagrees(three_runs, tmp_path):
+    """Twelve questions the variant alone gets right, all in one of three clusters: exact McNemar
+    (12 discordant pairs, one way) says p < 0.001 — three stars before — while the clustered
+    t(2) interval of the difference, restated here, includes 0. The board marks nothing, as the
+    verdict under it says, and names McNemar only as a secondary check in report.md."""
+    import io
+
+    import numpy as np
+    from rich.console import Console
+    from scipy.stats import t
+
+    from finbench.leaderboard import build, print_board
+    from finbench.report.markdown import leaderboard_markdown
+
+    _, folders = three_runs
+    runs = [tmp_path / "reference", tmp_path / "variant"]
+    for run, right in zip(runs, (0, 12)):
+        shutil.copytree(folders[0], run)
+        samples = pd.read_parquet(run / "samples.parquet")
+        samples["cluster"] = ["a"] * 12 + ["b"] * 6 + ["c"] * 6
+        samples["answer"] = [g if i < right else "" for i, g in enumerate(samples["gold"])]
+        samples["correct"] = [1.0 if i < right else 0.0 for i in range(len(samples))]
+        samples.to_parquet(run / "samples.parquet")
+        results = json.loads((run / "results.json").read_text())
+        results["scores"] = score_samples(samples, benchmark="finmme")
+        (run / "results.json").write_text(json.dumps(results))
+    assert restated_holm_mcnemar(runs)[0] < 0.001
+    diff = np.array([1.0] * 12 + [0.0] * 12)
+    sums = np.array([(diff[:12] - diff.mean()).sum(), (diff[12:18] - diff.mean()).sum(), (diff[18:] - diff.mean()).sum()])
+    se = np.sqrt(3 / 2 * (sums ** 2).sum()) / 24  # cluster-robust, small-sample factor G/(G−1)
+    assert diff.mean() - t.ppf(0.975, 2) * se < 0  # the restated t(2) interval includes 0
+
+    board = build(runs)
+    row = board["rows"][1]
+    assert row["mcnemar_p_holm"] < 0.001 and row["comparison"]["se_diff"] == pytest.approx(se)
+    assert row["comparison"]["ci_diff"]["low"] == pytest.approx(max(-1.0, diff.mean() - t.ppf(0.975, 2) * se))
+    assert row["significant"] is False and row["mark"] == ""
+    assert row["comparison"]["verdict"].startswith("not significant")
+    shown = io.StringIO()
+    print_board(board, Console(file=shown, width=200, color_system=None))
+    line = next(line for line in shown.getvalue().splitlines() if line.startswith("│ variant"))
+    assert "*" not in line and "variant vs reference: Δ score +50.00 points" in shown.getvalue()
+    assert "not significant" in shown.getvalue()
+    markdown = leaderboard_markdown(board)
+    assert not next(line for line in markdown.splitlines() if line.startswith("| variant |")).endswith("* |")
+    assert "Secondary check, not the verdict (exact McNemar" in markdown
 
 
 def test_the_leaderboard_plot_fits_with_long_run_names(three_runs):

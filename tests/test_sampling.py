@@ -261,3 +261,46 @@ def test_compare_of_sampled_runs_uses_the_per_question_means(sampled, tmp_path):
     from finbench.report.format import power_line
 
     assert "Δ score (per-question means over the K samples)" in power_line(c)
+
+
+def test_the_printed_delta_of_sampled_runs_is_the_per_question_mean_difference(sampled, tmp_path):
+    """The accuracy Δ `finbench compare` prints for a --samples run is the difference of the
+    per-question means over the K samples (restated here from samples.parquet + variants.parquet),
+    with the power line's interval, and its column says so — not sample 0's difference. Samples 1
+    of the copy are set to the gold, so the two differences part."""
+    import io
+    import re
+    import shutil
+
+    import numpy as np
+    from rich.console import Console
+
+    from finbench.scoring.commands import compare_command
+
+    root = sampled[0]
+    shutil.copytree(root / "k3", tmp_path / "k3")
+    variants = pd.read_parquet(tmp_path / "k3" / "variants.parquet")
+    first = (variants["study"] == "sampling") & (variants["sample"] == 1)
+    variants.loc[first, "answer"] = variants.loc[first, "gold"]
+    variants.to_parquet(tmp_path / "k3" / "variants.parquet")
+    samples = pd.read_parquet(tmp_path / "k3" / "samples.parquet")
+    per_sample = [samples] + [variants[(variants["study"] == "sampling") & (variants["sample"] == j)]
+                              .set_index("id").loc[samples["id"]].reset_index() for j in (1, 2)]
+    means = np.mean([per_question_correct(f, "finmme") for f in per_sample], axis=0)
+    reference = pd.read_parquet(root / "k1" / "samples.parquet").set_index("id").loc[samples["id"]].reset_index()
+    expected = float((means - per_question_correct(reference, "finmme")).mean())
+    sample_0 = float((per_question_correct(samples, "finmme") - per_question_correct(reference, "finmme")).mean())
+    assert abs(expected - sample_0) > 0.05  # the two differences part, so the test can tell them apart
+
+    shown = io.StringIO()
+    result = compare_command([root / "k1", tmp_path / "k3"], None, n_bootstrap=50,
+                             console=Console(file=shown, width=300, color_system=None))
+    c = result["comparisons"][0]
+    assert c["delta"]["accuracy"]["value"] == pytest.approx(expected) == pytest.approx(c["diff"])
+    assert c["delta"]["accuracy"]["ci"] == ({**c["ci_diff"], "level": 0.95, "method": "clustered t(G-1)"}
+                                           if c["ci_diff"]["low"] is not None else None)
+    lines = shown.getvalue().splitlines()
+    header = next(i for i, line in enumerate(lines) if "Δ accuracy [CI] (per-question means over the K samples)" in line)
+    row = next(line for line in lines[header:] if re.search(r"[│┃|] k3 ", line))
+    cells = [cell.strip() for cell in re.split(r"[│┃|]", row) if cell.strip()]
+    assert float(cells[2].split()[0]) == pytest.approx(100 * expected, abs=0.006)

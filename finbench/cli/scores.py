@@ -129,7 +129,8 @@ def leaderboard(
                                              "first run of each benchmark)."),
 ) -> None:
     """One row per run: model, quant, thinking, protocol, benchmark, headline score with CI,
-    accuracy, n, errors, samples/s, and paired-test stars against a reference run."""
+    accuracy, n, errors, samples/s, and the difference from a reference run, marked "*" where its
+    clustered interval excludes 0."""
     for run_dir in run_dirs:  # before the board's imports (torch): a mistyped folder is refused at once
         if not run_dir.exists():
             fail(f"{run_dir}: not a finbench run folder (no results.json), nor a folder of run folders")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.balance import balance_line
-from finbench.report.format import ITEMS_BEHIND, headline_score, part_cells, plural, power_line, score_text, scored_by, scored_parts
+from finbench.report.format import (ITEMS_BEHIND, headline_score, part_cells, plural, power_line, sampled_label, score_text,
+                                     scored_by, scored_parts)
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
 from finbench.scoring.stats import LOWER_IS_BETTER
@@ -323,7 +324,7 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
                         f"bootstrap ×{result['bootstrap']['n_resamples']}), exact McNemar, Holm")
     table.add_column("run", no_wrap=True, min_width=max(len(c["run"]) for c in result["comparisons"]))
     for m in shown:
-        table.add_column(f"Δ {m} [CI]", justify="right", overflow="fold")
+        table.add_column(f"Δ {m} [CI]{sampled_label(result['comparisons'], m)}", justify="right", overflow="fold")
     for col in ("only baseline right", "only run right", "McNemar p", "Holm p"):
         table.add_column(col, justify="right", overflow="fold")
     for c in result["comparisons"]:

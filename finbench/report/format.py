@@ -169,6 +169,14 @@ def power_line(c: dict[str, Any], check: bool = False) -> str:
             f"clusters): {verdict(ci, c.get('mde'))}" + (_bootstrap_check(c) if check else ""))
 
 
+def sampled_label(comparisons: list[dict[str, Any]], metric: str) -> str:
+    """A Δ column's label where its differences are of per-question means over the K samples of
+    --samples runs (`compare_runs`' `per_question`), not of sample 0: the same difference as the
+    power line's."""
+    sampled = any((c.get("delta") or {}).get(metric, {}).get("per_question") for c in comparisons)
+    return " (per-question means over the K samples)" if sampled else ""
+
+
 def _bootstrap_check(c: dict[str, Any]) -> str:
     found = next((d["bootstrap_check"] for d in (c.get("delta") or {}).values()
                   if (d.get("bootstrap_check") or {}).get("low") is not None), None)

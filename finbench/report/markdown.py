@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.format import (HEADLINE_LABELS, also_text, headline_score, interval_text, num, part_cells, pct,
-                                    power_line, quantization_study, score_text, scored_by, scored_parts)
+                                    power_line, quantization_study, sampled_label, score_text, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
@@ -109,7 +109,8 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
                 "reasoning tokens"], rows),
         f"## Against {summary['reference']} (×100; 95% CI: clustered t for mean scores, else paired bootstrap; "
         "exact McNemar, Holm)",
-        _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}" for m in headline], "McNemar p", "Holm p",
+        _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}{sampled_label(summary['comparison']['comparisons'], m)}"
+                             for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
         *_power_markdown(summary["comparison"]["comparisons"]),
         *_study_markdown(summary),
@@ -167,13 +168,14 @@ def leaderboard_markdown(board: dict[str, Any]) -> str:
     benchmark declares: format.also_text), then per benchmark the accuracy by domain."""
     rows = [[r["run"], r["model"], r["quant"], r["thinking"], r["protocol"], r["benchmark"], r["metric"],
              _board_score(r), also_text(r), str(r["n"]), str(r["errors"]), num(r["samples_per_s"]),
-             "reference" if r["reference"] == "(reference)" else f"{_number(r['delta'], signed=True)} {r['stars']}".strip()]
+             "reference" if r["reference"] == "(reference)" else f"{_number(r['delta'], signed=True)} {r['mark']}".strip()]
             for r in board["rows"]]
     parts = ["# finbench leaderboard",
              _table(["run", "model", "quant", "thinking", "protocol", "benchmark", "metric", "score ×100 [95% CI]",
                      "also ×100 [95% CI]", "n", "errors", "samples/s", "Δ vs reference"], rows),
-             board["stars"] + ".",
-             *_power_markdown([r["comparison"] for r in board["rows"] if r.get("comparison")])]
+             board["mark"] + ".",
+             *_power_markdown([r["comparison"] for r in board["rows"] if r.get("comparison")]),
+             *_mcnemar_check(board["rows"])]
     for benchmark in dict.fromkeys(r["benchmark"] for r in board["rows"]):
         members = [r for r in board["rows"] if r["benchmark"] == benchmark]
         domains = sorted({d for r in members for d in r["domains"]})
@@ -183,6 +185,16 @@ def leaderboard_markdown(board: dict[str, Any]) -> str:
                                                            for d in domains)] for r in members])]
     parts += [f"note: {note}" for note in board["notes"]]
     return "\n\n".join(parts) + "\n"
+
+
+def _mcnemar_check(rows: list[dict[str, Any]]) -> list[str]:
+    """The exact McNemar test (Holm over the runs of a benchmark) on per-question correctness: a
+    secondary check, never the verdict; it tests a different quantity and may disagree with it."""
+    checked = [r for r in rows if r.get("mcnemar_p_holm") is not None]
+    if not checked:
+        return []
+    return ["Secondary check, not the verdict (exact McNemar on per-question correctness, Holm-adjusted p): "
+            + "; ".join(f"{r['run']} vs {r['reference']} p = {num(r['mcnemar_p_holm'])}" for r in checked) + "."]
 
 
 def _number(value: Any, signed: bool = False) -> str:

@@ -282,7 +282,7 @@ def reasoning_figure(variants: list[dict[str, Any]]) -> Any:
 
 # ---- leaderboard --------------------------------------------------------------------------------
 def leaderboard_figure(rows: list[dict[str, Any]]) -> Any:
-    """Each run's headline score with its CI, one horizontal bar per run (stars beside it)."""
+    """Each run's headline score with its CI, one horizontal bar per run (its mark beside it)."""
     rows = [r for r in rows if r["score"] is not None]
     if not rows:
         return None
@@ -294,9 +294,9 @@ def leaderboard_figure(rows: list[dict[str, Any]]) -> Any:
     heights, errors = _whiskers([r["score"] / 100 for r in rows], low, high)
     axis.barh(positions, heights, xerr=errors, capsize=3, color=BLUE)
     axis.set_yticks(positions)
-    axis.set_yticklabels([f"{wrapped(r['run'], 2.4, TICK_SIZE)} {r['stars']}".strip() for r in rows], fontsize=TICK_SIZE)
+    axis.set_yticklabels([f"{wrapped(r['run'], 2.4, TICK_SIZE)} {r['mark']}".strip() for r in rows], fontsize=TICK_SIZE)
     axis.set_xlim(0, 100)
     axis.set_xlabel(f"{rows[0]['metric']} ×100", fontsize=LABEL_SIZE)
-    _title(axis, f"{rows[0]['benchmark']}: {rows[0]['metric']} by run (whiskers: bootstrap CI; stars: paired "
-                 "McNemar vs the reference, Holm)", 6.4)
+    _title(axis, f"{rows[0]['benchmark']}: {rows[0]['metric']} by run (whiskers: bootstrap CI; *: paired "
+                 "difference vs the reference significant, clustered interval)", 6.4)
     return figure

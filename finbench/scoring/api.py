@@ -327,12 +327,14 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
         paired = {key: v for key, v in paired_difference(_sampled(table, mine), _sampled(base, theirs), cluster_ids,
                                                          n_clusters).items() if key != "n"}
         paired["verdict"] = verdict(paired["ci_diff"], paired["mde"])  # the sentence every output prints
-        if means and (means[0] is not None or means[k] is not None):
+        sampled = bool(means) and (means[0] is not None or means[k] is not None)
+        if sampled:
             paired["per_question"] = "mean score over the K samples of --samples runs"
         mean_metrics = {m for m in base.headline if _is_mean(scores[names[0]].get(m), base)
                         and _is_mean(scores[name].get(m), table)}
         delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired, m in mean_metrics,
-                                 cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level)
+                                 cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level,
+                                 sampled)
                  for m in base.headline}
         comparisons.append({"run": name, "baseline": names[0], "n": base.n, "delta": delta,
                             "mcnemar": {"baseline_only": mc["a_only"], "run_only": mc["b_only"], "p": mc["p"]},
@@ -367,13 +369,22 @@ def _is_mean(value: float | None, table: ScoreTable) -> bool:
 
 
 def one_interval(value: float | None, paired: Mapping[str, Any], mean: bool, bootstrap: dict[str, Any] | None,
-                 level: float) -> dict[str, Any]:
+                 level: float, sampled: bool = False) -> dict[str, Any]:
     """A headline difference with the ONE interval every output prints (`ci`, with its `method`):
     the clustered t interval of the paired difference where the metric is the mean per-question
     score that difference measures (accuracy, a mean score), else the paired bootstrap (clusters
     resampled where the run has clusters) — the only interval a non-linear headline (FinScore,
     P_H) has. The bootstrap of a mean metric is kept as `bootstrap_check`, which only the
-    reports show, named as a check."""
+    reports show, named as a check.
+
+    `sampled` (a --samples run on either side): a mean metric's difference IS the paired one, the
+    difference of the per-question means over the K samples, not sample 0's (`per_question` says
+    so); sample 0's bootstrap measures another difference, so it is no check of it and is dropped."""
+    if sampled and mean and paired.get("diff") is not None:
+        ci = paired.get("ci_diff") or {}
+        return {"value": paired["diff"], "per_question": "mean over the K samples",
+                "ci": {**ci, "level": level, "method": "clustered t(G-1)"} if ci.get("low") is not None else None,
+                "bootstrap_check": None}
     same = mean and value is not None and paired.get("diff") is not None and abs(value - paired["diff"]) <= 1e-9
     if same and (paired.get("ci_diff") or {}).get("low") is not None:
         return {"value": value, "ci": {**paired["ci_diff"], "level": level, "method": "clustered t(G-1)"},

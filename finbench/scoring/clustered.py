@@ -200,7 +200,7 @@ def repeated_sampling(answers: torch.Tensor, correct: torch.Tensor, parsed: torc
 
     `mean`: the mean score over all samples; `se`: the cluster-robust SE of the N per-question mean
     scores — averaging K samples per question removes the within-question sampling noise from
-    the between-question variance (Miller 2024, §3.1 "Resampling"; `se_iid` the same without
+    the between-question variance (Miller 2024, arXiv:2411.00640, on resampling; `se_iid` the same without
     clusters); `maj_at_k`: the score of each question's most frequent parsed answer (ties: the
     earliest sample; no parsed answer: sample 0's score); `pass_at_k`: the best sample's score;
     `agreement`: over questions with a parsed answer, the share of the parsed samples that give the

@@ -9,7 +9,7 @@ answer when the rule's extracted answers (the `answer` column) are equal. Then, 
 
 - `mean`: the mean score over all N × K samples; `se`: the cluster-robust SE of the N per-question
   means on the run's clusters (`se_iid` without them; Miller, "Adding Error Bars to Evals",
-  §3.1 "Resampling"), and `ci` their clustered 95% interval;
+  arXiv:2411.00640, on resampling), and `ci` their clustered 95% interval;
 - `maj_at_k`: the score of each question's most frequent parsed answer (a tie: the earliest
   sample's);
 - `pass_at_k`: the score of each question's best sample (any sample right);
@@ -82,7 +82,7 @@ def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, ben
     """The mean score of each sampled question over its K samples (sample 0 in `samples`, the
     others the `sampling` rows of `variants`), by id; None for a run without samples. A paired
     comparison of --samples runs uses these, not sample 0 alone: averaging the K samples takes
-    the within-question sampling noise out of the difference (Miller 2024, §3.1 "Resampling")."""
+    the within-question sampling noise out of the difference (Miller 2024, arXiv:2411.00640, on resampling)."""
     if variants is None or "study" not in variants.columns:
         return None
     rows = variants[variants["study"].astype(str) == SAMPLING].reset_index(drop=True)
