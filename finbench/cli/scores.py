@@ -68,11 +68,7 @@ def compare(
     Runs are compared on the questions they share; a note says how many each leaves out."""
     if len(run_dirs) < 2:
         fail("compare needs at least two run folders")
-    if bootstrap < 0:
-        fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
-    for run_dir in run_dirs:
-        if not (run_dir / "samples.parquet").exists():
-            fail(f"{run_dir}: no samples.parquet")
+    _check_runs(run_dirs, bootstrap)
     from finbench.scoring.commands import compare_command  # after the checks: a refusal imports no torch
 
     with one_line_errors():
@@ -90,15 +86,20 @@ def judge_agreement(
     Krippendorff's alpha for 0–5 scores, with bootstrap CIs), and each run's rules vs its judge."""
     if len(run_dirs) != 2:
         fail("judge-agreement compares exactly two run folders")
+    _check_runs(run_dirs, bootstrap)
+    from finbench.scoring.agreement import judge_agreement_command  # after the checks: a refusal imports no torch
+
+    with one_line_errors():
+        judge_agreement_command(run_dirs, out, bootstrap, seed, console=out_console)
+
+
+def _check_runs(run_dirs: List[Path], bootstrap: int) -> None:
+    """What compare and judge-agreement refuse before any import: a bad --bootstrap, a folder that is no run."""
     if bootstrap < 0:
         fail(f"--bootstrap {bootstrap}: expected 0 (none) or a positive number of resamples")
     for run_dir in run_dirs:
         if not (run_dir / "samples.parquet").exists():
             fail(f"{run_dir}: no samples.parquet")
-    from finbench.scoring.agreement import judge_agreement_command  # after the checks: a refusal imports no torch
-
-    with one_line_errors():
-        judge_agreement_command(run_dirs, out, bootstrap, seed, console=out_console)
 
 
 def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
