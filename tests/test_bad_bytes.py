@@ -16,12 +16,11 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from helpers import shared
 from finbench.benchmarks import BENCHMARKS
 from finbench.cli import app
 
-MOCK = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "famma" / "mock.json"
-if not MOCK.exists():
-    MOCK = Path("/work/shared/data/famma/mock.json")
+MOCK = shared("data", "famma", "mock.json")
 MARK = "MARKED"  # in the text of the second record only: where the bad byte goes
 
 

@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import cli
+from helpers import cli, shared
 
 from finbench.benchmarks import fcmr
 from finbench.scoring import score_samples
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fcmr"
-if not REAL.exists():
-    REAL = Path("/work/shared/data/fcmr")
+REAL = shared("data", "fcmr")
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="../shared/data/fcmr (30 real items) is absent")
 FULL = Path(os.environ.get("FINBENCH_FULL_DATA", "/nonexistent")) / "FCMR"
 

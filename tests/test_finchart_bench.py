@@ -15,14 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import cli
+from helpers import cli, shared
 
 from finbench.benchmarks import finchart_bench
 from finbench.scoring import score_samples
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "finchart-bench"
-if not REAL.exists():
-    REAL = Path("/work/shared/data/finchart-bench")
+REAL = shared("data", "finchart-bench")
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finchart-bench (60 real items) is absent")
 FULL = Path(os.environ.get("FINBENCH_FULL_DATA", "/nonexistent")) / "FinChart-Bench"
 

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers import shared
 from finbench.benchmarks import finmmr
 from finbench.sandbox import Limits, isolation, run_programs
 from finbench.scoring.finmmr import get_acc, outcome_value
 from finbench.types import Prediction
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = ROOT.parent.parent / "shared" / "data" / "finmmr"
-REAL = REAL if REAL.exists() else Path("/work/shared/data/finmmr")
+REAL = shared("data", "finmmr")
 FAST = Limits(wall_seconds=2, cpu_seconds=1, workers=2, start_seconds=3)
 GOLD = 42
 AS_USER = "FINBENCH_SANDBOX_SUITE_AS"  # set in the re-run as another user (its name)
