@@ -137,7 +137,6 @@ def make_tiny(
     import torch
 
     from transformers import AutoProcessor, GenerationConfig
-    from transformers.utils import logging as hf_logging
 
     if family == "deepseek-vl2":
         if thinking:
@@ -145,24 +144,7 @@ def make_tiny(
         from finbench.offline.tiny_deepseek_vl2 import make_tiny_deepseek_vl2
 
         return make_tiny_deepseek_vl2(out_dir, seed=seed, hidden_size=hidden_size, weights_dtype=weights_dtype)
-    if family not in _BUILDERS and family not in AUTO_BUILDERS:
-        raise ValueError(f"unknown tiny family {family!r}; known: {', '.join(TINY_FAMILIES)}")
-    if hidden_size <= 0 or hidden_size % _HEAD_DIM:
-        raise ValueError(
-            f"hidden_size must be a positive multiple of {_HEAD_DIM} (of 64 for bnb 4-bit), got {hidden_size}"
-        )
-    if weights_dtype not in ("bfloat16", "float32"):
-        raise ValueError(f"weights_dtype must be 'bfloat16' or 'float32', got {weights_dtype!r}")
-    if not tiny_family_available(family):
-        import transformers
-
-        raise ValueError(f"{family}: transformers {transformers.__version__} has no {_NEEDS_CLASS[family]}")
-    if thinking and family in GENERIC_ONLY:
-        raise ValueError(f"{family}: the checkpoint's template has its own thinking switch (or none); there is no "
-                         "separate thinking variant to build")
-    if thinking and family.startswith("qwen3.5"):
-        raise ValueError(f"{family}: one checkpoint both thinks and answers (its template's enable_thinking); "
-                         "there is no separate thinking variant to build")
+    _check_arguments(family, hidden_size, weights_dtype, thinking)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -179,16 +161,7 @@ def make_tiny(
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else pad
     # Greedy by default (real checkpoints ship sampling settings; adapters should pass their own).
     model.generation_config = GenerationConfig(bos_token_id=bos, eos_token_id=stops, pad_token_id=pad)
-    # A "Writing model shards" progress bar per tiny build is noise in test logs; restore the
-    # caller's setting afterwards (it is process-global).
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(out)
-        built.processor.save_pretrained(out)
-    finally:
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
+    _save_quietly(model, built.processor, out)
 
     # Reload through the real entry point and check what a user would get.
     processor = AutoProcessor.from_pretrained(out)
@@ -215,6 +188,43 @@ def make_tiny(
     }
     (out / TINY_MARKER).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
+
+
+def _check_arguments(family: str, hidden_size: int, weights_dtype: str, thinking: bool) -> None:
+    """One ValueError line for a family, width, dtype or thinking variant no tiny build has."""
+    if family not in _BUILDERS and family not in AUTO_BUILDERS:
+        raise ValueError(f"unknown tiny family {family!r}; known: {', '.join(TINY_FAMILIES)}")
+    if hidden_size <= 0 or hidden_size % _HEAD_DIM:
+        raise ValueError(
+            f"hidden_size must be a positive multiple of {_HEAD_DIM} (of 64 for bnb 4-bit), got {hidden_size}"
+        )
+    if weights_dtype not in ("bfloat16", "float32"):
+        raise ValueError(f"weights_dtype must be 'bfloat16' or 'float32', got {weights_dtype!r}")
+    if not tiny_family_available(family):
+        import transformers
+
+        raise ValueError(f"{family}: transformers {transformers.__version__} has no {_NEEDS_CLASS[family]}")
+    if thinking and family in GENERIC_ONLY:
+        raise ValueError(f"{family}: the checkpoint's template has its own thinking switch (or none); there is no "
+                         "separate thinking variant to build")
+    if thinking and family.startswith("qwen3.5"):
+        raise ValueError(f"{family}: one checkpoint both thinks and answers (its template's enable_thinking); "
+                         "there is no separate thinking variant to build")
+
+
+def _save_quietly(model: Any, processor: Any, out: Path) -> None:
+    """Save the checkpoint without transformers' "Writing model shards" bar (noise in test logs);
+    the caller's setting is restored afterwards (it is process-global)."""
+    from transformers.utils import logging as hf_logging
+
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out)
+        processor.save_pretrained(out)
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
 
 
 def _make_thinking(built: _Built) -> None:
