@@ -1,0 +1,52 @@
+"""Run options declared once: each `Option` is a RunConfig field, a `finbench run` flag (and, where
+`sweep` says so, a `finbench sweep` flag or axis), an API keyword with its coercion, a start-up check
+and, where `identity` says so, part of what makes a run folder's results another run's.
+
+The command line, the API (`finbench.api.make_config`), start-up validation and the sweep read these
+declarations; none of them restates an option. A study (finbench/studies/) declares its option the
+same way, so a study defined outside finbench gets its flag, keyword and check with no edit here.
+This module imports nothing heavy: the commands build their parameters from it before torch loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+Check = Callable[[Any, Any], None]  # (value, the whole RunConfig) → None, or one ValueError line
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option. `name` is the RunConfig field and the API keyword; the flag is `--name` with
+    dashes unless `flag` says otherwise. `kind` is the command line's value type (int, float, str,
+    bool); `many`: a list option (comma-separated or repeated), held as a tuple. `parse` turns the
+    command line's or the API's value into the config's (ValueError: one line); `check` validates it
+    at start-up with the rest of the config. `spec`: the RunConfig part that holds it (load, decode,
+    batching, output, studies; "" for the run's own fields)."""
+
+    name: str
+    default: Any
+    help: str
+    kind: type = str
+    many: bool = False
+    parse: Callable[[Any], Any] | None = None
+    check: Check | None = None
+    spec: str = ""
+    sweep: bool = False  # also a `finbench sweep` option: one value, every variant
+    axis: bool = False  # a `finbench sweep` axis: several values, one variant each
+    identity: bool = False  # part of the run's identity (a run folder holding another's results is refused)
+    flag: str | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    def coerce(self, value: Any) -> Any:
+        """The command line's or the API's value as the config holds it."""
+        if self.many and value is not None and not isinstance(value, tuple):
+            parts = value.split(",") if isinstance(value, str) else [
+                part for item in value for part in (item.split(",") if isinstance(item, str) else [item])]
+            value = tuple(p.strip() if isinstance(p, str) else p for p in parts
+                          if not (isinstance(p, str) and not p.strip()))
+        return self.parse(value) if self.parse is not None and value is not None else value
