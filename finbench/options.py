@@ -50,3 +50,48 @@ class Option:
             value = tuple(p.strip() if isinstance(p, str) else p for p in parts
                           if not (isinstance(p, str) and not p.strip()))
         return self.parse(value) if self.parse is not None and value is not None else value
+
+
+def typer_parameter(option: Option) -> Any:
+    """`option` as a keyword parameter of a typer command (typer reads signatures)."""
+    import inspect
+    from typing import List, Optional
+
+    import typer
+
+    if option.many:
+        annotation: Any = List[option.kind]
+        default: Any = list(option.default or ())
+    else:
+        annotation = Optional[option.kind] if option.default is None else option.kind
+        default = option.default
+    declared = (option.flag,) if option.flag else ()
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=typer.Option(default, *declared, help=option.help))
+
+
+def with_options(options: Callable[[], list[Option]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A typer command that takes, besides its own parameters, one flag per declared option; the
+    command receives their values as one mapping `options` (name → value as given on the command
+    line, before `Option.coerce`). `options` is called when the command is built, so a study or an
+    option registered before the CLI is built (a test's, a plugin's) gets its flag."""
+    import functools
+    import inspect
+
+    def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
+        declared = options()
+        own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name != "options"]
+        names = {o.name for o in declared}
+
+        @functools.wraps(command)
+        def wrapper(**given: Any) -> Any:
+            return command(**{k: v for k, v in given.items() if k not in names},
+                           options={k: v for k, v in given.items() if k in names})
+
+        extra = [typer_parameter(o) for o in declared]
+        wrapper.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in [*own, *extra]}
+        del wrapper.__wrapped__  # typer reads this signature, not the command's
+        return wrapper
+
+    return wrap
