@@ -73,7 +73,8 @@ def test_two_judges_and_the_rules_on_a_constructed_run(tmp_path):
     assert scores["judges"]["statistic"] == "krippendorff_alpha_interval" and scores["judges"]["ci"]["low"] is None
 
 
-def test_the_command_writes_and_prints_the_agreement(tmp_path):
+def test_the_command_prints_the_agreement_and_writes_it_only_with_out(tmp_path):
+    """As `compare`: printed; written only to --out, never into a run folder unasked (issue 41)."""
     from helpers import cli
 
     rng = np.random.default_rng(2)
@@ -81,10 +82,18 @@ def test_the_command_writes_and_prints_the_agreement(tmp_path):
     for name, scores in (("a", a), ("b", np.where(rng.random(30) < 0.9, a, 1 - a))):
         (tmp_path / name).mkdir()
         _frame(scores, a).to_parquet(tmp_path / name / "samples.parquet")
-    done = cli("judge-agreement", str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", "200")
+    before = {d: sorted(p.name for p in (tmp_path / d).iterdir()) for d in ("a", "b")}
+    printed = cli("judge-agreement", str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", "200")
+    assert printed.returncode == 0, printed.stdout + printed.stderr
+    assert "Cohen's kappa" in printed.stdout and "wrote" not in printed.stdout
+    assert {d: sorted(p.name for p in (tmp_path / d).iterdir()) for d in ("a", "b")} == before  # nothing written
+    target = tmp_path / "out" / "agreement.json"
+    done = cli("judge-agreement", str(tmp_path / "a"), str(tmp_path / "b"), "--bootstrap", "200", "--out", str(target))
     assert done.returncode == 0, done.stdout + done.stderr
-    written = json.loads((tmp_path / "a" / "judge_agreement.json").read_text())
+    written = json.loads(target.read_text())
     assert "Cohen's kappa" in done.stdout and f"{written['judges']['value']:.3f}" in done.stdout
+    assert "wrote" in done.stdout and "agreement.json" in done.stdout
+    assert {d: sorted(p.name for p in (tmp_path / d).iterdir()) for d in ("a", "b")} == before
     assert set(written["rule_vs_judge"]) == {"a", "b"}
     (tmp_path / "c").mkdir()
     pd.DataFrame({"id": ["q1"], "answer": ["x"]}).to_parquet(tmp_path / "c" / "samples.parquet")

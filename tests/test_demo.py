@@ -1,7 +1,7 @@
 """`finbench demo --benchmark famma|finmtm`: one command, offline, a tiny random model and synthetic
 data written into the run folder in the benchmark's real layout; every part of the score shows up
 in the console, report.html and report.md (FinMTM: objective, dialogue judged by the same tiny
-model, agent with F2)."""
+model — whose unreadable replies leave it unscored, said so —, agent with F2)."""
 
 from __future__ import annotations
 
@@ -30,11 +30,24 @@ def test_the_finmtm_demo_shows_objective_dialogue_agent_and_f2(home, tmp_path):
     results = json.loads((out / "results.json").read_text())
     scores = results["scores"]
     assert results["config"]["judge"] == str(home / "tiny-qwen2.5-vl")  # the demo's own tiny model judges
-    assert scores["dialogue"]["n_judged"] == scores["dialogue"]["n"] == 8
+    # every session was judged (8 sessions, a turn call each and a session call), but the tiny
+    # random-weight judge's replies hold no verdict the official reading can parse: each session is
+    # a failed judgement (issue 41, fail closed) — counted and named, never a made-up score — and
+    # every output says so in the dialogue part's place (test_judge.py shows its table from a judge
+    # whose replies parse)
+    dialogue = scores["dialogue"]
+    assert dialogue["n"] == dialogue["n_unparsed"] == results["judge"]["n_unparsed_items"] == 8
+    assert results["judge"]["n_judged"] == 8 and dialogue["n_judged"] == dialogue["n_scored"] == 0
+    assert dialogue["score"] is None
+    honest = "dialogue: no judge reply could be read (8 failed; none given a default score)"
+    pages = {"console": done.stdout, "report.md": (out / "report.md").read_text(),
+             "report.html": (out / "report.html").read_text()}
     assert scores["agent"]["n_scored"] == 6 and scores["agent"]["f2"] is not None and "f2" in scores["agent"]["ci"]
-    for part in ("FinMTM dialogue sessions", "FinMTM agent items", "tool F2 ×100", "final = (0.5·turn + 0.5·session)×10"):
-        assert part in done.stdout, part
-        assert part in (out / "report.md").read_text() and part in (out / "report.html").read_text()
+    for where, text in pages.items():
+        for part in (honest, "FinMTM agent items", "tool F2 ×100"):
+            assert part in " ".join(text.split()), (where, part)
+        assert "final = (0.5·turn + 0.5·session)×10" not in text, where  # no table of fake scores
+    assert "FinMTM dialogue sessions" in pages["report.md"] and "FinMTM dialogue sessions" in pages["report.html"]
     assert "RANDOM-WEIGHT" in done.stdout
     assert "--judge" not in done.stdout  # no --judge was given: the demo's own model judges
     last = done.stdout.strip().splitlines()[-1]

@@ -250,11 +250,17 @@ def test_judge_replies_score_as_the_official_metrics(fixture_dir):
                                                                   "Chart_Numerical_Estimation": 9}}) + "\n```")
     score, details = finmtm.read_judgement(session, prediction, replies)
     assert score == pytest.approx(restated_dialogue(dims, [6, 9]))
-    # broken replies: a turn missing a dimension scores 0, a session missing an item scores 0
+    assert details["parsed"] is True and details["unreadable"] == []
+    # broken replies: a turn missing a dimension scores 0, a session missing an item scores 0 (the
+    # official 0-filled reading) — and the session is flagged, as the official evaluator's
+    # evaluation_status "error" does, so that the runner fails it closed (no score: test_judge.py)
     broken = [replies[0], '{"Visual_Precision": 9}', "not json", '{"Checklist_Scores": {"Chart_Numerical_Estimation": 9}}']
     score, details = finmtm.read_judgement(session, prediction, broken)
     assert details["turn_scores"] == [pytest.approx(7.0), 0.0, 0.0] and details["session_score"] == 0.0
     assert score == pytest.approx((0.5 * 7 / 3 + 0.5 * 0) * 10)
+    assert details["parsed"] is False and details["unreadable"] == ["T2", "T3", "session"]
+    only_session = finmtm.read_judgement(session, prediction, replies[:3] + ["{}"])[1]
+    assert only_session["parsed"] is False and only_session["unreadable"] == ["session"]
 
 
 # ---- agent replay -------------------------------------------------------------------------------------

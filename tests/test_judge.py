@@ -393,3 +393,116 @@ def test_the_judge_is_loaded_by_the_one_loader_on_the_rank_s_device(monkeypatch)
     assert startup.load_judge_for_run(config, World(rank=0, size=2, local_rank=3)) == "J" and loaded == ["cuda:3"]
     assert startup.load_judge_for_run(config, World(rank=1, size=2, local_rank=1)) is None and loaded == ["cuda:3"]
     assert startup.load_judge_for_run(RunConfig(model="m"), World()) is None  # no --judge
+
+
+class RubricJudge(FakeJudge):
+    """FinMTM's judge, faked: every turn prompt gets the five dimensions (8, 6, 7, 5, 9: turn
+    score 7), every session prompt its level's checklist at 6 — except the prompts naming
+    `mumble_on`, answered with text no reading can parse."""
+
+    def __init__(self, mumble_on: str | None = None) -> None:
+        super().__init__()
+        self.mumble_on = mumble_on
+
+    def generate(self, inputs, max_new_tokens):
+        from finbench.benchmarks.finmtm import JUDGE_FIELDS
+
+        replies = []
+        for prompt in inputs["prompts"]:
+            if self.mumble_on and self.mumble_on in prompt:
+                replies.append("I am not sure.")
+            elif "SESSION level" in prompt:
+                items = [line.split('"')[1] for line in prompt.splitlines() if line.strip().endswith('": 0-10,')
+                         or line.strip().endswith('": 0-10')]
+                replies.append(json.dumps({"Checklist_Scores": {item: 6 for item in items if item != "Overall_Score"}}))
+            else:
+                replies.append(json.dumps(dict(zip(JUDGE_FIELDS, (8, 6, 7, 5, 9)))))
+        self.prompts.extend(inputs["prompts"])
+        return replies, [1] * len(replies)
+
+
+def _finmtm_sessions(tmp_path):
+    from test_finmtm import write_fixtures
+
+    from finbench.benchmarks import finmtm
+
+    write_fixtures(tmp_path / "data")
+    questions = [q for q in finmtm.load_questions(tmp_path / "data") if q.meta.get("task") == "dialogue"]
+    replies = json.dumps(["120", "20%", "15%"])
+    return finmtm.BENCHMARK, questions, [Prediction(id=q.id, answer=replies, generated_text=replies) for q in questions]
+
+
+def _scored(benchmark, questions, predictions, judged):
+    from finbench.runner.outputs import samples_table, score
+
+    samples = samples_table(questions, dict(enumerate(predictions)), [f"k{i}" for i in range(len(questions))])
+    for column, values in judged.columns.items():
+        samples[column] = values
+    return score(samples, benchmark.name, 0, 0)
+
+
+def test_a_finmtm_session_whose_judge_reply_cannot_be_read_fails_closed(tmp_path):
+    """Issue 41: a FinMTM session whose turn or session judge reply has no readable verdict gets
+    no judge score (not the official reading's 0-filled one), is counted, named and said in a
+    note; the dialogue part averages the sessions that were judged, and when none was it says
+    "no judge reply could be read" instead of a table."""
+    from rich.console import Console
+
+    from finbench.report.console import print_scores
+
+    benchmark, questions, predictions = _finmtm_sessions(tmp_path)
+    s1, s2 = (next(i for i, q in enumerate(questions) if q.id == name) for name in ("s1", "s2"))
+    judged = judge_run(benchmark, questions, dict(enumerate(predictions)), RubricJudge(mumble_on="Name the company."),
+                       None, "rubric")
+    assert judged.columns["judge_score"][s1] == pytest.approx((0.5 * 7 + 0.5 * 6) * 10)
+    assert math.isnan(judged.columns["judge_score"][s2])
+    assert judged.summary["unparsed_items"] == ["s2"] and judged.summary["n_failed_items"] == 0
+    assert any("could not be parsed" in note and "s2" in note for note in judged.notes)
+    assert json.loads(judged.columns["judge_details"][s2])["judge"]["unreadable"] == ["T1", "session"]
+    dialogue = _scored(benchmark, questions, predictions, judged)["dialogue"]
+    assert (dialogue["n_scored"], dialogue["n_unparsed"], dialogue["score"]) == (1, 1, pytest.approx(65.0))
+    # every reply unreadable: nothing scored, and the console says why in one line, no table
+    judged = judge_run(benchmark, questions, dict(enumerate(predictions)), RubricJudge(mumble_on="0-10"), None, "rubric")
+    assert all(math.isnan(s) for s in judged.columns["judge_score"]) and judged.summary["n_unparsed_items"] == 2
+    scores = _scored(benchmark, questions, predictions, judged)
+    console = Console(width=120, record=True, file=open("/dev/null", "w"))
+    print_scores(scores, console=console)
+    text = console.export_text()
+    assert "dialogue: no judge reply could be read (2 failed; none given a default score)" in text
+    assert "final = (0.5·turn + 0.5·session)×10" not in text and scores["dialogue"]["score"] is None
+
+
+def test_a_finmtm_judge_whose_replies_parse_fills_the_dialogue_table_everywhere(tiny_model, tiny_qwen_dir, tmp_path,
+                                                                                monkeypatch):
+    """The dialogue table (turn, session, final with CIs) in the console, report.md and
+    report.html, from a judge whose replies the official reading parses (the tiny demo judge's
+    random replies cannot be read, so the demo shows the part's one-line reason instead)."""
+    from rich.console import Console
+    from test_finmtm import write_fixtures
+
+    from finbench.report.console import print_run
+    from finbench.runner import startup
+    from finbench.runner.engine import run_benchmark
+
+    data = write_fixtures(tmp_path / "finmtm")
+    # --judge names a real folder (start-up checks it); the loader is replaced by the rubric judge
+    monkeypatch.setattr(startup, "load_judge_for_run", lambda config, world=None, model=None: RubricJudge())
+    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
+                       dtype="float32", device="cpu", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=50)
+    result = run_benchmark(config, tiny_model, show_progress=False)
+    dialogue = result.results["scores"]["dialogue"]
+    assert dialogue["n_judged"] == dialogue["n"] == 2 and dialogue["n_unparsed"] == 0 and "unscored" not in dialogue
+    assert dialogue["score"] == pytest.approx(65.0) and set(dialogue["ci"]) == {"turn", "session", "score"}
+    console = Console(width=120, record=True, file=open("/dev/null", "w"))
+    print_run(result.results, tmp_path / "run", console)
+    shown = {"console": console.export_text(), "report.md": (tmp_path / "run" / "report.md").read_text(),
+             "report.html": (tmp_path / "run" / "report.html").read_text()}
+    for where, text in shown.items():
+        for part in ("FinMTM dialogue sessions", "final = (0.5·turn + 0.5·session)×10", "65.00"):
+            assert part in text, (where, part)
+        assert "no judge reply could be read" not in text, where
+    from finbench.leaderboard import build  # and the leaderboard's dialogue headline, on its 0–100 scale
+
+    (row,) = build([tmp_path / "run"])["rows"]
+    shown = {h["metric"]: h for h in row["headlines"]}
+    assert shown["dialogue.score"]["value"] == pytest.approx(65.0)

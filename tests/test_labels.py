@@ -117,12 +117,16 @@ def test_the_leaderboard_shows_each_benchmarks_declared_headlines(demos):
     if judged:
         assert shown["score"]["value"] == pytest.approx(100 * mme["score"])
     shown = {h["metric"]: h for h in rows["finmtm"]["headlines"]}
-    assert list(shown) == ["score", "accuracy", "dialogue.score", "agent.f2", *balance]
-    assert shown["dialogue.score"]["value"] == pytest.approx(mtm["dialogue"]["score"])  # on its own 0–100 scale
+    # likewise FinMTM's sessions: the tiny judge's unreadable replies leave the dialogue part unscored,
+    # and the board then shows no dialogue score (test_judge.py shows it from a judge whose replies parse)
+    dialogue = ["dialogue.score"] if mtm["dialogue"]["score"] is not None else []
+    assert list(shown) == ["score", "accuracy", *dialogue, "agent.f2", *balance]
+    if dialogue:
+        assert shown["dialogue.score"]["value"] == pytest.approx(mtm["dialogue"]["score"])  # on its own 0–100 scale
     assert shown["agent.f2"]["value"] == pytest.approx(100 * mtm["agent"]["f2"])
     assert shown["agent.f2"]["low"] == pytest.approx(100 * mtm["agent"]["ci"]["f2"]["low"])
     text = " ".join(_printed(board, 120).split())
-    for label in ("binary accuracy", "dialogue score", "agent tool F2"):
+    for label in ("binary accuracy", *(["dialogue score"] if dialogue else []), "agent tool F2"):
         assert label in text, text
     from finbench.report.markdown import leaderboard_markdown
 

@@ -93,9 +93,31 @@ def test_a_part_without_verdicts_is_unscored_and_says_why():
     rows[2].update(judge_score=math.nan, judge_details=json.dumps({"error": "judge error: boom"}))
     partial = extra_scores(pd.DataFrame(rows))["dialogue"]
     assert partial["n_scored"] == 3 and partial["n_unscored"] == 1 and "a judge error" in partial["unscored"]
+    assert partial["n_unparsed"] == 0
     # broken details (not JSON) never raise: that row simply has no numbers
     rows[0]["judge_details"] = "{not json"
     assert extra_scores(pd.DataFrame(rows))["dialogue"]["n"] == 4
+
+
+def test_a_session_whose_judge_reply_cannot_be_read_is_a_failed_judgement_not_a_default_score():
+    """Fail closed (issue 41): a session the judge answered with no readable verdict (the runner
+    leaves its judge_score empty and its reading says `parsed` False) is counted and left out;
+    when no reply could be read the part says so instead of a table of made-up scores."""
+    unreadable = {"judge": {"turn_scores": [0.0], "turn_score": 0.0, "session_score": 0.0, "parsed": False,
+                            "unreadable": ["T1", "session"]},
+                  "error": "the judge's reply has no verdict the benchmark's reading can parse"}
+    rows = session_rows(4, 0)
+    rows[1].update(judge_score=math.nan, judge_details=json.dumps(unreadable))
+    partial = extra_scores(pd.DataFrame(rows))["dialogue"]
+    kept = [r["judge_score"] for r in rows if r["judge_score"] == r["judge_score"]]
+    assert (partial["n_scored"], partial["n_unscored"], partial["n_unparsed"]) == (3, 1, 1)
+    assert partial["score"] == pytest.approx(sum(kept) / 3)  # the failed session is out, not a 0 in the mean
+    assert partial["unscored"] == "1 of 4 sessions have no judge verdict (1 failed: a judge reply could not be read)"
+    for row in rows:
+        row.update(judge_score=math.nan, judge_details=json.dumps(unreadable))
+    none = extra_scores(pd.DataFrame(rows), n_bootstrap=50)["dialogue"]
+    assert none["score"] is None and none["n_scored"] == 0 and none["ci"] == {} and none["n_unparsed"] == 4
+    assert none["unscored"] == "no judge reply could be read (4 failed; none given a default score)"
 
 
 def test_score_samples_gives_the_parts_the_runs_bootstrap():

@@ -78,7 +78,7 @@ def compare(
 
 def judge_agreement(
     run_dirs: List[Path] = typer.Argument(..., help="Two run folders of the same answers, each judged (--judge)."),
-    out: Optional[Path] = typer.Option(None, help="Write the agreement JSON here (default RUN_A/judge_agreement.json)."),
+    out: Optional[Path] = typer.Option(None, help="Write the agreement JSON here (nothing is written without it)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the CIs (0 = none)."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
 ) -> None:

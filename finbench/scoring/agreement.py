@@ -126,8 +126,8 @@ def judge_agreement(frames: Sequence[pd.DataFrame], names: Sequence[str], n_boot
 
 def judge_agreement_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstrap: int = 1000, seed: int = 0,
                             console: Any = None) -> dict[str, Any]:
-    """`finbench judge-agreement RUN_A RUN_B`: print the agreement and write it (default
-    RUN_A/judge_agreement.json)."""
+    """`finbench judge-agreement RUN_A RUN_B`: print the agreement, and write its JSON to `out`
+    when given (nothing is written into a run folder unasked, as `compare`)."""
     from finbench.report.console import as_console
     from finbench.scoring.commands import load_samples
 
@@ -136,14 +136,16 @@ def judge_agreement_command(run_dirs: Sequence[Path], out: Path | None = None, n
         raise ValueError("judge-agreement compares exactly two run folders")
     result = judge_agreement([load_samples(d) for d in run_dirs], [d.name or str(d) for d in run_dirs],
                              n_bootstrap, seed)
-    target = Path(out) if out is not None else run_dirs[0] / "judge_agreement.json"
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
-    partial.replace(target)
     con = as_console(console)
     for line in agreement_lines(result):
         con.print(line, markup=False, soft_wrap=True)
-    con.print(f"wrote {target}", markup=False)
+    if out is not None:
+        target = Path(out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")  # a reader never sees half a file
+        partial.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
+        partial.replace(target)
+        con.print(f"wrote {target}", markup=False, soft_wrap=True)
     return result
 
 

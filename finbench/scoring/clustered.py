@@ -40,7 +40,8 @@ MIN_CLUSTERS_FOR_POWER = 10  # below this the SE itself is too uncertain to size
 
 def t_quantile(p: float, n_clusters: float) -> float:
     """The p quantile of Student's t with G − 1 degrees of freedom (the normal one for G = inf;
-    NaN for G < 2): the clustered intervals' multiplier (Cameron & Miller 2015, §VI)."""
+    NaN for G < 2): the clustered intervals' multiplier (Cameron & Miller 2015, "A Practitioner's
+    Guide to Cluster-Robust Inference", on few clusters)."""
     from scipy.stats import t
 
     if not math.isfinite(n_clusters):

@@ -28,8 +28,8 @@ Official source: HiThink-Research/FinMTM @ 40557ba — `finmtm_eval/metrics.py`
   JSON, read as etest.py `get_ground_truth`; any other gold is canonical letters.
 
 Dialogue sessions and agent items are scored apart (`extra_scores`): the dialogue score is the
-mean over judged sessions of (0.5·turn + 0.5·session)×10 (the judge's `judge_score`), beside the
-turn and session means; the agent part the means of precision, recall, F2 and Qt = 25·F2 over
+mean over judged sessions of (0.5·turn + 0.5·session)×10 (the judge's `judge_score`; a session whose
+judge reply cannot be read has none: `n_unparsed`), beside the turn and session means; the agent part the means of precision, recall, F2 and Qt = 25·F2 over
 replayed items (`rule_score`, `judge_details`). Both carry n and bootstrap CIs.
 """
 
@@ -240,7 +240,10 @@ def extra_scores(df: pd.DataFrame, n_bootstrap: int = 0, seed: int = 0, level: f
     - dialogue: per session the judge's turn mean and session checklist (0–10, `judge_details`)
       and the final (0.5·turn + 0.5·session)×10 (`judge_score`, 0–100). Without any verdict (no
       --judge) the part is unscored and says so; with verdicts, a session with a per-sample error
-      scores 0 (wrong, never dropped) and one the judge failed on is counted as unscored.
+      scores 0 (wrong, never dropped) and one the judge failed on is counted as unscored — a
+      session whose judge replies could not be read (`parsed` False) is a failed judgement,
+      counted in `n_unparsed` and never given a default score; when no reply could be read the
+      part says so instead of showing a table.
     - agent: per item the replayed tool plan's precision, recall, F2 and Qt = 25·F2 (the rule
       verdict in `judge_details` "rules"); an item with a per-sample error scores 0."""
     task = str_column(df, "task")
@@ -276,21 +279,35 @@ def _dialogue(rows: pd.DataFrame, errors: np.ndarray, details: list[dict[str, An
     verdicts = [d.get("judge", {}) if isinstance(d.get("judge"), dict) else {} for d in details]
     turn = np.array([_number(v.get("turn_score")) for v in verdicts])
     session = np.array([_number(v.get("session_score")) for v in verdicts])
+    unread = np.array([v.get("parsed") is False for v in verdicts], dtype=bool) & ~judged & ~errors
     scored = judged | (errors if judged.any() else np.zeros_like(errors))
     values = np.stack([np.ones(len(rows)), np.where(judged, turn, 0.0), np.where(judged, session, 0.0),
                        np.where(judged, final, 0.0)], axis=1)[scored]
     part: dict[str, Any] = {"n": int(len(rows)), "n_scored": int(scored.sum()), "n_judged": int(judged.sum()),
-                            "n_errors": int(errors.sum()), "n_unscored": int((~scored).sum()), "scale": DIALOGUE_SCALE}
+                            "n_errors": int(errors.sum()), "n_unscored": int((~scored).sum()),
+                            "n_unparsed": int(unread.sum()), "scale": DIALOGUE_SCALE}
     part.update(_means(values, ("turn", "session", "score"), n_bootstrap, seed, level))
     levels = str_column(rows, "level")[scored]
     part["by_level"] = {lv: {"n": int((levels == lv).sum()), "score": float(values[levels == lv, 3].mean())}
                         for lv in sorted(set(levels))}
-    if not judged.any():
-        part["unscored"] = (f"{len(rows)} dialogue sessions generated and stored, not scored: no judge verdicts "
-                            "(run with --judge MODEL)")
-    elif (~scored).any():
-        part["unscored"] = f"{int((~scored).sum())} of {len(rows)} sessions have no judge verdict (a judge error)"
+    why = _dialogue_unscored(len(rows), int((~scored).sum()), int(unread.sum()), bool(judged.any()))
+    if why:
+        part["unscored"] = why
     return part
+
+
+def _dialogue_unscored(n: int, n_unscored: int, n_unread: int, any_judged: bool) -> str | None:
+    """Why sessions have no score: no judge at all, judge replies that could not be read (failed
+    judgements: counted, never given a default score), or another judge error; None when every
+    session is scored."""
+    other = n_unscored - n_unread
+    why = ", ".join([f"{n_unread} failed: a judge reply could not be read"] * bool(n_unread)
+                    + ["a judge error" if other == 1 else f"{other} judge errors"] * bool(other))
+    if not any_judged and n_unread:
+        return f"no judge reply could be read ({n_unread} failed; none given a default score)"
+    if not any_judged:
+        return f"{n} dialogue sessions generated and stored, not scored: no judge verdicts (run with --judge MODEL)"
+    return f"{n_unscored} of {n} sessions have no judge verdict ({why})" if n_unscored else None
 
 
 def _agent(rows: pd.DataFrame, errors: np.ndarray, details: list[dict[str, Any]], n_bootstrap: int, seed: int,

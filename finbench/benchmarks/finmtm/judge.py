@@ -50,14 +50,19 @@ def judge_requests(question: Question, prediction: Any) -> list[Request]:
 
 
 def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) -> tuple[float | None, dict]:
-    """Per turn: the five dimensions clamped to 0–10 and averaged (a reply missing one scores the
-    turn 0, as turn_judge.py does); session: the mean of the level's checklist items (0 when one
-    is missing); final = (0.5·turn mean + 0.5·session) × 10 on the 0–100 scale."""
+    """Per turn: the five dimensions clamped to 0–10 and averaged; session: the mean of the
+    level's checklist items; final = (0.5·turn mean + 0.5·session) × 10 on the 0–100 scale.
+
+    A reply missing a dimension (or not JSON) scores its turn 0, and one missing a checklist item
+    the session 0, as turn_judge.py / session_judge.py do — but the official evaluator also marks
+    such a session `evaluation_status: "error"`, and so does this reading: `parsed` is False and
+    `unreadable` names the replies ("T2", "session"), so that the runner fails the session closed
+    (no judge score, counted and named: runner/judge.py) instead of keeping the 0-filled score."""
     # the official metrics, restated with the scorer, whose module imports torch: imported when judging
     from finbench.scoring.finmtm import CAPABILITIES, clamp, dialogue_score, turn_capability_score
 
-    turn_scores, capabilities = [], []
-    for text in outputs[:-1]:
+    turn_scores, capabilities, unreadable = [], [], []
+    for k, text in enumerate(outputs[:-1]):
         parsed = parse_judge_json(text)
         if all(f in parsed for f in JUDGE_FIELDS):
             values = dict(zip(CAPABILITIES, (clamp(parsed[f], 0.0, 10.0) for f in JUDGE_FIELDS)))
@@ -66,15 +71,19 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
         else:
             turn_scores.append(0.0)
             capabilities.append({})
+            unreadable.append(f"T{k + 1}")
     session = parse_judge_json(outputs[-1]) if outputs else {}
     items = LEVEL_CHECKLISTS[question.meta["level"]][1]
     checklist = session.get("Checklist_Scores") if isinstance(session.get("Checklist_Scores"), Mapping) else {}
-    session_score = (sum(clamp(checklist[i], 0.0, 10.0) for i in items) / len(items)
-                     if all(i in checklist for i in items) else 0.0)
+    if all(i in checklist for i in items):
+        session_score = sum(clamp(checklist[i], 0.0, 10.0) for i in items) / len(items)
+    else:
+        session_score = 0.0
+        unreadable.append("session")
     turn_score = sum(turn_scores) / len(turn_scores) if turn_scores else 0.0
     final = dialogue_score(turn_score, session_score)
     return final, {"turn_scores": turn_scores, "turn_score": turn_score, "session_score": session_score,
-                   "capabilities": capabilities}
+                   "capabilities": capabilities, "parsed": not unreadable, "unreadable": unreadable}
 
 
 def parse_judge_json(text: str) -> dict:
