@@ -128,8 +128,9 @@ def judge_agreement_command(run_dirs: Sequence[Path], out: Path | None = None, n
                             console: Any = None) -> dict[str, Any]:
     """`finbench judge-agreement RUN_A RUN_B`: print the agreement and write it (default
     RUN_A/judge_agreement.json)."""
-    from finbench.report.console import as_console
-    from finbench.scoring.commands import load_samples
+    from rich.console import Console
+
+    from finbench.scoring.runs import load_samples
 
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) != 2:
@@ -140,7 +141,7 @@ def judge_agreement_command(run_dirs: Sequence[Path], out: Path | None = None, n
     partial = target.with_name(target.name + ".partial")
     partial.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
     partial.replace(target)
-    con = as_console(console)
+    con = console if console is not None else Console()
     for line in agreement_lines(result):
         con.print(line, markup=False, soft_wrap=True)
     con.print(f"wrote {target}", markup=False)

@@ -1,8 +1,11 @@
-"""`finbench score` and `finbench compare` on cached run folders (CPU only, no model needed), and
-`finbench score --data --predictions`: answer strings scored against a benchmark's gold.
+"""Finished run folders as scoring reads them, with nothing printed: a run's samples table and
+its benchmark (`load_samples`, `run_benchmark_of`), `score_run` and `compare_run_dirs` (what
+`finbench score RUN_DIR` and `finbench compare` compute and write; cli/score_commands.py prints
+them), and answers given in a file (`read_predictions`, `answers_frame`, `score_predictions`).
 
 A run folder holds `samples.parquet` (see finbench/report/schema.py); scores are recomputed from
-it, printed as rich tables (report/console.py) and written as JSON.
+it. A run whose samples and results.json name no benchmark is one clear error, never scored by a
+default benchmark's rule.
 """
 
 from __future__ import annotations
@@ -10,16 +13,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pandas as pd
-from rich.markup import escape
 
-from finbench.report.console import as_console, print_comparison, print_scores
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
+from finbench.scoring.metrics import OFFICIAL
 from finbench.scoring.stats import distribution_comparison
-from finbench.types import DEFAULT_BENCHMARK, RESULTS_FILE, Question
+from finbench.types import RESULTS_FILE, Question
+
+if TYPE_CHECKING:
+    from finbench.benchmarks.base import Benchmark
 
 SAMPLES_FILE = "samples.parquet"
 
@@ -33,19 +38,25 @@ def load_samples(run_dir: Path) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def detect_benchmark(df: pd.DataFrame, run_dir: Path | None = None) -> str:
-    """Benchmark name from the samples' `benchmark` column, else results.json, else the default one."""
+def run_benchmark_of(df: pd.DataFrame, run_dir: Path | None = None) -> Benchmark:
+    """The run's `Benchmark`: the one its samples' `benchmark` column names, else its results.json's;
+    a run that names none is one ValueError line (never a default benchmark)."""
+    from finbench.benchmarks import get_benchmark
+
+    name = ""
     if "benchmark" in df.columns:
         names = df["benchmark"].dropna().astype(str)
         names = names[names != ""]
-        if len(names):
-            return names.iloc[0].lower()
-    if run_dir is not None and (Path(run_dir) / RESULTS_FILE).is_file():
+        name = names.iloc[0].lower() if len(names) else ""
+    if not name and run_dir is not None and (Path(run_dir) / RESULTS_FILE).is_file():
         try:
-            return str(json.loads((Path(run_dir) / RESULTS_FILE).read_text())["benchmark"]).lower()
+            name = str(json.loads((Path(run_dir) / RESULTS_FILE).read_text())["benchmark"]).lower()
         except (KeyError, ValueError):
-            pass
-    return DEFAULT_BENCHMARK
+            name = ""
+    if not name:
+        raise ValueError(f"{run_dir or 'the samples table'}: names no benchmark (no `benchmark` column in "
+                         "samples.parquet, none in results.json)")
+    return get_benchmark(name)
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> Path:
@@ -56,19 +67,16 @@ def write_json(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-# ---- commands ---------------------------------------------------------------------------------------
-def score_command(run_dir: Path, variant: str = "official", n_bootstrap: int = 1000, seed: int = 0,
-                  console: Any = None) -> dict[str, Any]:
-    """Score RUN_DIR/samples.parquet, write RUN_DIR/scores_<variant>.json, print the tables."""
+# ---- what score and compare compute ---------------------------------------------------------------
+def score_run(run_dir: Path, variant: str = OFFICIAL.name, n_bootstrap: int = 1000, seed: int = 0
+              ) -> tuple[dict[str, Any], Path]:
+    """Score RUN_DIR/samples.parquet and write RUN_DIR/scores_<variant>.json: (scores, the file)."""
     run_dir = Path(run_dir)
     df = load_samples(run_dir)
-    scores = score_samples(df, benchmark=detect_benchmark(df, run_dir), variant=variant,
+    scores = score_samples(df, benchmark=run_benchmark_of(df, run_dir), variant=variant,
                            n_bootstrap=n_bootstrap, seed=seed)
     scores["run_dir"] = str(run_dir)
-    path = write_json(run_dir / f"scores_{variant}.json", scores)
-    print_scores(scores, console)
-    as_console(console).print(f"wrote {path}")
-    return scores
+    return scores, write_json(run_dir / f"scores_{variant}.json", scores)
 
 
 def run_protocols(run_dirs: Sequence[Path]) -> dict[str, str]:
@@ -93,17 +101,18 @@ def coverage_notes(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> list[st
             for name, own in zip(names, ids) if len(own) > len(shared)]
 
 
-def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstrap: int = 1000, seed: int = 0,
-                    console: Any = None, allow_mixed_protocols: bool = False) -> dict[str, Any]:
-    """Compare runs against the first (baseline); print tables, and write the JSON to `out` when
-    given (nothing is written into a run folder unasked)."""
+def compare_run_dirs(run_dirs: Sequence[Path], n_bootstrap: int = 1000, seed: int = 0,
+                     allow_mixed_protocols: bool = False) -> dict[str, Any]:
+    """Runs compared against the first (baseline), JSON-ready: `compare_runs` on their samples, with
+    the notes on what the comparison leaves out, the option distributions, the studies side by side,
+    the items two protocols answer differently and the answer agreement of each run with the first."""
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) < 2:
         raise ValueError("compare needs at least two run folders")
     dfs = [load_samples(d) for d in run_dirs]
-    benchmarks = {detect_benchmark(df, d) for df, d in zip(dfs, run_dirs)}
-    if len(benchmarks) != 1:
-        raise ValueError(f"runs are on different benchmarks: {sorted(benchmarks)}")
+    found = {b.name: b for b in (run_benchmark_of(df, d) for df, d in zip(dfs, run_dirs))}
+    if len(found) != 1:
+        raise ValueError(f"runs are on different benchmarks: {sorted(found)}")
     protocols = run_protocols(run_dirs)
     mixed = len(set(protocols.values())) > 1
     if mixed and not allow_mixed_protocols:
@@ -115,24 +124,15 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
         names = [str(d) for d in run_dirs]
     from finbench.scoring.sampling import load_per_question_means
 
-    benchmark = benchmarks.pop()
+    benchmark = found.popitem()[1]
     means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
     result = compare_runs(dfs, names, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed, means=means)
     result["notes"] = list(result.get("notes", [])) + coverage_notes(dfs, names) + (
         ["runs use different protocols: " + ", ".join(f"{d}: {p}" for d, p in protocols.items())] if mixed else [])
     result["run_dirs"] = [str(d) for d in run_dirs]
     result["distributions"] = _jsonable(distribution_comparison(dfs, names))
-    result.update(robustness_comparison(run_dirs, dfs, names, protocols, result["benchmark"]))
+    result.update(robustness_comparison(run_dirs, dfs, names, protocols, benchmark))
     result["agreement"] = answer_agreement(dfs, names)
-    print_comparison(result, console)
-    for name, agreed in result["agreement"].items():
-        largest = agreed["max_prob_diff"]
-        as_console(console).print(
-            f"{escape(name)} vs {escape(names[0])}: same answer on {agreed['agree']} of {agreed['n']} shared answered "
-            f"items; largest option-probability difference {'–' if largest is None else f'{largest:.3g}'}"
-            + (f" ({escape(agreed['max_prob_diff_id'])})" if largest is not None else ""))
-    if out is not None:
-        as_console(console).print(f"wrote {write_json(Path(out), result)}", markup=False, soft_wrap=True)
     return result
 
 
@@ -159,7 +159,7 @@ def answer_agreement(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> dict[
 
 
 def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame], names: Sequence[str],
-                          protocols: dict[str, str], benchmark: str) -> dict[str, Any]:
+                          protocols: dict[str, str], benchmark: Benchmark) -> dict[str, Any]:
     """`studies`: each run's robustness studies side by side (from its results.json); and, for each
     run made with another protocol than the baseline (constrained vs official), `disagreements`:
     the shared items whose answers differ, with the official raw output and which run is right."""
@@ -216,19 +216,20 @@ def answers_frame(questions: Sequence[Question], answers: Mapping[str, str]) -> 
         "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)} for q in questions])
 
 
-def score_predictions(benchmark_name: str, data: str, predictions: Path, variant: str = "official",
-                      n_bootstrap: int = 0, seed: int = 0, console: Any = None, protocol: str | None = None,
-                      samples_out: Path | None = None, unsafe_sandbox: bool = False) -> dict[str, Any]:
-    """Score answer strings as an official extractor produced them against the benchmark's gold;
-    questions left unanswered are scored as wrong, and a note (on `console` too) says how many.
+def score_predictions(benchmark: Benchmark, data: str, predictions: Path, variant: str = OFFICIAL.name,
+                      n_bootstrap: int = 0, seed: int = 0, protocol: str | None = None,
+                      samples_out: Path | None = None, unsafe_sandbox: bool = False
+                      ) -> tuple[dict[str, Any], str | None]:
+    """Score answer strings as an official extractor produced them against the benchmark's gold:
+    (scores, the note saying how many questions had no answer, or None). Questions left unanswered
+    are scored as wrong, and the note is among the scores' notes too.
     `protocol`: the protocol that produced the answers (where a benchmark's rule depends on it);
     `samples_out`: one JSON line per question saying what the rule read and whether it counted;
     `unsafe_sandbox`: programs run without a kernel jail where none can be built (else refused)."""
-    from finbench.benchmarks import check_protocol, get_benchmark
+    from finbench.benchmarks import check_protocol
     from finbench.sandbox import refuse_without_jail
     from finbench.scoring.api import with_rule_verdicts, write_samples_out
 
-    benchmark = get_benchmark(benchmark_name)
     check_protocol(benchmark, protocol)
     refuse_without_jail(protocol in benchmark.program_protocols, unsafe_sandbox, f"--protocol {protocol}")
     questions = benchmark.load(data)
@@ -236,16 +237,15 @@ def score_predictions(benchmark_name: str, data: str, predictions: Path, variant
     unknown = set(answers) - {q.id for q in questions}
     if unknown:
         raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
-    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark.name, protocol or "",
+    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark, protocol or "",
                                  unsafe_sandbox)
-    scores = score_samples(samples, benchmark=benchmark.name, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
+    scores = score_samples(samples, benchmark=benchmark, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
     if samples_out is not None:
-        write_samples_out(samples_out, samples, benchmark.name, variant)
+        write_samples_out(samples_out, samples, benchmark, variant)
     unanswered = sum(q.id not in answers for q in questions)
+    note = None
     if unanswered:
         note = (f"{unanswered} of {len(questions)} questions have no prediction in {Path(predictions).name}: they are "
                 "scored as wrong (error 'no prediction')")
         scores["notes"] = list(scores.get("notes", [])) + [note]
-        if console is not None:
-            console.print(f"[yellow]note:[/] {escape(note)}")
-    return scores
+    return scores, note
