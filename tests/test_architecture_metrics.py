@@ -16,7 +16,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 GENERIC = ("runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
-           "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py", "scoring/runs.py", "scoring/scorer.py",
+           "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py", "scoring/runs.py", "scoring/predictions.py", "scoring/scorer.py",
            "scoring/parts.py", "scoring/answers.py")
 # Study code (robustness, probes, repeated sampling) is moved into its own package by its own change;
 # its files are left out here until that package exists.

@@ -12,7 +12,8 @@ from rich.markup import escape
 
 from finbench.report.console import as_console, print_comparison, print_scores
 from finbench.scoring.metrics import OFFICIAL
-from finbench.scoring.runs import compare_run_dirs, score_predictions, score_run, write_json
+from finbench.scoring.predictions import score_predictions
+from finbench.scoring.runs import compare_run_dirs, score_run, write_json
 
 
 def score_command(run_dir: Path, variant: str = OFFICIAL.name, n_bootstrap: int = 1000, seed: int = 0,
@@ -46,7 +47,7 @@ def predictions_command(benchmark: Any, data: str, predictions: Path, variant: s
                         n_bootstrap: int = 0, seed: int = 0, console: Any = None, protocol: str | None = None,
                         samples_out: Path | None = None, unsafe_sandbox: bool = False) -> dict[str, Any]:
     """`finbench score --data --predictions`: the scores of answers from a file, with a note on
-    `console` saying how many questions had none (scoring/runs.py `score_predictions`)."""
+    `console` saying how many questions had none (scoring/predictions.py `score_predictions`)."""
     scores, note = score_predictions(benchmark, data, predictions, variant, n_bootstrap, seed, protocol=protocol,
                                      samples_out=samples_out, unsafe_sandbox=unsafe_sandbox)
     if note is not None and console is not None:

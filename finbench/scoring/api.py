@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 CI_LEVEL = 0.95
 
 __all__ = ["breakdowns", "build_table", "calibration_summary", "compare_runs", "option_prob_matrix",
-           "per_question_correct", "score_samples", "table_benchmark", "with_rule_verdicts", "write_samples_out"]
+           "per_question_correct", "score_samples", "table_benchmark"]
 
 
 # ---- tables ----------------------------------------------------------------------------------------
@@ -106,59 +106,6 @@ def per_question_correct(df: pd.DataFrame, benchmark: Benchmark | None = None) -
     out = out.copy()
     out[rows] = correct
     return out
-
-
-def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: Benchmark, protocol: str,
-                       unsafe_sandbox: bool = False) -> pd.DataFrame:
-    """Answers given in a file (`score --predictions`), with the verdicts a run's rules would add
-    (`rule_score`, `judge_details`), for a benchmark whose rules judge the whole run at once
-    (`Benchmark.rule_judgements`: FinMMR's programs run in the sandbox); others unchanged."""
-    import json
-
-    from finbench.types import Prediction
-
-    spec = benchmark
-    if spec.rule_judgements is None:
-        return df
-    answers = dict(zip(df["id"].astype(str), df["answer"].astype(str)))
-    rows = [i for i, q in enumerate(questions) if not q.error and str(q.id) in answers]
-    found = spec.rule_judgements([questions[i] for i in rows],
-                                 [Prediction(id=str(questions[i].id), answer=answers[str(questions[i].id)]) for i in rows],
-                                 protocol, unsafe_sandbox)
-    verdicts = {str(questions[i].id): verdict for i, verdict in zip(rows, found)}
-    out = df.copy()
-    out["rule_score"] = [float("nan") if verdicts.get(i, (None,))[0] is None else float(verdicts[i][0])
-                         for i in out["id"].astype(str)]
-    out["judge_details"] = [json.dumps({"rules": verdicts[i][1]}, ensure_ascii=False) if i in verdicts else ""
-                            for i in out["id"].astype(str)]
-    return out
-
-
-def write_samples_out(path: Any, df: pd.DataFrame, benchmark: Benchmark, variant: str = OFFICIAL.name) -> int:
-    """`score --samples-out FILE.jsonl`: one line per question — `id`, `answer` as given, what
-    the rule read from it (`extracted`: the rule's reading, or the program's result; null when
-    the benchmark's rule does not report it), `correct` (the per-question score, 0/1 for binary
-    rules; null for a row the rule does not score). Written then renamed; returns the lines."""
-    import json
-    from pathlib import Path
-
-    table = build_table(df, benchmark, variant)
-    rows = table.info.get("rows")
-    positions = np.arange(len(df)) if rows is None else np.asarray(rows)
-    score = np.full(len(df), np.nan)
-    score[positions] = table.score.cpu().numpy()
-    extracted: list[Any] = [None] * len(df)
-    if table.info.get("extracted") is not None:
-        for position, text in zip(positions, table.info["extracted"]):
-            extracted[int(position)] = text
-    lines = [json.dumps({"id": str(i), "answer": a, "extracted": e, "correct": None if s != s else float(s)},
-                        ensure_ascii=False)
-             for i, a, e, s in zip(df["id"].tolist(), df["answer"].tolist(), extracted, score.tolist())]
-    target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    partial.replace(target)
-    return len(lines)
 
 
 # ---- breakdowns ------------------------------------------------------------------------------------

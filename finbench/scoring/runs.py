@@ -1,7 +1,7 @@
 """Finished run folders as scoring reads them, with nothing printed: a run's samples table and
 its benchmark (`load_samples`, `run_benchmark_of`), `score_run` and `compare_run_dirs` (what
 `finbench score RUN_DIR` and `finbench compare` compute and write; cli/score_commands.py prints
-them), and answers given in a file (`read_predictions`, `answers_frame`, `score_predictions`).
+them); answers given in a file are scored by scoring/predictions.py.
 
 A run folder holds `samples.parquet` (see finbench/report/schema.py); scores are recomputed from
 it. A run whose samples and results.json name no benchmark is one clear error, never scored by a
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
@@ -21,7 +21,7 @@ from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
 from finbench.scoring.metrics import OFFICIAL
 from finbench.scoring.stats import distribution_comparison
-from finbench.types import RESULTS_FILE, Question
+from finbench.types import RESULTS_FILE
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -182,70 +182,3 @@ def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame],
     if pairs:
         out["disagreements"] = pairs
     return out
-
-
-# ---- answers from a file -----------------------------------------------------------------------
-def read_predictions(predictions: Path) -> dict[str, str]:
-    """id → answer of a JSONL file of {"id": ..., "answer": ...} lines; a line that is not such an
-    object, or an id given twice, is one error naming the line."""
-    answers: dict[str, str] = {}
-    lines: dict[str, int] = {}
-    for n, line in enumerate(Path(predictions).read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise KeyError(f"a JSON {type(record).__name__}, not an object")
-                qid = str(record["id"])
-                answer = "" if record.get("answer") is None else str(record["answer"])
-            except (json.JSONDecodeError, KeyError, RecursionError) as err:
-                raise ValueError(f"{predictions}:{n}: expected {{\"id\": ..., \"answer\": ...}} ({err})") from None
-            if qid in answers:  # which one would count? never the last one silently
-                raise ValueError(f"{predictions}:{n}: id {qid!r} was already given on line {lines[qid]}; "
-                                 "give one prediction per id")
-            answers[qid], lines[qid] = answer, n
-    return answers
-
-
-def answers_frame(questions: Sequence[Question], answers: Mapping[str, str]) -> pd.DataFrame:
-    """The samples table (report/schema.py's columns that scoring reads) of `questions` answered
-    by `answers`; a question without an answer has the error 'no prediction'."""
-    return pd.DataFrame([{
-        "id": q.id, "benchmark": q.benchmark, "kind": q.kind, "gold": q.gold, "answer": answers.get(q.id, ""),
-        "n_options": len(q.options), "tolerance": math.nan if q.tolerance is None else q.tolerance,
-        "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)} for q in questions])
-
-
-def score_predictions(benchmark: Benchmark, data: str, predictions: Path, variant: str = OFFICIAL.name,
-                      n_bootstrap: int = 0, seed: int = 0, protocol: str | None = None,
-                      samples_out: Path | None = None, unsafe_sandbox: bool = False
-                      ) -> tuple[dict[str, Any], str | None]:
-    """Score answer strings as an official extractor produced them against the benchmark's gold:
-    (scores, the note saying how many questions had no answer, or None). Questions left unanswered
-    are scored as wrong, and the note is among the scores' notes too.
-    `protocol`: the protocol that produced the answers (where a benchmark's rule depends on it);
-    `samples_out`: one JSON line per question saying what the rule read and whether it counted;
-    `unsafe_sandbox`: programs run without a kernel jail where none can be built (else refused)."""
-    from finbench.benchmarks import check_protocol
-    from finbench.sandbox import refuse_without_jail
-    from finbench.scoring.api import with_rule_verdicts, write_samples_out
-
-    check_protocol(benchmark, protocol)
-    refuse_without_jail(protocol in benchmark.program_protocols, unsafe_sandbox, f"--protocol {protocol}")
-    questions = benchmark.load(data)
-    answers = read_predictions(predictions)
-    unknown = set(answers) - {q.id for q in questions}
-    if unknown:
-        raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
-    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark, protocol or "",
-                                 unsafe_sandbox)
-    scores = score_samples(samples, benchmark=benchmark, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
-    if samples_out is not None:
-        write_samples_out(samples_out, samples, benchmark, variant)
-    unanswered = sum(q.id not in answers for q in questions)
-    note = None
-    if unanswered:
-        note = (f"{unanswered} of {len(questions)} questions have no prediction in {Path(predictions).name}: they are "
-                "scored as wrong (error 'no prediction')")
-        scores["notes"] = list(scores.get("notes", [])) + [note]
-    return scores, note
