@@ -155,14 +155,15 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
             continue
         order = [base, *others]
         frames = [load_samples(folders[i]) for i in order]
-        means = [load_per_question_means(folders[i], frame, benchmark) for i, frame in zip(order, frames)]
-        comparison = compare_runs(frames, [names[i] for i in order], benchmark=get_benchmark(benchmark), n_bootstrap=0,
-                                  means=means)
+        spec = get_benchmark(benchmark)
+        means = [load_per_question_means(folders[i], frame, spec) for i, frame in zip(order, frames)]
+        comparison = compare_runs(frames, [names[i] for i in order], benchmark=spec, n_bootstrap=0, means=means)
         for i, c in zip(others, comparison["comparisons"]):
             delta = c.get("diff")  # what `significant` judges: the paired difference of the mean per-question score
             rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta,
-                           delta_metric=judged_metric(comparison, c), significant=c.get("significant"), mark=mark(c.get("significant")),
-                           mcnemar_p_holm=c["p_holm"], n_shared=c["n"], comparison=power_entry(c))
+                           delta_metric=judged_metric(comparison, c), significant=c.get("significant"),
+                           mark=mark(c.get("significant")), mcnemar_p_holm=c["p_holm"], n_shared=c["n"],
+                           comparison=power_entry(c))
         rows[base].update(reference="(reference)", n_shared=comparison["n_shared"])
         notes += comparison.get("notes", [])
         protocols = {rows[i]["protocol"] for i in members}

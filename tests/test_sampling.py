@@ -144,7 +144,7 @@ def test_the_summary_scores_each_sample_by_the_rule_and_compares_extracted_answe
         frame = base.copy()
         frame["answer"] = [row.gold if pattern[i][j] else wrong[row.kind] for i, row in enumerate(base.itertuples())]
         frames.append(frame.drop(columns=["correct"]))
-    found = sampling_summary(frames, "finmme", 3)
+    found = sampling_summary(frames, get_benchmark("finmme"), 3)
     assert found["n"] == LIMIT and found["k"] == 3
     assert found["mean"] == pytest.approx(sum(map(sum, pattern)) / (3 * LIMIT))  # 6 of 12
     assert found["pass_at_k"] == pytest.approx(3 / 4)  # every question but the third has a right sample
@@ -155,12 +155,12 @@ def test_the_summary_scores_each_sample_by_the_rule_and_compares_extracted_answe
     assert sum(g["n"] for g in found["by"]["kind"].values()) == LIMIT
     # unparsed samples are no votes: every answer empty → no agreement, no shared "answer"
     empty = [f.assign(answer="") for f in frames]
-    none = sampling_summary(empty, "finmme", 3)
+    none = sampling_summary(empty, get_benchmark("finmme"), 3)
     assert none["agreement"] is None and none["n_unparsed"] == 3 * LIMIT and none["n_no_parsed"] == LIMIT
     # one question answered twice alike and once unparsed: agreement 1 over its 2 parsed samples, not 2/3
     one = [f.copy() for f in frames]
     one[2].loc[0, "answer"] = ""
-    found = sampling_summary(one, "finmme", 3)
+    found = sampling_summary(one, get_benchmark("finmme"), 3)
     assert found["n_unparsed"] == 1 and found["agreement"] == pytest.approx((1 + 2 / 3 + 1 + 2 / 3) / 4)
 
 

@@ -217,8 +217,9 @@ def _bootstrap_check(c: dict[str, Any]) -> str:
 
 
 def delta_text(row: dict[str, Any]) -> str:
-    """A leaderboard row's Δ cell (leaderboard.py): '+2.50 *', with the metric it is a difference of in brackets where that is
-    not the run's headline metric ('+2.50 * (accuracy)'); 'reference' for the reference run."""
+    """A leaderboard row's Δ cell (leaderboard.py): '+2.50 *', with the metric it is a difference of
+    in brackets where that is not the run's headline metric ('+2.50 * (accuracy)'); 'reference'
+    for the reference run."""
     if row["reference"] == "(reference)":
         return "reference"
     text = f"{'–' if row['delta'] is None else format(row['delta'], '+.2f')} {row['mark']}".strip()

@@ -216,7 +216,7 @@ def write_sweep_report(out: str | Path, summary: dict[str, Any]) -> Path:
     comparisons = {c["run"]: c for c in summary["comparison"]["comparisons"]}
     page = _environment().get_template("sweep.html.j2").render(
         summary=summary, variants=variants, comparisons=comparisons,
-        labels=metric_labels(summary["benchmark"], _sweep_metrics(summary)),
+        labels=metric_labels(summary.get("benchmark"), _sweep_metrics(summary)),
         study=quantization_study(summary),
         headline=summary["comparison"]["headline"], plots=_uris(sweep_figures(summary)),
         distributions=summary["distributions"], flips=summary["flip_matrix"],

@@ -105,11 +105,11 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         f"# finbench sweep · {summary['benchmark']}",
         f"Reference: {summary['reference']}; {summary['comparison']['n_shared']} shared questions.",
         "## Variants (×100, 95% bootstrap CI)",
-        _table(["variant", *[metric_label(summary["benchmark"], m) for m in headline], "model memory GiB", "samples/s",
+        _table(["variant", *[metric_label(summary.get("benchmark"), m) for m in headline], "model memory GiB", "samples/s",
                 "reasoning tokens"], rows),
         f"## Against {summary['reference']} (×100; 95% CI: clustered t for mean scores, else paired bootstrap; "
         "exact McNemar, Holm)",
-        _table(["variant", *[f"Δ {metric_label(summary['benchmark'], m)}{sampled_label(summary['comparison']['comparisons'], m)}"
+        _table(["variant", *[f"Δ {metric_label(summary.get('benchmark'), m)}{sampled_label(summary['comparison']['comparisons'], m)}"
                              for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
         *_power_markdown(summary["comparison"]["comparisons"]),
@@ -145,7 +145,7 @@ def _study_markdown(summary: dict[str, Any]) -> list[str]:
                  "; ".join(f"{d['domain']} {pct(d['delta'])}" for d in r["domains_losing_most"]) or "none",
                  num(r["memory_ratio"]), num(r["speed_ratio"])] for r in study]
         parts += [f"## Quantization study (against {summary['reference']}; ×100)",
-                  _table(["variant", "runs as", "what is quantized", f"Δ {metric_label(summary['benchmark'], study[0]['primary'])}",
+                  _table(["variant", "runs as", "what is quantized", f"Δ {metric_label(summary.get('benchmark'), study[0]['primary'])}",
                           "right → wrong", "wrong → right", "McNemar p", "Holm p", "KL mean (nats)", "top-1 agreement",
                           "gold prob shift", "ECE (Δ)", "domains losing most", "memory ×", "speed ×"], rows)]
     if domains:
