@@ -252,8 +252,7 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     agent, with n, CIs and `part_scales`), the breakdowns (n, accuracy, Wilson CI), and what the
     console prints beside them: the robustness studies (`studies`), the majority and prior
     baselines (`baselines`), the label balance of the choice items (`label_balance`) and the calibration (`calibration`, `selective`)."""
-    from finbench.report.format import run_headlines
-    from finbench.scoring.api import score_parts
+    from finbench.report.format import declared_parts, run_headlines
 
     scores = results["scores"]
     headline = run_headlines(scores, also=())[0]  # headline_score's, with the top of its scale (`full`)
@@ -267,7 +266,7 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
                         and (k in metrics or k == "n" or k.startswith("n_"))},
              **{k: scores[k] for k in SUMMARY_PARTS if k in scores}}
     parts = {part.name: {m.key: "fraction" if m.percent else f"0–{m.full:g}" for m in part.metrics}
-             for part in score_parts(scores.get("benchmark")) if scores.get(part.name)}
+             for part in declared_parts(scores.get("benchmark")) if scores.get(part.name)}
     if parts:
         entry["part_scales"] = parts
     entry["studies"] = {k: results[k] for k in SUMMARY_STUDIES if results.get(k)}
@@ -301,28 +300,26 @@ def _data_for(data: Any, name: str, single: bool) -> Any:
     return data
 
 
-def score(run_dir: str | Path, *, variant: str = "official", bootstrap: int = 0, seed: int = 0,
+def score(run_dir: str | Path, *, variant: str | None = None, bootstrap: int = 0, seed: int = 0,
           console: Any = None) -> dict[str, Any]:
-    """Re-score a finished run folder from its samples.parquet (no model needed); also writes
-    RUN_DIR/scores_<variant>.json."""
-    from finbench.scoring.commands import score_command
+    """Re-score a finished run folder from its samples.parquet (no model needed) under `variant`
+    (None: the official rule); also writes RUN_DIR/scores_<variant>.json. Nothing is printed (the
+    API returns values; `console` is accepted and unused)."""
+    from finbench.scoring.metrics import OFFICIAL
 
-    return score_command(Path(run_dir), variant, bootstrap, seed, console=console or _quiet())
+    from finbench.scoring.runs import score_run
+
+    return score_run(Path(run_dir), variant or OFFICIAL.name, bootstrap, seed)[0]
 
 
 def compare(run_dirs: Sequence[str | Path], *, out: str | Path | None = None, bootstrap: int = 1000, seed: int = 0,
             allow_mixed_protocols: bool = False, console: Any = None) -> dict[str, Any]:
-    """Paired comparison of run folders against the first (see `finbench compare`)."""
-    from finbench.scoring.commands import compare_command
+    """Paired comparison of run folders against the first (see `finbench compare`); `out`: the JSON
+    is written there too. Nothing is printed (`console` is accepted and unused)."""
+    from finbench.scoring.runs import compare_run_dirs, write_json
 
-    return compare_command([Path(d) for d in run_dirs], None if out is None else Path(out), bootstrap, seed,
-                           console=console or _quiet(), allow_mixed_protocols=allow_mixed_protocols)
+    result = compare_run_dirs([Path(d) for d in run_dirs], bootstrap, seed, allow_mixed_protocols)
+    if out is not None:
+        write_json(Path(out), result)
+    return result
 
-
-def _quiet() -> Any:
-    """A console that prints nothing: the API returns values, the CLI prints them."""
-    import io
-
-    from rich.console import Console
-
-    return Console(file=io.StringIO())

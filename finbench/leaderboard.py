@@ -7,9 +7,12 @@ other headlines its benchmark declares (`headlines`, report/format.py `run_headl
 part's headline, FinMTM's dialogue score and agent tool F2; then the label balance of its choice items:
 constant answer, macro-recall, lowest label recall, report/balance.py), and the
 paired difference against a reference run on the same benchmark: `scoring.compare_runs` over the
-questions both answered, marked "*" where the clustered t(G−1) interval of the difference of the
-mean per-question score excludes 0 (its `significant`, the verdict compare, sweep and the line
-under the table print: one verdict per difference in every output). Exact McNemar with Holm is
+questions both answered: the difference of the mean per-question score (`delta`, ×100, named in
+`delta_metric` by the headline metric it equals — the primary where that is a per-question mean,
+accuracy for FinMME's FinScore, a weighted score — else "mean per-question score"), marked "*"
+where its clustered t(G−1) interval excludes 0 (its `significant`, the verdict compare, sweep and
+the line under the table print): the cell and its mark judge the same difference, one interval
+each, in every output. Exact McNemar with Holm is
 kept only as a secondary check, named as such in report.md (`mcnemar_p_holm`). The reference is
 the run given as `reference`, or the first run of each benchmark. Per-domain accuracy is the
 benchmark's own breakdown, as its `Benchmark` declares it (`breakdown_column`: FinMME `domain`,
@@ -29,15 +32,20 @@ from typing import Any, Sequence
 
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
-from finbench.report.format import also_text, headline_label, interval_text, power_line, run_headlines
+from finbench.report.format import (also_text, delta_text, headline_label, interval_text, metric_label, power_line,
+                                    run_headlines)
+from finbench.scoring.metrics import ACCURACY
 from finbench.types import RESULTS_FILE
 
 FORMATS = (".csv", ".md", ".html")
 MARK = "*"  # the one mark: the paired difference's clustered interval excludes 0
-MARK_NOTE = ("* = the paired difference of the mean per-question score against the reference is significant at "
+MARK_NOTE = ("Δ vs reference = the paired difference of the mean per-question score (×100; the metric it equals "
+             "in brackets where that is not the run's headline metric); * = that difference is significant at "
              "α = 0.05 (two-sided) by its clustered t(G−1) interval (the verdict printed under the table)")
+MEAN_SCORE = "mean per-question score"  # what `delta` is named where no headline metric equals it
 COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "benchmark", "metric", "score", "ci_low", "ci_high",
-           "accuracy", "n", "errors", "samples_per_s", "reference", "delta", "significant", "mark", "n_shared")
+           ACCURACY.key, "n", "errors", "samples_per_s", "reference", "delta", "delta_metric", "significant", "mark",
+           "n_shared")
 
 
 def _declared(benchmark: str) -> Any:
@@ -60,7 +68,7 @@ def leaderboard_metrics(benchmark: str) -> tuple[str, ...]:
     """The metrics a benchmark's `Benchmark` shows beside its headline (`leaderboard_metrics`);
     accuracy for a benchmark not registered in this process."""
     declared = _declared(benchmark)
-    return ("accuracy",) if declared is None else declared.leaderboard_metrics
+    return (ACCURACY.key,) if declared is None else declared.leaderboard_metrics
 
 
 def run_folders(paths: Sequence[str | Path]) -> list[Path]:
@@ -109,13 +117,13 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
               "thinking": f"budget {thinking['budget']}" if thinking else "off", "protocol": results["protocol"],
               "benchmark": results["benchmark"], "metric": headline["label"], "score": headline["value"],
               "ci_low": headline["low"], "ci_high": headline["high"],
-              "accuracy": 100 * scores["accuracy"] if scores.get("accuracy") is not None else None,
+              ACCURACY.key: 100 * scores[ACCURACY.key] if scores.get(ACCURACY.key) is not None else None,
               "n": headline["n"], "errors": results["errors"]["count"], "samples_per_s": throughput.get("samples_per_s"),
               "all_from_cache": bool(throughput.get("all_from_cache")),
               "domain_column": column if column in breakdowns else next(iter(breakdowns), None),
-              "domains": {label: {"n": g["n"], "accuracy": 100 * g["accuracy"]} for label, g in domains.items()},
+              "domains": {label: {"n": g["n"], ACCURACY.key: 100 * g[ACCURACY.key]} for label, g in domains.items()},
               "headlines": headlines,  # the headline, then what the benchmark declares beside it (format.run_headlines)
-              "reference": None, "delta": None, "significant": None, "mark": "", "mcnemar_p_holm": None,
+              "reference": None, "delta": None, "delta_metric": None, "significant": None, "mark": "", "mcnemar_p_holm": None,
               "n_shared": None}
     row["also"] = also_text(row)
     return row
@@ -123,8 +131,9 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
 
 def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> dict[str, Any]:
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
+    from finbench.benchmarks import get_benchmark
     from finbench.scoring import compare_runs
-    from finbench.scoring.commands import load_samples
+    from finbench.scoring.runs import load_samples
     from finbench.scoring.sampling import load_per_question_means
 
     folders = run_folders(paths)
@@ -146,14 +155,15 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
             continue
         order = [base, *others]
         frames = [load_samples(folders[i]) for i in order]
-        means = [load_per_question_means(folders[i], frame, benchmark) for i, frame in zip(order, frames)]
-        comparison = compare_runs(frames, [names[i] for i in order], benchmark=benchmark, n_bootstrap=0, means=means)
-        primary = comparison["primary"]
+        spec = get_benchmark(benchmark)
+        means = [load_per_question_means(folders[i], frame, spec) for i, frame in zip(order, frames)]
+        comparison = compare_runs(frames, [names[i] for i in order], benchmark=spec, n_bootstrap=0, means=means)
         for i, c in zip(others, comparison["comparisons"]):
-            delta = c["delta"][primary]["value"]
+            delta = c.get("diff")  # what `significant` judges: the paired difference of the mean per-question score
             rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta,
-                           significant=c.get("significant"), mark=mark(c.get("significant")),
-                           mcnemar_p_holm=c["p_holm"], n_shared=c["n"], comparison=power_entry(c))
+                           delta_metric=judged_metric(comparison, c), significant=c.get("significant"),
+                           mark=mark(c.get("significant")), mcnemar_p_holm=c["p_holm"], n_shared=c["n"],
+                           comparison=power_entry(c))
         rows[base].update(reference="(reference)", n_shared=comparison["n_shared"])
         notes += comparison.get("notes", [])
         protocols = {rows[i]["protocol"] for i in members}
@@ -161,6 +171,19 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
             notes.append(f"{benchmark}: runs of different protocols ({', '.join(sorted(protocols))}) are compared "
                          "question by question on their correctness")
     return {"rows": rows, "notes": notes, "columns": list(COLUMNS), "mark": MARK_NOTE}
+
+
+def judged_metric(comparison: dict[str, Any], c: dict[str, Any]) -> str:
+    """The name of the difference a row's Δ and mark judge (`diff`, the paired difference of the
+    mean per-question score): the label of the first headline metric, the primary first, whose
+    difference it is (accuracy, FinMTM's score; FinMME's accuracy, FinScore being a weighted score,
+    not a per-question mean), else "mean per-question score"."""
+    diff = c.get("diff")
+    metrics = dict.fromkeys([comparison["primary"], *comparison.get("headline", [])])
+    same = next((m for m in metrics if diff is not None and (c["delta"].get(m) or {}).get("value") is not None
+                 and abs(c["delta"][m]["value"] - diff) <= 1e-9), None)
+    label = MEAN_SCORE if same is None else metric_label(comparison["benchmark"], same)
+    return label + (" (per-question means over the K samples)" if c.get("per_question") else "")
 
 
 def to_csv(board: dict[str, Any], path: Path) -> Path:
@@ -176,7 +199,7 @@ def to_csv(board: dict[str, Any], path: Path) -> Path:
         for row in board["rows"]:
             shown = {h["metric"]: h["value"] for h in row.get("headlines", [])[1:]}
             writer.writerow([_csv_value(row[c]) for c in COLUMNS] + [_csv_value(shown.get(m)) for m in also]
-                            + [_csv_value(row["domains"].get(d, {}).get("accuracy")) if row["domain_column"] == column
+                            + [_csv_value(row["domains"].get(d, {}).get(ACCURACY.key)) if row["domain_column"] == column
                                else "" for column, d in groups])
     return path
 
@@ -225,9 +248,9 @@ MAX_WORD = 12  # a longer word of a name or label folds; a shorter one wraps who
 def _board_lines(r: dict[str, Any]) -> list[dict[str, str]]:
     """The console lines of one run: one per headline (format.run_headlines), the run's own cells
     on its first line."""
-    delta = "ref" if r["reference"] == "(reference)" else "" if r["delta"] is None else f"{r['delta']:+.2f}"
+    delta = "ref" if r["reference"] == "(reference)" else "" if r["delta"] is None else delta_text(r)
     first = {"run": r["run"], **{k: str(r[k]) for k in IDENTITY}, "benchmark": r["benchmark"],
-             "Δ vs ref": f"{delta} {r['mark']}".strip(), "errors": str(r["errors"]),
+             "Δ vs ref": delta, "errors": str(r["errors"]),
              "samples/s": "–" if not r["samples_per_s"] else f"{r['samples_per_s']:.2f}"}
     lines = []
     for i, h in enumerate(r.get("headlines") or [{"label": r["metric"], "value": r["score"], "low": r["ci_low"],

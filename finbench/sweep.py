@@ -31,13 +31,17 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 from rich.markup import escape
 
+from finbench.scoring.metrics import ACCURACY
 from finbench.types import RunConfig
+
+if TYPE_CHECKING:
+    from finbench.benchmarks.base import Benchmark
 
 AXES = ("model", "quant", "dtype", "think_budget")
 SWEEP_FILE = "sweep.json"
@@ -268,7 +272,7 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
 def write_sweep(out: Path, summary: dict[str, Any]) -> None:
     from finbench.report.html import write_sweep_report
     from finbench.report.markdown import write_sweep_markdown
-    from finbench.scoring.commands import write_json
+    from finbench.scoring.runs import write_json
 
     write_json(Path(out) / SWEEP_FILE, summary)
     write_sweep_report(out, summary)
@@ -280,14 +284,14 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
     """The sweep's comparison from its run folders alone (no model, no cache)."""
     from finbench.scoring import compare_runs
     from finbench.scoring.api import _jsonable
-    from finbench.scoring.commands import detect_benchmark, load_samples
+    from finbench.scoring.runs import load_samples, run_benchmark_of
     from finbench.scoring.robustness import study_summary
     from finbench.scoring.stats import distribution_comparison
 
     run_dirs = [Path(d) for d in run_dirs]
     dfs = [load_samples(d) for d in run_dirs]
     results = [json.loads((d / "results.json").read_text()) for d in run_dirs]
-    benchmark = detect_benchmark(dfs[0], run_dirs[0])
+    benchmark = run_benchmark_of(dfs[0], run_dirs[0])
     from finbench.scoring.sampling import load_per_question_means
 
     means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
@@ -318,7 +322,7 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
     distributions = distribution_comparison(dfs, list(names))
     domains = _domain_sensitivity(dfs, names, benchmark)
     return _jsonable({
-        "benchmark": benchmark, "reference": names[0], "axes": axes or {}, "variants": variants,
+        "benchmark": benchmark.name, "reference": names[0], "axes": axes or {}, "variants": variants,
         "comparison": comparison, "flip_matrix": flip_matrix(dfs, names),
         "distributions": distributions, "domain_sensitivity": domains,
         "study": study_rows(variants, comparison, distributions, domains),
@@ -339,15 +343,14 @@ def quantized_summary(report: dict[str, Any] | None) -> str:
     return f"language model {lm.get('quantized', 0)}/{lm.get('layers', 0)} linears: {types}{extra}{how}"
 
 
-def _domain_sensitivity(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str) -> dict[str, Any]:
+def _domain_sensitivity(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: Benchmark) -> dict[str, Any]:
     """Per-domain accuracy of every run on the questions they all share (official correctness)."""
     import torch
 
-    from finbench.benchmarks import get_benchmark
     from finbench.scoring.api import per_question_correct
     from finbench.scoring.stats import domain_sensitivity
 
-    field = get_benchmark(benchmark).domain_field
+    field = benchmark.domain_field
     frames = [df.assign(_correct=per_question_correct(df, benchmark)).set_index(df["id"].astype(str)) for df in dfs]
     shared = frames[0].index
     for frame in frames[1:]:
@@ -400,7 +403,7 @@ def _reasoning_summary(df: pd.DataFrame) -> dict[str, Any]:
     """Accuracy against reasoning spent: mean reasoning tokens, share cut by the budget."""
     correct = pd.to_numeric(df.get("correct", pd.Series(dtype=float)), errors="coerce")
     tokens = pd.to_numeric(df["reasoning_tokens"], errors="coerce") if "reasoning_tokens" in df else None
-    return {"accuracy": float(correct.mean()) if len(correct) else None,
+    return {ACCURACY.key: float(correct.mean()) if len(correct) else None,
             "reasoning_tokens_mean": float(tokens.mean()) if tokens is not None and len(tokens) else 0.0,
             "reasoning_tokens_max": int(tokens.max()) if tokens is not None and len(tokens) else 0,
             "budget_cut_share": float(df["budget_cut"].astype(bool).mean()) if "budget_cut" in df else 0.0}

@@ -14,6 +14,7 @@ import pytest
 from test_finmtm import write_fixtures
 from typer.testing import CliRunner
 
+from finbench.benchmarks import get_benchmark
 from finbench.cli import app
 from finbench.report.console import throughput_line
 
@@ -123,7 +124,7 @@ def test_a_rerun_takes_the_rate_of_this_folders_own_run_only(finmme_outputs, tmp
 def test_comparison_rows_keep_whole_run_names_at_80_columns():
     from rich.console import Console
 
-    from finbench.scoring.commands import print_comparison
+    from finbench.report.console import print_comparison
 
     runs = ["think_budget-0", "think_budget-256", "think_budget-1024"]
     result = {"label": "FinMME official FinScore", "n_shared": 72, "headline": ["finscore", "domain_accuracy", "p_h",
@@ -160,11 +161,11 @@ def test_a_breakdown_of_one_group_is_one_line_not_a_table():
     from test_scoring_other import famma_frame
 
     from finbench.scoring import score_samples
-    from finbench.scoring.commands import print_scores
+    from finbench.report.console import print_scores
 
     frame = famma_frame(40, 3)
     frame["subfield"] = "equity"  # every question in one subfield
-    scores = score_samples(frame, benchmark="famma", n_bootstrap=0)
+    scores = score_samples(frame, benchmark=get_benchmark("famma"), n_bootstrap=0)
     console = Console(file=io.StringIO(), width=100)
     print_scores(scores, console)
     text = console.file.getvalue()
@@ -182,9 +183,9 @@ def test_a_run_of_agent_items_only_prints_no_table_of_dashes():
     from test_parts import agent_rows
 
     from finbench.scoring import score_samples
-    from finbench.scoring.commands import print_scores
+    from finbench.report.console import print_scores
 
-    scores = score_samples(pd.DataFrame(agent_rows(6, 1)), benchmark="finmtm", n_bootstrap=100)
+    scores = score_samples(pd.DataFrame(agent_rows(6, 1)), benchmark=get_benchmark("finmtm"), n_bootstrap=100)
     console = Console(file=io.StringIO(), width=100)
     print_scores(scores, console, verbose=False)
     text = console.file.getvalue()
@@ -213,7 +214,7 @@ def test_every_headline_metric_is_shown_x100_and_an_mme_finance_comparison_print
     from finbench.scoring import compare_runs, score_samples
 
     first, second = binary_frame("AAAAAAAA"), binary_frame("ABABABAA")
-    scores = score_samples(first, benchmark="mme-finance")
+    scores = score_samples(first, benchmark=get_benchmark("mme-finance"))
     assert scores["headline"] == ["binary_accuracy", "binary_f1"] and scores["binary_accuracy"] == 0.5
     console = Console(file=io.StringIO(), width=120)
     print_scores(scores, console)
@@ -221,7 +222,7 @@ def test_every_headline_metric_is_shown_x100_and_an_mme_finance_comparison_print
             if line.count("│") >= 3}
     assert {k: rows[k] for k in scores["headline"]} == {"binary_accuracy": "50.00", "binary_f1": f"{100 * scores['binary_f1']:.2f}"}
 
-    result = compare_runs([first, second], ["all-yes", "better"], benchmark="mme-finance", n_bootstrap=50)
+    result = compare_runs([first, second], ["all-yes", "better"], benchmark=get_benchmark("mme-finance"), n_bootstrap=50)
     console = Console(file=io.StringIO(), width=160)
     print_comparison(result, console)
     text = console.file.getvalue()
@@ -240,13 +241,13 @@ def test_famma_without_a_judge_says_how_many_answers_finbenchs_own_rules_scored(
 
     from finbench.report.markdown import run_markdown
     from finbench.scoring import score_samples
-    from finbench.scoring.commands import print_scores
+    from finbench.report.console import print_scores
 
     frame = famma_frame(40, 5)
     is_open = (frame["kind"] == "open").to_numpy()
     frame["judge_score"] = np.nan
     frame["rule_score"] = np.where(is_open, 1.0, np.nan)
-    scores = score_samples(frame, benchmark="famma", n_bootstrap=0)
+    scores = score_samples(frame, benchmark=get_benchmark("famma"), n_bootstrap=0)
     sources = scores["correct_sources"]
     own = sources["rules"] + sources["rule_fallback"]
     assert own == int(is_open.sum()) > 0
@@ -259,7 +260,7 @@ def test_famma_without_a_judge_says_how_many_answers_finbenchs_own_rules_scored(
                                                     "n_questions": 40, "errors": {"count": 0}}).split())
 
     frame["judge_score"] = np.where(is_open, 1.0, np.nan)
-    judged = score_samples(frame, benchmark="famma", n_bootstrap=0)
+    judged = score_samples(frame, benchmark=get_benchmark("famma"), n_bootstrap=0)
     console = Console(file=io.StringIO(), width=400)
     print_scores(judged, console)
     text = " ".join(console.file.getvalue().split())
@@ -272,13 +273,13 @@ def test_mme_finance_small_sample_note_counts_the_binary_items_only():
     from rich.console import Console
 
     from finbench.scoring import score_samples
-    from finbench.scoring.commands import print_scores
+    from finbench.report.console import print_scores
 
     binary = binary_frame("ABAB")
     open_items = pd.DataFrame([{"id": f"o{k}", "benchmark": "mme-finance", "kind": "open", "gold": "x", "answer": "y",
                                 "options": [], "judge_score": 3.0, "error": "", "task_category": "OCR"}
                                for k in range(20)])
-    scores = score_samples(pd.concat([binary, open_items], ignore_index=True), benchmark="mme-finance",
+    scores = score_samples(pd.concat([binary, open_items], ignore_index=True), benchmark=get_benchmark("mme-finance"),
                            n_bootstrap=200)
     assert scores["n_binary"] == 4 and scores["n"] == 24
     console = Console(file=io.StringIO(), width=400)

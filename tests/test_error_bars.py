@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy.stats import t as student_t
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import BENCHMARKS, load_matching
 from finbench.benchmarks.base import cluster_key
 from finbench.runner.outputs import samples_table, score
@@ -61,10 +62,10 @@ def test_famma_clustered_se_equals_statsmodels_on_grouped_sub_questions(famma_qu
     rng = np.random.default_rng(3)
     samples = _samples(famma_questions, rng.random(len(famma_questions)) < 0.5)
     assert samples["cluster"].nunique() < len(samples)  # sub-questions share their main question
-    scores = score_samples(samples, benchmark="famma", n_bootstrap=200, seed=1)
+    scores = score_samples(samples, benchmark=get_benchmark("famma"), n_bootstrap=200, seed=1)
     clustered = scores["clustered"]
     assert clustered["by"] == "main_question_id"
-    correct = per_question_correct(samples, benchmark="famma")
+    correct = per_question_correct(samples, benchmark=get_benchmark("famma"))
     scored = ~np.isnan(correct)
     assert clustered["n_clusters"] == samples.loc[scored, "cluster"].nunique()
     expected = _statsmodels_se(correct[scored], samples.loc[scored, "cluster"].to_numpy())
@@ -80,8 +81,8 @@ def test_famma_clustered_se_equals_statsmodels_on_grouped_sub_questions(famma_qu
 
 def test_cluster_bootstrap_only_with_a_cluster_column_and_old_numbers_stay(famma_questions):
     samples = _samples(famma_questions, np.arange(len(famma_questions)) % 3 == 0)
-    with_clusters = score_samples(samples, benchmark="famma", n_bootstrap=300, seed=0)
-    without = score_samples(samples.drop(columns=["cluster"]), benchmark="famma", n_bootstrap=300, seed=0)
+    with_clusters = score_samples(samples, benchmark=get_benchmark("famma"), n_bootstrap=300, seed=0)
+    without = score_samples(samples.drop(columns=["cluster"]), benchmark=get_benchmark("famma"), n_bootstrap=300, seed=0)
     assert without["bootstrap"]["unit"] == "question" and with_clusters["bootstrap"]["unit"] == "cluster"
     assert without["accuracy"] == with_clusters["accuracy"]
     # the SE still clusters on the meta column the samples carry
@@ -89,7 +90,7 @@ def test_cluster_bootstrap_only_with_a_cluster_column_and_old_numbers_stay(famma
     assert without["clustered"]["metrics"] == with_clusters["clustered"]["metrics"]
     # every question its own cluster: the question bootstrap, numbers as before
     own = samples.assign(cluster=["id:" + i for i in samples["id"]])
-    kept = score_samples(own, benchmark="famma", n_bootstrap=300, seed=0)
+    kept = score_samples(own, benchmark=get_benchmark("famma"), n_bootstrap=300, seed=0)
     assert kept["bootstrap"]["unit"] == "question" and kept["ci"] == without["ci"]
 
 
@@ -99,7 +100,7 @@ def test_every_benchmark_writes_a_cluster_column_and_scores_clustered(name, tmp_
     samples = _samples(questions, np.arange(len(questions)) % 2 == 0)
     expected = [cluster_key(BENCHMARKS[name].cluster_field, q) for q in questions]
     assert samples["cluster"].tolist() == expected
-    scores = json.loads(json.dumps(score(samples, name, n_bootstrap=20, seed=0)))
+    scores = json.loads(json.dumps(score(samples, BENCHMARKS[name], n_bootstrap=20, seed=0)))
     clustered = scores["clustered"]
     assert clustered["by"] == BENCHMARKS[name].cluster_field
     assert clustered["n_clusters"] >= 1 and "accuracy" in clustered["metrics"]
@@ -110,9 +111,9 @@ def test_compare_reports_the_paired_difference_and_mde(famma_questions):
     n = len(famma_questions)
     a = _samples(famma_questions, np.arange(n) % 2 == 0)
     b = _samples(famma_questions, np.arange(n) % 3 == 0)
-    result = compare_runs([a, b], ["ref", "var"], benchmark="famma", n_bootstrap=0)
+    result = compare_runs([a, b], ["ref", "var"], benchmark=get_benchmark("famma"), n_bootstrap=0)
     c = result["comparisons"][0]
-    ca, cb = per_question_correct(a, benchmark="famma"), per_question_correct(b, benchmark="famma")
+    ca, cb = per_question_correct(a, benchmark=get_benchmark("famma")), per_question_correct(b, benchmark=get_benchmark("famma"))
     scored = ~np.isnan(ca) & ~np.isnan(cb)
     diff = cb[scored] - ca[scored]
     groups = a.loc[scored, "cluster"].to_numpy()
@@ -134,7 +135,7 @@ def test_power_line_in_console_and_reports(famma_questions, tmp_path):
 
     n = len(famma_questions)
     a, b = _samples(famma_questions, np.arange(n) % 2 == 0), _samples(famma_questions, np.arange(n) % 3 == 0)
-    result = compare_runs([a, b], ["ref", "var"], benchmark="famma", n_bootstrap=0)
+    result = compare_runs([a, b], ["ref", "var"], benchmark=get_benchmark("famma"), n_bootstrap=0)
     c = result["comparisons"][0]
     line = power_line(c)
     ci = c["ci_diff"]
@@ -155,7 +156,7 @@ def test_power_line_in_console_and_reports(famma_questions, tmp_path):
 def _write_run(folder, samples, name):
     """The two files the leaderboard reads of a run folder."""
     folder.mkdir(parents=True)
-    scores = score(samples, "famma", n_bootstrap=0, seed=0)
+    scores = score(samples, BENCHMARKS["famma"], n_bootstrap=0, seed=0)
     results = {"benchmark": "famma", "protocol": "constrained", "scores": scores, "notes": [],
                "config": {"model": name, "quant": "none", "thinking": False}, "fingerprint": {},
                "n_questions": len(samples), "throughput": {}, "errors": {"count": 0}}
@@ -186,7 +187,7 @@ def test_one_interval_per_difference_and_the_bootstrap_only_as_a_check(famma_que
 
     n = len(famma_questions)
     a, b = _samples(famma_questions, np.arange(n) % 2 == 0), _samples(famma_questions, np.arange(n) % 3 == 0)
-    result = compare_runs([a, b], ["ref", "var"], benchmark="famma", n_bootstrap=300, seed=0)
+    result = compare_runs([a, b], ["ref", "var"], benchmark=get_benchmark("famma"), n_bootstrap=300, seed=0)
     c = result["comparisons"][0]
     accuracy = c["delta"]["accuracy"]
     assert accuracy["value"] == pytest.approx(c["diff"])

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from helpers import shared
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import famma, load_matching
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.requests import render
@@ -135,7 +136,7 @@ def test_unanswered_questions_run_and_are_reported_unscored(forms):
     assert questions["french_4_1_r2"].fields["gold_text"] == "3.2%"  # base64 masking undone
     rows = [{"id": q.id, "benchmark": "famma", "kind": q.kind, "gold": q.gold, "answer": "x",
              "error": q.error or "", **dict(q.meta)} for q in questions.values()]
-    out = score_samples(pd.DataFrame(rows), benchmark="famma")
+    out = score_samples(pd.DataFrame(rows), benchmark=get_benchmark("famma"))
     assert out["n_unscored"] == 1 and out["n"] == len(rows) - 1
     assert any("no gold answer" in n for n in out["notes"])
 
@@ -219,7 +220,7 @@ def test_verdicts_and_breakdowns_match_the_official_analyzer():
     # … and as analyzer.py maps it: 1 if x == 'correct' or x is True else 0
     df["ref"] = [1 if (v == "correct" or v is True) else 0 for v in verdicts]
     assert (df["judge_score"] == df["ref"]).all()
-    out = score_samples(df.drop(columns=["ref"]), benchmark="famma")
+    out = score_samples(df.drop(columns=["ref"]), benchmark=get_benchmark("famma"))
     assert out["accuracy"] == pytest.approx(df["ref"].mean())
     got = out["breakdowns"]
     # None and "" are different subfield labels

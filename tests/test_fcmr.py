@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from helpers import cli, shared
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import fcmr
 from finbench.scoring import score_samples
 
@@ -73,7 +74,7 @@ def test_exact_set_and_per_statement_accuracy_against_a_restatement():
     rows.append(_row(64, "A", "", False))  # unreadable: wrong in both
     exact.append(False)
     statements.append(0)
-    scores = score_samples(pd.DataFrame(rows), "fcmr")
+    scores = score_samples(pd.DataFrame(rows), get_benchmark("fcmr"))
     assert scores["accuracy"] == pytest.approx(sum(exact) / 65)
     assert scores["statement_accuracy"] == pytest.approx(sum(statements) / (3 * 65))
     assert scores["n_unreadable"] == 1

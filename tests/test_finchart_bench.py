@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 from helpers import cli, shared
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import finchart_bench
 from finbench.scoring import score_samples
 
@@ -144,7 +145,7 @@ def test_constrained_letters_and_the_tolerance_variant_beside_the_exact_rule():
         {"id": "4", "kind": "numerical", "task": "QA", "gold": "2.6", "official_answer": "2.6", "answer": "2.6", "option_probs": []},
         {"id": "5", "kind": "numerical", "task": "QA", "gold": "140", "official_answer": "140", "answer": "150", "option_probs": []}])
     rows["error"] = ""
-    scores = score_samples(rows, "finchart-bench")
+    scores = score_samples(rows, get_benchmark("finchart-bench"))
     assert scores["mc_accuracy"] == 1.0 and scores["tf_accuracy"] == 0.0
     assert scores["qa_accuracy"] == pytest.approx(1 / 3) and scores["qa_accuracy_tolerance"] == pytest.approx(2 / 3)
     assert scores["accuracy"] == pytest.approx(2 / 5)  # the exact rule, never the tolerance, in the headline

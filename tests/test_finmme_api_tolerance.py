@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 
+from finbench.benchmarks import get_benchmark
 from finbench.scoring import score_samples
 
 
@@ -22,13 +23,13 @@ def _rows():
 
 
 def test_a_samples_table_without_tolerance_is_judged_with_tolerance_zero():
-    out = score_samples(pd.DataFrame(_rows()), benchmark="finmme")
+    out = score_samples(pd.DataFrame(_rows()), benchmark=get_benchmark("finmme"))
     assert out["accuracy"] == pytest.approx(2 / 3)  # n1 exact, n2 off by 0.01 > 0, c1 right
     assert out["domain_accuracy"] == pytest.approx((0.5 + 1.0) / 2)
 
 
 def test_a_present_but_missing_tolerance_stays_wrong_as_eval_py_compares_nan():
     rows = [dict(r, tolerance=math.nan) for r in _rows()]
-    assert score_samples(pd.DataFrame(rows), benchmark="finmme")["accuracy"] == pytest.approx(1 / 3)
+    assert score_samples(pd.DataFrame(rows), benchmark=get_benchmark("finmme"))["accuracy"] == pytest.approx(1 / 3)
     rows = [dict(r, tolerance=0.05) for r in _rows()]
-    assert score_samples(pd.DataFrame(rows), benchmark="finmme")["accuracy"] == pytest.approx(1.0)
+    assert score_samples(pd.DataFrame(rows), benchmark=get_benchmark("finmme"))["accuracy"] == pytest.approx(1.0)

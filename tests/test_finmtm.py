@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import finmtm, load_matching
 from finbench.runner.requests import render
 from finbench.scoring import score_samples
@@ -169,7 +170,7 @@ def test_objective_scores_equal_the_official_rules_under_both_protocols():
         answer = finmtm.extract_official(reply)
         rows.append({"id": f"o{n}", "benchmark": "finmtm", "kind": kind, "answer": answer, "error": "",
                      "gold": finmtm.canonical_gold(gold, gold_text)})
-    out = score_samples(pd.DataFrame(rows), benchmark="finmtm")
+    out = score_samples(pd.DataFrame(rows), benchmark=get_benchmark("finmtm"))
     evaluated = [(g, official_parse(r)) for g, r in CASES if g]  # etest.py skips an empty gold
     current = [eq1(p, g) for g, p in evaluated]
     # the old etest.py (before 0305353): is_correct = set(pred) == set(gold) over EVERY line,
@@ -192,7 +193,7 @@ def test_constrained_letters_and_errors_score_as_official_lists():
     rows = [{"id": "c1", "benchmark": "finmtm", "kind": MULTI, "gold": "AC", "answer": "A", "error": ""},
             {"id": "c2", "benchmark": "finmtm", "kind": SINGLE, "gold": "B", "answer": "B", "error": "bad image"},
             {"id": "c3", "benchmark": "finmtm", "kind": OPEN, "gold": "", "answer": "[]", "error": "", "task": "dialogue"}]
-    out = score_samples(pd.DataFrame(rows), benchmark="finmtm")
+    out = score_samples(pd.DataFrame(rows), benchmark=get_benchmark("finmtm"))
     assert out["n"] == 2 and out["score"] == pytest.approx(0.25) and out["n_errors"] == 1
     assert out["dialogue"]["n"] == 1 and out["dialogue"]["score"] is None  # no judge: unscored
 

@@ -185,7 +185,7 @@ def _failed_judge_scores(benchmark, questions, predictions):
     samples = samples_table(questions, dict(enumerate(predictions)), [f"k{i}" for i in range(len(questions))])
     for column, values in judged.columns.items():
         samples[column] = values
-    return judged, score(samples, benchmark.name, 0, 0)
+    return judged, score(samples, benchmark, 0, 0)
 
 
 @pytest.mark.parametrize("name", ["famma", "mme-finance", "finmtm"])
@@ -438,7 +438,7 @@ def _scored(benchmark, questions, predictions, judged):
     samples = samples_table(questions, dict(enumerate(predictions)), [f"k{i}" for i in range(len(questions))])
     for column, values in judged.columns.items():
         samples[column] = values
-    return score(samples, benchmark.name, 0, 0)
+    return score(samples, benchmark, 0, 0)
 
 
 def test_a_finmtm_session_whose_judge_reply_cannot_be_read_fails_closed(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from test_report import layout_problems, open_page, plot_borders
 from typer.testing import CliRunner
 
+from finbench.benchmarks import get_benchmark
 from finbench.cli import app
 from finbench.runner.engine import run_benchmark
 from finbench.scoring import score_samples
@@ -35,7 +36,7 @@ def three_runs(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     samples["answer"], samples["correct"] = samples["gold"], 1.0
     samples.to_parquet(root / "gold-copy" / "samples.parquet")
     results = json.loads((root / "gold-copy" / "results.json").read_text())
-    results["scores"] = score_samples(samples, benchmark="finmme", n_bootstrap=200)
+    results["scores"] = score_samples(samples, benchmark=get_benchmark("finmme"), n_bootstrap=200)
     (root / "gold-copy" / "results.json").write_text(json.dumps(results))
     return root, [root / "constrained", root / "official", root / "gold-copy"]
 
@@ -84,11 +85,36 @@ def test_one_row_per_run_with_its_numbers_and_paired_stars(three_runs):
         assert rows[name]["significant"] is excludes_0 and rows[name]["mark"] == ("*" if excludes_0 else "")
         assert rows[name]["comparison"]["verdict"].startswith("significant" if excludes_0 else "not significant")
     assert rows["gold-copy"]["mark"] == "*"  # every answer right against a chance-level run
-    assert rows["gold-copy"]["delta"] == pytest.approx(rows["gold-copy"]["score"] - rows["constrained"]["score"])
+    # Δ is what the mark judges: the mean per-question score's difference (FinMME: accuracy's), not FinScore's
+    assert rows["gold-copy"]["delta"] == pytest.approx(rows["gold-copy"]["accuracy"] - rows["constrained"]["accuracy"])
     assert any("different protocols" in note for note in board["notes"])
     # another reference: the deltas are taken against it
     again = {r["run"]: r for r in build(folders, reference=folders[2])["rows"]}
     assert again["gold-copy"]["reference"] == "(reference)" and again["constrained"]["reference"] == "gold-copy"
+
+
+def test_the_delta_cell_and_its_mark_judge_the_same_difference(three_runs):
+    """Issue 41: the "Δ vs ref" cell showed FinScore's difference while its "*" judged the paired
+    difference of the mean per-question score: two numbers in one cell. FinScore is a weighted
+    score, not a per-question mean, so the cell now shows the difference its mark judges (`diff`,
+    with its clustered interval), named by the headline metric it equals (FinMME: accuracy)."""
+    from finbench.leaderboard import build
+    from finbench.report.markdown import leaderboard_markdown
+
+    _, folders = three_runs
+    board = build(folders)
+    rows = {r["run"]: r for r in board["rows"]}
+    for name in ("official", "gold-copy"):
+        row, compared = rows[name], rows[name]["comparison"]
+        assert row["delta"] == pytest.approx(100 * compared["diff"])
+        ci = compared["ci_diff"]
+        assert ci["low"] is not None and ci["low"] <= compared["diff"] <= ci["high"]  # the mark's interval is the cell's
+        assert row["significant"] is (ci["low"] > 0 or ci["high"] < 0)
+        assert row["delta_metric"] == "accuracy"
+    gold, base = rows["gold-copy"], rows["constrained"]
+    assert gold["score"] - base["score"] != pytest.approx(gold["delta"], abs=1e-6)  # FinScore's Δ: another number
+    cell = next(line for line in leaderboard_markdown(board).splitlines() if line.startswith("| gold-copy |"))
+    assert cell.endswith(f"| {gold['delta']:+.2f} * (accuracy) |")
 
 
 def test_the_command_writes_csv_markdown_and_a_sortable_page(three_runs, tmp_path):
@@ -152,7 +178,7 @@ def test_the_mark_is_the_interval_verdict_where_mcnemar_disagrees(three_runs, tm
         samples["correct"] = [1.0 if i < right else 0.0 for i in range(len(samples))]
         samples.to_parquet(run / "samples.parquet")
         results = json.loads((run / "results.json").read_text())
-        results["scores"] = score_samples(samples, benchmark="finmme")
+        results["scores"] = score_samples(samples, benchmark=get_benchmark("finmme"))
         (run / "results.json").write_text(json.dumps(results))
     assert restated_holm_mcnemar(runs)[0] < 0.001
     diff = np.array([1.0] * 12 + [0.0] * 12)

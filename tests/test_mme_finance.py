@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import mme_finance
 from finbench.cli import app
 from finbench.offline import mme_finance_synthetic as synthetic
@@ -168,7 +169,7 @@ def test_scores_restated_on_hand_computed_cases():
     rows += [{"id": f"b{k}", "kind": SINGLE, "gold": g, "answer": a, "options": ["是", "否"], "option_probs": [0.5, 0.5],
               "judge_score": math.nan,
               "error": "", "task_category": "Binary"} for k, (g, a) in enumerate(binary)]
-    out = score_samples(pd.DataFrame(rows), benchmark="mme-finance")
+    out = score_samples(pd.DataFrame(rows), benchmark=get_benchmark("mme-finance"))
     assert out["score"] == pytest.approx((5 + 3 + 0) / 3 / 5) and out["score_x20"] == pytest.approx(53.3333, abs=1e-3)
     assert out["n_unjudged"] == 1 and any("no judge score" in n for n in out["notes"])
     # truths 是 否 是 否 是; predictions 是 是 否 "是\n" (not stripped: neither) 是 ("。" stripped)

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import mme_finance
 from finbench.cli import app
 from finbench.offline import mme_finance_synthetic as synthetic
@@ -58,24 +59,24 @@ def _binary_rows(answers, golds, decoded=False, options=("是", "否")):
 
 
 def test_binary_f1_does_not_count_english_yes_no_for_a_chinese_item():
-    out = score_samples(_binary_rows(["Yes", "No"], ["A", "B"]), benchmark="mme-finance")
+    out = score_samples(_binary_rows(["Yes", "No"], ["A", "B"]), benchmark=get_benchmark("mme-finance"))
     assert out["binary_accuracy"] == 0.0 and out["binary_f1"] == 0.0  # was F1 1.0 (tp 1)
-    mixed = score_samples(_binary_rows(["是", "Yes", "否", "否"], ["A", "A", "B", "A"]), benchmark="mme-finance")
+    mixed = score_samples(_binary_rows(["是", "Yes", "否", "否"], ["A", "A", "B", "A"]), benchmark=get_benchmark("mme-finance"))
     tp, fp, fn = 1, 0, 1  # b0 | — | b3 ("Yes" counts nowhere)
     assert mixed["binary_accuracy"] == pytest.approx(2 / 4) and mixed["binary_f1"] == pytest.approx(2 * tp / (2 * tp + fp + fn))
 
 
 def test_a_free_reply_of_a_letter_is_not_an_option_but_a_decoded_letter_is():
-    free = score_samples(_binary_rows(["A", "B", "A。"], ["A", "B", "A"]), benchmark="mme-finance")
+    free = score_samples(_binary_rows(["A", "B", "A。"], ["A", "B", "A"]), benchmark=get_benchmark("mme-finance"))
     assert free["binary_accuracy"] == 0.0 and free["binary_f1"] == 0.0  # the fork compares "A" with 是: wrong
-    decoded = score_samples(_binary_rows(["A", "B"], ["A", "B"], decoded=True), benchmark="mme-finance")
+    decoded = score_samples(_binary_rows(["A", "B"], ["A", "B"], decoded=True), benchmark=get_benchmark("mme-finance"))
     assert decoded["binary_accuracy"] == 1.0 and decoded["binary_f1"] == 1.0
 
 
 def test_binary_rows_without_an_options_column_read_the_gold_letter_in_their_language():
     rows = _binary_rows(["是", "否", "Yes"], ["A", "A", "A"]).drop(columns=["options", "option_probs"])
     rows.loc[2, "language"] = "en"
-    out = score_samples(rows, benchmark="mme-finance")
+    out = score_samples(rows, benchmark=get_benchmark("mme-finance"))
     assert out["binary_accuracy"] == pytest.approx(2 / 3)
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from test_scoring_other import famma_frame
 
+from finbench.benchmarks import get_benchmark
 from finbench.scoring import score_samples
 from finbench.scoring.finmtm import extra_scores
 
@@ -123,20 +124,20 @@ def test_a_session_whose_judge_reply_cannot_be_read_is_a_failed_judgement_not_a_
 def test_score_samples_gives_the_parts_the_runs_bootstrap():
     rows = [{"id": "o1", "benchmark": "finmtm", "kind": "single", "gold": "B", "answer": "B", "error": "",
              "task": "objective", "question_type": "single"}] + session_rows(6, 3) + agent_rows(5, 4)
-    with_ci = score_samples(pd.DataFrame(rows), benchmark="finmtm", n_bootstrap=200, seed=5)
+    with_ci = score_samples(pd.DataFrame(rows), benchmark=get_benchmark("finmtm"), n_bootstrap=200, seed=5)
     assert set(with_ci["dialogue"]["ci"]) == {"turn", "session", "score"}
     assert set(with_ci["agent"]["ci"]) == {"precision", "recall", "f2", "tool_score"}
     assert with_ci["bootstrap"]["n_resamples"] == 200
-    assert score_samples(pd.DataFrame(rows), benchmark="finmtm", n_bootstrap=0)["dialogue"]["ci"] == {}
+    assert score_samples(pd.DataFrame(rows), benchmark=get_benchmark("finmtm"), n_bootstrap=0)["dialogue"]["ci"] == {}
     # --domain agent: no objective item at all, the agent part still has its CIs
-    only_agents = score_samples(pd.DataFrame(agent_rows(5, 4)), benchmark="finmtm", n_bootstrap=100)
+    only_agents = score_samples(pd.DataFrame(agent_rows(5, 4)), benchmark=get_benchmark("finmtm"), n_bootstrap=100)
     assert only_agents["n"] == 0 and only_agents["agent"]["ci"]["f2"]["low"] is not None
 
 
 def test_every_breakdown_group_has_its_wilson_interval():
     from statsmodels.stats.proportion import proportion_confint
 
-    scores = score_samples(famma_frame(90, 7), benchmark="famma", n_bootstrap=0)
+    scores = score_samples(famma_frame(90, 7), benchmark=get_benchmark("famma"), n_bootstrap=0)
     assert len(scores["breakdowns"]) >= 8  # language, difficulty, subfield, the analyzer's crossings
     for column, groups in scores["breakdowns"].items():
         for label, g in groups.items():

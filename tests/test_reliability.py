@@ -30,6 +30,7 @@ from helpers import finmme_record
 from helpers import png_bytes as _image
 from PIL import Image
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import finmme
 from finbench.runner.engine import run_benchmark
 from finbench.types import RunConfig
@@ -184,7 +185,7 @@ def test_record_without_a_domain_is_left_out_of_F_as_eval_py_does(tmp_path):
     questions = finmme.load_questions(path)
     samples = pd.DataFrame([{"id": q.id, "kind": q.kind, "gold": q.gold, "answer": answers[q.id], "error": "",
                              "n_options": len(q.options), "tolerance": q.tolerance, **q.meta} for q in questions])
-    scores = score_samples(samples, benchmark="finmme")
+    scores = score_samples(samples, benchmark=get_benchmark("finmme"))
     # eval.py calculate_finscore, restated: groupby('knowledge_domain') drops the None row from F only
     frame = pd.DataFrame(records).assign(correct_or_not=[answers[r["id"]] == r["answer"] for r in records])
     assert scores["domain_accuracy"] == pytest.approx(frame.groupby("knowledge_domain")["correct_or_not"].mean().mean())
@@ -619,7 +620,7 @@ def test_official_judging_equals_eval_py_on_unusual_records(item, output):
     samples = pd.DataFrame([{"id": "u0", "kind": question.kind, "gold": question.gold,
                              "answer": finmme.extract_official(output), "n_options": len(question.options),
                              "tolerance": question.tolerance, "error": "", **question.meta}])
-    scores = score_samples(samples, benchmark="finmme")
+    scores = score_samples(samples, benchmark=get_benchmark("finmme"))
     assert scores["accuracy"] == float(_eval_py_check(record, output))
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from finbench.benchmarks import get_benchmark
 from finbench.runner.engine import run_benchmark
 from finbench.types import RunConfig
 
@@ -512,7 +513,7 @@ def test_every_binary_reply_form_counts_as_the_fork_counts_it(reply, reads):
 
     rows = pd.DataFrame([{"id": f"{gold}", "kind": "single", "gold": gold, "answer": reply, "options": ["是", "否"],
                           "option_probs": [], "error": "", "language": "zh"} for gold in ("A", "B")])
-    out = score_samples(rows, benchmark="mme-finance")
+    out = score_samples(rows, benchmark=get_benchmark("mme-finance"))
     right = {"是": 1, "否": 1, None: 0}[reads]  # right on one of the two items (是 gold, 否 gold), or on neither
     tp, fp, fn = {"是": (1, 1, 0), "否": (0, 0, 1), None: (0, 0, 0)}[reads]
     assert out["binary_accuracy"] == right / 2

@@ -26,6 +26,7 @@ from helpers import finmme_record as _finmme
 from helpers import png_bytes as _png
 from typer.testing import CliRunner
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import famma, finmme
 from finbench.cli import app
 from finbench.runner.cache import PredictionCache
@@ -76,7 +77,7 @@ def test_metadata_files_of_a_save_to_disk_folder_do_not_change_the_score(tmp_pat
     assert any("dataset_info.json" in n and "state.json" in n for n in notes)
     samples = pd.DataFrame([{"id": q.id, "kind": q.kind, "gold": q.gold, "answer": "A", "error": q.error or "",
                              "n_options": 4, "tolerance": math.nan, **q.meta} for q in questions])
-    assert score_samples(samples, benchmark="finmme")["accuracy"] == pytest.approx(2 / 5)  # not 2 / 7
+    assert score_samples(samples, benchmark=get_benchmark("finmme"))["accuracy"] == pytest.approx(2 / 5)  # not 2 / 7
 
 
 # ---- item 6: the Arrow cell kernel on columns that are not strings -------------------------------------

@@ -306,7 +306,7 @@ def test_every_plot_of_a_run_fits_its_figure_and_no_texts_overlap(demo_run):
 
 
 def test_the_headline_chart_draws_scores_and_puts_the_penalty_beside_them(demo_run):
-    from finbench.report.format import HEADLINE_LABELS
+    from finbench.benchmarks import get_benchmark
     from finbench.report.html import headline_figure
 
     scores = demo_run[0].results["scores"]
@@ -314,8 +314,9 @@ def test_the_headline_chart_draws_scores_and_puts_the_penalty_beside_them(demo_r
     figure = headline_figure(scores)
     panels = figure.axes
     labels = [[t.get_text().replace("\n", " ") for t in axes.get_xticklabels()] for axes in panels]
-    assert labels[0] == [HEADLINE_LABELS[k] for k in scores["headline"] if k != "p_h"]
-    assert labels[1] == [HEADLINE_LABELS["p_h"]] and "penalty" in panels[1].get_ylabel()
+    declared = get_benchmark("finmme").scorer  # labels and the penalty come from the rule's declarations
+    assert labels[0] == [declared.metric(k).label for k in scores["headline"] if k != "p_h"]
+    assert labels[1] == [declared.metric("p_h").label] and "penalty" in panels[1].get_ylabel()
     bars = [[patch.get_height() for patch in axes.patches] for axes in panels]
     assert bars[1] == [pytest.approx(100 * scores["p_h"])]
     assert panels[0].patches[0].get_facecolor() != panels[1].patches[0].get_facecolor()

@@ -18,7 +18,7 @@ import torch
 
 import finbench
 
-from finbench.benchmarks import famma, finmme, finmtm
+from finbench.benchmarks import famma, finmme, finmtm, get_benchmark
 from finbench.offline import famma_synthetic
 from finbench.report.schema import SAMPLE_COLUMNS, VARIANT_COLUMNS
 from finbench.requests import Choose
@@ -402,7 +402,7 @@ def test_answer_disagreements_on_hand_made_runs():
     official = constrained.assign(answer=["A,", "C, A", "**B**", "D", "8.810%", ""],
                                   raw_output=["Answer: A,", "Answer: C, A", "Answer: **B**", "Answer: D " + "x" * 300,
                                               "Answer: 8.810%", "I cannot tell"])
-    found = answer_disagreements([constrained, official], ["c", "o"], "finmme", official="o")
+    found = answer_disagreements([constrained, official], ["c", "o"], get_benchmark("finmme"), official="o")
     # a, b, c, e read alike ('A,' is {A}, 'C, A' is {A, C}, bold removed, 8.810 is 8.81); d and f differ
     assert found["n_shared"] == 6 and found["n_disagree"] == 2 and [i["id"] for i in found["items"]] == ["d", "f"]
     d, f = found["items"]

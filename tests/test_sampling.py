@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import finbench
+from finbench.benchmarks import get_benchmark
 from finbench.scoring import per_question_correct
 
 LIMIT = 4
@@ -72,7 +73,7 @@ def test_the_sampling_block_holds_its_numbers_and_agrees_with_the_files(sampled)
     assert not set(rows["sample_key"]) & set(samples["sample_key"])
     per_sample = [samples] + [rows[rows["sample"] == j].set_index("id").loc[samples["id"]].reset_index()
                               for j in (1, 2)]
-    correct = torch.tensor([per_question_correct(f, "finmme") for f in per_sample], dtype=torch.float64).T  # [N, K]
+    correct = torch.tensor([per_question_correct(f, get_benchmark("finmme")) for f in per_sample], dtype=torch.float64).T  # [N, K]
     answers = [[f["answer"].iloc[i] for f in per_sample] for i in range(LIMIT)]
     assert block["mean"] == pytest.approx(float(correct.mean()))
     assert block["pass_at_k"] == pytest.approx(float(correct.max(1).values.mean()))
@@ -143,7 +144,7 @@ def test_the_summary_scores_each_sample_by_the_rule_and_compares_extracted_answe
         frame = base.copy()
         frame["answer"] = [row.gold if pattern[i][j] else wrong[row.kind] for i, row in enumerate(base.itertuples())]
         frames.append(frame.drop(columns=["correct"]))
-    found = sampling_summary(frames, "finmme", 3)
+    found = sampling_summary(frames, get_benchmark("finmme"), 3)
     assert found["n"] == LIMIT and found["k"] == 3
     assert found["mean"] == pytest.approx(sum(map(sum, pattern)) / (3 * LIMIT))  # 6 of 12
     assert found["pass_at_k"] == pytest.approx(3 / 4)  # every question but the third has a right sample
@@ -154,12 +155,12 @@ def test_the_summary_scores_each_sample_by_the_rule_and_compares_extracted_answe
     assert sum(g["n"] for g in found["by"]["kind"].values()) == LIMIT
     # unparsed samples are no votes: every answer empty → no agreement, no shared "answer"
     empty = [f.assign(answer="") for f in frames]
-    none = sampling_summary(empty, "finmme", 3)
+    none = sampling_summary(empty, get_benchmark("finmme"), 3)
     assert none["agreement"] is None and none["n_unparsed"] == 3 * LIMIT and none["n_no_parsed"] == LIMIT
     # one question answered twice alike and once unparsed: agreement 1 over its 2 parsed samples, not 2/3
     one = [f.copy() for f in frames]
     one[2].loc[0, "answer"] = ""
-    found = sampling_summary(one, "finmme", 3)
+    found = sampling_summary(one, get_benchmark("finmme"), 3)
     assert found["n_unparsed"] == 1 and found["agreement"] == pytest.approx((1 + 2 / 3 + 1 + 2 / 3) / 4)
 
 
@@ -243,7 +244,7 @@ def test_compare_of_sampled_runs_uses_the_per_question_means(sampled, tmp_path):
     the K samples per question (sample 0 alone would keep the within-question noise)."""
     import numpy as np
 
-    from finbench.scoring.commands import compare_command
+    from finbench.cli.score_commands import compare_command
     from finbench.scoring.sampling import per_question_means
 
     root, _, _, _ = sampled
@@ -251,12 +252,12 @@ def test_compare_of_sampled_runs_uses_the_per_question_means(sampled, tmp_path):
     variants = pd.read_parquet(root / "k3" / "variants.parquet")
     per_sample = [samples] + [variants[variants["sample"] == j].set_index("id").loc[samples["id"]].reset_index()
                               for j in (1, 2)]
-    by_hand = np.mean([per_question_correct(f, "finmme") for f in per_sample], axis=0)
-    means = per_question_means(samples, variants, "finmme")
+    by_hand = np.mean([per_question_correct(f, get_benchmark("finmme")) for f in per_sample], axis=0)
+    means = per_question_means(samples, variants, get_benchmark("finmme"))
     assert means.reindex(samples["id"]).to_numpy() == pytest.approx(by_hand)
     result = compare_command([root / "k1", root / "k3"], tmp_path / "c.json", n_bootstrap=0)
     c = result["comparisons"][0]
-    assert c["diff"] == pytest.approx(float((by_hand - per_question_correct(samples, "finmme")).mean()))
+    assert c["diff"] == pytest.approx(float((by_hand - per_question_correct(samples, get_benchmark("finmme"))).mean()))
     assert c["per_question"].startswith("mean score over the K samples")
     from finbench.report.format import power_line
 
@@ -275,7 +276,7 @@ def test_the_printed_delta_of_sampled_runs_is_the_per_question_mean_difference(s
     import numpy as np
     from rich.console import Console
 
-    from finbench.scoring.commands import compare_command
+    from finbench.cli.score_commands import compare_command
 
     root = sampled[0]
     shutil.copytree(root / "k3", tmp_path / "k3")
@@ -286,10 +287,10 @@ def test_the_printed_delta_of_sampled_runs_is_the_per_question_mean_difference(s
     samples = pd.read_parquet(tmp_path / "k3" / "samples.parquet")
     per_sample = [samples] + [variants[(variants["study"] == "sampling") & (variants["sample"] == j)]
                               .set_index("id").loc[samples["id"]].reset_index() for j in (1, 2)]
-    means = np.mean([per_question_correct(f, "finmme") for f in per_sample], axis=0)
+    means = np.mean([per_question_correct(f, get_benchmark("finmme")) for f in per_sample], axis=0)
     reference = pd.read_parquet(root / "k1" / "samples.parquet").set_index("id").loc[samples["id"]].reset_index()
-    expected = float((means - per_question_correct(reference, "finmme")).mean())
-    sample_0 = float((per_question_correct(samples, "finmme") - per_question_correct(reference, "finmme")).mean())
+    expected = float((means - per_question_correct(reference, get_benchmark("finmme"))).mean())
+    sample_0 = float((per_question_correct(samples, get_benchmark("finmme")) - per_question_correct(reference, get_benchmark("finmme"))).mean())
     assert abs(expected - sample_0) > 0.05  # the two differences part, so the test can tell them apart
 
     shown = io.StringIO()

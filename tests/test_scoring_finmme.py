@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from finbench.benchmarks import get_benchmark
 from finbench.scoring import finmme, finmme_cells, per_question_correct, score_samples
 from finbench.scoring.stats import point_estimates
 
@@ -106,7 +107,7 @@ def random_frame(n: int, seed: int, n_domains: int = 6) -> pd.DataFrame:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_official_judge_matches_reference(seed):
     df = random_frame(1500, seed)
-    got = per_question_correct(df.drop(columns=["ref_correct"]), "finmme")
+    got = per_question_correct(df.drop(columns=["ref_correct"]), get_benchmark("finmme"))
     assert got.tolist() == df["ref_correct"].astype(float).tolist()
 
 

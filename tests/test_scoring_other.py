@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from finbench.benchmarks import get_benchmark
 from finbench.kernels.bitmask import letters_to_mask
 from finbench.scoring import finmtm, per_question_correct, score_samples
 
@@ -91,7 +92,7 @@ def test_finmtm_score_samples_hand_computed():
         {"kind": "single", "gold": "B", "answer": "B", "error": "timeout"},  # error → 0
         {"kind": "open", "gold": "some text", "answer": "x"},  # not objective: excluded
     ])
-    out = score_samples(df, benchmark="finmtm")
+    out = score_samples(df, benchmark=get_benchmark("finmtm"))
     assert out["n"] == 8 and out["n_excluded"] == 1
     assert out["score"] == pytest.approx((0.5 + 1 + 0 + 0 + 1 + 1 + 0 + 0) / 8)
     assert out["score_percent"] == pytest.approx(100 * out["score"])
@@ -100,7 +101,7 @@ def test_finmtm_score_samples_hand_computed():
     kinds = out["breakdowns"]["kind"]
     assert kinds["single"]["n"] == 3 and kinds["single"]["score"] == pytest.approx(1 / 3)
     assert kinds["multi"]["score"] == pytest.approx(2.5 / 5)
-    correct = per_question_correct(df.assign(correct=[np.nan] * 8 + [1.0]), "finmtm")
+    correct = per_question_correct(df.assign(correct=[np.nan] * 8 + [1.0]), get_benchmark("finmtm"))
     assert correct.tolist() == [0, 1, 0, 0, 1, 1, 0, 0, 1]
 
 
@@ -115,7 +116,7 @@ def test_finmtm_random_matches_reference_and_json_gold():
         gold_text = json.dumps({"answer": gold}) if rng.random() < 0.3 else "".join(gold)
         rows.append({"kind": "multi" if len(gold) > 1 else "single", "gold": gold_text, "answer": answer})
         ref.append(ref_objective_set_score(pred, gold))
-    out = score_samples(finmtm_frame(rows), benchmark="finmtm", n_bootstrap=200)
+    out = score_samples(finmtm_frame(rows), benchmark=get_benchmark("finmtm"), n_bootstrap=200)
     assert out["score"] == pytest.approx(np.mean(ref), abs=1e-9)
     assert out["accuracy"] == pytest.approx(np.mean([r == 1.0 for r in ref]), abs=1e-9)
     assert out["ci"]["score"]["low"] <= out["score"] <= out["ci"]["score"]["high"]
@@ -157,7 +158,7 @@ def test_famma_accuracy_and_breakdowns_match_groupby():
     df["ref"] = df.apply(ref_famma_correct, axis=1)
     df["arith_label"] = np.where(df["is_arithmetic"], "arithmetic", "non-arithmetic")
     df["lang_diff"] = df["language"] + "|" + df["topic_difficulty"]
-    out = score_samples(df.drop(columns=["ref", "arith_label", "lang_diff"]), benchmark="famma", n_bootstrap=100)
+    out = score_samples(df.drop(columns=["ref", "arith_label", "lang_diff"]), benchmark=get_benchmark("famma"), n_bootstrap=100)
     assert out["accuracy"] == pytest.approx(df["ref"].mean(), abs=1e-12)
     for column, ref_column in [("language", "language"), ("difficulty", "topic_difficulty"),
                                ("subfield", "subfield"), ("arithmetic", "arith_label"),
@@ -181,25 +182,25 @@ def test_famma_numerical_fallback_and_errors():
         {"id": "c", "kind": "single", "gold": "A", "answer": "A", "tolerance": np.nan, "error": "bad image"},
         {"id": "d", "kind": "open", "gold": "Yes", "answer": "yes", "tolerance": np.nan, "error": ""},
     ])
-    assert per_question_correct(df, "famma").tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert per_question_correct(df, get_benchmark("famma")).tolist() == [1.0, 0.0, 0.0, 1.0]
 
 
 def test_unknown_benchmark_and_variant_rejected():
     df = famma_frame(5, 1)
     with pytest.raises(ValueError):
-        score_samples(df, benchmark="nope")
+        score_samples(df, benchmark=get_benchmark("nope"))
     with pytest.raises(ValueError):
-        score_samples(df, benchmark="famma", variant="paper")
+        score_samples(df, benchmark=get_benchmark("famma"), variant="paper")
 
 
 def test_print_scores_for_other_benchmarks():
     from rich.console import Console
 
-    from finbench.scoring.commands import print_scores
+    from finbench.report.console import print_scores
 
     console = Console(file=io.StringIO(), width=120)
-    print_scores(score_samples(famma_frame(60, 2), benchmark="famma", n_bootstrap=20), console)
+    print_scores(score_samples(famma_frame(60, 2), benchmark=get_benchmark("famma"), n_bootstrap=20), console)
     mtm = finmtm_frame([{"kind": "multi", "gold": "AC", "answer": "A"}, {"kind": "single", "gold": "B", "answer": "B"}])
-    print_scores(score_samples(mtm, benchmark="finmtm", n_bootstrap=20), console)
+    print_scores(score_samples(mtm, benchmark=get_benchmark("finmtm"), n_bootstrap=20), console)
     text = console.file.getvalue()
     assert "by language×difficulty" in text and "FinMTM" in text and "75.00" in text  # (0.5 + 1) / 2 × 100

@@ -267,7 +267,7 @@ def test_score_samples_has_selective_and_point_estimates_consistent():
 def test_score_and_compare_commands_write_json(tmp_path):
     from rich.console import Console
 
-    from finbench.scoring.commands import compare_command, score_command
+    from finbench.cli.score_commands import compare_command, score_command
 
     a, b = tmp_path / "run_a", tmp_path / "run_b"
     a.mkdir()

@@ -20,7 +20,8 @@ import torch
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
 from finbench.requests import Choose, Prompt, Request, user_message
-from finbench.scoring.parts import Part, PartMetric
+from finbench.scoring.metrics import Metric
+from finbench.scoring.parts import Part
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, str_column
 from finbench.types import SINGLE, Question
 
@@ -129,7 +130,7 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: Mapping[str, Any]) -
 
 
 HARD = Part("hard", "ToyBench hard items (scored apart)", "ToyBench hard",
-            (PartMetric("accuracy", "hard accuracy ×100", percent=True),),
+            (Metric("accuracy", "hard accuracy ×100"),),
             headline="accuracy", headline_label="hard-item accuracy")
 SCORER = Scorer(build_table=build_table, summary=summary, parts=(HARD,))
 

@@ -14,15 +14,14 @@ Scoring (FinScore = domain-normalised accuracy × (1 − P_H)) lives in `finbenc
 
 from __future__ import annotations
 
-import ast
 import io
-import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import OPEN_INSTRUCTION, Benchmark, Demo, as_decoded
+from finbench.benchmarks.option_lists import parse_options
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import (RawRecord, as_text, local_file, missing_columns, open_table, readable_label, select,
                                         skipped_note)
@@ -200,45 +199,6 @@ def _image_bytes(image: Any, folder: str = "", root: str = "") -> tuple[bytes, .
         image.save(buffer, format="PNG")
         return (buffer.getvalue(),)
     raise ValueError(f"unsupported image value of type {type(image).__name__}")
-
-
-_LETTER_PREFIX = re.compile(r"^\s*\(?([A-N])[\.\):：]\s*")
-
-
-def parse_options(raw: Any) -> tuple[str, ...]:
-    """Options as published: a list, a JSON/python list literal in a string, or a letter→text
-    dict. A leading "A." / "(A)" / "A:" is stripped when the letters run A, B, C… in order. A
-    string that parses to anything but a list or a dict (the quoted string "'yes'", a number) is
-    an error, never its characters as options."""
-    if isinstance(raw, (bytes, bytearray)):
-        raw = as_text(raw, "options")
-    if isinstance(raw, str):
-        text = raw.strip()
-        if not text:
-            return ()
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError:
-            raw = ast.literal_eval(text)  # raises ValueError/SyntaxError on garbage: a per-sample error
-        if not isinstance(raw, (list, tuple, Mapping)):
-            raise ValueError(f"options {text[:60]!r} hold a {type(raw).__name__}, not a list of options")
-    if isinstance(raw, Mapping):
-        keys = sorted(str(k).strip().upper() for k in raw)
-        if keys != list(OPTION_LETTERS[: len(keys)]):
-            raise ValueError(f"option keys {keys} are not A, B, C, ...")
-        lookup = {str(k).strip().upper(): v for k, v in raw.items()}
-        return tuple(str(lookup[k]).strip() for k in keys)
-    if raw is None:
-        return ()
-    if isinstance(raw, (str, bytes, int, float)) or not isinstance(raw, Iterable):
-        raise ValueError(f"options of type {type(raw).__name__} are not a list of options")
-    options = [as_text(o, "options").strip() for o in raw]
-    if len(options) > len(OPTION_LETTERS):
-        raise ValueError(f"{len(options)} options; at most {len(OPTION_LETTERS)} are supported")
-    prefixes = [_LETTER_PREFIX.match(o) for o in options]
-    if options and all(m and m.group(1) == OPTION_LETTERS[i] for i, m in enumerate(prefixes)):
-        options = [o[m.end():] for o, m in zip(options, prefixes)]
-    return tuple(options)
 
 
 def parse_gold(raw: Any, kind: str, n_options: int) -> str:

@@ -284,7 +284,7 @@ def sweep(
                          image_ablation=tuple(parse_axis(comma_list(image_ablation))),
                          probes=tuple(parse_axis(comma_list(probe))))
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
-    from finbench.scoring.commands import print_comparison
+    from finbench.report.console import print_comparison
 
     print_comparison({**summary["comparison"], "distributions": summary["distributions"],
                       "studies": {v["name"]: v.get("studies") or {} for v in summary["variants"]}}, console=out_console)

@@ -37,7 +37,7 @@ def score(
                  "folder is scored from its own samples.parquet — give one or the other")
         if not (run_dir / "samples.parquet").exists():
             fail(f"{run_dir}: no samples.parquet (is it a finbench run folder?)")
-        from finbench.scoring.commands import score_command  # after the checks: a refusal imports no torch
+        from finbench.cli.score_commands import score_command  # after the checks: a refusal imports no torch
 
         with one_line_errors(str(run_dir)):
             score_command(run_dir, variant, bootstrap, seed, console=out_console)
@@ -47,10 +47,11 @@ def score(
 
         with one_line_errors():
             check_protocol(get_benchmark(benchmark), protocol)  # a typo refused before the scorer's imports
-            from finbench.scoring.commands import score_predictions
+            from finbench.cli.score_commands import predictions_command
 
-            scores = score_predictions(benchmark, data, predictions, variant, bootstrap, seed, console=console,
-                                        protocol=protocol, samples_out=samples_out, unsafe_sandbox=unsafe_sandbox)
+            scores = predictions_command(get_benchmark(benchmark), data, predictions, variant, bootstrap, seed,
+                                         console=console, protocol=protocol, samples_out=samples_out,
+                                         unsafe_sandbox=unsafe_sandbox)
     else:
         fail("give a RUN_DIR, or both --data and --predictions")
     print(json.dumps(scores, indent=2, default=str))
@@ -69,7 +70,7 @@ def compare(
     if len(run_dirs) < 2:
         fail("compare needs at least two run folders")
     _check_runs(run_dirs, bootstrap)
-    from finbench.scoring.commands import compare_command  # after the checks: a refusal imports no torch
+    from finbench.cli.score_commands import compare_command  # after the checks: a refusal imports no torch
 
     with one_line_errors():
         compare_command(run_dirs, out, bootstrap, seed, console=out_console,
@@ -87,7 +88,7 @@ def judge_agreement(
     if len(run_dirs) != 2:
         fail("judge-agreement compares exactly two run folders")
     _check_runs(run_dirs, bootstrap)
-    from finbench.scoring.agreement import judge_agreement_command  # after the checks: a refusal imports no torch
+    from finbench.cli.score_commands import judge_agreement_command  # after the checks: a refusal imports no torch
 
     with one_line_errors():
         judge_agreement_command(run_dirs, out, bootstrap, seed, console=out_console)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from finbench.report.format import pct
+from finbench.scoring.metrics import ACCURACY
 
 LABELS = {"constant_baseline": "constant answer", "macro_recall": "macro-recall", "min_recall": "lowest label recall"}
 
@@ -25,7 +26,7 @@ def balance_line(results: dict[str, Any]) -> str | None:
         return None
     answers = ", ".join(f"{t} {a}" if len(found["constant_answers"]) > 1 else a
                         for t, a in found["constant_answers"].items())
-    return (f"choice items (n {found['n']}, ×100): accuracy {pct(found['accuracy'])} · constant answer "
+    return (f"choice items (n {found['n']}, ×100): accuracy {pct(found[ACCURACY.key])} · constant answer "
             f"{pct(found['constant_baseline'])} (always {answers}) · macro-recall {pct(found['macro_recall'])} · "
             f"lowest label recall {pct(found['min_recall'])} ({found['min_recall_label']})")
 
@@ -36,12 +37,12 @@ def balance_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
     found = _balance(results)
     if found is None:
         return []
-    header = [found["answer_type"], "n", "accuracy", "constant answer", "constant-answer baseline", "macro-recall",
+    header = [found["answer_type"], "n", ACCURACY.label, "constant answer", "constant-answer baseline", "macro-recall",
               "lowest recall (label)"]
-    rows = [[name, str(g["n"]), pct(g["accuracy"]), g["constant_answer"], pct(g["constant_baseline"]),
+    rows = [[name, str(g["n"]), pct(g[ACCURACY.key]), g["constant_answer"], pct(g["constant_baseline"]),
              pct(g["macro_recall"]), f"{pct(g['min_recall'])} ({g['min_recall_label']})"]
             for name, g in found["by_type"].items()]
-    rows.append(["all", str(found["n"]), pct(found["accuracy"]), "", pct(found["constant_baseline"]),
+    rows.append(["all", str(found["n"]), pct(found[ACCURACY.key]), "", pct(found["constant_baseline"]),
                  pct(found["macro_recall"]), f"{pct(found['min_recall'])} ({found['min_recall_label']})"])
     labels = [[name, label, str(r["n"]), pct(r["recall"])] for name, g in found["by_type"].items()
               for label, r in g["recall"].items()]

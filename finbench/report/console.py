@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.balance import balance_line
-from finbench.report.format import (ITEMS_BEHIND, headline_score, part_cells, plural, power_line, sampled_label, score_text,
+from finbench.report.format import (headline_score, metric_of, part_cells, plural, power_line, sampled_label, score_text,
                                      scored_by, scored_parts)
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
-from finbench.scoring.stats import LOWER_IS_BETTER
+from finbench.scoring.metrics import ACCURACY, SCORE
 
 MAX_ERROR_KINDS = 3  # error messages named on the errors line; results.json has them all
 RAW_METRICS = {"kl"}  # shown as they are; every other value printed is on 0–1 (a headline metric) and shown ×100
@@ -150,8 +150,8 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
         for column, groups in single.items():
             if column not in breakdowns:
                 (label, g), = groups.items()
-                con.print(f"by {column}: one group, {label} (n {g['n']}, accuracy {_fmt('accuracy', g['accuracy'])} "
-                          f"{_fmt_ci('accuracy', g.get('ci'))})", markup=False, soft_wrap=True)
+                con.print(f"by {column}: one group, {label} (n {g['n']}, accuracy {_fmt(ACCURACY.key, g[ACCURACY.key])} "
+                          f"{_fmt_ci(ACCURACY.key, g.get('ci'))})", markup=False, soft_wrap=True)
     elif breakdowns:
         column = widest_breakdown(breakdowns)
         rest = len(breakdowns) - 1
@@ -174,8 +174,8 @@ def widest_breakdown(breakdowns: dict[str, dict[str, dict[str, Any]]]) -> str:
 
 def _spread(groups: dict[str, dict[str, Any]]) -> float:
     """max − min accuracy of the groups (of at least two questions where there are such); -1 for one."""
-    values = [g["accuracy"] for g in groups.values() if g.get("n", 0) >= 2 and g.get("accuracy") is not None]
-    values = values or [g["accuracy"] for g in groups.values() if g.get("accuracy") is not None]
+    values = [g[ACCURACY.key] for g in groups.values() if g.get("n", 0) >= 2 and g.get(ACCURACY.key) is not None]
+    values = values or [g[ACCURACY.key] for g in groups.values() if g.get(ACCURACY.key) is not None]
     return max(values) - min(values) if len(values) > 1 else -1.0
 
 
@@ -199,7 +199,8 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
     if ci:
         head.add_column(f"{level:.0%} CI (bootstrap ×{scores['bootstrap']['n_resamples']})", justify="right")
     for name in scores.get("headline", []):
-        label = f"{name} (penalty: lower is better)" if name in LOWER_IS_BETTER else name
+        higher_is_better = metric_of(scores.get("benchmark"), name).higher_is_better
+        label = name if higher_is_better else f"{name} (penalty: lower is better)"
         row = [label, _fmt(name, scores.get(name))]
         if ci:
             row.append(_fmt_ci(name, ci.get(name)))
@@ -230,7 +231,7 @@ def _print_parts(con: Any, scores: dict[str, Any]) -> None:
             table.add_row(*cells)
         print_table(con, table)
         if found.get("by_level"):
-            con.print("by level: " + " · ".join(f"{level} {g['score']:.2f} (n {g['n']})"
+            con.print("by level: " + " · ".join(f"{level} {g[SCORE.key]:.2f} (n {g['n']})"
                                                  for level, g in found["by_level"].items()), markup=False)
 
 
@@ -238,19 +239,19 @@ def _print_breakdown(con: Any, column: str, groups: dict[str, dict[str, Any]], m
                      title: str | None = None) -> None:
     from rich.table import Table
 
-    has_score = any("score" in g for g in groups.values())
+    has_score = any(SCORE.key in g for g in groups.values())
     table = Table(title=title or f"by {column} (×100)")
     table.add_column(column)
     table.add_column("n", justify="right")
-    table.add_column("accuracy", justify="right")
+    table.add_column(ACCURACY.label, justify="right")
     table.add_column("95% CI (Wilson)", justify="right")
     if has_score:
-        table.add_column("score", justify="right")
+        table.add_column(SCORE.label, justify="right")
     ordered = sorted(groups.items(), key=lambda kv: -kv[1]["n"])
     for label, g in ordered[:max_groups]:
-        row = [label, str(g["n"]), _fmt("accuracy", g["accuracy"]), _fmt_ci("accuracy", g.get("ci"))]
+        row = [label, str(g["n"]), _fmt(ACCURACY.key, g[ACCURACY.key]), _fmt_ci(ACCURACY.key, g.get("ci"))]
         if has_score:
-            row.append(_fmt("score", g.get("score")))
+            row.append(_fmt(SCORE.key, g.get(SCORE.key)))
         table.add_row(*row)
     if len(ordered) > max_groups:
         table.add_row(f"… {len(ordered) - max_groups} more", "", "", "")
@@ -262,19 +263,19 @@ def _print_calibration(con: Any, scores: dict[str, Any]) -> None:
 
     calib = scores.get("calibration")
     if calib:
-        con.print(f"calibration ({calib['items']}, n = {calib['n']}): ECE {_fmt('accuracy', calib['ece'])} "
-                  f"· Brier {calib['brier']:.4f} · mean confidence {_fmt('accuracy', calib['mean_confidence'])} "
-                  f"· accuracy {_fmt('accuracy', calib['accuracy'])}  (×100)", markup=False)
+        con.print(f"calibration ({calib['items']}, n = {calib['n']}): ECE {_fmt(ACCURACY.key, calib['ece'])} "
+                  f"· Brier {calib['brier']:.4f} · mean confidence {_fmt(ACCURACY.key, calib['mean_confidence'])} "
+                  f"· accuracy {_fmt(ACCURACY.key, calib[ACCURACY.key])}  (×100)", markup=False)
     selective = scores.get("selective")
     if selective:
-        primary = scores.get("primary", "accuracy")
+        primary = scores.get("primary", ACCURACY.key)
         table = Table(title="selective prediction (answer only when confidence > τ; ×100)",
                       caption=scores.get("selective_items"))
-        for col in ("τ", "coverage", "accuracy", primary) if primary != "accuracy" else ("τ", "coverage", "accuracy"):
+        for col in ("τ", "coverage", ACCURACY.key, primary) if primary != ACCURACY.key else ("τ", "coverage", ACCURACY.key):
             table.add_column(col, justify="right")
         for row in selective[::4] + ([selective[-1]] if (len(selective) - 1) % 4 else []):
-            cells = [f"{row['tau']:.2f}", _fmt("accuracy", row["coverage"]), _fmt("accuracy", row.get("accuracy"))]
-            if primary != "accuracy":
+            cells = [f"{row['tau']:.2f}", _fmt(ACCURACY.key, row["coverage"]), _fmt(ACCURACY.key, row.get(ACCURACY.key))]
+            if primary != ACCURACY.key:
                 cells.append(_fmt(primary, row.get(primary)))
             table.add_row(*cells)
         print_table(con, table)
@@ -289,7 +290,8 @@ def _small_sample_notes(scores: dict[str, Any]) -> list[str]:
         interval = ci.get(name) or {}
         if interval.get("low") is None:
             continue
-        count, what = ITEMS_BEHIND.get(name, ("n", "scored question"))
+        metric = metric_of(scores.get("benchmark"), name)
+        count, what = metric.n_key, metric.n_label
         if scores.get(count) is None:  # a scorer that does not count that subset: all it scored
             count, what = "n", "scored question"
         items = scores.get(count)
@@ -318,8 +320,8 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
         scores.add_row(label, *[_fmt(m, result["scores"][run].get(m)) for m in headline])
     print_table(con, scores)
 
-    primary = result.get("primary", "accuracy")
-    shown = [primary] + (["accuracy"] if primary != "accuracy" and "accuracy" in headline else [])
+    primary = result.get("primary", ACCURACY.key)
+    shown = [primary] + ([ACCURACY.key] if primary != ACCURACY.key and ACCURACY.key in headline else [])
     table = Table(title=f"vs {result['baseline']}: Δ with its 95% CI (clustered t for mean scores, else paired "
                         f"bootstrap ×{result['bootstrap']['n_resamples']}), exact McNemar, Holm")
     table.add_column("run", no_wrap=True, min_width=max(len(c["run"]) for c in result["comparisons"]))
@@ -347,8 +349,8 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
         for col in ("n", "mean KL (nats)", "top-1 agreement ×100", "gold prob shift ×100"):
             shift.add_column(col, justify="right")
         for run, d in compared.items():
-            shift.add_row(run, str(d["n"]), _fmt("kl", d["kl_mean"]), _fmt("accuracy", d["agreement"]),
-                          _fmt("accuracy", d["gold_shift_mean"]))
+            shift.add_row(run, str(d["n"]), _fmt("kl", d["kl_mean"]), _fmt(ACCURACY.key, d["agreement"]),
+                          _fmt(ACCURACY.key, d["gold_shift_mean"]))
         print_table(con, shift)
     _print_robustness(con, result)
     for note in result.get("notes", []):

@@ -1,27 +1,60 @@
-"""Number formatting and metric names shared by the HTML and Markdown reports (both import it;
-neither imports the other's helpers)."""
+"""Number formatting and metric names shared by the console, the HTML and the Markdown reports (all
+import it; none imports another's helpers). A metric's label, direction, scale and the count it
+rests on, and a variant's rule name, are read from the `Scorer` of the score's benchmark
+(`declared_scorer`; scoring/metrics.py), never from a table of metric keys here."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any
 
+from finbench.scoring.metrics import ACCURACY, OFFICIAL, Metric, undeclared
+
 if TYPE_CHECKING:
     from finbench.scoring.parts import Part
+    from finbench.scoring.scorer import Scorer
 
-HEADLINE_LABELS = {"finscore": "FinScore", "domain_accuracy": "domain-normalised accuracy (F)",
-                   "p_h": "multi-answer error rate (P_H)", "accuracy": "accuracy", "domain_score": "domain score",
-                   "score": "score", "strict_accuracy": "strict accuracy", "binary_accuracy": "binary accuracy",
-                   "binary_f1": "binary F1", "execution_rate": "execution rate", "mc_accuracy": "MC accuracy",
-                   "tf_accuracy": "TF accuracy", "qa_accuracy": "QA accuracy (exact)",
-                   "qa_accuracy_tolerance": "QA accuracy (within 1 %)", "statement_accuracy": "per-statement accuracy"}
 
-# A headline metric computed on a subset of the scored items: the count the scorer reports for it.
-ITEMS_BEHIND = {"p_h": ("n_multi_answer", "multi-answer item"), "binary_accuracy": ("n_binary", "binary item"),
-                "binary_f1": ("n_binary", "binary item"), "score": ("n_open", "judged open item"),
-                "mc_accuracy": ("n_mc", "MC item"), "tf_accuracy": ("n_tf", "TF item"), "qa_accuracy": ("n_qa", "QA item"),
-                "qa_accuracy_tolerance": ("n_qa", "QA item")}
+def declared_scorer(benchmark: str | None) -> Scorer | None:
+    """The `Scorer` of a benchmark registered in this process (its declarations: metrics, parts,
+    variants); None for a score of a benchmark not registered here, shown under its own keys."""
+    if not benchmark:
+        return None
+    from finbench.benchmarks import get_benchmark
+    from finbench.scoring.scorer import resolved
 
+    try:
+        return resolved(get_benchmark(str(benchmark)).scorer)
+    except ValueError:
+        return None
+
+
+def metric_of(benchmark: str | None, key: str) -> Metric:
+    """The declaration of metric `key` of the benchmark's rule (an undeclared one: its key, ×100)."""
+    scorer = declared_scorer(benchmark)
+    return scorer.metric(key) if scorer is not None else undeclared(key)
+
+
+def metric_label(benchmark: str | None, key: str) -> str:
+    return metric_of(benchmark, key).label
+
+
+def metric_labels(benchmark: str | None, keys: Any) -> dict[str, str]:
+    """{key: label} of the metrics `keys` (the templates' `labels`)."""
+    return {key: metric_label(benchmark, key) for key in keys}
+
+
+def penalties(benchmark: str | None, keys: Any) -> set[str]:
+    """The metrics among `keys` the rule declares lower-is-better (FinMME's P_H)."""
+    return {key for key in keys if not metric_of(benchmark, key).higher_is_better}
+
+
+def declared_parts(benchmark: str | None) -> tuple[Part, ...]:
+    """The parts the benchmark's rule scores apart, as its `Scorer` declares them; none for a
+    benchmark not registered in this process (its scores are shown without parts rather than not
+    at all)."""
+    scorer = declared_scorer(benchmark)
+    return () if scorer is None else scorer.parts
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
@@ -46,15 +79,14 @@ def num(value: Any) -> str:
 def scored_parts(scores: dict[str, Any]) -> list[tuple["Part", dict[str, Any]]]:
     """(declaration, values) of each part the benchmark's `Scorer` scores apart that this score
     holds, in the declared order (FinMTM: dialogue, then agent)."""
-    from finbench.scoring.api import score_parts
-
-    return [(part, scores[part.name]) for part in score_parts(scores.get("benchmark")) if scores.get(part.name)]
+    return [(part, scores[part.name]) for part in declared_parts(scores.get("benchmark")) if scores.get(part.name)]
 
 
-def part_value(value: float | None, percent: bool) -> str:
+def part_value(value: float | None, metric: Metric) -> str:
+    """A part metric's value on its shown scale (×100 for a 0–1 value, else as it is)."""
     if value is None:
         return "—"
-    return f"{value * 100:.2f}" if percent else f"{value:.2f}"
+    return f"{value * metric.scale:.2f}"
 
 
 def part_cells(part: "Part", found: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -63,9 +95,9 @@ def part_cells(part: "Part", found: dict[str, Any]) -> list[tuple[str, str, str]
     cells = []
     for metric in part.metrics:
         ci = (found.get("ci") or {}).get(metric.key) or {}
-        interval = (f"[{part_value(ci['low'], metric.percent)}, {part_value(ci['high'], metric.percent)}]"
+        interval = (f"[{part_value(ci['low'], metric)}, {part_value(ci['high'], metric)}]"
                     if ci.get("low") is not None else "–")
-        cells.append((metric.label, part_value(found.get(metric.key), metric.percent), interval))
+        cells.append((metric.label, part_value(found.get(metric.key), metric), interval))
     return cells
 
 
@@ -76,11 +108,12 @@ def _interval(ci: Any, factor: float) -> tuple[float | None, float | None]:
 
 
 def _metric_entry(scores: dict[str, Any], name: str) -> dict[str, Any]:
-    """A 0–1 metric of the rule as the reports show it: ×100, with its CI."""
-    low, high = _interval((scores.get("ci") or {}).get(name), 100.0)
+    """A metric of the rule as the reports show it (×100 for a 0–1 metric), with its CI."""
+    metric = metric_of(scores.get("benchmark"), name)
+    low, high = _interval((scores.get("ci") or {}).get(name), metric.scale)
     value = scores.get(name)
-    return {"metric": name, "label": HEADLINE_LABELS.get(name, name), "value": None if value is None else 100.0 * value,
-            "low": low, "high": high, "n": scores.get("n"), "full": 100.0}
+    return {"metric": name, "label": metric.label, "value": None if value is None else metric.scale * value,
+            "low": low, "high": high, "n": scores.get("n"), "full": metric.shown_full}
 
 
 def _part_entry(part: "Part", found: dict[str, Any]) -> dict[str, Any] | None:
@@ -89,11 +122,10 @@ def _part_entry(part: "Part", found: dict[str, Any]) -> dict[str, Any] | None:
     metric = next((m for m in part.metrics if m.key == part.headline), None)
     if metric is None or found.get(metric.key) is None:
         return None
-    factor = 100.0 if metric.percent else 1.0
-    low, high = _interval((found.get("ci") or {}).get(metric.key), factor)
+    low, high = _interval((found.get("ci") or {}).get(metric.key), metric.scale)
     return {"metric": f"{part.name}.{metric.key}", "label": part.headline_label or metric.label,
-            "value": factor * found[metric.key], "low": low, "high": high, "n": found.get("n_scored"),
-            "full": 100.0 if metric.percent else metric.full}
+            "value": metric.scale * found[metric.key], "low": low, "high": high, "n": found.get("n_scored"),
+            "full": metric.shown_full}
 
 
 def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +139,7 @@ def headline_score(scores: dict[str, Any]) -> dict[str, Any]:
 def _headline_entry(scores: dict[str, Any]) -> dict[str, Any]:
     """`headline_score` with `full`, the top of the scale its value is on (100, or a part
     metric's own full scale)."""
-    primary = scores.get("primary", "accuracy")
+    primary = scores.get("primary", ACCURACY.key)
     if scores.get(primary) is not None:
         return _metric_entry(scores, primary)
     for part, found in scored_parts(scores):
@@ -118,11 +150,11 @@ def _headline_entry(scores: dict[str, Any]) -> dict[str, Any]:
 
 def _items_behind(scores: dict[str, Any], name: str) -> Any:
     """How many items a metric rests on: its subset's count where the scorer reports one."""
-    count = ITEMS_BEHIND.get(name, ("n", ""))[0]
+    count = metric_of(scores.get("benchmark"), name).n_key
     return scores.get(count) if scores.get(count) is not None else scores.get("n")
 
 
-def run_headlines(scores: dict[str, Any], also: tuple[str, ...] = ("accuracy",)) -> list[dict[str, Any]]:
+def run_headlines(scores: dict[str, Any], also: tuple[str, ...] = (ACCURACY.key,)) -> list[dict[str, Any]]:
     """Every number a run is known by, each as `headline_score` gives it (×100 or on its part's
     own scale, with CI), with `full`, the top of that scale: the headline first, then the metrics `also` names (the benchmark's
     `leaderboard_metrics`, 0–1 keys of `scores`) the score holds, then the headline metric of
@@ -184,6 +216,16 @@ def _bootstrap_check(c: dict[str, Any]) -> str:
                                      f"{100 * found['high']:+.2f}])")
 
 
+def delta_text(row: dict[str, Any]) -> str:
+    """A leaderboard row's Δ cell (leaderboard.py): '+2.50 *', with the metric it is a difference of
+    in brackets where that is not the run's headline metric ('+2.50 * (accuracy)'); 'reference'
+    for the reference run."""
+    if row["reference"] == "(reference)":
+        return "reference"
+    text = f"{'–' if row['delta'] is None else format(row['delta'], '+.2f')} {row['mark']}".strip()
+    return text if row.get("delta_metric") in (None, row["metric"]) else f"{text} ({row['delta_metric']})"
+
+
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
     """'12.34 [8.10, 15.20]' (values already ×100), without the interval when it is missing, '–'
     for a missing value."""
@@ -197,7 +239,6 @@ def score_text(headline: dict[str, Any]) -> str:
     return f"{headline['label']} {interval_text(headline['value'], headline['low'], headline['high'])}"
 
 
-RULE_NAMES = {"official": "the benchmark's official rule", "paper": "the paper's formula (not the headline)"}
 # Sources of a scorer's `correct_sources` that are finbench's own rules, not the benchmark's:
 # a rule stands in where the official code asks an LLM judge and no --judge was given.
 OWN_RULE_SOURCES = ("rules", "rule_fallback")
@@ -206,7 +247,7 @@ OWN_RULE_SOURCES = ("rules", "rule_fallback")
 def scored_by(scores: dict[str, Any]) -> str:
     """What really scored the answers: the rule's name, and, where the scorer counts them, how
     many answers finbench's own rules decided in the official judge's place."""
-    rule = RULE_NAMES.get(scores.get("variant"), f"variant {scores.get('variant')}")
+    rule = rule_name(scores)
     sources = scores.get("correct_sources") or {}
     own = sum(int(sources.get(k) or 0) for k in OWN_RULE_SOURCES)
     if not own:
@@ -214,6 +255,15 @@ def scored_by(scores: dict[str, Any]) -> str:
     total = sum(int(v or 0) for v in sources.values())
     return (f"{rule} for {total - own} of {total} answers; the other {own} by finbench's own rules "
             "(a number within tolerance, the option's letter or text), not the official judge (--judge)")
+
+
+def rule_name(scores: dict[str, Any]) -> str:
+    """The name of the rule that scored: its variant's declared `rule` ("the benchmark's official
+    rule", FinMME's "the paper's formula"), "variant NAME" for one its scorer does not declare."""
+    scorer = declared_scorer(scores.get("benchmark"))
+    variants = (OFFICIAL,) if scorer is None else scorer.variants
+    found = next((v for v in variants if v.name == scores.get("variant")), None)
+    return f"variant {scores.get('variant')}" if found is None else found.rule
 
 
 def quantization_study(summary: dict[str, Any]) -> list[dict[str, Any]]:

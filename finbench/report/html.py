@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (HEADLINE_LABELS, headline_score, num, part_cells, pct, power_line,
+from finbench.report.format import (headline_score, metric_labels, num, part_cells, pct, penalties, power_line,
                                     quantization_study, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
@@ -35,7 +35,7 @@ from finbench.report.studies import baseline_line, compare_rows, study_sections
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
                                    stages_figure, tradeoff_figure)
-from finbench.scoring.stats import LOWER_IS_BETTER
+from finbench.scoring.metrics import ACCURACY
 from finbench.types import OPTION_LETTERS
 
 MAX_THUMBNAILS = 200
@@ -72,8 +72,9 @@ def write_report(run_dir: str | Path) -> Path:
     scores = results["scores"]
     rows = _browser_rows(samples, _thumbnails(results, samples))
     page = _environment().get_template("run.html.j2").render(
-        results=results, scores=scores, labels=HEADLINE_LABELS, plots=_uris(run_figures(results)),
-        parts=part_rows(scores), headline=headline_score(scores), scored_by=scored_by(scores), penalties=LOWER_IS_BETTER,
+        results=results, scores=scores, labels=metric_labels(results["benchmark"], scores.get("headline", [])),
+        plots=_uris(run_figures(results)), parts=part_rows(scores), headline=headline_score(scores), scored_by=scored_by(scores),
+        penalties=penalties(results["benchmark"], scores.get("headline", [])),
         studies=study_sections(results) + balance_sections(results) + run_sections(results), baseline=baseline_line(results),
         browser_json=_script_json(rows), n_browser=len(rows), n_samples=len(samples),
         domains=sorted({r["domain"] for r in rows}), kinds=sorted({r["kind"] for r in rows}),
@@ -98,7 +99,7 @@ def run_figures(results: dict[str, Any]) -> dict[str, Any]:
     if scores.get("calibration"):
         figures["reliability"] = reliability_figure(scores["calibration"])
     if scores.get("selective"):
-        figures["selective"] = selective_figure(scores["selective"], scores.get("primary", "accuracy"))
+        figures["selective"] = selective_figure(scores["selective"], scores.get("primary", ACCURACY.key), results["benchmark"])
     if results.get("throughput", {}).get("stages_s"):
         figures["throughput by stage"] = stages_figure(results["throughput"]["stages_s"])
     return {name: figure for name, figure in figures.items() if figure is not None}
@@ -202,13 +203,20 @@ def _thumbnail(data: bytes) -> str:
 
 
 # ---- sweep report ---------------------------------------------------------------------------
+def _sweep_metrics(summary: dict[str, Any]) -> list[str]:
+    """The metrics a sweep's page names: its headline, and the quantization study's primary."""
+    study = quantization_study(summary)
+    return list(summary["comparison"]["headline"]) + ([study[0]["primary"]] if study else [])
+
+
 def write_sweep_report(out: str | Path, summary: dict[str, Any]) -> Path:
     """Render OUT/report.html of a sweep from its summary (sweep.json's content)."""
     out = Path(out)
     variants = summary["variants"]
     comparisons = {c["run"]: c for c in summary["comparison"]["comparisons"]}
     page = _environment().get_template("sweep.html.j2").render(
-        summary=summary, variants=variants, comparisons=comparisons, labels=HEADLINE_LABELS,
+        summary=summary, variants=variants, comparisons=comparisons,
+        labels=metric_labels(summary.get("benchmark"), _sweep_metrics(summary)),
         study=quantization_study(summary),
         headline=summary["comparison"]["headline"], plots=_uris(sweep_figures(summary)),
         distributions=summary["distributions"], flips=summary["flip_matrix"],

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (HEADLINE_LABELS, also_text, headline_score, interval_text, num, part_cells, pct,
+from finbench.report.format import (also_text, delta_text, headline_score, interval_text, metric_label, num, part_cells, pct, penalties,
                                     power_line, quantization_study, sampled_label, score_text, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
+from finbench.scoring.metrics import ACCURACY, SCORE
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 
@@ -26,8 +27,6 @@ def _ci(ci: dict[str, Any] | None) -> str:
 
 
 def run_markdown(results: dict[str, Any]) -> str:
-    from finbench.scoring.stats import LOWER_IS_BETTER
-
     scores = results["scores"]
     headline = headline_score(scores)
     parts = [f"# finbench · {results['benchmark']} · {results['config']['model']}",
@@ -39,7 +38,8 @@ def run_markdown(results: dict[str, Any]) -> str:
     if scores.get("n"):
         parts += ["## Scores (×100)",
                   _table(["metric", "value ×100", "95% CI ×100"],
-                         [[HEADLINE_LABELS.get(k, k) + (" (penalty: lower is better)" if k in LOWER_IS_BETTER else ""),
+                         [[metric_label(results["benchmark"], k)
+                           + (" (penalty: lower is better)" if k in penalties(results["benchmark"], [k]) else ""),
                            pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))] for k in scores.get("headline", [])]),
                   f"{scores['n']} scored questions, {scores.get('n_errors', 0)} of them with an error (scored as wrong); "
                   f"scored by {scored_by(scores)}."]
@@ -54,18 +54,18 @@ def run_markdown(results: dict[str, Any]) -> str:
                   f"n = {found['n_scored']} of {found['n']} scored ({found.get('n_errors', 0)} with an error, scored 0)"
                   + (f"; {found['unscored']}" if found.get("unscored") else "") + f". {found.get('scale', '')}."]
         if found.get("by_level"):
-            parts.append(_table(["level", "n", "score"], [[level, str(g["n"]), f"{g['score']:.2f}"]
+            parts.append(_table(["level", "n", SCORE.key], [[level, str(g["n"]), f"{g[SCORE.key]:.2f}"]
                                                           for level, g in found["by_level"].items()]))
     for section in study_sections(results) + balance_sections(results) + run_sections(results):  # studies, clustered error bars, cost
         parts.append(f"## {section['title']}")
         parts += [_table(table["header"], table["rows"]) for table in section["tables"]]
         parts.append(section["note"])
     for column, groups in scores.get("breakdowns", {}).items():
-        has_score = any("score" in g for g in groups.values())
+        has_score = any(SCORE.key in g for g in groups.values())
         parts += [f"## By {column}",
                   _table([column, "n", "accuracy ×100", "95% CI (Wilson) ×100"] + (["score ×100"] if has_score else []),
-                         [[name, str(g["n"]), pct(g["accuracy"]), _ci(g.get("ci"))]
-                          + ([pct(g.get("score"))] if has_score else []) for name, g in groups.items()])]
+                         [[name, str(g["n"]), pct(g[ACCURACY.key]), _ci(g.get("ci"))]
+                          + ([pct(g.get(SCORE.key))] if has_score else []) for name, g in groups.items()])]
     calib = scores.get("calibration")
     if calib:
         parts += ["## Calibration", f"{calib['items']}: ECE ×100 {pct(calib['ece'])}, Brier {num(calib['brier'])}, "
@@ -105,11 +105,11 @@ def sweep_markdown(summary: dict[str, Any]) -> str:
         f"# finbench sweep · {summary['benchmark']}",
         f"Reference: {summary['reference']}; {summary['comparison']['n_shared']} shared questions.",
         "## Variants (×100, 95% bootstrap CI)",
-        _table(["variant", *[HEADLINE_LABELS.get(m, m) for m in headline], "model memory GiB", "samples/s",
+        _table(["variant", *[metric_label(summary.get("benchmark"), m) for m in headline], "model memory GiB", "samples/s",
                 "reasoning tokens"], rows),
         f"## Against {summary['reference']} (×100; 95% CI: clustered t for mean scores, else paired bootstrap; "
         "exact McNemar, Holm)",
-        _table(["variant", *[f"Δ {HEADLINE_LABELS.get(m, m)}{sampled_label(summary['comparison']['comparisons'], m)}"
+        _table(["variant", *[f"Δ {metric_label(summary.get('benchmark'), m)}{sampled_label(summary['comparison']['comparisons'], m)}"
                              for m in headline], "McNemar p", "Holm p",
                 "KL mean (nats)", "top-1 agreement", "gold prob shift"], deltas),
         *_power_markdown(summary["comparison"]["comparisons"]),
@@ -145,12 +145,12 @@ def _study_markdown(summary: dict[str, Any]) -> list[str]:
                  "; ".join(f"{d['domain']} {pct(d['delta'])}" for d in r["domains_losing_most"]) or "none",
                  num(r["memory_ratio"]), num(r["speed_ratio"])] for r in study]
         parts += [f"## Quantization study (against {summary['reference']}; ×100)",
-                  _table(["variant", "runs as", "what is quantized", f"Δ {HEADLINE_LABELS.get(study[0]['primary'], study[0]['primary'])}",
+                  _table(["variant", "runs as", "what is quantized", f"Δ {metric_label(summary.get('benchmark'), study[0]['primary'])}",
                           "right → wrong", "wrong → right", "McNemar p", "Holm p", "KL mean (nats)", "top-1 agreement",
                           "gold prob shift", "ECE (Δ)", "domains losing most", "memory ×", "speed ×"], rows)]
     if domains:
         names = [v["name"] for v in summary["variants"]]
-        rows = [[d["domain"], str(d["n"]), pct(d["accuracy"].get(names[0])),
+        rows = [[d["domain"], str(d["n"]), pct(d[ACCURACY.key].get(names[0])),
                  *[pct(d["delta"].get(n)) for n in names[1:]]] for d in domains]
         parts += ["## Per-domain sensitivity (accuracy ×100; most sensitive first)",
                   _table(["domain", "n", names[0], *[f"Δ {n}" for n in names[1:]]], rows)]
@@ -168,7 +168,7 @@ def leaderboard_markdown(board: dict[str, Any]) -> str:
     benchmark declares: format.also_text), then per benchmark the accuracy by domain."""
     rows = [[r["run"], r["model"], r["quant"], r["thinking"], r["protocol"], r["benchmark"], r["metric"],
              _board_score(r), also_text(r), str(r["n"]), str(r["errors"]), num(r["samples_per_s"]),
-             "reference" if r["reference"] == "(reference)" else f"{_number(r['delta'], signed=True)} {r['mark']}".strip()]
+             delta_text(r)]
             for r in board["rows"]]
     parts = ["# finbench leaderboard",
              _table(["run", "model", "quant", "thinking", "protocol", "benchmark", "metric", "score ×100 [95% CI]",
@@ -181,7 +181,7 @@ def leaderboard_markdown(board: dict[str, Any]) -> str:
         domains = sorted({d for r in members for d in r["domains"]})
         if domains:
             parts += [f"## {benchmark}: accuracy ×100 by {members[0]['domain_column']}",
-                      _table(["run", *domains], [[r["run"], *(_number(r["domains"].get(d, {}).get("accuracy"))
+                      _table(["run", *domains], [[r["run"], *(_number(r["domains"].get(d, {}).get(ACCURACY.key))
                                                            for d in domains)] for r in members])]
     parts += [f"note: {note}" for note in board["notes"]]
     return "\n\n".join(parts) + "\n"
@@ -204,4 +204,6 @@ def _number(value: Any, signed: bool = False) -> str:
 
 
 def _board_score(row: dict[str, Any]) -> str:
-    return interval_text(row["score"], row["ci_low"], row["ci_high"])
+    """The run's headline score [CI] (its first headline: format.run_headlines)."""
+    headline = row["headlines"][0]
+    return interval_text(headline["value"], headline["low"], headline["high"])

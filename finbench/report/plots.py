@@ -10,8 +10,8 @@ import io
 import math
 from typing import TYPE_CHECKING, Any
 
-from finbench.report.format import HEADLINE_LABELS, pct
-from finbench.scoring.stats import LOWER_IS_BETTER
+from finbench.report.format import metric_label, pct, penalties
+from finbench.scoring.metrics import ACCURACY
 
 if TYPE_CHECKING:
     from finbench.scoring.parts import Part
@@ -87,18 +87,19 @@ def headline_figure(scores: dict[str, Any]) -> Any:
     ci = scores.get("ci", {})
     bounds = {k: (ci[k]["low"], ci[k]["high"]) if ci.get(k) and ci[k].get("low") is not None else (math.nan, math.nan)
               for k in keys}
-    groups = [[k for k in keys if k not in LOWER_IS_BETTER], [k for k in keys if k in LOWER_IS_BETTER]]
+    penalised = penalties(scores.get("benchmark"), keys)  # lower is better: drawn apart
+    groups = [[k for k in keys if k not in penalised], [k for k in keys if k in penalised]]
     groups = [g for g in groups if g]
     width = 1.6 + 1.15 * len(keys)
     figure = _figure(max(width, 4.2), 3.4)
     axes = figure.subplots(1, len(groups), squeeze=False, width_ratios=[max(len(g), 1) for g in groups])[0]
     for axis, group in zip(axes, groups):
-        penalty = group[0] in LOWER_IS_BETTER
+        penalty = group[0] in penalised
         heights, errors = _whiskers([scores[k] for k in group], [bounds[k][0] for k in group],
                                     [bounds[k][1] for k in group])
         axis.bar(range(len(group)), heights, yerr=errors, capsize=3, color=ORANGE if penalty else BLUE)
         axis.set_xticks(range(len(group)))
-        axis.set_xticklabels([wrapped(HEADLINE_LABELS.get(k, k), 1.1, TICK_SIZE) for k in group], fontsize=TICK_SIZE)
+        axis.set_xticklabels([wrapped(metric_label(scores.get("benchmark"), k), 1.1, TICK_SIZE) for k in group], fontsize=TICK_SIZE)
         axis.set_ylim(0, 100)
         axis.set_ylabel("penalty ×100 (lower is better)" if penalty else "score ×100", fontsize=LABEL_SIZE)
         if penalty:
@@ -113,8 +114,8 @@ def breakdown_figure(column: str, groups: dict[str, dict[str, Any]], max_groups:
     items = sorted(groups.items(), key=lambda kv: -kv[1]["n"])[:max_groups]
     if not items:
         return None
-    intervals = [(g["ci"]["low"], g["ci"]["high"]) if g.get("ci") else wilson(g["accuracy"], g["n"]) for _, g in items]
-    heights, errors = _whiskers([g["accuracy"] for _, g in items], [i[0] for i in intervals], [i[1] for i in intervals])
+    intervals = [(g["ci"]["low"], g["ci"]["high"]) if g.get("ci") else wilson(g[ACCURACY.key], g["n"]) for _, g in items]
+    heights, errors = _whiskers([g[ACCURACY.key] for _, g in items], [i[0] for i in intervals], [i[1] for i in intervals])
     figure = _figure(6.4, 1.1 + 0.32 * len(items))
     axis = figure.subplots()
     rows = list(range(len(items)))[::-1]  # largest group on top
@@ -132,29 +133,29 @@ def reliability_figure(calibration: dict[str, Any]) -> Any:
     figure = _figure(4.8, 4.2)
     axis = figure.subplots()
     axis.plot([0, 1], [0, 1], "--", color="#999", label="perfect calibration")
-    axis.bar([(b["low"] + b["high"]) / 2 for b in bins], [b["accuracy"] for b in bins],
+    axis.bar([(b["low"] + b["high"]) / 2 for b in bins], [b[ACCURACY.key] for b in bins],
              width=[b["high"] - b["low"] for b in bins], alpha=0.35, edgecolor=BLUE, label="accuracy per bin")
-    axis.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o-", color=BLUE,
+    axis.plot([b["confidence"] for b in bins], [b[ACCURACY.key] for b in bins], "o-", color=BLUE,
               label="mean confidence → accuracy")
     axis.set_xlabel("confidence (probability of the answer)", fontsize=LABEL_SIZE)
-    axis.set_ylabel("accuracy", fontsize=LABEL_SIZE)
+    axis.set_ylabel(ACCURACY.label, fontsize=LABEL_SIZE)
     axis.set(xlim=(0, 1), ylim=(0, 1))
     _title(axis, f"reliability (n {calibration['n']}, ECE ×100 {pct(calibration.get('ece'), 1)})", 4.8)
     figure.legend(loc="outside lower center", fontsize=7, ncols=2, frameon=False)
     return figure
 
 
-def selective_figure(selective: list[dict[str, Any]], primary: str) -> Any:
+def selective_figure(selective: list[dict[str, Any]], primary: str, benchmark: str | None = None) -> Any:
     figure = _figure(4.8, 4.2)
     axis = figure.subplots()
     coverage = [s["coverage"] for s in selective]
     # a missing value (nothing answered) is a gap in the line, never a 0
     nan = float("nan")
-    axis.plot(coverage, [s["accuracy"] if s.get("accuracy") is not None else nan for s in selective], "o-",
-              label="accuracy")
-    if primary != "accuracy" and any(s.get(primary) is not None for s in selective):
+    axis.plot(coverage, [s[ACCURACY.key] if s.get(ACCURACY.key) is not None else nan for s in selective], "o-",
+              label=ACCURACY.label)
+    if primary != ACCURACY.key and any(s.get(primary) is not None for s in selective):
         axis.plot(coverage, [s[primary] if s.get(primary) is not None else nan for s in selective], "s-",
-                  label=HEADLINE_LABELS.get(primary, primary))
+                  label=metric_label(benchmark, primary))
     axis.set_xlabel(wrapped("coverage (answered share; answer when confidence > τ)", 4.4, LABEL_SIZE), fontsize=LABEL_SIZE)
     axis.set_ylabel("score (0–1)", fontsize=LABEL_SIZE)
     axis.set(xlim=(-0.02, 1.02), ylim=(0, 1))
@@ -176,7 +177,7 @@ def stages_figure(stages: dict[str, float]) -> Any:
 def part_figure(part: "Part", found: dict[str, Any]) -> Any:
     """A part the rule scores apart (FinMTM's dialogue: turn and session 0–10, final 0–100; agent:
     precision, recall, F2 ×100, Qt 0–25) as bars with their bootstrap CIs, each as a share of its
-    own full scale (`PartMetric.full`)."""
+    own full scale (`Metric.full`)."""
     metrics = [m for m in part.metrics if found.get(m.key) is not None]
     if not metrics or not found.get("n_scored"):
         return None
@@ -185,7 +186,7 @@ def part_figure(part: "Part", found: dict[str, Any]) -> Any:
     axis = figure.subplots()
     shares, low, high = [], [], []
     for metric in metrics:  # drawn as a share of each metric's full scale
-        full = 1.0 if metric.percent else metric.full
+        full = metric.full
         shares.append(found[metric.key] / full)
         interval = ci.get(metric.key) or {}
         low.append(interval["low"] / full if interval.get("low") is not None else math.nan)
@@ -204,7 +205,7 @@ def part_figure(part: "Part", found: dict[str, Any]) -> Any:
 def tradeoff_figure(variants: list[dict[str, Any]], key: str, xlabel: str) -> Any:
     """Accuracy against a cost, one marker per variant, named in a legend below the axes (names
     written beside close points overlap)."""
-    points = [(v[key], v["accuracy"], v["name"]) for v in variants if v.get(key) and v.get("accuracy") is not None]
+    points = [(v[key], v[ACCURACY.key], v["name"]) for v in variants if v.get(key) and v.get(ACCURACY.key) is not None]
     if not points:
         return None
     figure = _figure(5.2, 4.0 + 0.22 * len(points))
@@ -267,7 +268,7 @@ def reasoning_figure(variants: list[dict[str, Any]]) -> Any:
     figure = _figure(5.2, 4.0 + 0.22 * len(variants))
     axis = figure.subplots()
     xs = [v.get("reasoning_tokens_mean") or 0.0 for v in variants]
-    ys = [100 * v["accuracy"] if v.get("accuracy") is not None else float("nan") for v in variants]
+    ys = [100 * v[ACCURACY.key] if v.get(ACCURACY.key) is not None else float("nan") for v in variants]
     axis.plot(xs, ys, "-", color="#bbb", zorder=1)
     markers = "osD^vP*X<>"
     for k, (x, y, v) in enumerate(zip(xs, ys, variants)):
@@ -283,7 +284,7 @@ def reasoning_figure(variants: list[dict[str, Any]]) -> Any:
 # ---- leaderboard --------------------------------------------------------------------------------
 def leaderboard_figure(rows: list[dict[str, Any]]) -> Any:
     """Each run's headline score with its CI, one horizontal bar per run (its mark beside it)."""
-    rows = [r for r in rows if r["score"] is not None]
+    rows = [r for r in rows if r["headlines"][0]["value"] is not None]
     if not rows:
         return None
     figure = _figure(6.4, 1.2 + 0.36 * len(rows))
@@ -291,7 +292,7 @@ def leaderboard_figure(rows: list[dict[str, Any]]) -> Any:
     positions = list(range(len(rows)))[::-1]
     low = [r["ci_low"] / 100 if r["ci_low"] is not None else math.nan for r in rows]
     high = [r["ci_high"] / 100 if r["ci_high"] is not None else math.nan for r in rows]
-    heights, errors = _whiskers([r["score"] / 100 for r in rows], low, high)
+    heights, errors = _whiskers([r["headlines"][0]["value"] / 100 for r in rows], low, high)
     axis.barh(positions, heights, xerr=errors, capsize=3, color=BLUE)
     axis.set_yticks(positions)
     axis.set_yticklabels([f"{wrapped(r['run'], 2.4, TICK_SIZE)} {r['mark']}".strip() for r in rows], fontsize=TICK_SIZE)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from finbench.report.format import HEADLINE_LABELS, num, pct
+from finbench.report.format import metric_label, num, pct
 
 
 def _ratio(value: Any) -> str:
@@ -40,7 +40,7 @@ def clustered_line(results: dict[str, Any]) -> str | None:
         if m.get("se") is not None and m.get("se_iid"):
             ci = m.get("ci") or {}
             interval = f", 95% CI [{pct(ci.get('low'))}, {pct(ci.get('high'))}]" if ci.get("low") is not None else ""
-            return (f"clustered by {found['by']} (G {found['n_clusters']}): {HEADLINE_LABELS.get(name, name)} SE "
+            return (f"clustered by {found['by']} (G {found['n_clusters']}): {metric_label(results.get('benchmark'), name)} SE "
                     f"×{m['se'] / m['se_iid']:.2f} of iid ({pct(m['se'])} vs {pct(m['se_iid'])} ×100, design effect "
                     f"{_ratio(m.get('design_effect'))}{interval})")
     return None
@@ -53,7 +53,7 @@ def clustered_section(results: dict[str, Any]) -> dict[str, Any] | None:
     rows = []
     for name, m in found["metrics"].items():
         ci = m.get("ci") or {}
-        rows.append([HEADLINE_LABELS.get(name, name), pct(m.get("se_iid")), pct(m.get("se")),
+        rows.append([metric_label(results.get("benchmark"), name), pct(m.get("se_iid")), pct(m.get("se")),
                      _ratio(m.get("design_effect")),
                      f"[{pct(ci.get('low'))}, {pct(ci.get('high'))}]" if ci.get("low") is not None else "–"])
     return {"id": "clustered", "title": "Clustered error bars (×100)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from finbench.report.format import HEADLINE_LABELS, pct
+from finbench.report.format import metric_label, pct
 from finbench.report.sampling import sampling_line, sampling_section
 
 BASELINE_NAMES = {"majority_answer": "majority answer", "always_a": "always A",
@@ -58,7 +58,7 @@ def study_lines(results: dict[str, Any]) -> list[str]:
                           f"every order · position bias {pct(circular['position_bias'])} · option consistency "
                           f"{pct(circular['option_consistency'])}")
     for mode, found in (results.get("image_ablation") or {}).items():
-        label = HEADLINE_LABELS.get(found["metric"], found["metric"])
+        label = metric_label(results.get("benchmark"), found["metric"])
         lines.append(f"image ablation {mode} ({found['n']} items, ×100): {label} {pct(found['base_score'])} → "
                      f"{pct(found['score'])} ({_kept(found['retained'])}) · accuracy "
                      f"{pct(found['base_accuracy'])} → {pct(found['accuracy'])} ({_kept(found['retained_accuracy'])})")
@@ -150,7 +150,7 @@ def study_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
                     "every order: a model that always picks A has position bias 100 and option consistency 0."})
     ablation = results.get("image_ablation")
     if ablation:
-        summary = [[mode, str(f["n"]), HEADLINE_LABELS.get(f["metric"], f["metric"]), pct(f["base_score"]),
+        summary = [[mode, str(f["n"]), metric_label(results.get("benchmark"), f["metric"]), pct(f["base_score"]),
                     pct(f["score"]), _ratio(f["retained"]), pct(f["base_accuracy"]), pct(f["accuracy"]),
                     _ratio(f["retained_accuracy"])] for mode, f in ablation.items()]
         domains = [[d, mode, str(g["n"]), pct(g["base"]), pct(g["ablated"]), _ratio(g["retained"])]

@@ -242,7 +242,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     samples = samples_table(questions[:study.n_base], predictions, keys)
     for column, values in judged.columns.items():
         samples[column] = values[:study.n_base]
-    scores = score(samples, benchmark.name, config.bootstrap, config.seed)
+    scores = score(samples, benchmark, config.bootstrap, config.seed)
     studied, variants = study.finish(benchmark, predictions, keys, judged.columns, samples, cached, todo)
     throughput = {**loop.throughput.summary(model, len(todo), compute_seconds, loop.max_batch),
                   "model_parts_s": dict(parts.seconds), "first_batch_wait_s": first_batch_wait}
@@ -277,7 +277,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     except OutputsError as err:
         raise Stopped(f"stopped: {err}; every answer is in the cache {cache.path}: free space and rerun the same "
                       "command (nothing is computed again)") from None
-    log.info("done: %s", {k: scores.get(k) for k in ("finscore", "accuracy")})
+    log.info("done: %s", {k: scores.get(k) for k in scores.get("headline", [])})
     distributed.finish(world)
     return RunResult(out_dir, results, samples)
 

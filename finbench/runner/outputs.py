@@ -13,11 +13,14 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from finbench.runner.decoding import answer_confidence
 from finbench.runner.keys import model_identity
 from finbench.types import Prediction, Question
+
+if TYPE_CHECKING:
+    from finbench.benchmarks.base import Benchmark
 
 log = logging.getLogger("finbench")
 
@@ -64,8 +67,8 @@ def _confidence(question: Question, p: Prediction) -> float:
     return answer_confidence(question.kind, p.option_logprobs, p.step_logprobs)
 
 
-def score(samples: Any, benchmark: str, n_bootstrap: int, seed: int) -> dict[str, Any]:
-    """results.json's scores; `samples` gains the recomputed per-question `correct` column."""
+def score(samples: Any, benchmark: Benchmark, n_bootstrap: int, seed: int) -> dict[str, Any]:
+    """results.json's scores under `benchmark`'s rule (its `Benchmark`); `samples` gains the recomputed per-question `correct` column."""
     from finbench.scoring import per_question_correct, score_samples
 
     scores = score_samples(samples, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed)

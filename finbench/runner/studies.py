@@ -115,17 +115,17 @@ class Studies:
                 ("probe", [v.probe for v in self.variants]))):
             table.insert(1 + position, column, values)
         if len(table):  # the open-ended probe's free answers are matched to the gold text here (or judged)
-            table = probe_verdicts(table, per_question_correct(table, benchmark.name), bool(self.config.judge))
+            table = probe_verdicts(table, per_question_correct(table, benchmark), bool(self.config.judge))
         else:
             table["correct"] = []
         if self.config.permutations:
             studied["circular"] = circular_summary(samples, table, self.config.permutations, benchmark.domain_field,
                                                    self.n_not_rotatable)
         if self.config.image_ablation:
-            studied["image_ablation"] = ablation_summary(samples, table, benchmark.name, benchmark.domain_field)
+            studied["image_ablation"] = ablation_summary(samples, table, benchmark, benchmark.domain_field)
         if self.config.samples > 1:
             studied["sampling"] = sampling_summary(sample_frames(samples, table, [v.base for v in self.variants], [
-                v.sample for v in self.variants], self.config.samples), benchmark.name, self.config.samples)
+                v.sample for v in self.variants], self.config.samples), benchmark, self.config.samples)
         if self.config.probes:
             studied["probes"] = probe_summary(samples, table, self.config.probes, self.not_probed,
                                               bool(self.config.judge))

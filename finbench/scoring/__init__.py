@@ -8,6 +8,10 @@ Public API (used by the runner and by `finbench score` / `finbench compare`):
   first one (exact McNemar, Holm, paired bootstrap CIs of the differences, flipped questions).
 - `per_question_correct(df, benchmark)` → recomputed official 0/1 correctness per row.
 
+`benchmark` is the `Benchmark` (finbench.benchmarks `get_benchmark`), whose `Scorer` scores and
+declares its metrics (scoring/metrics.py); None: the one the table names in its `benchmark` column.
+A name, or a table that names no benchmark, is an error: no benchmark's rule is a default.
+
 Correctness is always recomputed from answer / gold / tolerance (FinMME, FinMTM, FAMMA choice items)
 so a stale `correct` column can never leak into a score. The code lives in `scoring/api.py` (the
 dispatch and statistics), `finmme.py` / `famma.py` / `finmtm.py` (each benchmark's rule, ending in

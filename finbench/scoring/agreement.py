@@ -19,8 +19,6 @@ replaces. Every reduction is a tensor pass over all resamples at once.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -122,31 +120,6 @@ def judge_agreement(frames: Sequence[pd.DataFrame], names: Sequence[str], n_boot
             out["rule_vs_judge"][name] = agreement(rule[have], judge[have],
                                                    _cluster_ids(frame[have].reset_index(drop=True)), n_bootstrap, seed)
     return out
-
-
-def judge_agreement_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstrap: int = 1000, seed: int = 0,
-                            console: Any = None) -> dict[str, Any]:
-    """`finbench judge-agreement RUN_A RUN_B`: print the agreement, and write its JSON to `out`
-    when given (nothing is written into a run folder unasked, as `compare`)."""
-    from finbench.report.console import as_console
-    from finbench.scoring.commands import load_samples
-
-    run_dirs = [Path(d) for d in run_dirs]
-    if len(run_dirs) != 2:
-        raise ValueError("judge-agreement compares exactly two run folders")
-    result = judge_agreement([load_samples(d) for d in run_dirs], [d.name or str(d) for d in run_dirs],
-                             n_bootstrap, seed)
-    con = as_console(console)
-    for line in agreement_lines(result):
-        con.print(line, markup=False, soft_wrap=True)
-    if out is not None:
-        target = Path(out)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")  # a reader never sees half a file
-        partial.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
-        partial.replace(target)
-        con.print(f"wrote {target}", markup=False, soft_wrap=True)
-    return result
 
 
 def agreement_lines(result: dict[str, Any]) -> list[str]:

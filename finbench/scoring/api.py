@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -16,43 +16,49 @@ from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
 from finbench.scoring.balance import label_balance
 from finbench.scoring.clustered import clustered_summary, paired_difference, verdict
-from finbench.scoring.parts import Part
+from finbench.scoring.metrics import ACCURACY, OFFICIAL, SCORE
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column, wilson_interval)
-from finbench.types import DEFAULT_BENCHMARK, OPTION_LETTERS, SINGLE
+from finbench.types import OPTION_LETTERS, SINGLE
+
+if TYPE_CHECKING:
+    from finbench.benchmarks.base import Benchmark
 
 CI_LEVEL = 0.95
 
 __all__ = ["breakdowns", "build_table", "calibration_summary", "compare_runs", "option_prob_matrix",
-           "per_question_correct", "score_parts", "score_samples", "with_rule_verdicts", "write_samples_out"]
+           "per_question_correct", "score_samples", "table_benchmark"]
 
 
 # ---- tables ----------------------------------------------------------------------------------------
-def _benchmark(name: str | None) -> Any:
+def table_benchmark(benchmark: Benchmark | None, df: pd.DataFrame) -> Benchmark:
+    """The benchmark whose rule scores `df`: the `Benchmark` given, else the one the table names in
+    its `benchmark` column (looked up in the registry). A name instead of the Benchmark, or a table
+    that names no benchmark (or several), is one clear error: never a default benchmark's rule."""
+    if isinstance(benchmark, str):
+        raise TypeError(f"scoring takes the Benchmark (finbench.benchmarks.get_benchmark({benchmark!r})), not its name")
+    if benchmark is not None:
+        return benchmark
+    named = df["benchmark"].dropna().astype(str).str.lower().unique() if "benchmark" in df.columns else []
+    named = [n for n in named if n]
+    if len(named) != 1:
+        raise ValueError("the samples table names no benchmark (no `benchmark` column): give its Benchmark"
+                         if not named else f"the samples table names several benchmarks ({', '.join(named)}): "
+                                           "score each apart")
     from finbench.benchmarks import get_benchmark  # the one registry of benchmarks and their scorers
 
-    return get_benchmark(DEFAULT_BENCHMARK if name is None else name)
+    return get_benchmark(named[0])
 
 
-def score_parts(benchmark: str | None) -> tuple[Part, ...]:
-    """The parts a benchmark's rule scores apart, as its `Scorer` declares them (what the console,
-    the reports and the leaderboard draw); none for a benchmark not registered in this process
-    (its scores are shown without parts rather than not at all)."""
-    try:
-        return _benchmark(benchmark).scorer.parts
-    except ValueError:
-        return ()
-
-
-def build_table(df: pd.DataFrame, benchmark: str | None = None, variant: str = "official",
+def build_table(df: pd.DataFrame, benchmark: Benchmark | None = None, variant: str = OFFICIAL.name,
                 denominator: str = "gold", device: str | torch.device = "cpu") -> ScoreTable:
-    """The ScoreTable of one run under the benchmark's rule (its registered `Scorer`; no benchmark:
-    the registry's default one)."""
-    spec = _benchmark(benchmark)
+    """The ScoreTable of one run under the benchmark's rule (its `Scorer`; `benchmark` None: the
+    benchmark the table names, `table_benchmark`)."""
+    spec = table_benchmark(benchmark, df)
     scorer = spec.scorer
-    if variant not in scorer.variants:
-        raise ValueError(f"variant {variant!r}: {spec.name} has {', '.join(repr(v) for v in scorer.variants)}")
+    if variant not in {v.name for v in scorer.variants}:
+        raise ValueError(f"variant {variant!r}: {spec.name} has {', '.join(repr(v.name) for v in scorer.variants)}")
     options = {"denominator": denominator} if denominator != "gold" else {}
     return scorer.build_table(df, variant=variant, device=device, **options)
 
@@ -81,13 +87,13 @@ def clustered_scores(rows: pd.DataFrame, table: ScoreTable, spec: Any) -> dict[s
     """results.json's `scores.clustered`: the clustered SE, iid SE, design effect and 95% interval
     of every mean-type metric — accuracy, and the per-question score where it is not 0/1."""
     by, ids, n_clusters = _clusters(rows, spec)
-    metrics = {"accuracy": table.correct.cpu()}
+    metrics = {ACCURACY.key: table.correct.cpu()}
     if not torch.equal(table.score, table.correct):
-        metrics["score"] = table.score.cpu()
+        metrics[SCORE.key] = table.score.cpu()
     return clustered_summary(metrics, ids, by, n_clusters)
 
 
-def per_question_correct(df: pd.DataFrame, benchmark: str | None = None) -> np.ndarray:
+def per_question_correct(df: pd.DataFrame, benchmark: Benchmark | None = None) -> np.ndarray:
     """Official per-question correctness (float 0/1, one per row of `df`); rows the benchmark's
     rule does not score (FinMTM open items) keep their stored `correct`, else NaN."""
     table = build_table(df, benchmark)
@@ -100,59 +106,6 @@ def per_question_correct(df: pd.DataFrame, benchmark: str | None = None) -> np.n
     out = out.copy()
     out[rows] = correct
     return out
-
-
-def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: str, protocol: str,
-                       unsafe_sandbox: bool = False) -> pd.DataFrame:
-    """Answers given in a file (`score --predictions`), with the verdicts a run's rules would add
-    (`rule_score`, `judge_details`), for a benchmark whose rules judge the whole run at once
-    (`Benchmark.rule_judgements`: FinMMR's programs run in the sandbox); others unchanged."""
-    import json
-
-    from finbench.types import Prediction
-
-    spec = _benchmark(benchmark)
-    if spec.rule_judgements is None:
-        return df
-    answers = dict(zip(df["id"].astype(str), df["answer"].astype(str)))
-    rows = [i for i, q in enumerate(questions) if not q.error and str(q.id) in answers]
-    found = spec.rule_judgements([questions[i] for i in rows],
-                                 [Prediction(id=str(questions[i].id), answer=answers[str(questions[i].id)]) for i in rows],
-                                 protocol, unsafe_sandbox)
-    verdicts = {str(questions[i].id): verdict for i, verdict in zip(rows, found)}
-    out = df.copy()
-    out["rule_score"] = [float("nan") if verdicts.get(i, (None,))[0] is None else float(verdicts[i][0])
-                         for i in out["id"].astype(str)]
-    out["judge_details"] = [json.dumps({"rules": verdicts[i][1]}, ensure_ascii=False) if i in verdicts else ""
-                            for i in out["id"].astype(str)]
-    return out
-
-
-def write_samples_out(path: Any, df: pd.DataFrame, benchmark: str, variant: str = "official") -> int:
-    """`score --samples-out FILE.jsonl`: one line per question — `id`, `answer` as given, what
-    the rule read from it (`extracted`: the rule's reading, or the program's result; null when
-    the benchmark's rule does not report it), `correct` (the per-question score, 0/1 for binary
-    rules; null for a row the rule does not score). Written then renamed; returns the lines."""
-    import json
-    from pathlib import Path
-
-    table = build_table(df, benchmark, variant)
-    rows = table.info.get("rows")
-    positions = np.arange(len(df)) if rows is None else np.asarray(rows)
-    score = np.full(len(df), np.nan)
-    score[positions] = table.score.cpu().numpy()
-    extracted: list[Any] = [None] * len(df)
-    if table.info.get("extracted") is not None:
-        for position, text in zip(positions, table.info["extracted"]):
-            extracted[int(position)] = text
-    lines = [json.dumps({"id": str(i), "answer": a, "extracted": e, "correct": None if s != s else float(s)},
-                        ensure_ascii=False)
-             for i, a, e, s in zip(df["id"].tolist(), df["answer"].tolist(), extracted, score.tolist())]
-    target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    partial.replace(target)
-    return len(lines)
 
 
 # ---- breakdowns ------------------------------------------------------------------------------------
@@ -181,11 +134,11 @@ def breakdowns(df: pd.DataFrame, table: ScoreTable, columns: Sequence[str]) -> d
         for j, label in enumerate(lab):
             if n[j] == 0:
                 continue
-            entry: dict[str, Any] = {"n": int(n[j]), "accuracy": float(s[j, 0] / n[j]),
+            entry: dict[str, Any] = {"n": int(n[j]), ACCURACY.key: float(s[j, 0] / n[j]),
                                      "ci": {"low": float(low[j]), "high": float(high[j]), "level": CI_LEVEL,
                                             "method": "wilson"}}
             if show_score:
-                entry["score"] = float(s[j, 1] / n[j])
+                entry[SCORE.key] = float(s[j, 1] / n[j])
             groups[label] = entry
         out[column] = groups
     return out
@@ -234,22 +187,20 @@ def calibration_summary(df: pd.DataFrame, n_bins: int = 10) -> dict[str, Any] | 
 
 
 # ---- score / compare --------------------------------------------------------------------------------
-def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str = "official", n_bootstrap: int = 0,
+def score_samples(df: pd.DataFrame, benchmark: Benchmark | None = None, variant: str = OFFICIAL.name, n_bootstrap: int = 0,
                   seed: int = 0, group_columns: Sequence[str] | None = None, device: str | torch.device = "cpu",
                   denominator: str = "gold", level: float = CI_LEVEL,
                   thresholds: Sequence[float] | None = None) -> dict[str, Any]:
     """Score one run's samples table. Headline numbers are on the 0–1 scale (papers quote ×100);
     `ci` holds percentile bootstrap CIs (questions resampled, the whole statistic recomputed per
     resample) when n_bootstrap > 0. `denominator` is the paper variant's n (`gold` | `options`)."""
-    spec = _benchmark(benchmark)
-    benchmark = spec.name
-    table = build_table(df, benchmark, variant, denominator, device)
+    spec = table_benchmark(benchmark, df)
+    table = build_table(df, spec, variant, denominator, device)
     rows = _table_rows(df, table)
     info = table.info
-    out: dict[str, Any] = {"benchmark": benchmark, "variant": variant, "label": info["label"], "n": table.n,
+    out: dict[str, Any] = {"benchmark": spec.name, "variant": variant, "label": info["label"], "n": table.n,
                            "n_errors": info.get("n_errors", 0)}
-    if variant == "paper":
-        out["n_denominator"] = info["n_denominator"]
+    out.update({name: info[name] for name in spec.scorer.variant(variant).info_fields})  # FinMME paper: its n
     out.update(point_estimates(table))
     out["headline"] = list(table.headline)
     out["primary"] = table.primary
@@ -286,8 +237,8 @@ def score_samples(df: pd.DataFrame, benchmark: str | None = None, variant: str =
     return _jsonable(out)
 
 
-def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str | None = None,
-                 n_bootstrap: int = 1000, seed: int = 0, variant: str = "official", level: float = CI_LEVEL,
+def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: Benchmark | None = None,
+                 n_bootstrap: int = 1000, seed: int = 0, variant: str = OFFICIAL.name, level: float = CI_LEVEL,
                  device: str | torch.device = "cpu", means: Sequence[pd.Series | None] | None = None
                  ) -> dict[str, Any]:
     """Paired comparison of runs on the same questions; the first run is the baseline.
@@ -302,8 +253,8 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
         raise ValueError("compare_runs needs at least two runs and one name per run")
     if len(set(names)) != len(names):
         raise ValueError(f"run names must be distinct: {list(names)}")
-    benchmark = _benchmark(benchmark).name
-    tables = [build_table(df, benchmark, variant, device=device) for df in dfs]
+    spec = table_benchmark(benchmark, dfs[0])
+    tables = [build_table(df, spec, variant, device=device) for df in dfs]
     for name, table in zip(names, tables):
         if len(set(table.ids.tolist())) != table.n:
             raise ValueError(f"run {name!r} has duplicate question ids")
@@ -314,7 +265,7 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
                                             values=t.subset(p).values)
                         for t, p in zip(tables[1:], positions[1:])]
     scores = {name: point_estimates(t) for name, t in zip(names, aligned)}
-    by, cluster_ids, n_clusters = _clusters(_table_rows(dfs[0], tables[0]).iloc[positions[0]], _benchmark(benchmark))
+    by, cluster_ids, n_clusters = _clusters(_table_rows(dfs[0], tables[0]).iloc[positions[0]], spec)
     comparisons = []
     for k, (name, table) in enumerate(zip(names[1:], aligned[1:]), start=1):
         mc = mcnemar(base.correct, table.correct)
@@ -343,7 +294,7 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: s
     for comparison, p in zip(comparisons, holm([c["mcnemar"]["p"] for c in comparisons])):
         comparison["p_holm"] = p
     notes = _gold_disagreements(dfs, names, shared)
-    return _jsonable({"benchmark": benchmark, "variant": variant, "label": tables[0].info["label"],
+    return _jsonable({"benchmark": spec.name, "variant": variant, "label": tables[0].info["label"],
                       "baseline": names[0], "runs": list(names), "primary": base.primary,
                       "headline": list(base.headline), "n_shared": len(shared),
                       "n_by_run": {name: t.n for name, t in zip(names, tables)},

@@ -26,6 +26,7 @@ import torch
 
 from finbench.kernels.segments import factorize
 from finbench.scoring.stats import str_column
+from finbench.scoring.metrics import ACCURACY
 from finbench.types import MULTI, SINGLE
 
 CHOICE_KINDS = (SINGLE, MULTI)
@@ -85,13 +86,13 @@ def label_balance(rows: pd.DataFrame, correct: torch.Tensor, type_field: str = "
         size = float(items[members].sum())
         accuracy = float(hit[type_id == t].sum()) / size
         by_type[str(name)] = {
-            "n": int(size), "accuracy": accuracy, "n_labels": len(members),
+            "n": int(size), ACCURACY.key: accuracy, "n_labels": len(members),
             "constant_answer": named[int(per_type["mode"][t])],
             "constant_baseline": float(per_type["most"][t]) / size, "macro_recall": float(per_type["macro"][t]),
             "min_recall": float(per_type["lowest"][t]), "min_recall_label": named[int(per_type["low"][t])],
             "recall": {named[j]: {"n": int(items[j]), "recall": float(recall[j])} for j in members}}
     weakest = int(torch.argmin(recall))  # the first label of the lowest recall, in sorted order
-    return {**out, "accuracy": float(hit.sum()) / n,
+    return {**out, ACCURACY.key: float(hit.sum()) / n,
             "constant_baseline": float(per_type["most"].sum()) / n,
             "constant_answers": {str(name): g["constant_answer"] for name, g in by_type.items()},
             "macro_recall": float(recall.mean()), "min_recall": float(recall[weakest]), "min_recall_label": shown(weakest),

@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 from finbench.kernels.bitmask import letters_to_mask
-from finbench.scoring.finmme import numeric_values, numerical_correct
+from finbench.scoring.answers import numeric_values, numerical_correct
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 

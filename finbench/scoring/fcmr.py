@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.fcmr import SETS
+from finbench.scoring.metrics import ACCURACY, Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
 
 LABEL = "FCMR (exact match of the answer set, as the paper; per-statement accuracy beside it), HYU-NLP/FCMR"
@@ -75,4 +76,5 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict) -> dict:
     return {"n_unreadable": table.info["n_unreadable"], "chance_accuracy": 1 / len(SETS)}
 
 
-SCORER = Scorer(build_table=build_table, summary=summary)
+SCORER = Scorer(build_table=build_table, summary=summary,
+                metrics=(ACCURACY, Metric("statement_accuracy", "per-statement accuracy")))

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.scoring.metrics import ACCURACY, Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
 
 LABEL = "FinChart-Bench (README comparison: lower-cased label for MC/TF, exact float for QA), Tizzzzy/FinChart-Bench"
@@ -93,4 +94,8 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict) -> dict:
             "qa_relative_tolerance": QA_RELATIVE_TOLERANCE}
 
 
-SCORER = Scorer(build_table=build_table, summary=summary)
+METRICS = (ACCURACY, Metric("mc_accuracy", "MC accuracy", n_key="n_mc", n_label="MC item"),
+           Metric("tf_accuracy", "TF accuracy", n_key="n_tf", n_label="TF item"),
+           Metric("qa_accuracy", "QA accuracy (exact)", n_key="n_qa", n_label="QA item"),
+           Metric("qa_accuracy_tolerance", "QA accuracy (within 1 %)", n_key="n_qa", n_label="QA item"))
+SCORER = Scorer(build_table=build_table, summary=summary, metrics=METRICS)

@@ -33,14 +33,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
+from finbench.kernels.bitmask import letters_to_mask, popcount
 from finbench.kernels.segments import factorize, joint_counts, parallel_chunk_sum
+from finbench.scoring.answers import normalize_response, numeric_values, numerical_correct, official_number  # noqa: F401 — FinMME's own rule, shared
+from finbench.scoring.metrics import ACCURACY, Metric, Variant
+from finbench.scoring.metrics import OFFICIAL as OFFICIAL_RULE
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import OPTION_LETTERS
 
@@ -49,7 +52,6 @@ PAPER = "paper"
 VARIANTS = (OFFICIAL, PAPER)
 DENOMINATORS = ("gold", "options")
 OFFICIAL_LABEL = "FinMME official FinScore (luo-junyu/FinMME eval.py calculate_finscore)"
-NORMALIZE_REPLACEMENTS = ("**", ":", "$\\boxed{", "}$", "\\$", "$", "{", "\\boxed")
 DOMAIN_COLUMNS = ("domain", "knowledge_domain")
 KIND_TO_QUESTION_TYPE = {"single": "single_choice", "multi": "multiple_choice", "numerical": "numerical"}
 
@@ -59,38 +61,10 @@ def paper_label(denominator: str = "gold") -> str:
 
 
 # ---- the official judge ---------------------------------------------------------------------------
-def normalize_response(answers: Iterable[Any] | np.ndarray) -> np.ndarray:
-    """eval.py `normalize_response` on every answer (vectorised string replacements, same order)."""
-    series = pd.Series(to_str_array(answers), dtype=object)
-    for old in NORMALIZE_REPLACEMENTS:
-        series = series.str.replace(old, "", regex=False)
-    return series.to_numpy(dtype=object)
-
-
-def official_number(text: str) -> float:
-    """eval.py's number reading: digits, '.' and '-' only, then `float`; failure → NaN."""
-    kept = "".join(c for c in text if c.isdigit() or c in ".-")
-    try:
-        return float(kept)
-    except (ValueError, TypeError):
-        return math.nan
-
-
-def numeric_values(texts: Iterable[Any] | np.ndarray) -> torch.Tensor:
-    """`official_number` of each string (float64 [N]); parsed once per distinct string."""
-    codes, uniques = pd.factorize(pd.Series(to_str_array(texts), dtype=object))
-    parsed = np.array([official_number(u) for u in uniques], dtype=np.float64)
-    return torch.from_numpy(parsed[codes] if len(codes) else np.zeros(0))
-
-
+# (its answer reading, `normalize_response` and the number rule, is shared: scoring/answers.py)
 def choice_correct(pred_mask: torch.Tensor, gold_mask: torch.Tensor) -> torch.Tensor:
     """Binary exact set match."""
     return pred_mask == gold_mask
-
-
-def numerical_correct(pred: torch.Tensor, gold: torch.Tensor, tolerance: torch.Tensor) -> torch.Tensor:
-    """|pred − gold| ≤ tolerance; any NaN (parse failure, missing tolerance) compares False."""
-    return (pred - gold).abs() <= tolerance
 
 
 def official_correct(pred_mask: torch.Tensor, gold_mask: torch.Tensor, pred_value: torch.Tensor,
@@ -318,4 +292,10 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> d
     return {"n_multi_answer": table.info["n_multi_answer"], "n_domains": len(table.info["domains"])}
 
 
-SCORER = Scorer(build_table=build_table, variants=VARIANTS, summary=summary)
+METRICS = (Metric("finscore", "FinScore"), Metric("domain_accuracy", "domain-normalised accuracy (F)"),
+           Metric("domain_score", "domain score"),
+           Metric("p_h", "multi-answer error rate (P_H)", higher_is_better=False, n_key="n_multi_answer",
+                  n_label="multi-answer item"),
+           ACCURACY)
+PAPER_VARIANT = Variant(PAPER, "the paper's formula (not the headline)", info_fields=("n_denominator",))
+SCORER = Scorer(build_table=build_table, variants=(OFFICIAL_RULE, PAPER_VARIANT), summary=summary, metrics=METRICS)

@@ -45,6 +45,7 @@ import torch
 from finbench.sandbox import LANDLOCK_NOTE, UNSAFE_NOTE
 from finbench.scoring.safe_eval import MAX_TEXT, EvalFailed, Opaque
 from finbench.scoring.safe_eval import safe_eval as bounded_eval
+from finbench.scoring.metrics import ACCURACY, Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
 
 LABEL = "FinMMR (accuracy and execution rate, get_acc within 0.2%), addictedLL/FinMMR"
@@ -252,4 +253,4 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: Mapping[str, Any]) -
             "extraction": table.info["sources"], "execution_rate_by": by_group}
 
 
-SCORER = Scorer(build_table=build_table, summary=summary)
+SCORER = Scorer(build_table=build_table, summary=summary, metrics=(ACCURACY, Metric("execution_rate", "execution rate")))

@@ -46,7 +46,8 @@ import torch
 
 from finbench.kernels.bitmask import popcount
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
-from finbench.scoring.parts import Part, PartMetric
+from finbench.scoring.metrics import ACCURACY, Metric
+from finbench.scoring.parts import Part
 from finbench.scoring.stats import Scorer, ScoreTable, ci_dict, error_mask, float_column, str_column
 from finbench.types import MULTI, SINGLE
 
@@ -417,12 +418,14 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> d
 
 PARTS = (  # what `extra_scores` puts under scores["dialogue"] and scores["agent"], as it is shown
     Part("dialogue", "FinMTM dialogue sessions (judged by the run's judge model)", "FinMTM dialogue",
-         (PartMetric("turn", "turn (judge, 0–10)", full=10.0), PartMetric("session", "session checklist (0–10)", full=10.0),
-          PartMetric("score", "final = (0.5·turn + 0.5·session)×10 (0–100)", full=100.0)),
+         (Metric("turn", "turn (judge, 0–10)", scale=1.0, full=10.0), Metric("session", "session checklist (0–10)", scale=1.0, full=10.0),
+          Metric("score", "final = (0.5·turn + 0.5·session)×10 (0–100)", scale=1.0, full=100.0)),
          headline="score", headline_label="dialogue score"),
     Part("agent", "FinMTM agent items (offline replay of the tool plan)", "FinMTM agent",
-         (PartMetric("precision", "tool precision ×100", percent=True), PartMetric("recall", "tool recall ×100", percent=True),
-          PartMetric("f2", "tool F2 ×100", percent=True), PartMetric("tool_score", "Qt = 25·F2 (0–25)", full=25.0)),
+         (Metric("precision", "tool precision ×100"), Metric("recall", "tool recall ×100"),
+          Metric("f2", "tool F2 ×100"), Metric("tool_score", "Qt = 25·F2 (0–25)", scale=1.0, full=25.0)),
          headline="f2", headline_label="agent tool F2"),
 )
-SCORER = Scorer(build_table=build_table, summary=summary, group_frame=group_frame, parts=PARTS)
+METRICS = (Metric("score", "score"), Metric("score_old", "score_old"),
+           ACCURACY)
+SCORER = Scorer(build_table=build_table, summary=summary, group_frame=group_frame, parts=PARTS, metrics=METRICS)

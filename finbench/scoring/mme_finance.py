@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.scoring.metrics import Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
 from finbench.types import OPEN, OPTION_LETTERS
 
@@ -117,4 +118,7 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict[str, Any]) -> d
             "n_binary": table.info["n_binary"], "n_unjudged": table.info["n_unjudged"]}
 
 
-SCORER = Scorer(build_table=build_table, summary=summary)
+METRICS = (Metric("score", "score", n_key="n_open", n_label="judged open item"),
+           Metric("binary_accuracy", "binary accuracy", n_key="n_binary", n_label="binary item"),
+           Metric("binary_f1", "binary F1", n_key="n_binary", n_label="binary item"))
+SCORER = Scorer(build_table=build_table, summary=summary, metrics=METRICS)

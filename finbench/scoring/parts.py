@@ -1,22 +1,14 @@
 """What a scoring rule scores apart, beside its headline, declared as data (`Scorer.parts`,
 scoring/stats.py) so that the console, the reports and the leaderboard draw it without knowing
-the benchmark: FinMTM's dialogue sessions and agent items (scoring/finmtm.py `PARTS`)."""
+the benchmark: FinMTM's dialogue sessions and agent items (scoring/finmtm.py `PARTS`). Each metric
+of a part is a `Metric` (scoring/metrics.py): a 0–1 value shown ×100 (`scale` 100), or one on its
+own scale (`scale` 1) from 0 to `full` (0–10, 0–25, 0–100)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class PartMetric:
-    """One metric of a part: `key` in the part's dict, its `label`, and whether it is a 0–1 value
-    shown ×100 (`percent`) or on its own scale from 0 to `full` (0–10, 0–25, 0–100); the report's
-    chart draws each metric as a share of its full scale."""
-
-    key: str
-    label: str
-    percent: bool = False
-    full: float = 1.0
+from finbench.scoring.metrics import Metric
 
 
 @dataclass(frozen=True)
@@ -32,6 +24,6 @@ class Part:
     name: str
     title: str
     figure: str
-    metrics: tuple[PartMetric, ...]
+    metrics: tuple[Metric, ...]
     headline: str | None = None
     headline_label: str = ""

@@ -29,7 +29,7 @@ report/schema.py). Definitions:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,9 @@ from finbench.kernels.segments import factorize
 from finbench.scoring.api import _jsonable, per_question_correct, score_samples
 from finbench.scoring.stats import error_mask, float_column, str_column
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
+
+if TYPE_CHECKING:
+    from finbench.benchmarks.base import Benchmark
 
 CIRCULAR, ABLATION = "circular", "image_ablation"  # the `study` column of variants.parquet
 CHOICE_KINDS = (SINGLE, MULTI)
@@ -140,7 +143,7 @@ def _study_rows(variants: pd.DataFrame | None, study: str) -> pd.DataFrame | Non
 
 
 # ---- image ablation -----------------------------------------------------------------------------
-def ablation_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, benchmark: str,
+def ablation_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, benchmark: Benchmark,
                      domain_column: str = "domain") -> dict[str, Any]:
     """results.json's `image_ablation`: per mode, the benchmark's headline score and accuracy on
     the ablated items and the base run's on the same items, `retained` = ablated / base, and by
@@ -269,7 +272,7 @@ def read_answers(answers: Sequence[Any], kinds: Sequence[Any]) -> np.ndarray:
     is only letters and separators ('A, C' and 'AC' are one answer; markdown bold and LaTeX boxes
     removed as FinMME's judge does); for numerical items the number it holds (FinMME's reading:
     '8.81%' and '8.810' are one answer); else its case-folded, whitespace-collapsed text."""
-    from finbench.scoring.finmme import normalize_response, numeric_values
+    from finbench.scoring.answers import normalize_response, numeric_values
 
     text = pd.Series(normalize_response(answers), dtype=object).astype(str).str.strip()
     letters_only = text.str.upper().str.fullmatch(r"\(?[A-N](?:[\s,;/&、，]*[A-N])*\)?[\s,.;)]*").fillna(False)
@@ -283,7 +286,7 @@ def read_answers(answers: Sequence[Any], kinds: Sequence[Any]) -> np.ndarray:
     return ("letters:" + letters).where(choice & letters_only, plain).to_numpy(dtype=object)
 
 
-def answer_disagreements(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: str,
+def answer_disagreements(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: Benchmark,
                          official: str | None = None) -> dict[str, Any]:
     """The shared items two runs answer differently (`read_answers`): id, each run's answer, the
     official run's raw output shortened, the gold, and which run is right ('both', 'neither' or a

@@ -24,20 +24,23 @@ scores only as a whole) is left out of every number and counted in `n_unscored`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
 from finbench.kernels.segments import MISSING_LABEL, factorize
-from finbench.scoring.api import _benchmark, _clusters, _group_frame, _jsonable, build_table
+from finbench.scoring.api import _clusters, _group_frame, _jsonable, build_table
 from finbench.scoring.clustered import repeated_sampling
+
+if TYPE_CHECKING:
+    from finbench.benchmarks.base import Benchmark
 
 SAMPLING = "sampling"  # the `study` column of variants.parquet
 
 
-def sample_scores(frame: pd.DataFrame, benchmark: str) -> np.ndarray:
+def sample_scores(frame: pd.DataFrame, benchmark: Benchmark) -> np.ndarray:
     """The benchmark's per-question score of each row of `frame` [N] (float; NaN: not scored)."""
     table = build_table(frame, benchmark)
     out = pd.to_numeric(frame["correct"], errors="coerce").to_numpy(np.float64).copy() if "correct" in frame.columns \
@@ -48,7 +51,7 @@ def sample_scores(frame: pd.DataFrame, benchmark: str) -> np.ndarray:
     return out
 
 
-def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> dict[str, Any]:
+def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: Benchmark, k: int) -> dict[str, Any]:
     """results.json's `sampling`: {k, n, mean, se, maj_at_k, pass_at_k, agreement, by: {breakdown:
     {group: the same}}} over `frames`, the K tables of the same questions in the same order."""
     n_rows = len(frames[0]) if frames else 0
@@ -60,7 +63,7 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> 
     answers = factorize(texts)[0].reshape(len(frames), n_rows).T.contiguous()  # [N, K]: equal code, equal answer
     parsed = torch.from_numpy((texts.str.strip() != "").to_numpy().reshape(len(frames), n_rows).T.copy())
     keep = ~torch.isnan(correct).any(1)
-    spec = _benchmark(benchmark)
+    spec = benchmark
     clusters = factorize(pd.Series(_clusters(frames[0].reset_index(drop=True), spec)[1][keep].numpy()))[0]
     out = {**repeated_sampling(answers[keep], correct[keep], parsed[keep], clusters), "n_unscored": int((~keep).sum())}
     rows = _group_frame(frames[0].reset_index(drop=True), spec.scorer)[keep.numpy()]
@@ -78,7 +81,7 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: str, k: int) -> 
     return _jsonable(out)
 
 
-def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, benchmark: str) -> pd.Series | None:
+def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, benchmark: Benchmark) -> pd.Series | None:
     """The mean score of each sampled question over its K samples (sample 0 in `samples`, the
     others the `sampling` rows of `variants`), by id; None for a run without samples. A paired
     comparison of --samples runs uses these, not sample 0 alone: averaging the K samples takes
@@ -94,7 +97,7 @@ def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, ben
     return scores.groupby(level=0).mean()
 
 
-def load_per_question_means(run_dir: Any, samples: pd.DataFrame, benchmark: str) -> pd.Series | None:
+def load_per_question_means(run_dir: Any, samples: pd.DataFrame, benchmark: Benchmark) -> pd.Series | None:
     """`per_question_means` of a run folder (its variants.parquet, when it has one)."""
     from pathlib import Path
 

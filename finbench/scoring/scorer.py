@@ -18,6 +18,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from finbench.scoring.metrics import ACCURACY, OFFICIAL, Metric, Variant, undeclared
 from finbench.scoring.parts import Part
 
 if TYPE_CHECKING:
@@ -40,22 +41,37 @@ class Scorer:
     `build_table(df, variant=..., device=..., **options)` → ScoreTable; `summary(df, table,
     estimates)` → the rule's own fields of the score (counts, side scores); `group_frame(df)` →
     df with derived breakdown columns (e.g. FAMMA's arithmetic × language); `parts` → the parts
-    `summary` scores apart, in display order."""
+    `summary` scores apart, in display order; `metrics` → every metric its tables' headlines
+    can name (label, direction, scale, the count behind it: scoring/metrics.py), in display
+    order; `variants` → the ways it scores, the official rule first."""
 
     build_table: Callable[..., ScoreTable]
-    variants: tuple[str, ...] = ("official",)
+    variants: tuple[Variant, ...] = (OFFICIAL,)
     summary: Callable[[pd.DataFrame, ScoreTable, Mapping[str, Any]], dict[str, Any]] = _no_summary
     group_frame: Callable[[pd.DataFrame], pd.DataFrame] = _same_frame
     parts: tuple[Part, ...] = ()
+    metrics: tuple[Metric, ...] = (ACCURACY,)
+
+    def metric(self, key: str) -> Metric:
+        """The declared metric `key` (an undeclared one: shown ×100 under its key)."""
+        return next((m for m in self.metrics if m.key == key), None) or undeclared(key)
+
+    def variant(self, name: str) -> Variant:
+        """The declared variant `name`; a ValueError naming the ones there are."""
+        found = next((v for v in self.variants if v.name == name), None)
+        if found is None:
+            raise ValueError(f"variant {name!r}: this rule has {', '.join(repr(v.name) for v in self.variants)}")
+        return found
 
 
-SCORER_FIELDS = frozenset(f.name for f in dataclasses.fields(Scorer))
+SCORER_FIELDS = frozenset(f.name for f in dataclasses.fields(Scorer)) | {"metric", "variant"}  # fields, look-ups
 
 
 @dataclass(frozen=True)
 class ScorerModule:
     """The `SCORER` of `module`, imported on first use: reading one of the `Scorer`'s fields
-    (`build_table`, `variants`, `summary`, `group_frame`, `parts`) imports the module once (Python
+    (`build_table`, `variants`, `summary`, `group_frame`, `parts`, `metrics`) or its look-ups
+    (`metric`, `variant`) imports the module once (Python
     keeps it) and answers from its `SCORER`, so the rest of finbench reads `benchmark.scorer.parts`
     whichever way the benchmark declared it."""
 

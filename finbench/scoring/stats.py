@@ -19,10 +19,10 @@ import torch
 
 from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
 from finbench.kernels.segments import segment_sum, weighted_segment_sums
+from finbench.scoring.metrics import ACCURACY
 from finbench.scoring.scorer import Scorer  # the contract, torch-free; named here too, where it always was
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
-LOWER_IS_BETTER = frozenset({"p_h"})  # headline metrics that are penalties (FinMME's multi-answer error rate)
 
 
 # ---- the common currency of the benchmark rules -----------------------------------------------
@@ -163,7 +163,7 @@ def reliability_bins(confidence: torch.Tensor, hit: torch.Tensor, n_bins: int = 
     acc = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, idx, hit.to(torch.float64))
     return [{"low": i / n_bins, "high": (i + 1) / n_bins, "n": int(n[i]),
              "confidence": float(conf[i] / n[i]) if n[i] > 0 else None,
-             "accuracy": float(acc[i] / n[i]) if n[i] > 0 else None} for i in range(n_bins)]
+             ACCURACY.key: float(acc[i] / n[i]) if n[i] > 0 else None} for i in range(n_bins)]
 
 
 def expected_calibration_error(confidence: torch.Tensor, hit: torch.Tensor, n_bins: int = 10) -> float:
@@ -192,7 +192,7 @@ def calibration(probs: torch.Tensor, target: torch.Tensor, n_bins: int = 10) -> 
     confidence, predicted = probs.max(dim=1)
     hit = predicted == target
     return {"n": int(probs.shape[0]), "n_bins": n_bins,
-            "accuracy": float(hit.to(torch.float64).mean()) if probs.shape[0] else None,
+            ACCURACY.key: float(hit.to(torch.float64).mean()) if probs.shape[0] else None,
             "mean_confidence": float(confidence.mean()) if probs.shape[0] else None,
             "ece": _finite_or_none(expected_calibration_error(confidence, hit, n_bins)),
             "brier": _finite_or_none(brier_score(probs, target)),
@@ -229,7 +229,7 @@ def answer_calibration(confidence: torch.Tensor, hit: torch.Tensor, n_bins: int 
     conf, hit = confidence[known].to(torch.float64), hit[known].to(torch.float64)
     n = int(conf.numel())
     return {"n": n, "n_bins": n_bins,
-            "accuracy": float(hit.mean()) if n else None,
+            ACCURACY.key: float(hit.mean()) if n else None,
             "mean_confidence": float(conf.mean()) if n else None,
             "ece": _finite_or_none(expected_calibration_error(conf, hit, n_bins)),
             "brier": _finite_or_none(float(((conf - hit) ** 2).mean())) if n else None,
@@ -417,7 +417,7 @@ def domain_sensitivity(correct: torch.Tensor, domains: Sequence[Any], names: Seq
     worst = delta.min(dim=0).values if delta.shape[0] else torch.zeros(n_groups, dtype=torch.float64)
     order = torch.argsort(worst, stable=True).tolist()
     rows = [{"domain": str(labels[g]), "n": int(counts[g]),
-             "accuracy": {name: float(accuracy[r, g]) for r, name in enumerate(names)},
+             ACCURACY.key: {name: float(accuracy[r, g]) for r, name in enumerate(names)},
              "delta": {name: float(delta[r - 1, g]) for r, name in enumerate(names) if r > 0},
              "worst_delta": float(worst[g])} for g in order if counts[g] > 0]
     return {"reference": names[0], "n": int(values.shape[1]), "domains": rows,
