@@ -125,7 +125,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
     from finbench.scoring import compare_runs
     from finbench.scoring.commands import load_samples
-    from finbench.scoring.sampling import load_per_question_means
+    from finbench.studies import question_means
 
     folders = run_folders(paths)
     names = _names(folders)
@@ -146,7 +146,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
             continue
         order = [base, *others]
         frames = [load_samples(folders[i]) for i in order]
-        means = [load_per_question_means(folders[i], frame, benchmark) for i, frame in zip(order, frames)]
+        means = [question_means(folders[i], frame, benchmark) for i, frame in zip(order, frames)]
         comparison = compare_runs(frames, [names[i] for i in order], benchmark=benchmark, n_bootstrap=0, means=means)
         primary = comparison["primary"]
         for i, c in zip(others, comparison["comparisons"]):

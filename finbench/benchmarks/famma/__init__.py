@@ -19,6 +19,7 @@ The package, read in the order the data flows: `texts` (official prompts, labels
 
 from __future__ import annotations
 
+from finbench.judging import Judging
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.famma.extraction import _lenient_json, answer, extract_official, parse_grouped_response
 from finbench.benchmarks.famma.judge import judge_requests, read_judgement, rule_judgement, rule_verdict
@@ -39,7 +40,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.famma"),
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
-    judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    judging=Judging(judge_requests, read_judgement), forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     cluster_field="main_question_id",  # sub-questions share their main question's images and context
     open_prompt=open_prompt, language_field="language",  # english, chinese, french
     recognise=requires_columns("FAMMA", REQUIRED_COLUMNS),

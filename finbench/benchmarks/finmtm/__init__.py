@@ -20,6 +20,7 @@ replay).
 
 from __future__ import annotations
 
+from finbench.judging import Judging
 from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt, options_not_rendered
 from finbench.benchmarks.finmtm.judge import (judge_requests, match_calls, parse_judge_json, read_judgement, replies,
                                              rule_judgement, tool_calls, unique_calls)
@@ -40,7 +41,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmtm"),
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
-    judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    judging=Judging(judge_requests, read_judgement), forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     rotate=options_not_rendered,  # objective items carry their options inside the question text
     open_prompt=no_open_prompt,  # (so no stem without them: no open-ended probe)
     leaderboard_breakdown="question_type", recognise=recognise,
