@@ -24,10 +24,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from finbench.judging import Judging
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
+from finbench.judging import Judging
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
 from finbench.scoring.scorer import ScorerModule
 from finbench.types import NUMERICAL, Prediction, Question

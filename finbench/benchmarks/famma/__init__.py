@@ -19,7 +19,6 @@ The package, read in the order the data flows: `texts` (official prompts, labels
 
 from __future__ import annotations
 
-from finbench.judging import Judging
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.famma.extraction import _lenient_json, answer, extract_official, parse_grouped_response
 from finbench.benchmarks.famma.judge import judge_requests, read_judgement, rule_judgement, rule_verdict
@@ -29,6 +28,7 @@ from finbench.benchmarks.famma.record import answer_text, image_bytes, record_to
 from finbench.benchmarks.famma.texts import (DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID, JUDGE_MAX_NEW_TOKENS, METRICS,
                                              NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS)
 from finbench.benchmarks.recognise import requires_columns
+from finbench.judging import Judging
 from finbench.scoring.scorer import ScorerModule
 from finbench.types import Question
 

@@ -20,7 +20,6 @@ replay).
 
 from __future__ import annotations
 
-from finbench.judging import Judging
 from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt, options_not_rendered
 from finbench.benchmarks.finmtm.judge import (judge_requests, match_calls, parse_judge_json, read_judgement, replies,
                                              rule_judgement, tool_calls, unique_calls)
@@ -30,6 +29,7 @@ from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, DOMAIN_FIELD, FOR
                                               JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVELS, METRICS, NAME, OBJECTIVE,
                                               OFFICIAL_MAX_NEW_TOKENS, OPEN_ENDED_SYSTEM_PROMPT, PROMPT_VERSION,
                                               PROTOCOLS)
+from finbench.judging import Judging
 from finbench.scoring.scorer import ScorerModule
 
 __all__ = ["AGENT", "BENCHMARK", "DIALOGUE", "JUDGE_FIELDS", "JUDGE_MAX_NEW_TOKENS", "LEVELS", "OBJECTIVE",
