@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from finbench.options import Option
 from finbench.studies.base import Column, Expanded, Study, StudyRows
-from finbench.studies.cells import pct, signed
+from finbench.studies.cells import pct
 from finbench.types import OPTION_LETTERS, Question, RunConfig
 
 HEADLINE = ("k", "n", "base_accuracy", "circular_accuracy", "position_bias", "option_consistency")
