@@ -106,3 +106,19 @@ def test_a_registered_study_runs_scores_reports_sweeps_and_compares_end_to_end(t
     studies = json.loads((tmp_path / "compare.json").read_text())["studies"]
     assert studies[out.name][toystudy.NAME] == {k: block[k] for k in ("n", "accuracy", "base_accuracy")}
     assert "robustness studies" in compared and "nudged" in compared  # its column in the console's table
+
+
+def test_the_api_keywords_fill_runconfig_studies_and_results_json_keeps_them_flat():
+    from finbench.api import make_config
+    from finbench.studies import flat_config
+    from finbench.studies.circular import STUDY as CIRCULAR
+
+    config = make_config("m", "finmme", permutations=3, image_ablation="blank, noise", probes=["open-ended"])
+    assert config.studies == (("image_ablation", ("blank", "noise")), ("permutations", 3),
+                              ("probes", ("open-ended",)), ("samples", 1))  # every study's option, sorted
+    assert CIRCULAR.value(config) == 3 and CIRCULAR.value(make_config("m", "finmme")) == 0
+    flat = flat_config(config)
+    assert "studies" not in flat and (flat["permutations"], flat["image_ablation"], flat["samples"],
+                                      flat["probes"]) == (3, ("blank", "noise"), 1, ("open-ended",))
+    with pytest.raises(TypeError, match="unknown option"):
+        make_config("m", "finmme", permutation=3)
