@@ -7,7 +7,8 @@
     scores = finbench.score("runs/q7b", variant="paper", bootstrap=10_000)
     comparison = finbench.compare(["runs/bf16", "runs/8bit"])
 
-Every option of `finbench run` is a keyword argument here (the fields of `finbench.types.RunConfig`);
+Every option of `finbench run` is a keyword argument here (the fields of `finbench.types.RunConfig`,
+and each registered study's option, e.g. `permutations=3`: finbench/studies);
 an already loaded model adapter (`finbench.models.load_model(...)`) can be passed instead of a name.
 `batch_size` (a number or "auto"), `token_budget` and `workers` left out are sized to the device
 at start-up, as for `finbench run` (results.json `config.sized` names them).
@@ -54,18 +55,18 @@ def benchmark_names(benchmark: str | Sequence[str]) -> list[str]:
 
 def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
     """A RunConfig from keyword options; an unknown option is one clear TypeError."""
-    known = {f.name for f in dataclasses.fields(RunConfig)}
+    from finbench.studies import study_options, study_settings
+
+    studied = {o.name for o in study_options()}  # a study's keyword (permutations=3): RunConfig.studies
+    options["studies"] = study_settings({**dict(options.pop("studies", ())),
+                                         **{k: options.pop(k) for k in studied & set(options)}})
+    known = {f.name for f in dataclasses.fields(RunConfig)} | studied
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'model'}))}")
     for name in ("domains", "question_types"):
         if name in options and not isinstance(options[name], tuple):
             options[name] = tuple([options[name]] if isinstance(options[name], str) else options[name])
-    for name in ("image_ablation", "probes"):
-        if isinstance(options.get(name), str):  # the command line's "blank,noise"
-            options[name] = tuple(m.strip() for m in options[name].split(",") if m.strip())
-        elif options.get(name) is not None and not isinstance(options[name], tuple):
-            options[name] = tuple(options[name])
     if "gen_kwargs" in options:
         options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
     if isinstance(options.get("data"), Path):
@@ -230,7 +231,6 @@ def _starting(console: Any, source: str, loaded: Any, names: Sequence[str]) -> N
 
 
 SUMMARY_PARTS = ("ci", "dialogue", "agent", "breakdowns", "bootstrap")  # beside the numbers, in summary.json
-SUMMARY_STUDIES = ("circular", "image_ablation", "sampling", "probes")  # results.json's robustness studies, as the console reads them
 SUMMARY_SCALE = "fraction"
 SUMMARY_SCALE_NOTE = ("every score, CI, accuracy, rate and share in this file is on 0–1, as results.json holds it, "
                       "except where an entry names its own scale: each `headline` (value, low, high ×100, as the "
@@ -269,7 +269,9 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
              for part in declared_parts(scores.get("benchmark")) if scores.get(part.name)}
     if parts:
         entry["part_scales"] = parts
-    entry["studies"] = {k: results[k] for k in SUMMARY_STUDIES if results.get(k)}
+    from finbench.studies import all_studies
+
+    entry["studies"] = {s.block: results[s.block] for s in all_studies() if results.get(s.block)}
     entry["baselines"] = results.get("majority_baseline")
     entry["label_balance"] = scores.get("label_balance")  # constant answer, macro-recall, lowest recall (scoring/balance.py)
     entry["calibration"] = scores.get("calibration")

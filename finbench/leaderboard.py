@@ -134,7 +134,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     from finbench.benchmarks import get_benchmark
     from finbench.scoring import compare_runs
     from finbench.scoring.runs import load_samples
-    from finbench.scoring.sampling import load_per_question_means
+    from finbench.studies import question_means
 
     folders = run_folders(paths)
     names = _names(folders)
@@ -156,7 +156,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
         order = [base, *others]
         frames = [load_samples(folders[i]) for i in order]
         spec = get_benchmark(benchmark)
-        means = [load_per_question_means(folders[i], frame, spec) for i, frame in zip(order, frames)]
+        means = [question_means(folders[i], frame, spec) for i, frame in zip(order, frames)]
         comparison = compare_runs(frames, [names[i] for i in order], benchmark=spec, n_bootstrap=0, means=means)
         for i, c in zip(others, comparison["comparisons"]):
             delta = c.get("diff")  # what `significant` judges: the paired difference of the mean per-question score

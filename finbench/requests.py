@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence, Union
 
 DEFAULT_NUMERIC_BUDGET = 12  # tokens of a constrained numerical answer (`--numeric-budget`)
 IMAGE_ABLATIONS = ("blank", "noise", "none")  # `--image-ablation` modes (Prompt.ablated)
-PROBES = ("none-of-the-above", "open-ended")  # `--probe` contamination probes (runner/probes.py)
+PROBES = ("none-of-the-above", "open-ended")  # `--probe` contamination probes (studies/probes.py)
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,14 @@ class Choose:
     `think_budget`: None = no thinking block; N = reason up to N tokens first (0: close at once).
     `rotation`: the options are shown cyclically rotated by this many positions (circular
     evaluation, runner/studies.py; the benchmark rendered them so); 0 = as published.
-    `probe`: the contamination probe this asking is (PROBES, runner/probes.py; "" = none)."""
+    `probe`: the contamination probe this asking is (PROBES, studies/probes.py; "" = none)."""
 
     prompt: Prompt
     n_options: int
     multi: bool = False
     think_budget: int | None = None
     rotation: int = 0
-    sampling: tuple[tuple[str, Any], ...] = ()  # the thinking block sampled (--samples: runner/sampling.py)
+    sampling: tuple[tuple[str, Any], ...] = ()  # the thinking block sampled (--samples: studies/sampling.py)
     probe: str = ""
 
 
@@ -84,14 +84,14 @@ class Number:
     prompt: Prompt
     budget: int = DEFAULT_NUMERIC_BUDGET
     think_budget: int | None = None
-    sampling: tuple[tuple[str, Any], ...] = ()  # the thinking block sampled (--samples: runner/sampling.py)
+    sampling: tuple[tuple[str, Any], ...] = ()  # the thinking block sampled (--samples: studies/sampling.py)
 
 
 @dataclass(frozen=True)
 class Generate:
     """Free text, at most `max_new_tokens`; greedy unless `sampling` gives a temperature > 0
     (sorted (name, value) pairs: temperature, top_p, top_k). `probe`: the contamination probe
-    this asking is (a choice item asked open-ended, runner/probes.py; "" = none)."""
+    this asking is (a choice item asked open-ended, studies/probes.py; "" = none)."""
 
     prompt: Prompt
     max_new_tokens: int

@@ -285,16 +285,14 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
     from finbench.scoring import compare_runs
     from finbench.scoring.api import _jsonable
     from finbench.scoring.runs import load_samples, run_benchmark_of
-    from finbench.scoring.robustness import study_summary
     from finbench.scoring.stats import distribution_comparison
+    from finbench.studies import headlines, question_means
 
     run_dirs = [Path(d) for d in run_dirs]
     dfs = [load_samples(d) for d in run_dirs]
     results = [json.loads((d / "results.json").read_text()) for d in run_dirs]
     benchmark = run_benchmark_of(dfs[0], run_dirs[0])
-    from finbench.scoring.sampling import load_per_question_means
-
-    means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
+    means = [question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
     comparison = compare_runs(dfs, list(names), benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed,
                               means=means)
     variants = []
@@ -317,7 +315,7 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
             "samples_per_s": throughput.get("samples_per_s"),
             "all_from_cache": bool(throughput.get("all_from_cache")),
             **_reasoning_summary(df),
-            "studies": study_summary(result),  # circular, image_ablation, majority_baseline (scoring/robustness.py)
+            "studies": headlines(result),  # each study's headline numbers, majority_baseline (finbench/studies)
         })
     distributions = distribution_comparison(dfs, list(names))
     domains = _domain_sensitivity(dfs, names, benchmark)

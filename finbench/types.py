@@ -167,9 +167,8 @@ class RunConfig:
     judge: str | None = None  # local chat model that judges open answers (FAMMA, FinMTM sessions)
     judge_max_new_tokens: int | None = None  # the judge's reply budget (None: the benchmark's official one)
     think_budget: int = 0  # reasoning tokens before a constrained answer (thinking models; 0 = none)
-    # robustness studies (runner/studies.py; scored in scoring/robustness.py): more requests, same run
-    permutations: int = 0  # circular evaluation: each choice item asked in K rotations of its options (0: off)
-    image_ablation: tuple[str, ...] = ()  # the same items with every image blank, noise or none (removed)
-    samples: int = 1  # repeated sampling: every generated request asked K times, seeds seed … seed+K−1
-    probes: tuple[str, ...] = ()  # contamination probes: none-of-the-above, open-ended (runner/probes.py)
+    # the studies (finbench/studies/): more requests, same run. (option name, value) pairs, sorted,
+    # one per registered study (`finbench.api.make_config` fills them); a study reads its own with
+    # `study.value(config)`, its option's default when absent
+    studies: tuple[tuple[str, Any], ...] = ()
     sized: tuple[str, ...] = ()  # the settings start-up sized to the device (batch_size, token_budget, workers)

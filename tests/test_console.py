@@ -106,11 +106,11 @@ def test_a_rerun_takes_the_rate_of_this_folders_own_run_only(finmme_outputs, tmp
     from dataclasses import replace
 
     from finbench.runner.outputs import previous_throughput
-    from finbench.types import RunConfig
+    from finbench.api import make_config
 
     out, _, _ = finmme_outputs
     results = json.loads((out / "results.json").read_text())
-    config = RunConfig(**{**results["config"], "domains": (), "question_types": (), "gen_kwargs": ()})
+    config = make_config(**{**results["config"], "domains": (), "question_types": (), "gen_kwargs": ()})
     kept = previous_throughput(out, results["fingerprint"], config)
     assert kept["samples_per_s"] == results["throughput"]["samples_per_s"] and kept["all_from_cache"]
     assert kept["computed_by"] == results["throughput"].get("computed_by") or results["provenance"]["started"]

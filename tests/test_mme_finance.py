@@ -202,12 +202,12 @@ def test_the_judge_is_a_vision_language_model_shown_the_chart(tiny_model, tiny_q
     """Open items are judged by the --judge VLM with the official judge prompt and the item's image
     (text first, then the image, as the fork's judge call); scores 0–5, cached like answers."""
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.api import make_config
 
     seen = []
     original = tiny_model.prepare
     monkeypatch.setattr(tiny_model, "prepare", lambda requests: (seen.extend(requests), original(requests))[1])
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
+    config = make_config(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
                        device="cpu", dtype="float32", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=0)
     result = run_benchmark(config, tiny_model, show_progress=False)
     judged = [r for r in seen if "Compare the ground truth and prediction" in r.messages[0]["content"][0].get("text", "")
@@ -247,12 +247,12 @@ def test_an_answer_given_without_the_chart_is_still_judged_with_it(tiny_model, t
     """Image ablation `none` asks open items with no image; their answers are judged as the
     official judge would: shown the item's chart."""
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.api import make_config
 
     seen = []
     original = tiny_model.prepare
     monkeypatch.setattr(tiny_model, "prepare", lambda requests: (seen.extend(requests), original(requests))[1])
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
+    config = make_config(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
                        device="cpu", dtype="float32", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=0,
                        image_ablation=("none",))
     result = run_benchmark(config, tiny_model, show_progress=False)

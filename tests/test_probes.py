@@ -18,11 +18,12 @@ from finbench.benchmarks import famma, finmme, finmtm
 from finbench.offline import famma_synthetic
 from finbench.requests import Choose, Generate
 from finbench.runner.keys import request_payload
-from finbench.runner.probes import language_code, none_of_the_above_text, with_none_of_the_above
+from finbench.studies.probe_items import language_code, none_of_the_above_text, with_none_of_the_above
 from finbench.runner.requests import build_requests
 from finbench.runner.studies import expand
 from finbench.scoring.probes import names_gold, option_matches, probe_summary
-from finbench.types import OPTION_LETTERS, Question, RunConfig
+from finbench.api import make_config
+from finbench.types import OPTION_LETTERS, Question
 
 LIMIT = 8
 
@@ -68,14 +69,14 @@ def test_items_that_cannot_be_probed_are_none(question):
 def test_items_whose_gold_is_not_well_defined_once_removed_are_not_probed(question, reason):
     """The next-best option answers a superlative or approximate question, and an option equal in
     value to the gold still answers it: "None of the above" is not the one right answer there."""
-    from finbench.runner.probes import _none_of_the_above
+    from finbench.studies.probe_items import none_of_the_above_item
 
-    assert _none_of_the_above(None, question, None, None, None) == reason
-    assert _none_of_the_above(None, question, None, None, None, control=True) == reason
+    assert none_of_the_above_item(None, question, None, None, None) == reason
+    assert none_of_the_above_item(None, question, None, None, None, control=True) == reason
 
 
 def test_a_plain_question_is_probed_with_its_control():
-    from finbench.runner.probes import equal_to_gold, relative_question
+    from finbench.studies.probe_items import equal_to_gold, relative_question
 
     assert not relative_question("What is the interest expense in the latest year?")
     assert not equal_to_gold(["8.8%", "0.88", "9.1%"], 0)
@@ -139,12 +140,12 @@ def test_famma_probes_write_the_option_in_the_items_language_and_ask_the_stem_al
                      main_question_id=900 + k) for k, language in enumerate(("english", "chinese", "french"))]
     path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", records)
     questions = [q for q in famma.load_questions(str(path)) if not q.error]
-    config = RunConfig(model="m", benchmark="famma", probes=("none-of-the-above", "open-ended"))
+    config = make_config(model="m", benchmark="famma", probes=("none-of-the-above", "open-ended"))
     requests, errors = build_requests(famma.BENCHMARK, questions, config, None, None)
     notes: list[str] = []
     study = expand(famma.BENCHMARK, questions, requests, errors, config, None, notes)
     nota = [(v, q, r) for v, q, r in zip(study.variants, study.questions[len(questions):],
-                                          study.requests[len(questions):]) if v.probe == "none-of-the-above"]
+                                          study.requests[len(questions):]) if v.get("probe") == "none-of-the-above"]
     assert nota and all(isinstance(r, Choose) and r.probe == "none-of-the-above" for _, _, r in nota)
     languages = set()
     for variant, question, request in nota:
@@ -158,8 +159,8 @@ def test_famma_probes_write_the_option_in_the_items_language_and_ask_the_stem_al
         text = "".join(p.get("text", "") for p in request.prompt.messages[-1]["content"])
         assert f"{last}. {expected}" in text and base.options[gold] not in question.options
     assert languages == {"english", "chinese", "french"}
-    assert study.not_probed["none-of-the-above"] == {"names_other_options": 1}
-    opened = [(v, r) for v, r in zip(study.variants, study.requests[len(questions):]) if v.probe == "open-ended"]
+    assert study.states["probe"]["none-of-the-above"] == {"names_other_options": 1}
+    opened = [(v, r) for v, r in zip(study.variants, study.requests[len(questions):]) if v.get("probe") == "open-ended"]
     assert opened and all(isinstance(r, Generate) and r.probe == "open-ended" for _, r in opened)
     for variant, request in opened:
         text = "".join(p.get("text", "") for p in request.prompt.messages[-1]["content"])
@@ -171,14 +172,14 @@ def test_finmtm_has_no_stem_without_its_options_and_counts_its_items_as_not_prob
     from test_finmtm import write_fixtures
 
     questions = [q for q in finmtm.load_questions(str(write_fixtures(tmp_path))) if not q.error]
-    config = RunConfig(model="m", benchmark="finmtm", probes=("none-of-the-above", "open-ended"))
+    config = make_config(model="m", benchmark="finmtm", probes=("none-of-the-above", "open-ended"))
     requests, errors = build_requests(finmtm.BENCHMARK, questions, config, None, None)
     study = expand(finmtm.BENCHMARK, questions, requests, errors, config, None, [])
     assert not study.variants
     choices = sum(1 for r in requests if isinstance(r, Choose) and r.n_options >= 2)
-    assert choices and study.not_probed["open-ended"].get("options_not_rendered")
+    assert choices and study.states["probe"]["open-ended"].get("options_not_rendered")
     for probe in ("none-of-the-above", "open-ended"):  # every choice item counted, by reason
-        assert sum(study.not_probed[probe].values()) == choices
+        assert sum(study.states["probe"][probe].values()) == choices
 
 
 def test_base_requests_keep_their_keys():

@@ -13,11 +13,12 @@ import pytest
 
 from finbench.benchmarks import mme_finance
 from finbench.requests import Generate
-from finbench.runner.probes import (OPEN_ENDED_JUDGING, judge_verdict, open_ended_judge_requests, probe_variants,
-                                    with_none_of_the_above)
+from finbench.studies.probe_items import probe_variants, with_none_of_the_above
+from finbench.studies.probes import OPEN_ENDED_JUDGING, judge_verdict, open_ended_judge_requests
 from finbench.runner.requests import build_requests
 from finbench.scoring.probes import names_gold, probe_summary, probe_verdicts
-from finbench.types import Prediction, Question, RunConfig
+from finbench.api import make_config
+from finbench.types import Prediction, Question
 from test_probes import factual_parquet, questions  # noqa: F401 — fixtures: items none-of-the-above probes
 
 LIMIT = 8
@@ -92,7 +93,7 @@ def judged_run(tiny_model, tiny_qwen_dir, factual_parquet, tmp_path_factory):
 
     judge = YesJudge()
     out = tmp_path_factory.mktemp("probes_judge") / "run"
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(factual_parquet), out=str(out),
+    config = make_config(model=str(tiny_qwen_dir), benchmark="finmme", data=str(factual_parquet), out=str(out),
                        limit=LIMIT, device="cpu", dtype="float32", bootstrap=0, max_new_tokens=8,
                        probes=("none-of-the-above", "open-ended"), judge=str(tiny_qwen_dir))
     patch = pytest.MonkeyPatch()
@@ -164,11 +165,11 @@ def binary(tmp_path_factory):
 
 
 def _probed(questions, probes=("none-of-the-above", "open-ended")):
-    config = RunConfig(model="m", benchmark="mme-finance", probes=probes)
+    config = make_config(model="m", benchmark="mme-finance", probes=probes)
     requests, _ = build_requests(mme_finance.BENCHMARK, questions, config, None, None)
     notes: list[str] = []
     found, not_probed = probe_variants(mme_finance.BENCHMARK, questions, requests, config, None, notes,
-                                       lambda base, probe: (base, probe))
+                                       lambda base, probe: (base, probe), probes)
     return found, not_probed, notes
 
 

@@ -28,13 +28,14 @@ from finbench.runner.preprocess import decode_images
 from finbench.runner.requests import build_requests, render
 from finbench.runner.studies import expand
 from finbench.scoring.robustness import answer_disagreements, circular_summary, majority_baselines
-from finbench.types import OPTION_LETTERS, RunConfig
+from finbench.api import make_config
+from finbench.types import OPTION_LETTERS
 
 LIMIT = 8
 
 
 def _config(tiny_qwen_dir, data, out, **overrides):
-    return RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(data), out=str(out), dtype="float32",
+    return make_config(model=str(tiny_qwen_dir), benchmark="finmme", data=str(data), out=str(out), dtype="float32",
                      device="cpu", bootstrap=0, **{"limit": LIMIT, **overrides})
 
 
@@ -292,16 +293,16 @@ def test_an_always_a_model_end_to_end_has_position_bias_one_and_circular_accurac
 
 # ---- image ablation ---------------------------------------------------------------------------------
 def test_ablation_none_shows_no_image_parts_and_blank_and_noise_replace_the_pixels(questions):
-    config = RunConfig(model="m", image_ablation=("none", "blank", "noise"))
+    config = make_config("m", "finmme", image_ablation=("none", "blank", "noise"))
     chosen = [q for q in questions if not q.error][:3]
     requests, errors = build_requests(finmme.BENCHMARK, chosen, config, None, None)
     study = expand(finmme.BENCHMARK, chosen, requests, errors, config, None, [])
-    assert [(v.base, v.ablation) for v in study.variants] == [(i, m) for m in ("none", "blank", "noise") for i in range(3)]
+    assert [(v.base, v.get("ablation")) for v in study.variants] == [(i, m) for m in ("none", "blank", "noise") for i in range(3)]
     for variant, question, request in zip(study.variants, study.questions[3:], study.requests[3:]):
         rendered = render(finmme.BENCHMARK, request.prompt, decode_images(question))
         original = decode_images(chosen[variant.base])[0]
         parts = [p for m in rendered.messages for p in m["content"]]
-        if variant.ablation == "none":
+        if variant.get("ablation") == "none":
             assert question.images == () and rendered.images == () and request.prompt.images == ()
             assert all(p["type"] != "image" for p in parts)
             assert any(chosen[variant.base].text in p.get("text", "") for p in parts)  # the text stays
@@ -309,19 +310,19 @@ def test_ablation_none_shows_no_image_parts_and_blank_and_noise_replace_the_pixe
         assert [p["type"] for p in parts].count("image") == 1 and len(rendered.images) == 1
         shown = np.asarray(rendered.images[0])
         assert rendered.images[0].size == original.size
-        if variant.ablation == "blank":
+        if variant.get("ablation") == "blank":
             assert (shown == 255).all()
         else:
             again = np.asarray(render(finmme.BENCHMARK, request.prompt, decode_images(question)).images[0])
             assert (shown == again).all() and not (shown == np.asarray(original)).all()
             assert 100 < shown.mean() < 155 and shown.std() > 60  # uniform over 0..255
     noise = [np.asarray(render(finmme.BENCHMARK, r.prompt, decode_images(q)).images[0])
-             for v, q, r in zip(study.variants, study.questions[3:], study.requests[3:]) if v.ablation == "noise"]
+             for v, q, r in zip(study.variants, study.questions[3:], study.requests[3:]) if v.get("ablation") == "noise"]
     assert not all((a.shape == b.shape and (a == b).all()) for a, b in zip(noise, noise[1:]))  # seeded per image
 
 
 def test_each_variant_is_a_request_of_its_own_and_the_base_keys_are_unchanged(questions):
-    config = RunConfig(model="m", permutations=3, image_ablation=("blank", "none"))
+    config = make_config("m", "finmme", permutations=3, image_ablation=("blank", "none"))
     chosen = [q for q in questions if not q.error and q.kind == "single" and len(q.options) >= 3][:2]
     requests, errors = build_requests(finmme.BENCHMARK, chosen, config, None, None)
     study = expand(finmme.BENCHMARK, chosen, requests, errors, config, None, [])
@@ -352,7 +353,7 @@ def test_finmtm_cannot_be_rotated_honestly_and_says_so_in_one_note(tmp_path):
     from test_finmtm import write_fixtures
 
     questions = [q for q in finmtm.load_questions(str(write_fixtures(tmp_path / "data"))) if not q.error]
-    config = RunConfig(model="m", benchmark="finmtm", permutations=3)
+    config = make_config(model="m", benchmark="finmtm", permutations=3)
     requests, errors = build_requests(finmtm.BENCHMARK, questions, config, None, None)
     assert any(isinstance(r, Choose) for r in requests)
     notes: list[str] = []
@@ -367,10 +368,10 @@ def test_famma_choice_items_rotate_in_their_own_prompt(tmp_path):
                for r in famma_synthetic.records(None)]
     path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", records)
     questions = [q for q in famma.load_questions(str(path)) if not q.error]
-    config = RunConfig(model="m", benchmark="famma", permutations=2)
+    config = make_config(model="m", benchmark="famma", permutations=2)
     requests, errors = build_requests(famma.BENCHMARK, questions, config, None, None)
     study = expand(famma.BENCHMARK, questions, requests, errors, config, None, [])
-    assert study.variants and all(v.rotation == 1 for v in study.variants)
+    assert study.variants and all(v.get("rotation") == 1 for v in study.variants)
     for variant, question, request in zip(study.variants, study.questions[len(questions):], study.requests[len(questions):]):
         base = questions[variant.base]
         text = "".join(p.get("text", "") for p in request.prompt.messages[-1]["content"])

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from finbench.benchmarks.recognise import Recognise, anything
+from finbench.judging import NO_JUDGING, Judgement, Judging
 from finbench.requests import Prompt, Request, user_message
 from finbench.scoring.scorer import Scorer, ScorerModule
 from finbench.types import PROTOCOLS, Prediction, Question
-
-Judgement = tuple[float | None, dict[str, Any]]  # (score, or None when there is nothing to judge; details)
 
 
 def stripped_text(question: Question, text: str, protocol: str) -> str:
@@ -43,14 +42,6 @@ def record_files(source: Any) -> list[Path]:
 
 
 def no_rules(question: Question, prediction: Prediction) -> Judgement:
-    return None, {}
-
-
-def no_judge_requests(question: Question, prediction: Prediction) -> list[Request]:
-    return []
-
-
-def no_judgement(question: Question, prediction: Prediction, replies: Sequence[str]) -> Judgement:
     return None, {}
 
 
@@ -119,7 +110,7 @@ def cluster_key(field: str, question: Question) -> str:
     return f"id:{question.id}"
 
 
-# The open-ended probe's instruction (runner/probes.py): the answer itself, which is matched to the
+# The open-ended probe's instruction (studies/probes.py): the answer itself, which is matched to the
 # gold option's text; finbench's own text, in the cache key through the request.
 OPEN_INSTRUCTION = "Answer with the answer itself in a few words or a number, not a letter."
 OPEN_ANSWER_PREFIX = "Answer:"
@@ -178,9 +169,9 @@ class Benchmark:
     - `answer(question, text, protocol)` → the answer judged, from generated text (requests of
       type Generate or Session; choice and number answers come from the constrained decoders);
     - `prepare_images(rule, images)` → the decoded images transformed by a prompt's `image_rule`;
-    - `rule_judgement`, `judge_requests`, `read_judgement` → open answers judged by rules and by a
-      `--judge` model: the requests (`Generate`, with the question's images where the official
-      judge sees them) it must answer, and its replies read back; `rule_judgements(questions,
+    - `rule_judgement`, `judging` → open answers judged by rules and by a `--judge` model
+      (finbench/judging.py `Judging`: the requests — `Generate`, with the question's images where
+      the official judge sees them — it must answer, and its replies read back); `rule_judgements(questions,
       predictions, protocol, unsafe_sandbox)`, when given, replaces `rule_judgement` with one call
       for the whole run (verdicts that are cheap only together: FinMMR's programs, run in the
       sandbox's jails; `unsafe_sandbox`: without one where none can be built), `program_protocols` names
@@ -194,7 +185,7 @@ class Benchmark:
       `request` renders them so (circular evaluation), or None when its prompt does not render
       `Question.options` (FinMTM's objective items carry them inside the question text);
     - `open_prompt(question)` → a choice question's prompt without its options, answered as free
-      text (the open-ended probe, runner/probes.py), or None where the text carries the options;
+      text (the open-ended probe, studies/probes.py), or None where the text carries the options;
       `language_field` → the meta field holding a question's language ("": English), in which
       the none-of-the-above probe writes its option;
     - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart), named by
@@ -226,8 +217,7 @@ class Benchmark:
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
     rule_judgements: Callable[[Sequence[Question], Sequence[Prediction], str, bool], list[Judgement]] | None = None
     program_protocols: tuple[str, ...] = ()  # protocols whose answers are programs the sandbox runs
-    judge_requests: Callable[[Question, Prediction], list[Request]] = no_judge_requests
-    read_judgement: Callable[[Question, Prediction, Sequence[str]], Judgement] = no_judgement
+    judging: Judging = NO_JUDGING  # what a --judge model is asked, and its replies read back
     rotate: Callable[[Question, int], Question | None] = rotated_options
     forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
     protocols: tuple[str, ...] = PROTOCOLS  # as `finbench benchmarks` describes them

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
+from finbench.judging import Judging
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
 from finbench.scoring.scorer import ScorerModule
 from finbench.types import NUMERICAL, Prediction, Question
@@ -322,7 +323,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmmr"),
     load=load_questions, request=request, answer=answer, rule_judgements=rule_judgements,
-    judge_requests=judge_requests, read_judgement=read_judgement, rotate=options_not_rendered, open_prompt=no_open_prompt, forms=FORMS,
+    judging=Judging(judge_requests, read_judgement), rotate=options_not_rendered, open_prompt=no_open_prompt, forms=FORMS,
     protocols=PROTOCOLS, protocol_names=PROTOCOL_NAMES, metrics=METRICS, program_protocols=("pot",),
     recognise=requires_columns("FinMMR", REQUIRED_COLUMNS, files=record_files),  # the files a run would read
     cluster_field="image",  # the image set: pages of one source document (4226-1..3.png), shared by its questions

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, open_table, select
+from finbench.judging import Judging
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.scoring.scorer import ScorerModule
 from finbench.types import OPEN, SINGLE, Prediction, Question
@@ -321,8 +322,8 @@ def read_judgement(question: Question, prediction: Prediction, replies: Sequence
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.mme_finance"),
-    load=load_questions, request=request, answer=answer, judge_requests=judge_requests,
-    read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    load=load_questions, request=request, answer=answer, judging=Judging(judge_requests, read_judgement),
+    forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     # VLMEvalKit keys every row by `index` (ImageBaseDataset): without it, records with a question, an answer
     # and an image (FinChart-Bench's, say) are not MME-Finance data
     recognise=requires_columns("MME-Finance", (*REQUIRED_COLUMNS, "index"), any_of=("image", "image_path"),

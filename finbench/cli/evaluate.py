@@ -10,6 +10,8 @@ from rich.markup import escape
 
 from finbench.cli.common import (UNSAFE_SANDBOX_HELP, comma_list, console, fail, home, one_line_errors, out_console,
                                  run_and_report, stops_in_one_line)
+from finbench.options import with_options
+from finbench.studies import study_options  # the studies' flags (no torch: see finbench/studies)
 from finbench.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 # importing the registry: every command starts without torch
 
@@ -41,6 +43,7 @@ class DemoCommand(typer.core.TyperCommand):
         super().format_help(ctx, formatter)
 
 
+@with_options(study_options)
 def run(
     model: str = typer.Option(..., help="Hub id or local folder of the model, or the URL of a server that serves "
                               "it (http(s)://HOST:PORT/v1: vLLM, SGLang, transformers serve; docs/scale.md)."),
@@ -110,18 +113,6 @@ def run(
                                                        "benchmark's official one)."),
     judge_served_model: Optional[str] = typer.Option(None, help="Which model a served --judge answers with "
                                                      "(default: the only one its /v1/models lists)."),
-    permutations: int = typer.Option(0, help="Circular evaluation: ask every constrained choice item again with its "
-                                     "options rotated, K orders in all (capped at its option count; 0 = off); "
-                                     "results.json['circular'], variants.parquet."),
-    image_ablation: List[str] = typer.Option([], help="Image ablation: the same items again with every image blank, "
-                                             "noise or none (removed); comma-separated or repeated; "
-                                             "results.json['image_ablation']."),
-    samples: int = typer.Option(1, help="Repeated sampling: every generated request K times, seeds seed…seed+K−1, "
-                                "sampled as --gen-kwargs says (a temperature is needed); results.json['sampling']."),
-    probe: List[str] = typer.Option([], help="Contamination probes of the constrained single-answer choice items: "
-                              "none-of-the-above (the gold option's text replaced by \"None of the above\"), "
-                              "open-ended (asked without options); comma-separated or repeated; "
-                              "results.json['probes']."),
     revision: Optional[str] = typer.Option(None, help="Hub branch, tag or commit of --model (in the cache key)."),
     trust_remote_code: bool = typer.Option(False, help="Allow the checkpoint's own Python code to run (off: "
                                            "nothing remote runs)."),
@@ -145,6 +136,7 @@ def run(
     overwrite: bool = typer.Option(False, help="Replace the results of another run (another model, benchmark, "
                                    "data or protocol) that --out holds (default: refuse)."),
     unsafe_sandbox: bool = typer.Option(False, help=UNSAFE_SANDBOX_HELP),
+    options: Optional[dict] = None,  # the studies' flags (`with_options`)
 ) -> None:
     """Evaluate a model on one or more benchmarks; resumes from the cache if interrupted."""
     import shlex
@@ -160,7 +152,7 @@ def run(
     benchmark = comma_list(benchmark)
     try:
         sources = data_sources(data, benchmark_names(benchmark)) if data else None
-        options = dict(family=family, served_model=served_model, api_key_env=api_key_env, in_flight=in_flight,
+        settings = dict(family=family, served_model=served_model, api_key_env=api_key_env, in_flight=in_flight,
                        request_timeout=request_timeout, served_thinking=served_thinking, served_reading=served_reading,
                        judge_served_model=judge_served_model, limit=limit, domains=tuple(domain),
                        question_types=tuple(question_type),
@@ -173,8 +165,7 @@ def run(
                        compile_vision=compile_vision, compile_lm=compile_lm, profile=profile, fast_paths=fast_paths,
                        bootstrap=bootstrap, seed=seed,
                        think_budget=think_budget, judge=judge, judge_max_new_tokens=judge_max_new_tokens, revision=revision,
-                       trust_remote_code=trust_remote_code, permutations=permutations,
-                       image_ablation=comma_list(image_ablation), samples=samples, probes=comma_list(probe),
+                       trust_remote_code=trust_remote_code, **options,  # the studies' (finbench/studies/)
                        attn_implementation=attn_implementation, chat_template=chat_template,
                        system_prompt=system_prompt, gen_kwargs=parse_gen_kwargs(comma_list(gen_kwargs)), log_prompts=log_prompts,
                        unsafe_sandbox=unsafe_sandbox)
@@ -182,7 +173,7 @@ def run(
         fail(str(err))
     command = shlex.join(["finbench", *sys.argv[1:]])
     run_and_report(lambda: evaluate(model, benchmark, data=sources, out=out, overwrite=overwrite,
-                                    show_progress=progress, console=console, command=command, **options),
+                                    show_progress=progress, console=console, command=command, **settings),
                    verbose_tables)
 
 
@@ -228,6 +219,7 @@ def demo(
                    verbose_tables, notice=DEMO_NOTICE)  # once, above the last line: the score it qualifies
 
 
+@with_options(lambda: study_options(sweep=True))
 def sweep(
     model: Optional[str] = typer.Option(None, help="Hub id or local folder of the model (or use --models)."),
     models: List[str] = typer.Option([], help="Comma-separated (or repeated) models, e.g. instruct,thinking "
@@ -248,20 +240,17 @@ def sweep(
     max_pixels: Optional[int] = typer.Option(None, help="Cap on pixels per image for the processor."),
     out: str = typer.Option("runs/sweep", help="Sweep folder: one run folder per variant, a shared cache, "
                             "sweep.json, report.html, report.md."),
-    permutations: int = typer.Option(0, help="Circular evaluation in every variant (see `finbench run`)."),
-    image_ablation: List[str] = typer.Option([], help="Image ablation in every variant: blank,noise,none (see "
-                                             "`finbench run`)."),
-    probe: List[str] = typer.Option([], help="Contamination probes in every variant: none-of-the-above,open-ended "
-                                    "(see `finbench run`)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples (CIs and paired deltas)."),
     seed: int = typer.Option(0, help="Bootstrap seed."),
     progress: bool = typer.Option(True, help="Show progress bars (--no-progress: none at all, model loading "
                                   "included)."),
     verbose: bool = typer.Option(False, help="Show every library warning and log line."),
+    options: Optional[dict] = None,  # the studies' flags that every variant runs (`with_options`)
 ) -> None:
     """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
     and compare every variant against the first."""
     from finbench.report.output import configure_output
+    from finbench.studies import study_settings
     from finbench.sweep import parse_axis, run_sweep
     from finbench.types import RunConfig
 
@@ -280,9 +269,8 @@ def sweep(
                          batch_size=int(batch_size) if batch_size and batch_size.isdigit() else batch_size,
                          device=device,
                          max_pixels=max_pixels, out=out, bootstrap=bootstrap, seed=seed,
-                         quant_vision=quant_vision, allow_dequantized=allow_dequantized, permutations=permutations,
-                         image_ablation=tuple(parse_axis(comma_list(image_ablation))),
-                         probes=tuple(parse_axis(comma_list(probe))))
+                         quant_vision=quant_vision, allow_dequantized=allow_dequantized,
+                         studies=study_settings(options or {}))
         summary = run_sweep(base, axes, out, show_progress=progress, console=console)
     from finbench.report.console import print_comparison
 

@@ -5,6 +5,8 @@ columns a benchmark declares (e.g. FinMME's `domain`, `question_type`, `asset_cl
 as plain string columns beside them.
 """
 
+from finbench.studies import all_studies
+
 SAMPLES_SCHEMA_VERSION = "1.0"  # in the parquet file's metadata as `finbench.schema_version`
 
 SAMPLE_COLUMNS = {
@@ -45,18 +47,13 @@ SAMPLE_COLUMNS = {
 }
 
 
-# variants.parquet (runs with --permutations / --image-ablation / --samples / --probe): the columns of samples.parquet for
-# each variant of a question (runner/studies.py), plus these, right after `id`.
+# variants.parquet (runs with a study, finbench/studies/): the columns of samples.parquet for each
+# variant of a question (runner/studies.py), plus these, right after `id`: the variant, its study,
+# and every registered study's own columns (each study declares what its column means).
 VARIANT_COLUMNS = {
-    "variant": "str — rotation-R (circular evaluation), ablation-MODE (image ablation) sample-J (repeated "
-    "sampling) or probe-NAME (probes)",
-    "study": "str — circular | image_ablation | sampling | probe",
-    "rotation": "int — positions the options are rotated by (0 for ablation rows): letter j shows the published "
-    "option (j + rotation) mod n",
-    "ablation": "str — blank | noise | none ('' for rotation rows)",
-    "sample": "int — the sample J = 1…K−1 of repeated sampling, drawn with seed --seed + J (0 for other rows)",
-    "probe": "str — none-of-the-above | open-ended ('' for the other studies' rows); open-ended rows: `answer` is "
-    "the free text, `correct` whether it names the gold option's text",
+    "variant": "str — the variant's name, e.g. rotation-R, ablation-MODE, sample-J, probe-NAME",
+    "study": "str — the study that asked it (its registered name)",
+    **{c.name: c.meaning for study in all_studies() for c in study.columns},
     "gold": "str — the gold as asked: the letters of the gold options in this variant's order",
     "correct": "float — this variant's official correctness (0/1)",
 }

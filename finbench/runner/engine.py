@@ -11,7 +11,7 @@ answers it. Order of work:
    judge on the rank's device, then make the run folder, run.log and the cache — a run refused at
    start-up writes nothing; build each question's request once, with the run's settings, and its cache
    key from the request (runner/keys.py); the robustness studies add their variants after the
-   run's questions (runner/studies.py: options rotated, images ablated), each a request of its own;
+   run's questions (runner/studies.py: each registered study's, finbench/studies/), each a request of its own;
 2. take what the cache has; identical requests (FAMMA's grouped official call) are computed
    once; plan batches of one request kind, longest first, within the token budget; prompts
    longer than the context become errors; with several ranks (torchrun, accelerate) each takes
@@ -252,7 +252,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     results = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "benchmark": benchmark.name,
-        "config": dataclasses.asdict(config),
+        "config": studies.flat_config(config),  # each study's option a field of its own
         "fingerprint": fingerprint,
         "protocol": config.protocol,
         "prompt_version": prompt_version,
@@ -270,7 +270,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
                         "platform": platform.platform()},
         "provenance": provenance(config, started, model.device, cache_file_digest(config), command),  # .started: ISO 8601
         "seconds": time.time() - started,
-        **studied,  # majority_baseline; with studies: circular, image_ablation, variants
+        **studied,  # majority_baseline; each active study's block, variants
     }
     try:
         write_outputs(out_dir, samples, results, variants)

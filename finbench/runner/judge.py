@@ -1,12 +1,11 @@
 """Judging open answers: by the benchmark's rules, and by a local `--judge` model.
 
 The runner hands over every prediction once decoding is done. For each question the benchmark
-says (its `Benchmark`: benchmarks/base.py) what its rules conclude (`rule_judgement`) and which
-requests the judge model must answer (`judge_requests`: `Generate` requests whose prompts name
-the question's images where the official judge sees them — FinMTM's and MME-Finance's); the
-judge's replies are read back by the benchmark (`read_judgement`) — or, for a question the caller
-maps in `judging` (an open-ended contamination probe row: runner/probes.py), by what it maps
-it to, with the same two calls. The judge is any local model
+says (its `Benchmark`: benchmarks/base.py) what its rules conclude (`rule_judgement`) and, in its
+`judging` (finbench/judging.py), which requests the judge model must answer (`Generate` requests
+whose prompts name the question's images where the official judge sees them — FinMTM's and
+MME-Finance's) and how its replies are read back — or, for a question the caller maps in
+`judging` (a study's variant judged its own way: finbench/studies/), by that `Judging`. The judge is any local model
 adapter (models/judge.py, loaded by runner/startup.py on the rank's device): a vision-language
 model of any supported family, shown the images, or a text-only causal LM, shown the text alone
 and labelled so (`text_only` in the summary and each row's details).
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
+from finbench.judging import Judging
 from finbench.models.contract import ModelAdapter
 from finbench.requests import Generate
 from finbench.runner.batching import plan_batches, too_long
@@ -78,15 +78,15 @@ class _Call:
 def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
               judge: ModelAdapter | None = None, cache: Any = None, judge_name: str = "",
               max_new_tokens: int | None = None, config: RunConfig | None = None, protocol: str = "",
-              judging: Mapping[int, Any] | None = None) -> Judged:
+              judging: Mapping[int, Judging] | None = None) -> Judged:
     """Rule and judge-model verdicts for every prediction. `max_new_tokens` replaces each
     request's budget (None: the benchmark's official judge budget); `config` gives the batch
     loop its row cap, token budget and threads (None, or settings left None: sized to the judge's
     device). A judge failure is that question's judge error (stored in `judge_output` and
     `judge_details`) and scores it 0, never the run's error. A benchmark's `rule_judgements`
     gives the rules' verdicts of the whole run (of `protocol`) in one call. `judging` maps a
-    question to what asks the judge and reads it in the benchmark's place (`judge_requests`,
-    `read_judgement`: the open-ended probe's generic match, runner/probes.py)."""
+    question to the `Judging` that asks the judge and reads it in the benchmark's place (a study's
+    own judging of its variants, finbench/studies/)."""
     n = len(questions)
     rule_score, judge_score = [float("nan")] * n, [float("nan")] * n
     outputs: list[str] = [""] * n
@@ -104,7 +104,7 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
                 rule_score[i] = float(score)
                 details[i]["rules"] = info
             if judge is not None:
-                found = (judging or {}).get(i, benchmark).judge_requests(question, prediction)
+                found = (judging or {}).get(i, benchmark.judging).judge_requests(question, prediction)
                 if found:
                     asked[i] = found
         except Exception as err:  # noqa: BLE001 — a malformed prediction is that question's problem
@@ -145,7 +145,7 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
             details[i]["error"] = errors[0]
             failed_items.append(questions[i].id)
         try:
-            score, info = (judging or {}).get(i, benchmark).read_judgement(
+            score, info = (judging or {}).get(i, benchmark.judging).read_judgement(
                 questions[i], predictions[i], [replies.get(c.key, "") for c in mine])
         except Exception as err:  # noqa: BLE001
             details[i]["error"] = f"reading the judge: {type(err).__name__}: {err}"

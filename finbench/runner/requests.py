@@ -8,7 +8,6 @@ from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
 from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, system_message
-from finbench.runner.sampling import thinking_sampling
 from finbench.types import ModelRequest, Question, RunConfig
 
 
@@ -17,8 +16,8 @@ def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Re
     system prompt first; the numeric budget; the generation budget (`--gen-kwargs
     max_new_tokens`, else `--max-new-tokens`, else the benchmark's official one) and sampling
     (with its seed; none for greedy decoding);
-    the thinking budget of constrained answers (None: no thinking block) and, only with --samples
-    > 1, the sampling of their thinking block (runner/sampling.py; greedy otherwise)."""
+    the thinking budget of constrained answers (None: no thinking block; its reasoning greedy
+    unless a study samples it: the study's `adjust`, finbench/studies/)."""
     generation = dict(config.gen_kwargs)
     budget = generation.pop("max_new_tokens", None) or config.max_new_tokens
     # greedy ignores top_p/top_k; a sampled answer depends on the seed, so the seed is part of it
@@ -30,11 +29,9 @@ def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Re
     prompt = request.prompt.with_system(config.system_prompt) if config.system_prompt else request.prompt
     if isinstance(request, Generate):
         return replace(request, prompt=prompt, max_new_tokens=budget or request.max_new_tokens, sampling=sampling)
-    thought = thinking_sampling(config) if think_budget is not None else ()  # () unless --samples > 1
     if isinstance(request, Number):
-        return replace(request, prompt=prompt, budget=config.numeric_budget, think_budget=think_budget,
-                       sampling=thought)
-    return replace(request, prompt=prompt, think_budget=think_budget, sampling=thought)
+        return replace(request, prompt=prompt, budget=config.numeric_budget, think_budget=think_budget, sampling=())
+    return replace(request, prompt=prompt, think_budget=think_budget, sampling=())
 
 
 def batch_kind(request: Request) -> str:

@@ -1,16 +1,6 @@
-"""Repeated sampling (`--samples K`): every generated request asked K times, as more requests of
-the same run.
-
-Sample 0 is the run's own request (seed `--seed`); sample j = 1…K−1 is the same request with seed
-seed + j in its sampling settings, so each sample is a field-for-field request of its own: its own
-cache key, and its own batch kind (samples of one seed batch together). runner/studies.py puts the
-samples after the run's questions like the other variants; scoring/sampling.py scores them.
-
-Which requests are sampled: free generation (`Generate`: official protocols, open answers) and
-sessions — they carry `--gen-kwargs` sampling settings (runner/requests.py `for_run`) — and a
-thinking block's reasoning before a constrained answer (sampled with the same settings, only with
---samples > 1: a run without it reasons greedily as always). A constrained letter or number read
-from the logits without thinking is deterministic: it is asked once (one note).
+"""Sampled decoding: a request's sampling settings (`--gen-kwargs`, with its seed), the next token
+drawn as transformers draws it, and one random stream per seed — what the repeated-sampling study
+(finbench/studies/sampling.py) asks of the runner.
 
 How the seed reaches the sampling: the batch loop (runner/loop.py) seeds torch's generator once
 with --seed, and the run's own samples draw from it exactly as without --samples. Every other seed
@@ -22,13 +12,12 @@ run without --samples on the same batches.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
 from finbench.requests import Choose, Generate, Number, Request, Session
-from finbench.types import Question, RunConfig
+from finbench.types import RunConfig
 
 
 def sampled_settings(config: RunConfig) -> dict[str, Any]:
@@ -47,42 +36,6 @@ def repeatable(request: Request | None) -> bool:
     if isinstance(request, (Generate, Session)):
         return True
     return isinstance(request, (Choose, Number)) and request.think_budget is not None
-
-
-def sample_variants(questions: Sequence[Question], requests: Sequence[Request | None], config: RunConfig,
-                    notes: list[str]) -> list[tuple[int, int, Question, Request]]:
-    """(base index, sample j, question, request of seed + j) for j = 1…K−1 of every sampled
-    request. Raises ValueError (a start-up line) when the run's generation is greedy: its K
-    samples would be K copies."""
-    k = config.samples
-    if k <= 1:
-        return []
-    shown = [i for i, r in enumerate(requests) if repeatable(r)]
-    constrained = sum(1 for r in requests if r is not None and not repeatable(r))
-    if shown and not sampled_settings(config):
-        raise ValueError(f"--samples {k}: decoding is greedy (no --gen-kwargs temperature), so all {k} samples "
-                         "would be identical; pass a sampling temperature, e.g. --gen-kwargs temperature=0.7 (top_p, "
-                         "top_k as wanted)")
-    if constrained:
-        notes.append(f"repeated sampling (--samples {k}): {constrained} constrained answer(s) read from the logits "
-                     "(a letter, a set, a number, no thinking) are deterministic, so they are asked once and are "
-                     "not in the sampling numbers")
-    if not shown:
-        notes.append(f"repeated sampling (--samples {k}): this run has no generated request to sample")
-        return []
-    out = []
-    for j in range(1, k):
-        for i in shown:
-            out.append((i, j, questions[i], replace(requests[i], sampling=with_seed(requests[i].sampling,
-                                                                                   config.seed + j))))
-    return out
-
-
-def thinking_sampling(config: RunConfig) -> tuple[tuple[str, Any], ...]:
-    """The sampling settings of the run's own thinking requests (sample 0): none unless --samples > 1
-    asks for samples (greedy reasoning, as always); then the --gen-kwargs settings with --seed."""
-    settings = sampled_settings(config)
-    return with_seed(settings.items(), config.seed) if config.samples > 1 and settings else ()
 
 
 def next_tokens(logits: torch.Tensor, sampling: Mapping[str, Any]) -> torch.Tensor:
@@ -135,16 +88,3 @@ class SeedStreams:
                 yield
             finally:
                 self._states[seed] = (torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in devices])
-
-
-def sample_frames(samples: Any, variants: Any, bases: Sequence[int], sample_of: Sequence[int],
-                  k: int) -> list[Any]:
-    """The K tables of the sampled questions, each in the same question order: sample 0 the
-    run's own rows (samples.parquet), sample j its variants rows. `bases[v]`, `sample_of[v]`: the
-    base question and the sample of variants row v (non-sampling rows have sample 0)."""
-    order = sorted({bases[v] for v in range(len(bases)) if sample_of[v] > 0})
-    frames = [samples.iloc[order].reset_index(drop=True)]
-    for j in range(1, k):
-        rows: Mapping[int, int] = {bases[v]: v for v in range(len(bases)) if sample_of[v] == j}
-        frames.append(variants.iloc[[rows[i] for i in order]].reset_index(drop=True))
-    return frames

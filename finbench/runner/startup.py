@@ -58,8 +58,8 @@ def validate(config: RunConfig) -> None:
 def validate_options(config: RunConfig) -> None:
     """What the options and the registry of benchmarks decide, with no library imported (a sweep
     checks every variant's before any variant's library checks)."""
-    from finbench.runner.study_options import check_options
     from finbench.sources import check_sources, looks_like_path
+    from finbench.studies import check_studies
 
     names = get_benchmark(config.benchmark).protocol_names  # the registry (its scorers are imported when scoring)
     if config.protocol not in names:
@@ -97,7 +97,7 @@ def validate_options(config: RunConfig) -> None:
             raise ValueError(f"--gen-kwargs: {key}={value} is out of range")
     if config.data is not None and not Path(config.data).exists() and looks_like_path(config.data, DATA_SUFFIXES):
         raise ValueError(f"--data {config.data}: no such file or folder")  # anything else is a hub id ("owner/name")
-    check_options(config)  # the studies: --permutations, --image-ablation, --samples, --probe
+    check_studies(config)  # every registered study's option (finbench/studies/)
     check_sources(config)  # --judge, and a served model's options (sources.py)
     check_writable(Path(config.out))
 

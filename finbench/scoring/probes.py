@@ -1,7 +1,7 @@
 """Contamination probes scored from a run's tables alone (no model, CPU): results.json's `probes`.
 
 The probe rows of variants.parquet (`study` "probe", `probe` none-of-the-above or open-ended;
-runner/probes.py) against the base run's rows of the same items:
+studies/probes.py) against the base run's rows of the same items:
 
 - none-of-the-above: the gold option taken out and "None of the above" put last, so `accuracy`
   is the share of probed items whose answer is "None of the above"; its control (`probe`
@@ -12,7 +12,7 @@ runner/probes.py) against the base run's rows of the same items:
 - open-ended: the item asked without its options; the free answer is right when it names the gold
   option's text (`option_matches`: normalized containment, or the same number for an option that
   is a number, not negated in its clause: "does not increase", 不会上升) and no other option's —
-  or, in a run with --judge, when the judge says so (runner/probes.py's generic prompt; a reply
+  or, in a run with --judge, when the judge says so (studies/probes.py's generic prompt; a reply
   without yes or no is no verdict: the rule's verdict stands and the row is counted).
 
 Per probe: `n` probed items, `not_probed` by reason (multi-answer items, options that name the
@@ -39,7 +39,7 @@ from finbench.scoring.stats import error_mask, float_column, str_column
 from finbench.types import OPTION_LETTERS
 
 PROBE = "probe"  # the `study` column of variants.parquet
-OPEN_ENDED = "open-ended"  # the probe whose rows are scored here by rule (runner/probes.py)
+OPEN_ENDED = "open-ended"  # the probe whose rows are scored here by rule (studies/probes.py)
 NONE_OF_THE_ABOVE = "none-of-the-above"
 CONTROL = "none-of-the-above-control"  # its control rows: "None of the above" last and wrong
 

@@ -44,7 +44,6 @@ from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
 
-CIRCULAR, ABLATION = "circular", "image_ablation"  # the `study` column of variants.parquet
 CHOICE_KINDS = (SINGLE, MULTI)
 MAX_DISAGREEMENTS = 2000  # items listed by `answer_disagreements` (all are counted)
 RAW_OUTPUT_CHARS = 200  # the official raw output, shortened, beside each disagreement
@@ -81,10 +80,11 @@ def _per_item(values: torch.Tensor, item: torch.Tensor, n_items: int, reduce: st
 # ---- circular evaluation ------------------------------------------------------------------------
 def circular_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, k: int,
                      domain_column: str = "domain", n_not_rotatable: int = 0) -> dict[str, Any]:
-    """results.json's `circular` from the base samples and the rotation rows of `variants`;
+    """results.json's `circular` from the base samples and the rotation rows (`variants`: the
+    circular study's rows of variants.parquet, finbench/studies/circular.py);
     `n_not_rotatable`: the choice items asked only in their published order because an option
     names other options (benchmarks/base.py `names_other_options`; not in `n`)."""
-    rows = _study_rows(variants, CIRCULAR)
+    rows = _rows(variants)
     out: dict[str, Any] = {"k": int(k), "n": 0, "n_not_rotatable": int(n_not_rotatable), "base_accuracy": None, "circular_accuracy": None,
                            "position_bias": None, "option_consistency": None, "n_consistency": 0,
                            "pick_rate": {}, "chance_pick_rate": {}, "rotations_per_item": {}, "by_domain": {}}
@@ -136,10 +136,8 @@ def circular_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, k: in
     return _jsonable(out)
 
 
-def _study_rows(variants: pd.DataFrame | None, study: str) -> pd.DataFrame | None:
-    if variants is None or not len(variants) or "study" not in variants.columns:
-        return None
-    return variants[variants["study"].astype(str) == study]
+def _rows(variants: pd.DataFrame | None) -> pd.DataFrame | None:
+    return None if variants is None or not len(variants) else variants
 
 
 # ---- image ablation -----------------------------------------------------------------------------
@@ -147,8 +145,8 @@ def ablation_summary(samples: pd.DataFrame, variants: pd.DataFrame | None, bench
                      domain_column: str = "domain") -> dict[str, Any]:
     """results.json's `image_ablation`: per mode, the benchmark's headline score and accuracy on
     the ablated items and the base run's on the same items, `retained` = ablated / base, and by
-    domain (base accuracy, ablated accuracy, retained)."""
-    rows = _study_rows(variants, ABLATION)
+    domain (base accuracy, ablated accuracy, retained); `variants`: the ablation study's rows."""
+    rows = _rows(variants)
     if rows is None or not len(rows):
         return {}
     out = {}
@@ -315,28 +313,3 @@ def answer_disagreements(dfs: Sequence[pd.DataFrame], names: Sequence[str], benc
 def _shortened(text: str) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= RAW_OUTPUT_CHARS else text[:RAW_OUTPUT_CHARS - 1] + "…"
-
-
-# ---- what compare and sweep show side by side ---------------------------------------------------
-def study_summary(results: dict[str, Any]) -> dict[str, Any]:
-    """The studies' headline numbers of one results.json (for `finbench compare` and sweep.json),
-    contamination probes (scoring/probes.py) included."""
-    out: dict[str, Any] = {}
-    circular = results.get("circular")
-    if circular:
-        out["circular"] = {k: circular.get(k) for k in ("k", "n", "base_accuracy", "circular_accuracy",
-                                                         "position_bias", "option_consistency")}
-    ablation = results.get("image_ablation")
-    if ablation:
-        out["image_ablation"] = {mode: {k: found.get(k) for k in ("n", "metric", "base_score", "score", "retained",
-                                                                   "base_accuracy", "accuracy", "retained_accuracy")}
-                                 for mode, found in ablation.items()}
-    if results.get("probes"):
-        out["probes"] = {probe: {k: found.get(k) for k in ("n", "n_not_probed", "base_accuracy", "accuracy", "diff",
-                                                           "kept_when_right", "scored_by")}
-                         for probe, found in results["probes"].items()}
-    majority = (results.get("majority_baseline") or {}).get("all")
-    if majority:
-        out["majority_baseline"] = {k: majority.get(k) for k in ("n", "best_baseline", "best_accuracy",
-                                                                 "model_accuracy", "above_best")}
-    return out

@@ -122,10 +122,10 @@ def compare_run_dirs(run_dirs: Sequence[Path], n_bootstrap: int = 1000, seed: in
     names = [d.name or str(d) for d in run_dirs]
     if len(set(names)) != len(names):
         names = [str(d) for d in run_dirs]
-    from finbench.scoring.sampling import load_per_question_means
+    from finbench.studies import question_means
 
     benchmark = found.popitem()[1]
-    means = [load_per_question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
+    means = [question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
     result = compare_runs(dfs, names, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed, means=means)
     result["notes"] = list(result.get("notes", [])) + coverage_notes(dfs, names) + (
         ["runs use different protocols: " + ", ".join(f"{d}: {p}" for d, p in protocols.items())] if mixed else [])
@@ -163,13 +163,14 @@ def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame],
     """`studies`: each run's robustness studies side by side (from its results.json); and, for each
     run made with another protocol than the baseline (constrained vs official), `disagreements`:
     the shared items whose answers differ, with the official raw output and which run is right."""
-    from finbench.scoring.robustness import answer_disagreements, study_summary
+    from finbench.scoring.robustness import answer_disagreements
+    from finbench.studies import headlines
 
     out: dict[str, Any] = {}
     summaries = {}
     for name, run_dir in zip(names, run_dirs):
         try:
-            summaries[name] = study_summary(json.loads((Path(run_dir) / RESULTS_FILE).read_text()))
+            summaries[name] = headlines(json.loads((Path(run_dir) / RESULTS_FILE).read_text()))
         except (OSError, ValueError):
             continue
     if any(summaries.values()):

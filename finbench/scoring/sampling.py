@@ -1,7 +1,7 @@
 """Repeated sampling (`--samples K`) scored from a run's tables alone: results.json's `sampling`.
 
 The K samples of a question are its row in samples.parquet (sample 0) and its K−1 rows of
-variants.parquet with `study` == "sampling" (`sample` 1…K−1; runner/sampling.py). Each sample is
+variants.parquet of the repeated-sampling study (`sample` 1…K−1; studies/sampling.py). Each sample is
 scored by the benchmark's own rule (its `Scorer`, the per-question score the headline averages;
 a row the rule leaves to a judge keeps its stored `correct`), and two samples give the same
 answer when the rule's extracted answers (the `answer` column) are equal. Then, with
@@ -36,8 +36,6 @@ from finbench.scoring.clustered import repeated_sampling
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
-
-SAMPLING = "sampling"  # the `study` column of variants.parquet
 
 
 def sample_scores(frame: pd.DataFrame, benchmark: Benchmark) -> np.ndarray:
@@ -81,26 +79,16 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: Benchmark, k: in
     return _jsonable(out)
 
 
-def per_question_means(samples: pd.DataFrame, variants: pd.DataFrame | None, benchmark: Benchmark) -> pd.Series | None:
+def per_question_means(samples: pd.DataFrame, rows: pd.DataFrame | None, benchmark: Benchmark) -> pd.Series | None:
     """The mean score of each sampled question over its K samples (sample 0 in `samples`, the
-    others the `sampling` rows of `variants`), by id; None for a run without samples. A paired
-    comparison of --samples runs uses these, not sample 0 alone: averaging the K samples takes
-    the within-question sampling noise out of the difference (Miller 2024, arXiv:2411.00640, on resampling)."""
-    if variants is None or "study" not in variants.columns:
+    others the sampling study's `rows` of variants.parquet), by id; None for a run without samples.
+    A paired comparison of --samples runs uses these, not sample 0 alone: averaging the K samples
+    takes the within-question sampling noise out of the difference (Miller 2024, arXiv:2411.00640,
+    on resampling)."""
+    if rows is None or not len(rows):
         return None
-    rows = variants[variants["study"].astype(str) == SAMPLING].reset_index(drop=True)
-    if not len(rows):
-        return None
+    rows = rows.reset_index(drop=True)
     base = samples[samples["id"].astype(str).isin(set(rows["id"].astype(str)))].reset_index(drop=True)
     scores = pd.concat([pd.Series(sample_scores(base, benchmark), index=base["id"].astype(str).to_numpy()),
                         pd.Series(sample_scores(rows, benchmark), index=rows["id"].astype(str).to_numpy())])
     return scores.groupby(level=0).mean()
-
-
-def load_per_question_means(run_dir: Any, samples: pd.DataFrame, benchmark: Benchmark) -> pd.Series | None:
-    """`per_question_means` of a run folder (its variants.parquet, when it has one)."""
-    from pathlib import Path
-
-    path = Path(run_dir) / "variants.parquet"
-    return per_question_means(samples, pd.read_parquet(path), benchmark) if path.is_file() else None
-

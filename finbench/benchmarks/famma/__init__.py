@@ -28,6 +28,7 @@ from finbench.benchmarks.famma.record import answer_text, image_bytes, record_to
 from finbench.benchmarks.famma.texts import (DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID, JUDGE_MAX_NEW_TOKENS, METRICS,
                                              NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS)
 from finbench.benchmarks.recognise import requires_columns
+from finbench.judging import Judging
 from finbench.scoring.scorer import ScorerModule
 from finbench.types import Question
 
@@ -39,7 +40,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.famma"),
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
-    judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    judging=Judging(judge_requests, read_judgement), forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     cluster_field="main_question_id",  # sub-questions share their main question's images and context
     open_prompt=open_prompt, language_field="language",  # english, chinese, french
     recognise=requires_columns("FAMMA", REQUIRED_COLUMNS),

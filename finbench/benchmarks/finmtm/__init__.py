@@ -29,6 +29,7 @@ from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, DOMAIN_FIELD, FOR
                                               JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVELS, METRICS, NAME, OBJECTIVE,
                                               OFFICIAL_MAX_NEW_TOKENS, OPEN_ENDED_SYSTEM_PROMPT, PROMPT_VERSION,
                                               PROTOCOLS)
+from finbench.judging import Judging
 from finbench.scoring.scorer import ScorerModule
 
 __all__ = ["AGENT", "BENCHMARK", "DIALOGUE", "JUDGE_FIELDS", "JUDGE_MAX_NEW_TOKENS", "LEVELS", "OBJECTIVE",
@@ -40,7 +41,7 @@ BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmtm"),
     load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
-    judge_requests=judge_requests, read_judgement=read_judgement, forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
+    judging=Judging(judge_requests, read_judgement), forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     rotate=options_not_rendered,  # objective items carry their options inside the question text
     open_prompt=no_open_prompt,  # (so no stem without them: no open-ended probe)
     leaderboard_breakdown="question_type", recognise=recognise,

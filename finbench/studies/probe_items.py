@@ -1,5 +1,5 @@
-"""Contamination probes as more requests of the same run (`--probe`, beside the studies of
-runner/studies.py): does the model read the item, or remember its answer?
+"""The contamination probes' items (`--probe`, finbench/studies/probes.py): each choice item as a
+probe asks it, or why it is not probed. Does the model read the item, or remember its answer?
 
 - `none-of-the-above`: a constrained single-answer choice item asked again with its gold option
   taken out and "None of the above" (in the item's language: `NONE_OF_THE_ABOVE`, the benchmark's
@@ -12,8 +12,8 @@ runner/studies.py): does the model read the item, or remember its answer?
   option equal in value to the gold (8.8 % and 0.088) still answers it (`option_equal_to_gold`).
 - `open-ended`: the same items asked without their options (the benchmark's `open_prompt`), as
   free text; the answer is matched to the gold option's text by rule (scoring/probes.py), or,
-  with `--judge`, by the run's judge (`OPEN_ENDED_JUDGING`: a generic yes/no prompt, its reply
-  read by rule) in place of the benchmark's own judge requests for that row.
+  with `--judge`, by the run's judge (studies/probes.py `OPEN_ENDED_JUDGING`: a generic yes/no
+  prompt, its reply read by rule) in place of the benchmark's own judging of that row.
 
 Only single-answer items are probed: a multi-answer item has no one gold text to take away or to
 name. A two-option item (yes/no) is not probed with none-of-the-above: with its gold text gone,
@@ -30,14 +30,14 @@ import dataclasses
 import math
 import re
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
-from finbench.requests import PROBES, Choose, Generate, Prompt, Request, user_message
+from finbench.requests import PROBES, Choose, Generate
 from finbench.runner.requests import for_run
 from finbench.scoring.probes import normalized, numeric_option
-from finbench.types import OPTION_LETTERS, SINGLE, Prediction, Question, RunConfig
+from finbench.studies.circular import raises
+from finbench.types import OPTION_LETTERS, SINGLE, Question, RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
 NONE_OF_THE_ABOVE_CONTROL = "none-of-the-above-control"  # asked with every none-of-the-above probe
@@ -125,42 +125,8 @@ def with_none_of_the_above(question: Question, language: Any = "", replaced: str
     return dataclasses.replace(question, options=options, gold=OPTION_LETTERS[new_gold])
 
 
-def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests: Sequence[Request | None],
-                   config: RunConfig, think_budget: int | None, notes: list[str],
-                   variant: Any) -> tuple[list[tuple[Any, Question, Any]], dict[str, dict[str, int]]]:
-    """((variant, probed question, its request's maker) for every probe of every constrained
-    single-answer choice item, {probe: {reason: items not probed}}); `variant(base, probe)` makes
-    the Variant (runner/studies.py)."""
-    out: list[tuple[Any, Question, Any]] = []
-    not_probed: dict[str, dict[str, int]] = {}
-    choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]
-    if config.probes and not choices:
-        notes.append("contamination probes (--probe): this run has no constrained choice item to probe")
-    multi = [i for i in choices if questions[i].kind != SINGLE or len(questions[i].gold) != 1]
-    single = [i for i in choices if i not in set(multi)]
-    for probe in config.probes:
-        skipped = {"multi_answer": len(multi)} if multi else {}
-        made = _none_of_the_above if probe == NONE_OF_THE_ABOVE_PROBE else _open_ended
-        for i in single:
-            found = made(benchmark, questions[i], requests[i], config, think_budget)
-            if isinstance(found, str):
-                skipped[found] = skipped.get(found, 0) + 1
-                continue
-            question, make = found
-            out.append((variant(i, probe), question, make))
-            if probe == NONE_OF_THE_ABOVE_PROBE:  # the control: the same swap on a wrong option
-                question, make = _none_of_the_above(benchmark, questions[i], requests[i], config, think_budget,
-                                                    control=True)
-                out.append((variant(i, NONE_OF_THE_ABOVE_CONTROL), question, make))
-        not_probed[probe] = skipped
-        if skipped:
-            notes.append(f"probe {probe}: {sum(skipped.values())} choice item(s) not probed ("
-                         + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in skipped.items()) + ")")
-    return out, not_probed
-
-
-def _none_of_the_above(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
-                       think_budget: int | None, control: bool = False) -> tuple[Question, Any] | str:
+def none_of_the_above_item(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
+                           think_budget: int | None, control: bool = False) -> tuple[Question, Any] | str:
     """(the probed question, its request's maker), or why the item is not probed; `control`: the
     wrong option after the gold (cyclically) is the one taken out."""
     if len(question.options) == 2:  # one wrong option beside "None of the above": elimination, not reading
@@ -179,75 +145,56 @@ def _none_of_the_above(benchmark: Benchmark, question: Question, base: Choose, c
     try:
         request = replace(for_run(benchmark.request(probed, config.protocol), config, think_budget), probe=name)
     except Exception as err:  # noqa: BLE001 — raised again by the maker: that variant's error
-        return probed, _raises(err)
+        return probed, raises(err)
     if request.prompt == base.prompt:  # the prompt does not show Question.options apart from the text
         return "options_not_rendered"
     return probed, lambda: request
 
 
-def _open_ended(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
-                think_budget: int | None) -> tuple[Question, Any] | str:
+def open_ended_item(benchmark: Benchmark, question: Question, base: Choose, config: RunConfig,
+                    think_budget: int | None) -> tuple[Question, Any] | str:
     """(the question, its free-generation request's maker), or why the item is not probed."""
     if names_other_options(question.options, question.letters):  # "All of the above" has no text to say
         return "names_other_options"
     try:
         prompt = benchmark.open_prompt(question)
     except Exception as err:  # noqa: BLE001 — that variant's error
-        return question, _raises(err)
+        return question, raises(err)
     if prompt is None:
         return "options_not_rendered"
     request = Generate(prompt, max_new_tokens=OPEN_ENDED_MAX_NEW_TOKENS, probe=OPEN_ENDED_PROBE)
     return question, lambda: for_run(request, config, think_budget)
 
 
-def _raises(err: Exception) -> Any:
-    def make() -> Any:
-        raise err
-    return make
-
-
-# ---- the open-ended probe's judge (--judge) --------------------------------------------------------
-JUDGE_MAX_NEW_TOKENS = 8  # "yes" or "no"
-_VERDICT = re.compile(r"\b(yes|no|true|false)\b", re.IGNORECASE)
-
-
-def open_ended_judge_prompt(question: Question, answer: str) -> str:
-    """The generic judge prompt: does the free answer name the same thing as the gold option's
-    text? The other options are shown as wrong, so an answer that lists several is no match."""
-    index = OPTION_LETTERS.find(question.gold)
-    others = [o for j, o in enumerate(question.options) if j != index]
-    return ("You check a short answer against a reference answer.\n"
-            f"Question: {question.text.strip()}\n"
-            f"Reference answer: {question.options[index]}\n"
-            + (f"Other choices (wrong): {' | '.join(others)}\n" if others else "")
-            + f"Candidate answer: {answer.strip()}\n"
-            "Does the candidate answer give the reference answer (the same thing, or the same number; "
-            "wording, units and formatting aside) and none of the other choices? Reply with one word: yes or no.")
-
-
-def open_ended_judge_requests(question: Question, prediction: Prediction) -> list[Request]:
-    """One text request per open-ended probe row (no image: the match is of two texts)."""
-    if question.kind != SINGLE or len(question.gold) != 1 or not 0 <= OPTION_LETTERS.find(question.gold) < len(
-            question.options):
-        return []
-    text = open_ended_judge_prompt(question, prediction.generated_text or prediction.answer)
-    return [Generate(Prompt((user_message(text),), ()), max_new_tokens=JUDGE_MAX_NEW_TOKENS)]
-
-
-def judge_verdict(reply: str) -> bool | None:
-    """The reply's first yes/no (or JSON true/false), by rule; None when it has none."""
-    found = _VERDICT.search(str(reply or ""))
-    return None if found is None else found.group(1).lower() in ("yes", "true")
-
-
-def read_open_ended_judgement(question: Question, prediction: Prediction,
-                              replies: Sequence[str]) -> tuple[float | None, dict[str, Any]]:
-    """1 for yes, 0 for no; a reply with neither scores 0, as the benchmarks' official readings do."""
-    if not replies:
-        return None, {}
-    verdict = judge_verdict(replies[0])
-    return float(bool(verdict)), {"probe": OPEN_ENDED_PROBE, "verdict": verdict, "parsed": verdict is not None}
-
-
-# what runner/judge.py asks of an open-ended probe row instead of the benchmark's judge requests
-OPEN_ENDED_JUDGING = SimpleNamespace(judge_requests=open_ended_judge_requests, read_judgement=read_open_ended_judgement)
+def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests: Sequence[Any],
+                   config: RunConfig, think_budget: int | None, notes: list[str], variant: Any,
+                   probes: Sequence[str]) -> tuple[list[tuple[Any, Question, Any]], dict[str, dict[str, int]]]:
+    """((variant, probed question, its request's maker) for every probe of `probes` of every
+    constrained single-answer choice item, {probe: {reason: items not probed}}); `variant(base,
+    probe)` makes the Variant (studies/probes.py)."""
+    out: list[tuple[Any, Question, Any]] = []
+    not_probed: dict[str, dict[str, int]] = {}
+    choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]
+    if probes and not choices:
+        notes.append("contamination probes (--probe): this run has no constrained choice item to probe")
+    multi = [i for i in choices if questions[i].kind != SINGLE or len(questions[i].gold) != 1]
+    single = [i for i in choices if i not in set(multi)]
+    for probe in probes:
+        skipped = {"multi_answer": len(multi)} if multi else {}
+        made = none_of_the_above_item if probe == NONE_OF_THE_ABOVE_PROBE else open_ended_item
+        for i in single:
+            found = made(benchmark, questions[i], requests[i], config, think_budget)
+            if isinstance(found, str):
+                skipped[found] = skipped.get(found, 0) + 1
+                continue
+            question, make = found
+            out.append((variant(i, probe), question, make))
+            if probe == NONE_OF_THE_ABOVE_PROBE:  # the control: the same swap on a wrong option
+                question, make = none_of_the_above_item(benchmark, questions[i], requests[i], config,
+                                                        think_budget, control=True)
+                out.append((variant(i, NONE_OF_THE_ABOVE_CONTROL), question, make))
+        not_probed[probe] = skipped
+        if skipped:
+            notes.append(f"probe {probe}: {sum(skipped.values())} choice item(s) not probed ("
+                         + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in skipped.items()) + ")")
+    return out, not_probed
