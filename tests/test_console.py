@@ -109,7 +109,7 @@ def test_a_rerun_takes_the_rate_of_this_folders_own_run_only(finmme_outputs, tmp
 
     out, _, _ = finmme_outputs
     results = json.loads((out / "results.json").read_text())
-    config = RunConfig(**{**results["config"], "domains": (), "question_types": (), "gen_kwargs": ()})
+    config = RunConfig.flat(**{**results["config"], "domains": (), "question_types": (), "gen_kwargs": ()})
     kept = previous_throughput(out, results["fingerprint"], config)
     assert kept["samples_per_s"] == results["throughput"]["samples_per_s"] and kept["all_from_cache"]
     assert kept["computed_by"] == results["throughput"].get("computed_by") or results["provenance"]["started"]

@@ -26,7 +26,7 @@ COLUMNS = ("prompt_tokens", "image_tokens", "generated_tokens", "seconds")
 
 
 def _config(tiny_qwen_dir, data, out, **overrides):
-    return RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(data), out=str(out), dtype="float32",
+    return RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmme", data=str(data), out=str(out), dtype="float32",
                      device="cpu", bootstrap=0, limit=LIMIT, **overrides)
 
 
@@ -192,7 +192,7 @@ def test_a_judged_run_counts_the_judge_calls_and_each_shared_generation_once(tin
     from finbench.offline import famma_synthetic
 
     data = famma_synthetic.write_parquet(tmp_path / "famma.parquet", famma_synthetic.records(None))
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
                        device="cpu", dtype="float32", protocol="official", max_new_tokens=8,
                        judge=str(tiny_qwen_dir), judge_max_new_tokens=8, bootstrap=0)
     first = run_benchmark(config, tiny_model, show_progress=False)
@@ -247,7 +247,7 @@ def test_a_sessions_prompt_tokens_add_every_turns_prefill(tiny_model, tiny_qwen_
 
     tiny_model.prepare = recording
     try:
-        config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
+        config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
                            dtype="float32", device="cpu", max_new_tokens=6, bootstrap=0)
         run_benchmark(config, tiny_model, show_progress=False)
     finally:

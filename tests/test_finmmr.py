@@ -156,7 +156,7 @@ def _run(tiny_model, tiny_qwen_dir, tmp_path, protocol, data=REAL, **options):
     from finbench.runner.engine import run_benchmark
     from finbench.types import RunConfig
 
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmmr", data=str(data), protocol=protocol,
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmmr", data=str(data), protocol=protocol,
                        out=str(tmp_path / protocol), device="cpu", dtype="float32", max_pixels=28 * 28 * 4,
                        max_new_tokens=6, bootstrap=10, **options)
     return run_benchmark(config, tiny_model, show_progress=False)

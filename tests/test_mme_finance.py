@@ -206,7 +206,7 @@ def test_the_judge_is_a_vision_language_model_shown_the_chart(tiny_model, tiny_q
     seen = []
     original = tiny_model.prepare
     monkeypatch.setattr(tiny_model, "prepare", lambda requests: (seen.extend(requests), original(requests))[1])
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
                        device="cpu", dtype="float32", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=0)
     result = run_benchmark(config, tiny_model, show_progress=False)
     judged = [r for r in seen if "Compare the ground truth and prediction" in r.messages[0]["content"][0].get("text", "")
@@ -251,7 +251,7 @@ def test_an_answer_given_without_the_chart_is_still_judged_with_it(tiny_model, t
     seen = []
     original = tiny_model.prepare
     monkeypatch.setattr(tiny_model, "prepare", lambda requests: (seen.extend(requests), original(requests))[1])
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(folder), out=str(tmp_path / "run"),
                        device="cpu", dtype="float32", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=0,
                        image_ablation=("none",))
     result = run_benchmark(config, tiny_model, show_progress=False)

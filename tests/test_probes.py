@@ -139,7 +139,7 @@ def test_famma_probes_write_the_option_in_the_items_language_and_ask_the_stem_al
                      main_question_id=900 + k) for k, language in enumerate(("english", "chinese", "french"))]
     path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", records)
     questions = [q for q in famma.load_questions(str(path)) if not q.error]
-    config = RunConfig(model="m", benchmark="famma", probes=("none-of-the-above", "open-ended"))
+    config = RunConfig.flat(model="m", benchmark="famma", probes=("none-of-the-above", "open-ended"))
     requests, errors = build_requests(famma.BENCHMARK, questions, config, None, None)
     notes: list[str] = []
     study = expand(famma.BENCHMARK, questions, requests, errors, config, None, notes)
@@ -171,7 +171,7 @@ def test_finmtm_has_no_stem_without_its_options_and_counts_its_items_as_not_prob
     from test_finmtm import write_fixtures
 
     questions = [q for q in finmtm.load_questions(str(write_fixtures(tmp_path))) if not q.error]
-    config = RunConfig(model="m", benchmark="finmtm", probes=("none-of-the-above", "open-ended"))
+    config = RunConfig.flat(model="m", benchmark="finmtm", probes=("none-of-the-above", "open-ended"))
     requests, errors = build_requests(finmtm.BENCHMARK, questions, config, None, None)
     study = expand(finmtm.BENCHMARK, questions, requests, errors, config, None, [])
     assert not study.variants

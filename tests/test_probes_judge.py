@@ -92,7 +92,7 @@ def judged_run(tiny_model, tiny_qwen_dir, factual_parquet, tmp_path_factory):
 
     judge = YesJudge()
     out = tmp_path_factory.mktemp("probes_judge") / "run"
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(factual_parquet), out=str(out),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmme", data=str(factual_parquet), out=str(out),
                        limit=LIMIT, device="cpu", dtype="float32", bootstrap=0, max_new_tokens=8,
                        probes=("none-of-the-above", "open-ended"), judge=str(tiny_qwen_dir))
     patch = pytest.MonkeyPatch()
@@ -164,7 +164,7 @@ def binary(tmp_path_factory):
 
 
 def _probed(questions, probes=("none-of-the-above", "open-ended")):
-    config = RunConfig(model="m", benchmark="mme-finance", probes=probes)
+    config = RunConfig.flat(model="m", benchmark="mme-finance", probes=probes)
     requests, _ = build_requests(mme_finance.BENCHMARK, questions, config, None, None)
     notes: list[str] = []
     found, not_probed = probe_variants(mme_finance.BENCHMARK, questions, requests, config, None, notes,

@@ -5,7 +5,6 @@ never against the scoring code path itself."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -34,7 +33,7 @@ LIMIT = 8
 
 
 def _config(tiny_qwen_dir, data, out, **overrides):
-    return RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(data), out=str(out), dtype="float32",
+    return RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmme", data=str(data), out=str(out), dtype="float32",
                      device="cpu", bootstrap=0, **{"limit": LIMIT, **overrides})
 
 
@@ -292,7 +291,7 @@ def test_an_always_a_model_end_to_end_has_position_bias_one_and_circular_accurac
 
 # ---- image ablation ---------------------------------------------------------------------------------
 def test_ablation_none_shows_no_image_parts_and_blank_and_noise_replace_the_pixels(questions):
-    config = RunConfig(model="m", image_ablation=("none", "blank", "noise"))
+    config = RunConfig.flat(model="m", image_ablation=("none", "blank", "noise"))
     chosen = [q for q in questions if not q.error][:3]
     requests, errors = build_requests(finmme.BENCHMARK, chosen, config, None, None)
     study = expand(finmme.BENCHMARK, chosen, requests, errors, config, None, [])
@@ -321,7 +320,7 @@ def test_ablation_none_shows_no_image_parts_and_blank_and_noise_replace_the_pixe
 
 
 def test_each_variant_is_a_request_of_its_own_and_the_base_keys_are_unchanged(questions):
-    config = RunConfig(model="m", permutations=3, image_ablation=("blank", "none"))
+    config = RunConfig.flat(model="m", permutations=3, image_ablation=("blank", "none"))
     chosen = [q for q in questions if not q.error and q.kind == "single" and len(q.options) >= 3][:2]
     requests, errors = build_requests(finmme.BENCHMARK, chosen, config, None, None)
     study = expand(finmme.BENCHMARK, chosen, requests, errors, config, None, [])
@@ -341,8 +340,8 @@ def test_ablated_runs_rerun_identically_and_name_no_image_in_their_prompts(tiny_
     assert len(variants) == 8 and set(variants["ablation"]) == {"noise", "none"}
     assert not variants["prompt"][variants["ablation"] == "none"].str.contains("image_pad|vision_start").any()
     assert variants["prompt"][variants["ablation"] == "noise"].str.contains("image_pad").all()
-    second = run_benchmark(dataclasses.replace(config, cache=str(tmp_path / "run" / "cache.sqlite"),
-                                               out=str(tmp_path / "again")), tiny_model, show_progress=False)
+    second = run_benchmark(config.replaced(cache=str(tmp_path / "run" / "cache.sqlite"), out=str(tmp_path / "again")),
+                           tiny_model, show_progress=False)
     assert second.results["variants"]["n_computed"] == 0 and second.results["image_ablation"] == first.results["image_ablation"]
     assert list(pd.read_parquet(tmp_path / "again" / "variants.parquet")["answer"]) == list(variants["answer"])
 
@@ -352,7 +351,7 @@ def test_finmtm_cannot_be_rotated_honestly_and_says_so_in_one_note(tmp_path):
     from test_finmtm import write_fixtures
 
     questions = [q for q in finmtm.load_questions(str(write_fixtures(tmp_path / "data"))) if not q.error]
-    config = RunConfig(model="m", benchmark="finmtm", permutations=3)
+    config = RunConfig.flat(model="m", benchmark="finmtm", permutations=3)
     requests, errors = build_requests(finmtm.BENCHMARK, questions, config, None, None)
     assert any(isinstance(r, Choose) for r in requests)
     notes: list[str] = []
@@ -367,7 +366,7 @@ def test_famma_choice_items_rotate_in_their_own_prompt(tmp_path):
                for r in famma_synthetic.records(None)]
     path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", records)
     questions = [q for q in famma.load_questions(str(path)) if not q.error]
-    config = RunConfig(model="m", benchmark="famma", permutations=2)
+    config = RunConfig.flat(model="m", benchmark="famma", permutations=2)
     requests, errors = build_requests(famma.BENCHMARK, questions, config, None, None)
     study = expand(famma.BENCHMARK, questions, requests, errors, config, None, [])
     assert study.variants and all(v.rotation == 1 for v in study.variants)

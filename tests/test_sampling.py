@@ -122,7 +122,7 @@ def test_constrained_letters_are_asked_once_with_a_note(tiny_model, tiny_qwen_di
     from finbench.runner.engine import run_benchmark
     from finbench.types import RunConfig
 
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(synthetic_parquet), limit=LIMIT,
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmme", data=str(synthetic_parquet), limit=LIMIT,
                        out=str(tmp_path / "run"), dtype="float32", device="cpu", bootstrap=0, samples=3)
     results, _ = run_benchmark(config, tiny_model, show_progress=False)
     assert any("deterministic" in note and "asked once" in note for note in results["notes"])
@@ -198,9 +198,9 @@ def test_thinking_samples_its_reasoning_only_when_asked(tmp_path_factory, synthe
                          device="cpu")
     base = dict(model=thinker.source, benchmark="finmme", data=str(synthetic_parquet), limit=LIMIT, batch_size=2,
                 dtype="float32", device="cpu", bootstrap=0, think_budget=6, gen_kwargs=(("temperature", 1.0),))
-    greedy = run_benchmark(RunConfig(**base, out=str(tmp_path / "greedy")), thinker, show_progress=False)
-    sampled = run_benchmark(RunConfig(**base, out=str(tmp_path / "sampled"), samples=2), thinker, show_progress=False)
-    plain = run_benchmark(RunConfig(**{**base, "gen_kwargs": ()}, out=str(tmp_path / "plain")), thinker,
+    greedy = run_benchmark(RunConfig.flat(**base, out=str(tmp_path / "greedy")), thinker, show_progress=False)
+    sampled = run_benchmark(RunConfig.flat(**base, out=str(tmp_path / "sampled"), samples=2), thinker, show_progress=False)
+    plain = run_benchmark(RunConfig.flat(**{**base, "gen_kwargs": ()}, out=str(tmp_path / "plain")), thinker,
                           show_progress=False)
     assert list(greedy.samples["sample_key"]) == list(plain.samples["sample_key"])  # no --samples: greedy as always
     assert list(greedy.samples["reasoning_text"]) == list(plain.samples["reasoning_text"])
@@ -221,7 +221,7 @@ def test_a_mixed_run_samples_its_open_answers_only(tiny_model, tiny_qwen_dir, tm
     from finbench.types import RunConfig
 
     path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", famma_synthetic.records(None))
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="famma", data=str(path), limit=6, out=str(tmp_path / "run"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(path), limit=6, out=str(tmp_path / "run"),
                        dtype="float32", device="cpu", bootstrap=0, max_new_tokens=4, samples=3,
                        gen_kwargs=(("temperature", 0.9),))
     results, samples = run_benchmark(config, tiny_model, show_progress=False)

@@ -33,7 +33,7 @@ from finbench.types import Question, RunConfig
 
 def sampled_settings(config: RunConfig) -> dict[str, Any]:
     """The run's sampling settings (`--gen-kwargs` without the budget), {} when decoding is greedy."""
-    generation = {k: v for k, v in config.gen_kwargs if k != "max_new_tokens"}
+    generation = {k: v for k, v in config.decode.gen_kwargs if k != "max_new_tokens"}
     return generation if float(generation.get("temperature") or 0) > 0 else {}
 
 
@@ -74,7 +74,7 @@ def sample_variants(questions: Sequence[Question], requests: Sequence[Request | 
     for j in range(1, k):
         for i in shown:
             out.append((i, j, questions[i], replace(requests[i], sampling=with_seed(requests[i].sampling,
-                                                                                   config.seed + j))))
+                                                                                   config.output.seed + j))))
     return out
 
 
@@ -82,7 +82,7 @@ def thinking_sampling(config: RunConfig) -> tuple[tuple[str, Any], ...]:
     """The sampling settings of the run's own thinking requests (sample 0): none unless --samples > 1
     asks for samples (greedy reasoning, as always); then the --gen-kwargs settings with --seed."""
     settings = sampled_settings(config)
-    return with_seed(settings.items(), config.seed) if config.samples > 1 and settings else ()
+    return with_seed(settings.items(), config.output.seed) if config.samples > 1 and settings else ()
 
 
 def next_tokens(logits: torch.Tensor, sampling: Mapping[str, Any]) -> torch.Tensor:

@@ -115,7 +115,7 @@ class Studies:
                 ("probe", [v.probe for v in self.variants]))):
             table.insert(1 + position, column, values)
         if len(table):  # the open-ended probe's free answers are matched to the gold text here (or judged)
-            table = probe_verdicts(table, per_question_correct(table, benchmark.name), bool(self.config.judge))
+            table = probe_verdicts(table, per_question_correct(table, benchmark.name), bool(self.config.judging.judge))
         else:
             table["correct"] = []
         if self.config.permutations:
@@ -128,7 +128,7 @@ class Studies:
                 v.sample for v in self.variants], self.config.samples), benchmark.name, self.config.samples)
         if self.config.probes:
             studied["probes"] = probe_summary(samples, table, self.config.probes, self.not_probed,
-                                              bool(self.config.judge))
+                                              bool(self.config.judging.judge))
         studied["variants"] = {"n": len(self.variants), "n_cached": sum(1 for key in keys[n:] if key in cached),
                                "n_computed": sum(1 for i in todo if i >= n),
                                "n_errors": int((table["error"] != "").sum()) if len(table) else 0,
