@@ -7,7 +7,8 @@
     scores = finbench.score("runs/q7b", variant="paper", bootstrap=10_000)
     comparison = finbench.compare(["runs/bf16", "runs/8bit"])
 
-Every option of `finbench run` is a keyword argument here (the fields of `finbench.types.RunConfig`);
+Every option of `finbench run` is a keyword argument here, by its flat name (finbench/run_options.py
+declares each, with the RunConfig spec that holds it);
 an already loaded model adapter (`finbench.models.load_model(...)`) can be passed instead of a name.
 `batch_size` (a number or "auto"), `token_budget` and `workers` left out are sized to the device
 at start-up, as for `finbench run` (results.json `config.sized` names them).
