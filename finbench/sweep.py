@@ -26,7 +26,6 @@ the model fails the run at start-up with one line.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import re

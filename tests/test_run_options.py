@@ -12,7 +12,7 @@ import typer.main
 
 from finbench.api import RUN_IDENTITY, make_config
 from finbench.cli import app
-from finbench.run_options import OPTIONS, RUN_OPTIONS, sweep_flags
+from finbench.run_options import RUN_OPTIONS, sweep_flags
 from finbench.types import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
 
 # the fields that are not options of the table: the studies' (their own declarations) and start-up's record
