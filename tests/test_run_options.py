@@ -38,6 +38,8 @@ def test_every_option_field_of_run_config_has_exactly_one_declaration_in_its_spe
     for option in RUN_OPTIONS:
         assert SPEC_OF.get(option.name, "") == option.spec, option.name
     assert set(SPEC_OF) == {f.name for spec in SPECS.values() for f in dataclasses.fields(spec)}
+    renamed = {o.name: o.cli_flag for o in RUN_OPTIONS if o.cli_flag != "--" + o.name.replace("_", "-")}
+    assert renamed == {"domains": "--domain", "question_types": "--question-type"}  # the flags as they always were
 
 
 def test_every_declared_option_is_a_run_flag_with_its_help_and_default():
