@@ -20,12 +20,14 @@ An `out` folder that holds the results of another run (another model, benchmark,
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+# RUN_IDENTITY: what makes a run folder's results another run's (the options declared `identity`:
+# another model, data or protocol); the rest (limit, filters, batching, budgets, devices) reruns it
+from finbench.run_options import RUN_IDENTITY
 from finbench.types import DEFAULT_BENCHMARK, RESULTS_FILE, RunConfig
 
 SUMMARY_FILE = "summary.json"
@@ -53,46 +55,20 @@ def benchmark_names(benchmark: str | Sequence[str]) -> list[str]:
     return names
 
 
-def make_config(model: str, benchmark: str, **options: Any) -> RunConfig:
-    """A RunConfig from keyword options; an unknown option is one clear TypeError."""
+def make_config(model: str, benchmark: str = DEFAULT_BENCHMARK, **options: Any) -> RunConfig:
+    """A RunConfig from flat keyword options, each coerced as its declaration says
+    (finbench/run_options.py; a study's option, e.g. `permutations=3`, as its Study declares it:
+    finbench/studies); an unknown option is one clear TypeError."""
+    from finbench.run_options import coerce
     from finbench.studies import study_options, study_settings
 
-    studied = {o.name for o in study_options()}  # a study's keyword (permutations=3): RunConfig.studies
-    options["studies"] = study_settings({**dict(options.pop("studies", ())),
-                                         **{k: options.pop(k) for k in studied & set(options)}})
-    known = {f.name for f in dataclasses.fields(RunConfig)} | studied
-    unknown = sorted(set(options) - known)
+    studied = {o.name for o in study_options()}
+    known = (set(RunConfig.flat(model).record()) | studied) - {"model", "benchmark"}
+    unknown = sorted(set(options) - known - {"studies"})
     if unknown:
-        raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known - {'model'}))}")
-    for name in ("domains", "question_types"):
-        if name in options and not isinstance(options[name], tuple):
-            options[name] = tuple([options[name]] if isinstance(options[name], str) else options[name])
-    if "gen_kwargs" in options:
-        options["gen_kwargs"] = generation_settings(options["gen_kwargs"])
-    if isinstance(options.get("data"), Path):
-        options["data"] = str(options["data"])
-    return RunConfig(model=model, benchmark=benchmark, **options)
-
-
-def generation_settings(value: Any) -> tuple[tuple[str, Any], ...]:
-    """`gen_kwargs` as RunConfig holds it, from a mapping, (key, value) pairs or the command line's
-    string `max_new_tokens=64,temperature=0.7`; anything else is one clear error."""
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        from finbench.runner.gen_kwargs import parse_gen_kwargs
-
-        return parse_gen_kwargs(value)
-    if isinstance(value, Mapping):
-        return tuple(sorted(value.items()))
-    try:
-        pairs = [tuple(pair) for pair in value]
-        if all(len(pair) == 2 and isinstance(pair[0], str) for pair in pairs):
-            return tuple(sorted(pairs))
-    except TypeError:
-        pass
-    raise TypeError(f"gen_kwargs={value!r}: expected a mapping such as {{'max_new_tokens': 64}} or the string "
-                    "'max_new_tokens=64,temperature=0.7'")
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    given = {**dict(options.pop("studies", ())), **{k: options.pop(k) for k in studied & set(options)}}
+    return RunConfig.flat(model, benchmark=benchmark, studies=study_settings(given), **coerce(options))
 
 
 def data_sources(values: Sequence[str], names: Sequence[str]) -> str | dict[str, str] | None:
@@ -119,15 +95,9 @@ def data_sources(values: Sequence[str], names: Sequence[str]) -> str | dict[str,
     return pairs or None
 
 
-# What makes a run folder's results another run's: the answers would be of another model, data or
-# protocol. The rest (limit, filters, batching, budgets, bootstrap, devices) reruns the same evaluation.
-RUN_IDENTITY = ("model", "revision", "benchmark", "data", "protocol", "quant", "dtype", "think_budget", "judge",
-                "chat_template", "system_prompt")
-
-
 def other_run(config: RunConfig) -> str:
-    """'' when `config.out` holds no results or those of the same evaluation; else what differs."""
-    path = Path(config.out) / RESULTS_FILE
+    """'' when `config.output.out` holds no results or those of the same evaluation; else what differs."""
+    path = Path(config.output.out) / RESULTS_FILE
     try:
         previous = json.loads(path.read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):  # no results there (a damaged file is not a run's)
@@ -138,15 +108,15 @@ def other_run(config: RunConfig) -> str:
             return str(Path(str(value)).expanduser().resolve())
         return value
 
-    differences = [f"{field} {previous.get(field)!r} → {getattr(config, field)!r}" for field in RUN_IDENTITY
-                   if same(field, previous.get(field)) != same(field, getattr(config, field))]
+    differences = [f"{field} {previous.get(field)!r} → {config.option(field)!r}" for field in RUN_IDENTITY
+                   if same(field, previous.get(field)) != same(field, config.option(field))]
     return "; ".join(differences)
 
 
 def refuse_other_results(config: RunConfig, overwrite: bool) -> None:
     differences = "" if overwrite else other_run(config)
     if differences:
-        raise ValueError(f"--out {config.out} holds the results of another run ({differences}); pass --overwrite "
+        raise ValueError(f"--out {config.output.out} holds the results of another run ({differences}); pass --overwrite "
                          "to replace them, or choose another --out")
 
 

@@ -23,7 +23,9 @@ class Option:
     bool); `many`: a list option (comma-separated or repeated), held as a tuple. `parse` turns the
     command line's or the API's value into the config's (ValueError: one line); `check` validates it
     at start-up with the rest of the config. `spec`: the RunConfig part that holds it (load, decode,
-    batching, output, studies; "" for the run's own fields)."""
+    batching, output, judging; "" for the run's own fields). `run` False: `finbench run` writes its
+    own flag (e.g. --benchmark, which takes several); `sweep_help`/`sweep_default`: the sweep flag's
+    where they differ from run's. `commas` False: a list option whose values are taken whole."""
 
     name: str
     default: Any
@@ -37,6 +39,10 @@ class Option:
     axis: bool = False  # a `finbench sweep` axis: several values, one variant each
     identity: bool = False  # part of the run's identity (a run folder holding another's results is refused)
     flag: str | None = None
+    run: bool = True
+    sweep_help: str | None = None
+    sweep_default: Any = None
+    commas: bool = True
 
     @property
     def cli_flag(self) -> str:
@@ -44,11 +50,11 @@ class Option:
 
     def coerce(self, value: Any) -> Any:
         """The command line's or the API's value as the config holds it."""
-        if self.many and value is not None and not isinstance(value, tuple):
-            parts = value.split(",") if isinstance(value, str) else [
-                part for item in value for part in (item.split(",") if isinstance(item, str) else [item])]
-            value = tuple(p.strip() if isinstance(p, str) else p for p in parts
-                          if not (isinstance(p, str) and not p.strip()))
+        if self.many and (isinstance(value, str) or isinstance(value, (list, tuple))
+                          and all(isinstance(item, str) for item in value)):  # a mapping or pairs: to `parse`
+            items = [value] if isinstance(value, str) else list(value)
+            parts = [p for item in items for p in (item.split(",") if self.commas else [item])]
+            value = tuple(p.strip() for p in parts if p.strip())
         return self.parse(value) if self.parse is not None and value is not None else value
 
 
@@ -80,7 +86,8 @@ def with_options(options: Callable[[], list[Option]]) -> Callable[[Callable[...,
 
     def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
         declared = options()
-        own = [p for name, p in inspect.signature(command, eval_str=True).parameters.items() if name != "options"]
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)  # after the declared ones (typer passes keywords)
+               for name, p in inspect.signature(command, eval_str=True).parameters.items() if name != "options"]
         names = {o.name for o in declared}
 
         @functools.wraps(command)
@@ -88,9 +95,9 @@ def with_options(options: Callable[[], list[Option]]) -> Callable[[Callable[...,
             return command(**{k: v for k, v in given.items() if k not in names},
                            options={k: v for k, v in given.items() if k in names})
 
-        extra = [typer_parameter(o) for o in declared]
-        wrapper.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in [*own, *extra]}
+        extra = [typer_parameter(o) for o in declared]  # first: --help lists the declared options, then the command's
+        wrapper.__signature__ = inspect.Signature([*extra, *own])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in [*extra, *own]}
         del wrapper.__wrapped__  # typer reads this signature, not the command's
         return wrapper
 

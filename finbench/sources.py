@@ -35,30 +35,23 @@ SERVED_READINGS = ("auto", "logprobs", "decision")  # --served-reading (models/s
 
 
 def check_sources(config: Any) -> None:
-    """The run's --judge (`check_judge_source`) and the options of a served model: each applies only
-    with a server's URL as --model or --judge, and is in range (one ValueError line)."""
-    check_judge_source(config.judge)
+    """The options of a served model, across options (each one's own range is its declaration's,
+    finbench/run_options.py): each applies only with a server's URL as --model or --judge (one
+    ValueError line)."""
     refused = served_refusal(config) if is_served(config.model) else None
     if refused:
         raise ValueError(refused)
-    served = [name for name, value in (("--served-model", config.served_model), ("--api-key-env", config.api_key_env),
-                                       ("--in-flight", config.in_flight),
-                                       ("--served-thinking", config.served_thinking or None),
-                                       ("--served-reading", None if config.served_reading == "auto" else 1))
+    load = config.load
+    served = [name for name, value in (("--served-model", load.served_model), ("--api-key-env", load.api_key_env),
+                                       ("--in-flight", load.in_flight), ("--served-thinking", load.served_thinking or None),
+                                       ("--served-reading", None if load.served_reading == "auto" else 1))
               if value is not None]
-    if served and not (is_served(config.model) or is_served(config.judge)):
+    if served and not (is_served(config.model) or is_served(config.judging.judge)):
         raise ValueError(f"{', '.join(served)}: for a served model (--model or --judge http(s)://HOST:PORT/v1)")
-    if config.judge_served_model is not None and not is_served(config.judge):
+    if config.judging.judge_served_model is not None and not is_served(config.judging.judge):
         raise ValueError("--judge-served-model: for a served judge (--judge http(s)://HOST:PORT/v1)")
-    if config.api_key_env and not os.environ.get(config.api_key_env):
-        raise ValueError(f"--api-key-env {config.api_key_env}: the environment variable {config.api_key_env} "
-                         "is not set")
-    if config.served_reading not in SERVED_READINGS:
-        raise ValueError(f"--served-reading {config.served_reading}: expected {', '.join(SERVED_READINGS)}")
-    if config.in_flight is not None and config.in_flight < 1:
-        raise ValueError(f"--in-flight {config.in_flight}: must be at least 1")
-    if not config.request_timeout > 0:
-        raise ValueError(f"--request-timeout {config.request_timeout}: must be a positive number of seconds")
+    if load.api_key_env and not os.environ.get(load.api_key_env):
+        raise ValueError(f"--api-key-env {load.api_key_env}: the environment variable {load.api_key_env} is not set")
 
 
 # options that change how finbench loads weights: a server has loaded its own (RunConfig names → flags)
@@ -74,7 +67,7 @@ def served_refusal(config: Any) -> str | None:
     """The loading options a served --model was given, as one line; None when there are none."""
     unset = {"quant": "none", "dtype": "auto", "think_budget": 0}
     given = [flag for name, flag in LOADING_FLAGS.items()
-             if getattr(config, name) not in (unset.get(name), None, False)]
+             if config.option(name) not in (unset.get(name), None, False)]
     if not given:
         return None
     return (f"{', '.join(given)}: not for a served model ({config.model}): the server loaded its weights and "

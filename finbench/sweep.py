@@ -26,7 +26,6 @@ the model fails the run at start-up with one line.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import re
@@ -63,7 +62,7 @@ def plan_variants(base: RunConfig, axes: dict[str, Sequence[Any]]) -> list[tuple
     unknown = set(axes) - set(AXES)
     if unknown:
         raise ValueError(f"unknown sweep axis {sorted(unknown)}; known: {', '.join(AXES)}")
-    values = {axis: list(axes.get(axis) or [getattr(base, axis)]) for axis in AXES}
+    values = {axis: list(axes.get(axis) or [base.option(axis)]) for axis in AXES}
     for axis, vals in values.items():
         if len(set(vals)) != len(vals):
             raise ValueError(f"--{axis.replace('_', '-')}: a value is repeated ({vals})")
@@ -79,7 +78,7 @@ def plan_variants(base: RunConfig, axes: dict[str, Sequence[Any]]) -> list[tuple
     for combo in itertools.product(*(values[a] for a in AXES)):
         setting = dict(zip(AXES, combo))
         name = "_".join(f"{a}-{short[setting[a]] if a == 'model' else _slug(str(setting[a]))}" for a in varying)
-        variants.append((name, dataclasses.replace(base, **setting)))
+        variants.append((name, base.replaced(**setting)))
     return variants
 
 
@@ -204,7 +203,7 @@ def _check_data(config: RunConfig) -> None:
 
 
 def _refuse_unquantizable(variants: Sequence[tuple[str, RunConfig]]) -> None:
-    if not any(config.quant != "none" for _, config in variants):
+    if not any(config.load.quant != "none" for _, config in variants):
         return
     from finbench.models.quant_share import share_refusals
 
@@ -220,8 +219,8 @@ def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, 
               console: Any = None) -> dict[str, Any]:
     """Run every variant (resuming from the shared cache), then compare; returns sweep.json's content."""
     out = Path(out)
-    cache = Path(base.cache) if base.cache else out / "cache.sqlite"
-    variants = [(name, dataclasses.replace(config, out=str(out / name), cache=str(cache)))
+    cache = Path(base.output.cache) if base.output.cache else out / "cache.sqlite"
+    variants = [(name, config.replaced(out=str(out / name), cache=str(cache)))
                 for name, config in plan_variants(base, axes)]
     checked = validate_variants(variants, out)  # once: run_benchmark does not validate them again
     from finbench.runner.lock import folder_lock
@@ -237,8 +236,8 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
     from finbench.runner.engine import run_benchmark
 
     # sized once, before any model loads: every variant runs with the same batch settings
-    sized = size_to_device(base, rank_device(base.device, world_from_env()))
-    variants = [(name, dataclasses.replace(config, **{f: getattr(sized, f) for f in (*SIZED, "sized")}))
+    sized = size_to_device(base, rank_device(base.load.device, world_from_env()))
+    variants = [(name, config.replaced(**{f: sized.option(f) for f in (*SIZED, "sized")}))
                 for name, config in variants]
     run_dirs, names, failed = [], [], []
     for name, config in variants:
@@ -261,7 +260,7 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
         finished = f"; finished: {names[0]} ({run_dirs[0]})" if names else ""
         raise ValueError("; ".join(f"variant {f['variant']}: {f['error']}" for f in failed)
                          + f"{finished} — fewer than two variants to compare, so no {SWEEP_FILE}")
-    summary = summarize(run_dirs, names, n_bootstrap=base.bootstrap, seed=base.seed,
+    summary = summarize(run_dirs, names, n_bootstrap=base.output.bootstrap, seed=base.output.seed,
                         axes={a: [str(v) for v in vals] for a, vals in axes.items() if vals})
     if failed:
         summary["failed"] = failed

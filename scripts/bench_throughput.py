@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> float:
 
     # warm-up both paths on a few questions so one-time costs (allocations, lazy imports) are not charged
     run_baseline(model, finmme.BENCHMARK, questions[:2])
-    run_benchmark(RunConfig(model=model_dir, data=data, limit=4, out=str(work / "warmup"),
+    run_benchmark(RunConfig.flat(model=model_dir, data=data, limit=4, out=str(work / "warmup"),
                             batch_size=args.batch_size), model, show_progress=False)
 
-    result = run_benchmark(RunConfig(model=model_dir, data=data, limit=args.n_items, out=str(work / "finbench"),
+    result = run_benchmark(RunConfig.flat(model=model_dir, data=data, limit=args.n_items, out=str(work / "finbench"),
                                      batch_size=args.batch_size), model, show_progress=False)
     ours = result.results["throughput"]
     baseline = run_baseline(model, finmme.BENCHMARK, questions)

@@ -103,7 +103,7 @@ def key_of(tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
 
     def key(**options) -> str:
         out = folder / f"run{len(list(folder.iterdir()))}"
-        config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=1, dtype="float32",
+        config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=1, dtype="float32",
                            device="cpu", bootstrap=0, out=str(out), **options)
         return run_benchmark(config, show_progress=False).samples["sample_key"].iloc[0]
 

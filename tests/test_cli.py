@@ -61,7 +61,7 @@ def test_score_raw_predictions_matches_a_hand_computed_finscore(tmp_path):
 
 def test_score_and_compare_run_folders(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
     for name, protocol in [("a", "constrained"), ("b", "official")]:
-        run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=8, protocol=protocol,
+        run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=8, protocol=protocol,
                                 max_new_tokens=4, dtype="float32", device="cpu", out=str(tmp_path / name)),
                       tiny_model, show_progress=False)
     scored = finbench("score", str(tmp_path / "a"), "--bootstrap", "200")

@@ -21,7 +21,7 @@ from finbench.types import RunConfig
 @pytest.fixture(scope="module")
 def run(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     out = tmp_path_factory.mktemp("clustered") / "run"
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmme", data=str(synthetic_parquet), out=str(out),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmme", data=str(synthetic_parquet), out=str(out),
                        dtype="float32", device="cpu", bootstrap=0, limit=10)
     return out, run_benchmark(config, tiny_model, show_progress=False).results
 

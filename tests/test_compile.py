@@ -247,18 +247,16 @@ def test_only_the_language_model_s_norms_mlps_and_rotary_are_compiled(tiny_qwen_
 
 
 def test_compile_lm_without_a_compiler_fails_at_start_up_in_one_line(tiny_model, monkeypatch):
-    from dataclasses import replace
-
     from finbench.models import compile as compile_module
     from finbench.runner.startup import compile_parts
     from finbench.types import RunConfig
 
     monkeypatch.setattr(compile_module, "compile_unavailable", lambda device: "no C++ compiler (test)")
-    config = RunConfig(model="m", compile_lm=True)
+    config = RunConfig.flat(model="m", compile_lm=True)
     with pytest.raises(ValueError, match=r"^--compile-lm: no C\+\+ compiler \(test\)$"):
         compile_parts(tiny_model, config, [])
     notes: list[str] = []
-    compile_parts(tiny_model, replace(config, compile_lm=False), notes)  # nothing asked: nothing checked
+    compile_parts(tiny_model, config.replaced(compile_lm=False), notes)  # nothing asked: nothing checked
     assert notes == [] and tiny_model.compiled_language_model == {}
 
 

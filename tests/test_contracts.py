@@ -20,7 +20,7 @@ from finbench.types import OPEN, RunConfig
 
 
 def _run(tiny_model, tiny_qwen_dir, benchmark, data, out, **overrides):
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark=benchmark, data=str(data), out=str(out), dtype="float32",
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark=benchmark, data=str(data), out=str(out), dtype="float32",
                        device="cpu", bootstrap=0, **overrides)
     return run_benchmark(config, tiny_model, show_progress=False)
 
@@ -124,7 +124,7 @@ def test_a_multi_benchmark_run_with_a_loading_option_runs_every_benchmark(
     assert set(result.runs) == {"finmme", "famma"}
     assert all(len(run.samples) == 2 and (run.samples["error"] == "").all() for run in result.runs.values())
     with pytest.raises(ValueError, match="chat_template: these apply when finbench loads the model"):
-        given_model(RunConfig(model=str(tiny_qwen_dir), chat_template=str(template)), tiny_model)
+        given_model(RunConfig.flat(model=str(tiny_qwen_dir), chat_template=str(template)), tiny_model)
 
 
 def test_an_option_the_family_does_not_declare_is_refused_before_the_weights_load(
@@ -135,7 +135,7 @@ def test_an_option_the_family_does_not_declare_is_refused_before_the_weights_loa
         raise AssertionError("the weights were loaded")
 
     monkeypatch.setattr(Qwen25VL, "load", classmethod(no_weights))
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), out=str(tmp_path / "run"), think_budget=4)
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), out=str(tmp_path / "run"), think_budget=4)
     with pytest.raises(ValueError, match=r"^--think-budget 4: qwen2\.5-vl has no thinking block$"):
         run_benchmark(config, show_progress=False)
     assert not (tmp_path / "run").exists()
@@ -164,7 +164,7 @@ def test_a_configuration_error_found_after_loading_writes_nothing(tiny_model, ti
         def __getattr__(self, name):
             return getattr(self._model, name)
 
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), out=str(tmp_path / "run"), limit=2)
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), out=str(tmp_path / "run"), limit=2)
     with pytest.raises(ValueError, match="single token"):
         run_benchmark(config, NoLetters(tiny_model), show_progress=False)
     assert not (tmp_path / "run").exists()

@@ -40,7 +40,7 @@ def _torchrun(args, out, nproc=2) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def reference(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, batch_size=4,
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, batch_size=4,
                        dtype="float32", device="cpu", bootstrap=0, out=str(tmp_path_factory.mktemp("ref") / "run"))
     return run_benchmark(config, tiny_model, show_progress=False).samples
 
@@ -133,13 +133,13 @@ def test_a_killed_rank_loses_nothing_and_any_world_size_resumes(tiny_model, tiny
 
     results = json.loads((out / "results.json").read_text())
     assert results["n_cached"] == saved and results["n_computed"] == 72 - saved
-    reference = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), batch_size=4,
+    reference = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), batch_size=4,
                                         dtype="float32", device="cpu", bootstrap=0, out=str(tmp_path / "ref")),
                               tiny_model, show_progress=False).samples
     _same(pd.read_parquet(out / "samples.parquet"), reference)
 
 
 def test_device_map_auto_gives_the_same_answers(tiny_qwen_dir, synthetic_parquet, reference, tmp_path):
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, batch_size=4,
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, batch_size=4,
                        dtype="float32", device="cpu", device_map="auto", bootstrap=0, out=str(tmp_path / "dm"))
     _same(run_benchmark(config, show_progress=False).samples, reference)

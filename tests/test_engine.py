@@ -23,7 +23,7 @@ def _config(tiny_qwen_dir, data, out, **overrides) -> RunConfig:
     settings = dict(model=str(tiny_qwen_dir), data=str(data), out=str(out), limit=LIMIT, batch_size=8,
                     dtype="float32", device="cpu")
     settings.update(overrides)
-    return RunConfig(**settings)
+    return RunConfig.flat(**settings)
 
 
 def test_run_writes_results_and_samples_and_resumes_from_cache(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):

@@ -168,7 +168,7 @@ def test_a_padded_model_answers_as_the_unpadded_one(odd_width_dir, synthetic_par
     runs = {}
     for name, paths in (("reference", FastPaths.reference()), ("padded", FastPaths(pad_widths=True))):
         model = Qwen25VL.load(str(odd_width_dir), dtype="float32", device="cpu", fast_paths=paths)
-        config = RunConfig(model=str(odd_width_dir), data=str(synthetic_parquet), out=str(tmp_path / name), limit=16,
+        config = RunConfig.flat(model=str(odd_width_dir), data=str(synthetic_parquet), out=str(tmp_path / name), limit=16,
                            batch_size=8, dtype="float32", device="cpu", bootstrap=0)
         runs[name] = (model, run_benchmark(config, model, show_progress=False))
     (reference, plain), (padded, fast) = runs["reference"], runs["padded"]
@@ -397,7 +397,7 @@ def test_graphed_decode_steps_equal_the_eager_static_steps(tiny_qwen_dir, questi
 
 
 def test_no_fast_paths_reaches_the_adapter_from_the_cli(tiny_qwen_dir, monkeypatch):
-    """`--no-fast-paths` → RunConfig.fast_paths False → the one loader asks for the reference
+    """`--no-fast-paths` → RunConfig.load.fast_paths False → the one loader asks for the reference
     paths, which the adapter keeps even where the defaults would turn them on (CUDA)."""
     from typer.testing import CliRunner
 

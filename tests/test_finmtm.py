@@ -342,7 +342,7 @@ def test_finmtm_run_end_to_end(tiny_model, tiny_qwen_dir, fixture_dir, tmp_path)
 
     tiny_model.prepare = recording
     try:
-        config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(fixture_dir), out=str(tmp_path / "run"),
+        config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(fixture_dir), out=str(tmp_path / "run"),
                            dtype="float32", device="cpu", max_new_tokens=6, bootstrap=50)
         result = run_benchmark(config, tiny_model, show_progress=False)
     finally:
@@ -375,7 +375,7 @@ def test_raw_output_does_not_depend_on_what_shares_the_batch(tiny_model, tiny_qw
 
     outputs = {}
     for batch_size in (16, 1):
-        config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(fixture_dir), protocol="official",
+        config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(fixture_dir), protocol="official",
                            out=str(tmp_path / f"b{batch_size}"), dtype="float32", device="cpu", max_new_tokens=4,
                            batch_size=batch_size, bootstrap=0)
         run_benchmark(config, tiny_model, show_progress=False)

@@ -150,7 +150,7 @@ def test_a_judge_out_of_memory_at_batch_8_halves_and_answers_every_item():
     predictions = {k: Prediction(id=f"q{k}", answer="right" if k % 2 else "wrong",
                                  generated_text="right" if k % 2 else "wrong") for k in range(8)}
     judge = FakeJudge(oom_above=2)
-    config = RunConfig(model="m", benchmark="famma", batch_size=8, token_budget=10**6, workers=1)
+    config = RunConfig.flat(model="m", benchmark="famma", batch_size=8, token_budget=10**6, workers=1)
     judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, "fake", config=config)
     assert judged.columns["judge_score"] == [float(k % 2) for k in range(8)]
     assert judged.summary["n_failed"] == 0 and judged.summary["oom_retries"] == 2  # 8 → 4 → 2
@@ -230,7 +230,7 @@ def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
     from finbench.types import RunConfig
 
     data = synthetic.write_early_json(tmp_path / "f.json", synthetic.records(None)[:2])
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
                        device="cpu", dtype="float32", judge=str(tmp_path / "no-such-judge"))
     with pytest.raises(ValueError, match="--judge"):
         run_benchmark(config, show_progress=False)
@@ -243,7 +243,7 @@ def test_tiny_judge_end_to_end_and_rerun_computes_nothing(tiny_model, tiny_qwen_
     from finbench.types import RunConfig
 
     data = synthetic.write_parquet(tmp_path / "famma.parquet", synthetic.records(None))
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
                        device="cpu", dtype="float32", protocol="official", max_new_tokens=8,
                        judge=str(tiny_qwen_dir), judge_max_new_tokens=8, bootstrap=0)
     first = run_benchmark(config, tiny_model, show_progress=False)
@@ -326,7 +326,7 @@ def test_a_vision_language_judge_is_shown_the_session_images_and_its_verdicts_ar
 
     write_fixtures(tmp_path / "data")
     seen = _recording(tiny_model, monkeypatch)
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(tmp_path / "data"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(tmp_path / "data"),
                        out=str(tmp_path / "run"), device="cpu", dtype="float32", max_new_tokens=3,
                        judge=str(tiny_qwen_dir), judge_max_new_tokens=4, bootstrap=0)
     first = run_benchmark(config, tiny_model, show_progress=False)
@@ -380,7 +380,7 @@ def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
 
 def test_the_judge_is_loaded_by_the_one_loader_on_the_rank_s_device(monkeypatch):
     """Under torchrun each rank's model is on its own GPU; the judge is loaded once, by rank 0 (the
-    rank that gathers and judges), on that rank's device — not on `config.device` for all."""
+    rank that gathers and judges), on that rank's device — not on `config.load.device` for all."""
     from finbench.models import judge as judge_module
     from finbench.runner import startup
     from finbench.runner.distributed import World
@@ -389,7 +389,7 @@ def test_the_judge_is_loaded_by_the_one_loader_on_the_rank_s_device(monkeypatch)
     monkeypatch.setattr(judge_module, "load_judge", lambda source, dtype, device, model: loaded.append(device) or "J")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    config = RunConfig(model="m", benchmark="famma", judge="owner/judge", device="auto")
+    config = RunConfig.flat(model="m", benchmark="famma", judge="owner/judge", device="auto")
     assert startup.load_judge_for_run(config, World(rank=0, size=2, local_rank=3)) == "J" and loaded == ["cuda:3"]
     assert startup.load_judge_for_run(config, World(rank=1, size=2, local_rank=1)) is None and loaded == ["cuda:3"]
     assert startup.load_judge_for_run(RunConfig(model="m"), World()) is None  # no --judge

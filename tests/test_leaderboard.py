@@ -28,7 +28,7 @@ def three_runs(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     """constrained, official (other answers) and a copy whose answers were all set to the gold."""
     root = tmp_path_factory.mktemp("board")
     for name, protocol in (("constrained", "constrained"), ("official", "official")):
-        run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, protocol=protocol,
+        run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, protocol=protocol,
                                 max_new_tokens=4, dtype="float32", device="cpu", bootstrap=200,
                                 out=str(root / name)), tiny_model, show_progress=False)
     shutil.copytree(root / "constrained", root / "gold-copy")

@@ -26,14 +26,14 @@ from finbench.types import RunConfig
 
 
 def _loop(model, questions, requests, tmp_path, **options):
-    config = RunConfig(model=model.source, data="", out=str(tmp_path / "run"), device="cpu", dtype="float32",
+    config = RunConfig.flat(model=model.source, data="", out=str(tmp_path / "run"), device="cpu", dtype="float32",
                        bootstrap=0, **options)
     vocab = AnswerVocabulary.for_model(model)
     return BatchLoop(model, finmme.BENCHMARK, questions, requests, config, vocab, StageTimer(model.device))
 
 
 def _requests(questions, tmp_path, protocol="constrained", **options):
-    config = RunConfig(model="m", data="", out=str(tmp_path), protocol=protocol, **options)
+    config = RunConfig.flat(model="m", data="", out=str(tmp_path), protocol=protocol, **options)
     requests, errors = build_requests(finmme.BENCHMARK, questions, config, None, None)
     assert errors == {}
     return requests
@@ -91,7 +91,7 @@ def test_a_later_session_turn_is_rendered_once_and_its_images_are_not_decoded_ag
     assert sorted(decoded) == sorted((q.id, 0) for q in chosen)  # each image decoded once for both turns
     # the logged prompt of a row is the text its first turn was prepared from
     first = render(text_of(requests[0].turn_prompt(())))
-    assert answered[0].prompt == (first if loop.config.log_prompts else
+    assert answered[0].prompt == (first if loop.config.decode.log_prompts else
                                   "sha256:" + hashlib.sha256(first.encode()).hexdigest())
 
 
@@ -170,7 +170,7 @@ def test_ctrl_c_during_generation_keeps_the_rows_that_had_finished(tiny_model, t
             criterion(torch.cat([ids, new], 1), None)
         raise KeyboardInterrupt
 
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, bootstrap=0, dtype="float32",
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, bootstrap=0, dtype="float32",
                        device="cpu", protocol="official", max_new_tokens=4, batch_size=2, workers=1,
                        out=str(tmp_path / "run"))
     monkeypatch.setattr(tiny_model.model, "generate", interrupted)
@@ -224,10 +224,10 @@ def test_a_run_renders_each_prompt_once(tiny_model, tiny_qwen_dir, synthetic_par
     rendered = []
     render = tiny_model.prompt_text
     monkeypatch.setattr(tiny_model, "prompt_text", lambda request: rendered.append(request) or render(request))
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=6, bootstrap=0, dtype="float32",
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=6, bootstrap=0, dtype="float32",
                        device="cpu", out=str(tmp_path / "run"))
     result = run_benchmark(config, tiny_model, show_progress=False)
     assert len(rendered) == 6 and not result.samples["error"].astype(bool).any()
-    again = run_benchmark(dataclasses.replace(config, out=str(tmp_path / "fresh")), tiny_model, show_progress=False)
+    again = run_benchmark(config.replaced(out=str(tmp_path / "fresh")), tiny_model, show_progress=False)
     assert list(again.samples["prompt"]) == list(result.samples["prompt"])
     assert len(rendered) == 12

@@ -51,7 +51,7 @@ def test_two_nodes_with_their_own_cache_folders_give_the_single_process_answers(
     assert cache_rows(outs[0] / "cache.sqlite") == LIMIT  # merged into the run folder at the end
     assert not (outs[1] / "samples.parquet").exists()  # only rank 0 writes the run
 
-    reference = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=LIMIT,
+    reference = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=LIMIT,
                                         batch_size=4, dtype="float32", device="cpu", bootstrap=0,
                                         out=str(tmp_path / "single")), tiny_model, show_progress=False).samples
     samples = pd.read_parquet(outs[0] / "samples.parquet")

@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import toystudy
+import toystudy  # registers the nudge study on import, as FINBENCH_STUDIES does in a fresh process
+
 from helpers import ENV, run_cli
+
+from finbench.studies import STUDIES
+
+STUDIES.pop(toystudy.NAME, None)  # in this process (shared with other test files) only the built-in studies
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 TESTS = Path(__file__).resolve().parent
@@ -46,6 +51,7 @@ def test_register_study_refuses_a_second_study_of_the_same_name_or_flag():
     from finbench.studies import STUDIES, register_study
     from finbench.studies.circular import STUDY as CIRCULAR
 
+    assert register_study(toystudy.STUDY) is toystudy.STUDY
     assert register_study(toystudy.STUDY) is toystudy.STUDY  # the same study again: nothing changes
     try:
         twin = toystudy.Nudge()

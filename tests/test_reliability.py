@@ -128,7 +128,7 @@ def corpus(tmp_path_factory):
 def corpus_run(corpus, tiny_model, tiny_qwen_dir, tmp_path_factory):
     data, _ = corpus
     out = tmp_path_factory.mktemp("corpus-run")
-    result = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(data), batch_size=4, dtype="float32",
+    result = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(data), batch_size=4, dtype="float32",
                                      device="cpu", out=str(out / "run"), bootstrap=0), tiny_model,
                            show_progress=False)
     return result
@@ -281,7 +281,7 @@ def test_missing_optional_columns_are_a_warning_in_results(tmp_path, good_parque
     frame = pd.read_parquet(good_parquet).drop(columns=["asset_class", "chart_type"])
     path = tmp_path / "d.parquet"
     frame.to_parquet(path)
-    result = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(path), dtype="float32", device="cpu",
+    result = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(path), dtype="float32", device="cpu",
                                      out=str(tmp_path / "run"), bootstrap=0), tiny_model, show_progress=False)
     notes = " | ".join(result.results["notes"])
     assert "'asset_class' is missing" in notes and "'chart_type' is missing" in notes
@@ -329,7 +329,7 @@ def test_unwritable_output_folder_is_one_line(tmp_path, good_parquet, tiny_qwen_
 
 # ---- faults ------------------------------------------------------------------------------------------
 def _run(tiny_model, tiny_qwen_dir, data, out, **overrides):
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(data), dtype="float32", device="cpu", out=str(out),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(data), dtype="float32", device="cpu", out=str(out),
                        bootstrap=0, **overrides)
     return run_benchmark(config, tiny_model, show_progress=False)
 
@@ -382,7 +382,7 @@ def test_changed_weights_change_the_cache_key_and_digests_are_remembered(tmp_pat
     model_dir = tmp_path / "model"
     shutil.copytree(tiny_qwen_dir, model_dir)
     weights = model_dir / "model.safetensors"
-    run = lambda out: run_benchmark(RunConfig(model=str(model_dir), data=str(synthetic_parquet), limit=4,
+    run = lambda out: run_benchmark(RunConfig.flat(model=str(model_dir), data=str(synthetic_parquet), limit=4,
                                               dtype="float32", device="cpu", out=str(tmp_path / out),
                                               cache=str(tmp_path / "cache.sqlite"), bootstrap=0),
                                     load_model(str(model_dir), dtype="float32", device="cpu"), show_progress=False)

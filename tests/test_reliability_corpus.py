@@ -156,7 +156,7 @@ def famma_corpus(tmp_path_factory):
 def famma_run(famma_corpus, tiny_model, tiny_qwen_dir, tmp_path_factory):
     folder, _ = famma_corpus
     out = tmp_path_factory.mktemp("famma-run") / "run"
-    return run_benchmark(RunConfig(model=str(tiny_qwen_dir), benchmark="famma", data=str(folder), batch_size=6,
+    return run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(folder), batch_size=6,
                                    dtype="float32", device="cpu", out=str(out), bootstrap=0, max_new_tokens=3),
                          tiny_model, show_progress=False)
 
@@ -351,7 +351,7 @@ def finmtm_run(finmtm_corpus, tiny_model, tiny_qwen_dir, tmp_path_factory):
     tiny_model.generate = recording
     try:
         out = tmp_path_factory.mktemp("finmtm-run") / "run"
-        result = run_benchmark(RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(folder), batch_size=8,
+        result = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(folder), batch_size=8,
                                          dtype="float32", device="cpu", out=str(out), bootstrap=0, max_new_tokens=3),
                                tiny_model, show_progress=False)
     finally:
@@ -412,7 +412,7 @@ def test_an_over_long_later_turn_fails_alone_and_is_never_batched(finmtm_corpus,
     alone.mkdir()
     (alone / "L2.jsonl").write_text(json.dumps(FINMTM_KINDS["ses-ok"][1]) + "\n")
     (alone / "p1.png").write_bytes(jpeg())
-    single = run_benchmark(RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(alone), dtype="float32",
+    single = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(alone), dtype="float32",
                                      device="cpu", out=str(tmp_path / "run"), bootstrap=0, max_new_tokens=3),
                            tiny_model, show_progress=False).samples.set_index("id")
     assert samples.loc["ses-ok", "raw_output"] == single.loc["ses-ok", "raw_output"]
@@ -473,7 +473,7 @@ def mmfin_corpus(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mmfin_run(mmfin_corpus, tiny_model, tiny_qwen_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("mmfin-run")
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(mmfin_corpus), dtype="float32",
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="mme-finance", data=str(mmfin_corpus), dtype="float32",
                        device="cpu", out=str(out), bootstrap=0, max_new_tokens=3)
     return run_benchmark(config, tiny_model, show_progress=False)
 

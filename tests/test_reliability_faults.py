@@ -35,7 +35,7 @@ from finbench.types import RunConfig
 
 
 def _config(tiny_qwen_dir, data, out, **overrides) -> RunConfig:
-    return RunConfig(model=str(tiny_qwen_dir), data=str(data), dtype="float32", device="cpu", out=str(out),
+    return RunConfig.flat(model=str(tiny_qwen_dir), data=str(data), dtype="float32", device="cpu", out=str(out),
                      bootstrap=0, **overrides)
 
 
@@ -491,7 +491,7 @@ def test_sweep_validation_uses_no_weights(tmp_path, tiny_qwen_dir):
     weightless = tmp_path / "config-only"
     weightless.mkdir()
     shutil.copy(tiny_qwen_dir / "config.json", weightless / "config.json")
-    variants = plan_variants(RunConfig(model=str(weightless), out=str(tmp_path / "s")), {"think_budget": [0, 8]})
+    variants = plan_variants(RunConfig.flat(model=str(weightless), out=str(tmp_path / "s")), {"think_budget": [0, 8]})
     with pytest.raises(ValueError, match="variant think_budget-8: --think-budget 8: qwen2.5-vl has no thinking block"):
         validate_variants(variants, tmp_path / "s")
 

@@ -116,7 +116,7 @@ def plot_borders(dom: str) -> dict[str, bool]:
 @pytest.fixture(scope="module")
 def demo_run(tiny_model, synthetic_parquet, tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "run"
-    config = RunConfig(model=tiny_model.source, data=str(synthetic_parquet), batch_size=8, dtype="float32",
+    config = RunConfig.flat(model=tiny_model.source, data=str(synthetic_parquet), batch_size=8, dtype="float32",
                        device="cpu", out=str(out), bootstrap=200)
     return run_benchmark(config, model=tiny_model, show_progress=False), config
 
@@ -332,7 +332,7 @@ def test_finmtm_pages_show_the_dialogue_and_agent_parts_and_f2(tiny_model, tiny_
     from test_finmtm import write_fixtures
 
     data = write_fixtures(tmp_path / "finmtm")
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
+    config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
                        dtype="float32", device="cpu", max_new_tokens=4, bootstrap=50)
     result = run_benchmark(config, tiny_model, show_progress=False)
     agent = result.results["scores"]["agent"]

@@ -5,7 +5,6 @@ never against the scoring code path itself."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -342,8 +341,8 @@ def test_ablated_runs_rerun_identically_and_name_no_image_in_their_prompts(tiny_
     assert len(variants) == 8 and set(variants["ablation"]) == {"noise", "none"}
     assert not variants["prompt"][variants["ablation"] == "none"].str.contains("image_pad|vision_start").any()
     assert variants["prompt"][variants["ablation"] == "noise"].str.contains("image_pad").all()
-    second = run_benchmark(dataclasses.replace(config, cache=str(tmp_path / "run" / "cache.sqlite"),
-                                               out=str(tmp_path / "again")), tiny_model, show_progress=False)
+    second = run_benchmark(config.replaced(cache=str(tmp_path / "run" / "cache.sqlite"), out=str(tmp_path / "again")),
+                           tiny_model, show_progress=False)
     assert second.results["variants"]["n_computed"] == 0 and second.results["image_ablation"] == first.results["image_ablation"]
     assert list(pd.read_parquet(tmp_path / "again" / "variants.parquet")["answer"]) == list(variants["answer"])
 

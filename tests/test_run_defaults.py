@@ -67,7 +67,7 @@ def _sized_config(monkeypatch, call):
 
 
 def _settings(config):
-    return {k: getattr(config, k) for k in ("batch_size", "token_budget", "workers")}
+    return {k: config.option(k) for k in ("batch_size", "token_budget", "workers")}
 
 
 def _cli_options(monkeypatch, *args):
@@ -131,7 +131,7 @@ def test_every_entry_point_sizes_its_settings_to_the_simulated_gpu(fake_cuda, mo
                                                                     data=str(synthetic_parquet), out=tmp_path / "e"))
     sweep_cli = cli("sweep", "--model", str(tiny_qwen_dir), "--quant", "none,8bit", "--data", str(synthetic_parquet),
                     "--out", str(tmp_path / "s"), "--no-progress")
-    sweep = _sized_config(monkeypatch, lambda: run_sweep(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet)),
+    sweep = _sized_config(monkeypatch, lambda: run_sweep(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet)),
                                                          {"dtype": ["float32", "bfloat16"]}, tmp_path / "s2"))
     for config in (run, evaluate, sweep_cli, sweep):
         assert _settings(config) == H200 and list(config.sized) == SIZED

@@ -55,7 +55,7 @@ def official_served(server, synthetic_parquet, tmp_path_factory):
 @pytest.fixture(scope="module")
 def official_in_process(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     """finbench's own greedy generation, one row per batch (no padding: the server pads nothing)."""
-    config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), protocol="official", limit=LIMIT,
+    config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), protocol="official", limit=LIMIT,
                        batch_size=1, max_new_tokens=24, dtype="float32", device="cpu", bootstrap=0,
                        out=str(tmp_path_factory.mktemp("local") / "local-official"))
     return run_benchmark(config, tiny_model, show_progress=False)
@@ -188,7 +188,7 @@ def test_a_served_judge_extracts_finmmr_cot_answers_as_the_same_checkpoint_in_pr
     data, _ = demo_data(tmp_path / "home")
     runs = {}
     for name, judge in (("served", server.url), ("local", str(tiny_qwen_dir))):
-        config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmmr", data=str(data), protocol="cot",
+        config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="finmmr", data=str(data), protocol="cot",
                            out=str(tmp_path / name), device="cpu", dtype="float32", max_pixels=28 * 28 * 4,
                            max_new_tokens=6, bootstrap=0, judge=judge, judge_max_new_tokens=4, batch_size=1)
         runs[name] = run_benchmark(config, tiny_model, show_progress=False)
@@ -215,7 +215,7 @@ def test_compare_reports_answer_agreement_and_the_largest_probability_difference
     assert agreed["n"] == LIMIT and agreed["agree"] == LIMIT and agreed["max_prob_diff"] is None
     assert f"same answer on {LIMIT} of {LIMIT}" in done.stdout
 
-    local = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=4, batch_size=1,
+    local = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=4, batch_size=1,
                                     question_types=("single_choice",), dtype="float32", device="cpu", bootstrap=0,
                                     out=str(tmp_path / "local")), tiny_model, show_progress=False)
     assert _run(server.url, synthetic_parquet, tmp_path / "served", "--question-type", "single_choice",

@@ -48,7 +48,7 @@ def test_each_sweep_variant_reads_config_json_once_and_checks_once(counted, tiny
     from finbench.sweep import run_sweep
     from finbench.types import RunConfig
 
-    base = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, device="cpu", bootstrap=0)
+    base = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, device="cpu", bootstrap=0)
     summary = run_sweep(base, {"dtype": ["float32", "bfloat16"]}, tmp_path / "sweep")
     assert [v["name"] for v in summary["variants"]] == ["dtype-float32", "dtype-bfloat16"]
     assert counted == Counter({("read_config_json", str(tiny_qwen_dir)): 2, ("validate", None): 2,

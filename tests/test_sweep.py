@@ -95,7 +95,7 @@ def test_flip_matrix_counts_right_in_one_run_and_wrong_in_the_other():
 
 
 def test_plan_variants_names_and_bad_axes():
-    base = RunConfig(model="m")
+    base = RunConfig.flat(model="m")
     names = [n for n, _ in plan_variants(base, {"quant": ["none", "8bit"], "think_budget": [0, 256]})]
     assert names == ["quant-none_think_budget-0", "quant-none_think_budget-256",
                      "quant-8bit_think_budget-0", "quant-8bit_think_budget-256"]

@@ -28,7 +28,7 @@ def _no_model(*args, **kwargs):
 def test_the_demo_model_with_int4wo_is_refused_before_any_variant(tmp_path, tiny_qwen_dir, synthetic_parquet,
                                                                    monkeypatch):
     monkeypatch.setattr(sweep_module, "_load_or_recorded", _no_model)
-    base = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, device="cpu", bootstrap=0)
+    base = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, device="cpu", bootstrap=0)
     out = tmp_path / "sweep"
     with pytest.raises(ValueError) as refused:
         run_sweep(base, {"quant": ["none", "int8wo", "int4wo"]}, out)
@@ -68,7 +68,7 @@ def test_a_variant_failing_at_its_load_keeps_the_finished_ones(tmp_path, tiny_qw
     load = sweep_module._load_or_recorded
 
     def refuse_float16(config, run_dir, checkpoint=None):
-        if config.dtype == "float16":
+        if config.load.dtype == "float16":
             raise ValueError("float16: refused at its load (what only the loaded weights tell)")
         return load(config, run_dir, checkpoint)
 

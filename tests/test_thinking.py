@@ -27,7 +27,7 @@ def thinker(tmp_path_factory):
 
 
 def _run(model, data, out, budget, limit=12):
-    config = RunConfig(model=model.source, data=str(data), limit=limit, batch_size=4, dtype="float32",
+    config = RunConfig.flat(model=model.source, data=str(data), limit=limit, batch_size=4, dtype="float32",
                        device="cpu", out=str(out), bootstrap=0, think_budget=budget)
     return run_benchmark(config, model=model, show_progress=False)
 
@@ -168,7 +168,7 @@ def test_thinking_is_refused_where_it_cannot_run(tiny_model, synthetic_parquet, 
     with pytest.raises(ValueError, match="no thinking block"):
         _run(tiny_model, synthetic_parquet, tmp_path / "a", 4, limit=2)
     for budget, protocol in ((-1, "constrained"), (4, "official")):
-        config = RunConfig(model=tiny_model.source, data=str(synthetic_parquet), limit=2, out=str(tmp_path / "b"),
+        config = RunConfig.flat(model=tiny_model.source, data=str(synthetic_parquet), limit=2, out=str(tmp_path / "b"),
                            protocol=protocol, think_budget=budget, device="cpu")
         with pytest.raises(ValueError, match="think-budget"):
             run_benchmark(config, model=tiny_model, show_progress=False)

@@ -14,7 +14,7 @@ def test_runs_report_vision_and_language_model_seconds(tiny_model, tiny_qwen_dir
     base = tiny_model.model.model
     modules = (base.visual, base.language_model)
     hooks = [(dict(m._forward_pre_hooks), dict(m._forward_hooks)) for m in modules]
-    result = run_benchmark(RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=8, bootstrap=0,
+    result = run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=8, bootstrap=0,
                                      dtype="float32", device="cpu", out=str(tmp_path / "run")), tiny_model,
                            show_progress=False)
     parts = result.results["throughput"]["model_parts_s"]

@@ -213,7 +213,7 @@ def test_tiny_model_answers_identical_end_to_end(tiny_model, tiny_qwen_dir, synt
     runs = {}
     for name, model in (("stock", stock_model), ("packed", tiny_model)):
         before = len(calls)
-        config = RunConfig(model=str(tiny_qwen_dir), data=str(synthetic_parquet), out=str(tmp_path / name),
+        config = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), out=str(tmp_path / name),
                            limit=12, batch_size=4, dtype="float32", device="cpu", bootstrap=0)
         result = run_benchmark(config, model, show_progress=False)
         runs[name] = (result.samples, len(calls) - before)

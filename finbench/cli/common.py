@@ -20,9 +20,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-UNSAFE_SANDBOX_HELP = ("Where this machine gives neither the kernel jail nor Landlock for model-written programs "
-                       "(FinMMR pot), run them anyway in plain limited processes (named in the results; default: "
-                       "refuse at start-up).")
+from finbench.run_options import UNSAFE_SANDBOX_HELP  # noqa: F401  (cli/scores.py's --unsafe-sandbox too)
+
 HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
 
 console = Console(stderr=True, soft_wrap=True)

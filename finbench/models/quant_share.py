@@ -55,14 +55,14 @@ def share_refusals(variants: Sequence[tuple[str, Any]]) -> list[str]:
     unquantized, with the share; [] when every variant's format applies (or cannot be told)."""
     by_model: dict[tuple[str, bool], list[tuple[str, Any]]] = {}
     for name, config in variants:
-        if config.quant != "none":
-            by_model.setdefault((config.model, config.quant_vision), []).append((name, config))
+        if config.load.quant != "none":
+            by_model.setdefault((config.model, config.load.quant_vision), []).append((name, config))
     refused = []
     for (source, quant_vision), named in by_model.items():
-        shares = planned_shares(source, [c.quant for _, c in named], quant_vision) or {}
+        shares = planned_shares(source, [c.load.quant for _, c in named], quant_vision) or {}
         for name, config in named:
-            share = shares.get(config.quant)
+            share = shares.get(config.load.quant)
             if share is not None and share < MIN_QUANTIZED_SHARE:
-                refused.append(f"{name} (--quant {config.quant}: would quantize {share:.0%} of the language "
+                refused.append(f"{name} (--quant {config.load.quant}: would quantize {share:.0%} of the language "
                                f"model's weights, below {MIN_QUANTIZED_SHARE:.0%})")
     return refused

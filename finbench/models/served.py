@@ -116,11 +116,11 @@ def load_served(url: str, *, served_model: str | None = None, api_key_env: str |
 def served_for(config: Any, judge: bool = False) -> "ServedModel":
     """The served adapter of a run's --model (or, `judge`, its --judge); the options that only apply
     when finbench loads weights were refused at start-up (sources.py `check_sources`)."""
-    return load_served(config.judge if judge else config.model,
-                       served_model=config.judge_served_model if judge else config.served_model,
-                       api_key_env=config.api_key_env, in_flight=config.in_flight, timeout=config.request_timeout,
-                       role="--judge" if judge else "--model", thinking=config.served_thinking and not judge,
-                       reading="auto" if judge else config.served_reading)
+    return load_served(config.judging.judge if judge else config.model,
+                       served_model=config.judging.judge_served_model if judge else config.load.served_model,
+                       api_key_env=config.load.api_key_env, in_flight=config.load.in_flight, timeout=config.load.request_timeout,
+                       role="--judge" if judge else "--model", thinking=config.load.served_thinking and not judge,
+                       reading="auto" if judge else config.load.served_reading)
 
 
 def _pick(url: str, models: list[dict[str, Any]], name: str | None, role: str) -> dict[str, Any]:

@@ -7,7 +7,6 @@ scripts/gpu_check.py, so the figure the README quotes is the run a user gets."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -60,11 +59,11 @@ def size_to_device(config: RunConfig, device: str | torch.device) -> RunConfig:
     """`config` with each of its SIZED settings left None sized to `device` (a CUDA GPU: batch
     auto, its memory's token budget, the machine's threads), and those named in `sized`; given
     settings are kept and not named. A config sized already is returned as it is."""
-    missing = [name for name in SIZED if getattr(config, name) is None]
+    missing = [name for name in SIZED if config.option(name) is None]
     if not missing:
         return config
     figures = run_defaults(str(device))
     if is_served(config.model):  # rows per batch = answers committed at once; the server's in-flight cap bounds them
         figures["batch_size"] = SERVED_BATCH
     values = {name: AUTO if name == "batch_size" and figures[name] is None else figures[name] for name in missing}
-    return dataclasses.replace(config, **values, sized=tuple(n for n in SIZED if n in missing or n in config.sized))
+    return config.replaced(**values, sized=tuple(n for n in SIZED if n in missing or n in config.sized))

@@ -105,13 +105,13 @@ def _stopped(err: CacheWriteError | ModelUnavailable, saved: int, total: int) ->
 
 def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_progress: bool = True,
                   console: Any = None, command: str | None = None, validated: bool = False) -> RunResult:
-    """Run (or resume) one evaluation and write its outputs into `config.out`. `command` is
+    """Run (or resume) one evaluation and write its outputs into `config.output.out`. `command` is
     recorded in results.json (default: this process's finbench command line). `validated`: the
     caller has run `startup.validate(config)` already (a multi-benchmark run or a sweep checks
     every config before the first runs)."""
     if not validated:
         startup.validate(config)
-    with folder_lock(Path(config.out)) as took_over:  # one writer per run folder (runner/lock.py)
+    with folder_lock(Path(config.output.out)) as took_over:  # one writer per run folder (runner/lock.py)
         return _run(config, model, show_progress, console, command, took_over)
 
 
@@ -123,7 +123,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
         config = dataclasses.replace(config, data=str(Path(config.data).expanduser().resolve()))
     world = distributed.world_from_env()
     # batch size, token budget and threads left None: sized to the device the model runs on
-    config = size_to_device(config, model.device if model is not None else distributed.rank_device(config.device, world))
+    config = size_to_device(config, model.device if model is not None else distributed.rank_device(config.load.device, world))
     distributed.start(world)
     show_progress = show_progress and world.main
     started = time.time()
@@ -145,10 +145,10 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     unreadable(model, requests, request_errors, notes)  # e.g. a served model's sets and numbers: before any request
     study = studies.expand(benchmark, questions, requests, request_errors, config, think_budget, notes)  # the variants
     questions, requests, request_errors = study.questions, study.requests, study.errors  # the run's, then its variants'
-    out_dir = Path(config.out)
+    out_dir = Path(config.output.out)
     startup.make_run_folder(out_dir)
     run_log.open(out_dir / ("run.log" if world.main else f"run.rank{world.rank}.log"))
-    cache_file = config.cache or out_dir / "cache.sqlite"
+    cache_file = config.output.cache or out_dir / "cache.sqlite"
     cache = PredictionCache(distributed.shard_path(cache_file, world))  # over several nodes: this rank's shard
     notes.extend(cache.notes)
     fingerprint = {**model.fingerprint(file_digest=cache.file_digest), "arguments": model_arguments(config)}
@@ -159,7 +159,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     # 2. the cache first, then a plan for the rest
     cached = distributed.cached_everywhere(cache, sorted({k for k in keys if k}), cache_file, world)  # all ranks
     log.info("%d questions, %d cached, model %s", len(questions), sum(k in cached for k in keys), config.model)
-    timer = StageTimer(model.device, synchronize=config.profile)
+    timer = StageTimer(model.device, synchronize=config.batching.profile)
     loop = BatchLoop(model, benchmark, questions, requests, config, vocab, timer)
     for index, (question, key) in enumerate(zip(questions, keys)):
         if question.error:
@@ -175,7 +175,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
             predictions.update(_with_followers(loop, {item.index: Prediction(
                 id=questions[item.index].id, answer="", error=error)}, followers))
         items = distributed.shard([item for item in items if item.index not in predictions], world)
-        batches = plan_batches(items, first_rows(config), config.token_budget)
+        batches = plan_batches(items, first_rows(config.batching), config.batching.token_budget)
 
     # 3-4. preprocess ahead, decode, commit each batch
     compute_started = time.perf_counter()
@@ -183,12 +183,12 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     if model.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(model.device)
     saved = n_cached
-    parts = ModelParts(model, synchronize=config.profile)
+    parts = ModelParts(model, synchronize=config.batching.profile)
     mine = {item.index for item in items}
     try:
         n_followers = sum(len(followers.get(i, ())) for i in mine)  # answered with their leader
         with progress(show_progress, len(items) + n_followers, console) as advance, parts:
-            for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
+            for prepared in prefetch(batches, loop.prepare, workers=config.batching.workers, depth=config.batching.workers + 1,
                                      ahead=loop.copy_ahead, join=loop.join):
                 if first_batch_wait is None:  # the pipeline fill: nothing for the model to do yet
                     first_batch_wait = time.perf_counter() - compute_started
@@ -231,8 +231,8 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     # 5. judge, score, write
     try:
         with timer.stage("judge"):
-            judged = judge_run(benchmark, study.judged_questions(), predictions, judge, cache, config.judge or "",
-                               config.judge_max_new_tokens, config, config.protocol, study.judging())
+            judged = judge_run(benchmark, study.judged_questions(), predictions, judge, cache, config.judging.judge or "",
+                               config.judging.judge_max_new_tokens, config, config.protocol, study.judging())
         notes.extend(judged.notes)
         cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
@@ -242,7 +242,7 @@ def _run(config: RunConfig, model: ModelAdapter | None, show_progress: bool, con
     samples = samples_table(questions[:study.n_base], predictions, keys)
     for column, values in judged.columns.items():
         samples[column] = values[:study.n_base]
-    scores = score(samples, benchmark, config.bootstrap, config.seed)
+    scores = score(samples, benchmark, config.output.bootstrap, config.output.seed)
     studied, variants = study.finish(benchmark, predictions, keys, judged.columns, samples, cached, todo)
     throughput = {**loop.throughput.summary(model, len(todo), compute_seconds, loop.max_batch),
                   "model_parts_s": dict(parts.seconds), "first_batch_wait_s": first_batch_wait}

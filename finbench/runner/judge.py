@@ -211,7 +211,7 @@ def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Quest
         return {}, {}, 0
     shown = [questions[c.index] if c.request.prompt.images else dataclasses.replace(questions[c.index], images=())
              for c in calls]  # a prompt that names no image decodes none
-    loop = BatchLoop(judge, benchmark, shown, [c.request for c in calls], dataclasses.replace(config, gen_kwargs=()),
+    loop = BatchLoop(judge, benchmark, shown, [c.request for c in calls], config.replaced(gen_kwargs=()),
                      None, StageTimer(judge.device), read_answers=False)
     replies: dict[str, Prediction] = {}
     errors: dict[str, str] = {}
@@ -219,8 +219,8 @@ def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Quest
     for item, error in too_long(items, judge):
         errors[calls[item.index].key] = f"judge error: {error}"
     items = [item for item in items if calls[item.index].key not in errors]
-    batches = plan_batches(items, first_rows(config), config.token_budget)
-    for prepared in prefetch(batches, loop.prepare, workers=config.workers, depth=config.workers + 1,
+    batches = plan_batches(items, first_rows(config.batching), config.batching.token_budget)
+    for prepared in prefetch(batches, loop.prepare, workers=config.batching.workers, depth=config.batching.workers + 1,
                              ahead=loop.copy_ahead, join=loop.join):
         done = loop.run(prepared)
         new = {calls[k].key: p for k, p in done.items() if not p.error}

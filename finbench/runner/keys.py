@@ -33,9 +33,9 @@ def model_identity(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
 def model_arguments(config: RunConfig) -> dict[str, Any]:
     """Loading arguments that change outputs, for the cache key (the family's fingerprint may
     not know them)."""
-    template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else ""
-    return {"revision": config.revision or "", "trust_remote_code": config.trust_remote_code,
-            "attn_implementation": config.attn_implementation or "",
+    template = Path(config.decode.chat_template).read_text(encoding="utf-8") if config.decode.chat_template else ""
+    return {"revision": config.load.revision or "", "trust_remote_code": config.load.trust_remote_code,
+            "attn_implementation": config.load.attn_implementation or "",
             "chat_template": hashlib.sha256(template.encode()).hexdigest()[:16] if template else ""}
 
 

@@ -30,7 +30,7 @@ from finbench.runner.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
-from finbench.types import Prediction, Question, RunConfig
+from finbench.types import BatchSpec, Prediction, Question, RunConfig
 
 AUTO_BATCH_START = 64  # --batch-size auto starts here and halves on out-of-memory
 log = logging.getLogger("finbench")
@@ -57,12 +57,12 @@ class BatchLoop:
         self.throughput = Throughput(timer)
         if not model.capabilities.flop_count:  # "not counted" from the start, also when no batch runs
             self.throughput.flops = None
-        self.max_batch = first_rows(config)
+        self.max_batch = first_rows(config.batching)
         self._copy_stream: Any = None  # CUDA: the side stream of copies made one batch ahead
         self._planned: dict[int, str] = {}  # first prompts rendered for planning, until prepared (rendered once)
-        if dict(config.gen_kwargs).get("temperature"):
-            torch.manual_seed(config.seed)  # sampled generation repeats for the same seed and batches
-        self.streams = SeedStreams(config.seed)  # --samples: each other seed its own stream
+        if dict(config.decode.gen_kwargs).get("temperature"):
+            torch.manual_seed(config.output.seed)  # sampled generation repeats for the same seed and batches
+        self.streams = SeedStreams(config.output.seed)  # --samples: each other seed its own stream
         self.join = lambda pieces: join_pieces(pieces, model)  # prefetch's: the first batch's pieces as one
 
     # ---- planning ---------------------------------------------------------------------------
@@ -150,7 +150,7 @@ class BatchLoop:
 
     def _logged_prompt(self, text: str) -> str:
         """What the model saw, as text (image placeholders unexpanded, as `prepare` rendered it), or its hash."""
-        return text if self.config.log_prompts else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        return text if self.config.decode.log_prompts else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
     # ---- decoding (the model's thread) -------------------------------------------------------
     def run(self, prepared: PreparedBatch) -> dict[int, Prediction]:
@@ -295,6 +295,6 @@ class BatchLoop:
         return dataclasses.replace(prediction, id=question.id, answer=answer)
 
 
-def first_rows(config: RunConfig) -> int:
+def first_rows(batching: BatchSpec) -> int:
     """The row cap a run starts with: its batch size, or AUTO_BATCH_START for "auto"."""
-    return config.batch_size if isinstance(config.batch_size, int) else AUTO_BATCH_START
+    return batching.batch_size if isinstance(batching.batch_size, int) else AUTO_BATCH_START

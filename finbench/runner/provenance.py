@@ -34,7 +34,7 @@ def provenance(config: Any, started: float, device: torch.device, file_digest: C
         "command": command if command is not None else shlex.join(["finbench", *sys.argv[1:]]),
         "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(timespec="seconds"),
         "data": data_fingerprint(config.data, file_digest),
-        "seed": config.seed,
+        "seed": config.output.seed,
         "versions": {"python": platform.python_version(), **{name: _version(name) for name in LIBRARIES}},
         "device": device_name(device),
     }
@@ -107,7 +107,7 @@ def cache_file_digest(config: Any) -> Callable[[Path], str]:
     from finbench.runner.cache import PredictionCache
 
     def digest(path: Path) -> str:
-        location = Path(config.cache or Path(config.out) / "cache.sqlite")
+        location = Path(config.output.cache or Path(config.output.out) / "cache.sqlite")
         if not location.is_file():  # gone (the run folder removed?): never a fresh empty cache in its place
             return ""
         try:

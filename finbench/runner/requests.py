@@ -18,19 +18,19 @@ def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Re
     (with its seed; none for greedy decoding);
     the thinking budget of constrained answers (None: no thinking block; its reasoning greedy
     unless a study samples it: the study's `adjust`, finbench/studies/)."""
-    generation = dict(config.gen_kwargs)
-    budget = generation.pop("max_new_tokens", None) or config.max_new_tokens
+    generation = dict(config.decode.gen_kwargs)
+    budget = generation.pop("max_new_tokens", None) or config.decode.max_new_tokens
     # greedy ignores top_p/top_k; a sampled answer depends on the seed, so the seed is part of it
     sampled = float(generation.get("temperature") or 0) > 0
-    sampling = tuple(sorted({**generation, "seed": config.seed}.items())) if sampled else ()
+    sampling = tuple(sorted({**generation, "seed": config.output.seed}.items())) if sampled else ()
     if isinstance(request, Session):
-        prefix = (system_message(config.system_prompt), *request.prefix) if config.system_prompt else request.prefix
+        prefix = (system_message(config.decode.system_prompt), *request.prefix) if config.decode.system_prompt else request.prefix
         return replace(request, prefix=prefix, max_new_tokens=budget or request.max_new_tokens, sampling=sampling)
-    prompt = request.prompt.with_system(config.system_prompt) if config.system_prompt else request.prompt
+    prompt = request.prompt.with_system(config.decode.system_prompt) if config.decode.system_prompt else request.prompt
     if isinstance(request, Generate):
         return replace(request, prompt=prompt, max_new_tokens=budget or request.max_new_tokens, sampling=sampling)
     if isinstance(request, Number):
-        return replace(request, prompt=prompt, budget=config.numeric_budget, think_budget=think_budget, sampling=())
+        return replace(request, prompt=prompt, budget=config.decode.numeric_budget, think_budget=think_budget, sampling=())
     return replace(request, prompt=prompt, think_budget=think_budget, sampling=())
 
 
@@ -119,10 +119,10 @@ def decoding_summary(config: RunConfig, requests: Sequence[Request | None], thin
         summary["decoder"] = DECODER_VERSION
     if think_budget is not None:
         summary["think_budget"] = think_budget
-    if config.system_prompt:
-        summary["system_prompt"] = config.system_prompt
-    if config.gen_kwargs:
-        summary["generation"] = dict(config.gen_kwargs)
+    if config.decode.system_prompt:
+        summary["system_prompt"] = config.decode.system_prompt
+    if config.decode.gen_kwargs:
+        summary["generation"] = dict(config.decode.gen_kwargs)
     return summary
 
 

@@ -22,7 +22,7 @@ from finbench.types import RunConfig
 
 def sampled_settings(config: RunConfig) -> dict[str, Any]:
     """The run's sampling settings (`--gen-kwargs` without the budget), {} when decoding is greedy."""
-    generation = {k: v for k, v in config.gen_kwargs if k != "max_new_tokens"}
+    generation = {k: v for k, v in config.decode.gen_kwargs if k != "max_new_tokens"}
     return generation if float(generation.get("temperature") or 0) > 0 else {}
 
 

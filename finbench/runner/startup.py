@@ -13,16 +13,14 @@ import dataclasses
 import importlib
 import logging
 import os
-import re
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finbench.benchmarks import get_benchmark
-from finbench.runner.gen_kwargs import GENERATION_KEYS
 from finbench.sandbox import refuse_without_jail
 from finbench.sources import is_served
-from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES, Question, RunConfig
+from finbench.types import Question, RunConfig
 
 if TYPE_CHECKING:
     from finbench.runner.distributed import World
@@ -32,7 +30,6 @@ if TYPE_CHECKING:
 # a second (tests/test_startup_fast.py)
 
 log = logging.getLogger("finbench")
-DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
 LOADING_OPTIONS = ("revision", "trust_remote_code", "attn_implementation", "chat_template")
 
 
@@ -45,65 +42,27 @@ def validate(config: RunConfig) -> None:
         raise ValueError(refusal)
     refuse_without_jail(config.protocol in get_benchmark(config.benchmark).program_protocols, config.unsafe_sandbox,
                         f"--protocol {config.protocol}")  # programs need the kernel jail (finbench/sandbox)
-    _validate_device(config.device)
-    if config.quant != "none":  # fp8 off CUDA, a missing package
+    _validate_device(config.load.device)
+    if config.load.quant != "none":  # fp8 off CUDA, a missing package
         from finbench.models.loading import resolve_device
         from finbench.models.quant import quant_unavailable
 
-        unavailable = quant_unavailable(config.quant, resolve_device(config.device))
+        unavailable = quant_unavailable(config.load.quant, resolve_device(config.load.device))
         if unavailable:
             raise ValueError(unavailable)
 
 
 def validate_options(config: RunConfig) -> None:
     """What the options and the registry of benchmarks decide, with no library imported (a sweep
-    checks every variant's before any variant's library checks)."""
-    from finbench.sources import check_sources, looks_like_path
+    checks every variant's before any variant's library checks): each option's declared check and
+    those across options (finbench/run_options.py), the studies', a served model's (sources.py)."""
+    from finbench.run_options import check_options as check_declared
     from finbench.studies import check_studies
+    from finbench.sources import check_sources
 
-    names = get_benchmark(config.benchmark).protocol_names  # the registry (its scorers are imported when scoring)
-    if config.protocol not in names:
-        raise ValueError(f"--protocol {config.protocol}: expected one of {', '.join(names)}")
-    if config.batch_size not in (None, AUTO) and not (isinstance(config.batch_size, int) and config.batch_size >= 1):
-        raise ValueError(f"--batch-size {config.batch_size}: must be a positive integer or 'auto'")
-    if config.think_budget < 0:
-        raise ValueError(f"--think-budget {config.think_budget}: must be 0 (no reasoning) or a positive token count")
-    if config.think_budget > 0 and config.protocol != "constrained":
-        raise ValueError("--think-budget applies to the constrained protocol (official generates freely)")
-    at_least = {"--limit": (config.limit, 1), "--token-budget": (config.token_budget, 1),
-                "--workers": (config.workers, 1), "--max-new-tokens": (config.max_new_tokens, 1),
-                "--numeric-budget": (config.numeric_budget, 1), "--max-pixels": (config.max_pixels, 1),
-                "--bootstrap": (config.bootstrap, 0), "--think-budget": (config.think_budget, 0),
-                "--judge-max-new-tokens": (config.judge_max_new_tokens, 1)}
-    for option, (value, low) in at_least.items():
-        if value is not None and value < low:
-            raise ValueError(f"{option} {value}: must be at least {low}")
-    if not DEVICE_NAME.fullmatch(config.device):
-        raise ValueError(f"--device {config.device}: expected auto, cpu, cuda or cuda:N")
-    if config.dtype != "auto" and config.dtype not in DTYPE_NAMES:  # the name only (auto is decided at load)
-        raise ValueError(f"--dtype {config.dtype}: expected one of auto, {', '.join(DTYPE_NAMES)}")
-    if config.quant not in QUANT_CHOICES:
-        raise ValueError(f"--quant {config.quant}: expected one of {', '.join(QUANT_CHOICES)}")
-    if config.quant_vision and config.quant == "none":
-        raise ValueError("--quant-vision applies with --quant (8bit, 4bit, int8wo, int4wo, fp8)")
-    if config.device_map not in DEVICE_MAPS:
-        raise ValueError(f"--device-map {config.device_map}: expected auto, balanced, balanced_low_0 or sequential")
-    if config.chat_template and not Path(config.chat_template).is_file():
-        raise ValueError(f"--chat-template {config.chat_template}: no such file")
-    for key, value in config.gen_kwargs:
-        if key not in GENERATION_KEYS:
-            raise ValueError(f"--gen-kwargs: unknown key {key!r} (known: {', '.join(GENERATION_KEYS)})")
-        if key in ("max_new_tokens", "top_k") and value < 1 or key in ("temperature", "top_p") and value < 0:
-            raise ValueError(f"--gen-kwargs: {key}={value} is out of range")
-    if config.data is not None and not Path(config.data).exists() and looks_like_path(config.data, DATA_SUFFIXES):
-        raise ValueError(f"--data {config.data}: no such file or folder")  # anything else is a hub id ("owner/name")
+    check_declared(config)
     check_studies(config)  # every registered study's option (finbench/studies/)
-    check_sources(config)  # --judge, and a served model's options (sources.py)
-    check_writable(Path(config.out))
-
-
-DEVICE_NAME = re.compile(r"auto|(cpu|mps|cuda)(:\d+)?")
-DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json")
+    check_sources(config)  # a served model's options, each only with a served --model or --judge
 
 
 def _validate_device(device: str) -> None:
@@ -119,17 +78,6 @@ def _validate_device(device: str) -> None:
         raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
-def check_writable(out_dir: Path) -> None:
-    """The run folder can be made (or is a writable folder) — checked without making it."""
-    existing = out_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if existing.exists() and not existing.is_dir():
-        raise ValueError(f"--out {out_dir}: cannot write there ({existing} is not a folder)")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out_dir}: cannot write there (permission denied on {existing})")
-
-
 def check_family(config: RunConfig, model: Any = None) -> Any:
     """What the model's family does not declare (models/contract.py), refused once from config.json
     read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
@@ -143,13 +91,13 @@ def check_family(config: RunConfig, model: Any = None) -> Any:
     if model is not None:
         capabilities, family = model.capabilities, model.family
     else:
-        checkpoint = read_checkpoint(config.model, config.family)
+        checkpoint = read_checkpoint(config.model, config.load.family)
         capabilities, family, declared = checkpoint.capabilities, checkpoint.family.family, checkpoint.declared
     refused = refusal(capabilities, family, **_refusal_options(config),
                       prequantized=declared.label if declared else None)
     if model is None:  # the checkpoint's own format: its package, FP8 where it would be dequantized
-        refused = refused or quant_refusal(config.model, config.quant, resolve_device(config.device),
-                                           config.allow_dequantized, declared=declared)
+        refused = refused or quant_refusal(config.model, config.load.quant, resolve_device(config.load.device),
+                                           config.load.allow_dequantized, declared=declared)
     if refused:
         raise ValueError(refused)
     return checkpoint
@@ -157,11 +105,12 @@ def check_family(config: RunConfig, model: Any = None) -> Any:
 
 def _refusal_options(config: RunConfig) -> dict[str, Any]:
     """The options of `config` a family may not declare (models/contract.py `refusal`)."""
-    return {"think_budget": config.think_budget, "quant": config.quant, "device_preprocess": config.device_preprocess,
-            "max_pixels": config.max_pixels, "sampling": [k for k, _ in config.gen_kwargs if k != "max_new_tokens"],
-            "chat_template": config.chat_template is not None,
+    load, decode = config.load, config.decode
+    return {"think_budget": decode.think_budget, "quant": load.quant, "device_preprocess": load.device_preprocess,
+            "max_pixels": load.max_pixels, "sampling": [k for k, _ in decode.gen_kwargs if k != "max_new_tokens"],
+            "chat_template": decode.chat_template is not None,
             "hub_options": [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map")
-                            if getattr(config, k)]}
+                            if config.option(k)]}
 
 
 def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any = None) -> Any:
@@ -174,14 +123,14 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     if is_served(config.model):  # a URL: the served adapter (models/served.py) checks its options, loads nothing
         return importlib.import_module("finbench.models.served").served_for(config)
     checkpoint = checkpoint or check_family(config)
-    device = rank_device(config.device, world or World())
-    template = Path(config.chat_template).read_text(encoding="utf-8") if config.chat_template else None
-    model = load_model(config.model, dtype=config.dtype, device=device, quant=config.quant,
-                       max_pixels=config.max_pixels, device_map=config.device_map,
-                       device_preprocess=config.device_preprocess, revision=config.revision,
-                       trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
-                       chat_template=template, quant_vision=config.quant_vision,
-                       allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths, checkpoint=checkpoint)
+    device = rank_device(config.load.device, world or World())
+    template = Path(config.decode.chat_template).read_text(encoding="utf-8") if config.decode.chat_template else None
+    load = config.load
+    model = load_model(config.model, dtype=load.dtype, device=device, quant=load.quant, max_pixels=load.max_pixels,
+                       device_map=load.device_map, device_preprocess=load.device_preprocess, revision=load.revision,
+                       trust_remote_code=load.trust_remote_code, attn_implementation=load.attn_implementation,
+                       chat_template=template, quant_vision=load.quant_vision, allow_dequantized=load.allow_dequantized,
+                       fast_paths=load.fast_paths, checkpoint=checkpoint)
     _LOADED_WITH[model] = (_loading(config), _refusal_options(config))
     return model
 
@@ -192,10 +141,10 @@ def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any
     from finbench.runner.distributed import World, rank_device
 
     world = world or World()
-    if config.judge and world.main and is_served(config.judge):  # a served judge (models/served.py)
+    if config.judging.judge and world.main and is_served(config.judging.judge):  # a served judge (models/served.py)
         return importlib.import_module("finbench.models.served").served_for(config, judge=True)
-    return load_judge(config.judge, dtype=config.dtype, device=rank_device(config.device, world), model=model) \
-        if config.judge and world.main else None
+    return load_judge(config.judging.judge, dtype=config.load.dtype, device=rank_device(config.load.device, world),
+                      model=model) if config.judging.judge and world.main else None
 
 
 # what load_for_run loaded each model with, and the options its family was checked for: a run given that model
@@ -204,13 +153,13 @@ _LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionar
 
 
 def _loading(config: RunConfig) -> tuple:
-    return tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)
+    return tuple((name, config.option(name)) for name in LOADING_OPTIONS)
 
 
 def given_model(config: RunConfig, model: Any) -> Any:
     """An already loaded model: loading options cannot apply to it any more, unless finbench's
     loader loaded it with these very options."""
-    loading = [name for name in LOADING_OPTIONS if getattr(config, name)]
+    loading = [name for name in LOADING_OPTIONS if config.option(name)]
     loaded_with, checked = _LOADED_WITH.get(model, (None, None))
     if loading and loaded_with != _loading(config):
         raise ValueError(f"{', '.join(loading)}: these apply when finbench loads the model; pass the model "
@@ -227,11 +176,11 @@ def think_budget_for(config: RunConfig, model: Any) -> int | None:
     if config.protocol != "constrained":
         return None
     if model.thinking_token_ids() is None:
-        if config.think_budget > 0:
-            raise ValueError(f"--think-budget {config.think_budget}: {config.model} has no thinking block "
+        if config.decode.think_budget > 0:
+            raise ValueError(f"--think-budget {config.decode.think_budget}: {config.model} has no thinking block "
                              f"(family {model.family})")
         return None
-    return config.think_budget if config.think_budget > 0 or model.template_opens_thinking() else None
+    return config.decode.think_budget if config.decode.think_budget > 0 or model.template_opens_thinking() else None
 
 
 def compile_parts(model: Any, config: RunConfig, notes: list[str]) -> None:
@@ -239,8 +188,8 @@ def compile_parts(model: Any, config: RunConfig, notes: list[str]) -> None:
     from finbench.models.compile import compile_unavailable
 
     asked = [(option, compile, what) for option, on, compile, what in (
-        ("--compile-vision", config.compile_vision, lambda: model.compile_vision(), "repeated vision blocks"),
-        ("--compile-lm", config.compile_lm, lambda: model.compile_language_model(),
+        ("--compile-vision", config.load.compile_vision, lambda: model.compile_vision(), "repeated vision blocks"),
+        ("--compile-lm", config.load.compile_lm, lambda: model.compile_language_model(),
          "language-model RMSNorm, MLP or rotary modules")) if on]
     reason = compile_unavailable(model.device) if asked else None
     if reason:

@@ -82,10 +82,7 @@ def check_studies(config: RunConfig) -> None:
 def flat_config(config: RunConfig) -> dict[str, Any]:
     """The config as results.json records it: its fields, with each study's option as a field of
     its own ("permutations": 0, …) in place of `studies`."""
-    import dataclasses
-
-    record = {k: v for k, v in dataclasses.asdict(config).items() if k != "studies"}
-    return {**record, **{s.option.name: s.value(config) for s in STUDIES.values()}}
+    return {**config.record(), **{s.option.name: s.value(config) for s in STUDIES.values()}}
 
 
 def headlines(results: Mapping[str, Any]) -> dict[str, Any]:

@@ -129,13 +129,13 @@ class Probes(Study):
         """The open-ended rows' free answers matched to the gold text (or judged)."""
         from finbench.scoring.probes import probe_verdicts
 
-        return probe_verdicts(rows, rows["correct"], bool(config.judge))
+        return probe_verdicts(rows, rows["correct"], bool(config.judging.judge))
 
     def summary(self, found: StudyRows) -> dict[str, Any]:
         from finbench.scoring.probes import probe_summary
 
         return probe_summary(found.samples, found.rows, self.value(found.config), found.state or {},
-                             bool(found.config.judge))
+                             bool(found.config.judging.judge))
 
     def headline(self, block: Any) -> Any:
         return {probe: {k: f.get(k) for k in HEADLINE} for probe, f in block.items()} if block else None

@@ -72,7 +72,7 @@ class Sampling(Study):
         if not (isinstance(request, (Choose, Number)) and request.think_budget is not None) or request.sampling:
             return request
         settings = sampled_settings(config)
-        return replace(request, sampling=with_seed(settings.items(), config.seed)) if settings else request
+        return replace(request, sampling=with_seed(settings.items(), config.output.seed)) if settings else request
 
     def expand(self, benchmark: Any, questions: Sequence[Question], requests: Sequence[Any], config: RunConfig,
                think_budget: int | None, notes: list[str]) -> Expanded:
@@ -99,7 +99,7 @@ class Sampling(Study):
         out = []
         for j in range(1, k):
             for i in shown:
-                request = replace(requests[i], sampling=with_seed(requests[i].sampling, config.seed + j))
+                request = replace(requests[i], sampling=with_seed(requests[i].sampling, config.output.seed + j))
                 out.append((self.variant(i, f"sample-{j}", sample=j), questions[i], lambda request=request: request))
         return Expanded(out)
 

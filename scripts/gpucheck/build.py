@@ -155,7 +155,7 @@ class Check:
     def run_config(self, name: str, n_items: int, **changes: Any) -> Any:
         from finbench.types import RunConfig
 
-        return RunConfig(model=f"random:{self.args.model}", data=str(self.data), limit=n_items, bootstrap=0,
+        return RunConfig.flat(model=f"random:{self.args.model}", data=str(self.data), limit=n_items, bootstrap=0,
                          out=str(self.work / f"run-{name}"), **self.settings, **changes)
 
     def run(self, adapter: Any, name: str, n_items: int, **changes: Any) -> Any:
