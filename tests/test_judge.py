@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
+from finbench.api import make_config
 from finbench.benchmarks import famma
 from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.models.inputs import ModelInputs
@@ -487,8 +488,8 @@ def test_a_finmtm_judge_whose_replies_parse_fills_the_dialogue_table_everywhere(
     data = write_fixtures(tmp_path / "finmtm")
     # --judge names a real folder (start-up checks it); the loader is replaced by the rubric judge
     monkeypatch.setattr(startup, "load_judge_for_run", lambda config, world=None, model=None: RubricJudge())
-    config = RunConfig(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
-                       dtype="float32", device="cpu", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=50)
+    config = make_config(model=str(tiny_qwen_dir), benchmark="finmtm", data=str(data), out=str(tmp_path / "run"),
+                         dtype="float32", device="cpu", max_new_tokens=3, judge=str(tiny_qwen_dir), bootstrap=50)
     result = run_benchmark(config, tiny_model, show_progress=False)
     dialogue = result.results["scores"]["dialogue"]
     assert dialogue["n_judged"] == dialogue["n"] == 2 and dialogue["n_unparsed"] == 0 and "unscored" not in dialogue
