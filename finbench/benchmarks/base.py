@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from finbench.benchmarks.recognise import Recognise, anything
 from finbench.requests import Prompt, Request, user_message
 from finbench.scoring.scorer import Scorer, ScorerModule
-from finbench.types import PROTOCOLS, Prediction, Question
+from finbench.types import DEFAULT_PROTOCOL, PROTOCOLS, Prediction, Question
 
 Judgement = tuple[float | None, dict[str, Any]]  # (score, or None when there is nothing to judge; details)
 
@@ -232,6 +232,9 @@ class Benchmark:
     forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
     protocols: tuple[str, ...] = PROTOCOLS  # as `finbench benchmarks` describes them
     protocol_names: tuple[str, ...] = PROTOCOLS  # the --protocol values it accepts
+    # the protocols of finbench's own prompts, whose choices and numbers are read from the logits
+    # (Choose, Number): a --think-budget, --permutations and --probe apply to them
+    constrained_protocols: tuple[str, ...] = (DEFAULT_PROTOCOL,)
     metrics: str = ""
     demo: "Demo | None" = None
     leaderboard_breakdown: str = ""
@@ -251,5 +254,5 @@ class Benchmark:
         return self.leaderboard_breakdown or self.domain_field
 
     def prompt_version_for(self, protocol: str) -> str:
-        """The prompt version in the cache key: ours under `constrained`, the official one else."""
-        return self.prompt_version if protocol == "constrained" else f"{self.name}-official"
+        """The prompt version in the cache key: ours under a constrained protocol, the official one else."""
+        return self.prompt_version if protocol in self.constrained_protocols else f"{self.name}-official"

@@ -10,8 +10,9 @@ from rich.markup import escape
 
 from finbench.cli.common import (UNSAFE_SANDBOX_HELP, comma_list, console, fail, home, one_line_errors, out_console,
                                  run_and_report, stops_in_one_line)
-from finbench.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
-# importing the registry: every command starts without torch
+# the registry's defaults (finbench.benchmarks hands them on), without importing the registry: every command
+# starts without torch
+from finbench.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL
 
 DEMO_NOTICE = ("[bold yellow]The demo model is a tiny RANDOM-WEIGHT Qwen2.5-VL built offline: its "
                "answers are chance level, so its score is chance level too.[/] It exercises the real "
@@ -71,7 +72,7 @@ def run(
                                                "16384 on the CPU; on CUDA 768 per GiB of GPU memory (16384-98304)."),
     workers: Optional[int] = typer.Option(None, help="Preprocessing threads (image decode + processor), run ahead "
                                           "of the model. Default: 2 on the CPU; on CUDA one per two cores (2-8)."),
-    protocol: str = typer.Option("constrained", help="constrained (logit-based) or official (generate + extract)."),
+    protocol: str = typer.Option(DEFAULT_PROTOCOL, help="constrained (logit-based) or official (generate + extract)."),
     dtype: str = typer.Option("auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16."),
     device: str = typer.Option("auto", help="auto, cpu, cuda, cuda:N."),
     quant: str = typer.Option("none", help="none, 8bit, 4bit (bitsandbytes), int8wo, int4wo (torchao weight-only), "

@@ -68,7 +68,7 @@ def validate_options(config: RunConfig) -> None:
         raise ValueError(f"--batch-size {config.batch_size}: must be a positive integer or 'auto'")
     if config.think_budget < 0:
         raise ValueError(f"--think-budget {config.think_budget}: must be 0 (no reasoning) or a positive token count")
-    if config.think_budget > 0 and config.protocol != "constrained":
+    if config.think_budget > 0 and config.protocol not in get_benchmark(config.benchmark).constrained_protocols:
         raise ValueError("--think-budget applies to the constrained protocol (official generates freely)")
     at_least = {"--limit": (config.limit, 1), "--token-budget": (config.token_budget, 1),
                 "--workers": (config.workers, 1), "--max-new-tokens": (config.max_new_tokens, 1),
@@ -224,7 +224,7 @@ def think_budget_for(config: RunConfig, model: Any) -> int | None:
     """The thinking budget of the run's constrained requests: None for an instruct run. A
     checkpoint whose template opens the block itself always thinks (budget 0 = the block is
     closed at once); others only when asked to."""
-    if config.protocol != "constrained":
+    if config.protocol not in get_benchmark(config.benchmark).constrained_protocols:  # no choice or number reasons
         return None
     if model.thinking_token_ids() is None:
         if config.think_budget > 0:
