@@ -186,7 +186,8 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
         if console is not None:
             console.print(f"[bold]variant {name}[/]" + (" (model missing: served from the cache)"
                                                          if replay is not None else ""))
-        run_benchmark(config, model=model, show_progress=show_progress, console=console, validated=True, replay=replay)
+        run_benchmark(config, model=model, show_progress=show_progress, console=console, validated=True, replay=replay,
+                      loaded_with=config if model is not None else None)
         del model  # one model in memory at a time
         run_dirs.append(run_dir)
         names.append(name)

@@ -2,7 +2,8 @@
 
 It knows neither the benchmark nor the model family: a `Benchmark` (benchmarks/base.py) turns
 each question into one request (finbench/requests.py), a model adapter (models/contract.py)
-answers it. Order of work:
+answers it. `run_benchmark` is these steps in order, each a function over one `RunState`
+(runner/run_state.py). Order of work:
 1. start-up (runner/startup.py): check every option (once), take the run folder's lock (a second
    writer is refused in one line naming the first: runner/lock.py), size what was left to the device
    (runner/defaults.py: batch size, token budget, threads; named in `config.sized`), read the
@@ -12,13 +13,14 @@ answers it. Order of work:
    start-up writes nothing; build each question's request once, with the run's settings, and its cache
    key from the request (runner/keys.py); the robustness studies add their variants after the
    run's questions (runner/studies.py: options rotated, images ablated), each a request of its own;
-2. take what the cache has; identical requests (FAMMA's grouped official call) are computed
-   once; plan batches of one request kind, longest first, within the token budget; prompts
+2. take what the cache has (a replay — runner/replay.py, the model gone — stops here in one line
+   if anything is missing, and computes nothing); identical requests (FAMMA's grouped official
+   call) are computed once; plan batches of one request kind, longest first, within the token budget; prompts
    longer than the context become errors; with several ranks (torchrun, accelerate) each takes
    a token-balanced share (runner/distributed.py) and rank 0 gathers the answers;
-3. preprocess batches in worker threads, one or more ahead of the model, the first cut into one
-   piece per thread (runner/preprocess.py); on CUDA the next batch is copied to the device on a
-   side stream while the model works on the current one (runner/loop.py);
+3. preprocess batches in worker threads (runner/compute.py), one or more ahead of the model, the
+   first cut into one piece per thread (runner/preprocess.py); on CUDA the next batch is copied to
+   the device on a side stream while the model works on the current one (runner/copy_ahead.py);
 4. decode each batch by its request type (runner/loop.py: letters, sets, numbers, free text,
    sessions turn by turn, each turn checked against the context, a thinking step first where
    asked), halving and retrying on CUDA out-of-memory, and commit it to the cache (a cache that
@@ -27,7 +29,8 @@ answers it. Order of work:
 5. judge open answers (the benchmark's rules; a `--judge` model's requests through the same batch
    loop, its replies cached too; a call failing after its retries scores its question 0), score,
    write samples.parquet (the run's questions only), variants.parquet (the studies' variants),
-   results.json (with each sample's tokens and seconds totalled: runner/cost.py), report.html and
+   results.json (runner/results.py, with each sample's tokens and seconds totalled: runner/cost.py),
+   thumbnails.parquet (the report's thumbnails of the first questions' images), report.html and
    report.md together (runner/outputs.py; a rerun served entirely from the cache keeps the
    throughput of the run that computed them).
 """
@@ -83,17 +86,18 @@ class RunResult:
 
 def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_progress: bool = True,
                   console: Any = None, command: str | None = None, validated: bool = False,
-                  replay: Replay | None = None) -> RunResult:
+                  replay: Replay | None = None, loaded_with: RunConfig | None = None) -> RunResult:
     """Run (or resume) one evaluation and write its outputs into `config.out`. `command` is
     recorded in results.json (default: this process's finbench command line). `validated`: the
     caller has run `startup.validate(config)` already (a multi-benchmark run or a sweep checks
-    every config before the first runs). `replay`: served from the cache alone, without the model
+    every config before the first runs). `loaded_with`: the config runner/startup.py `load_for_run`
+loaded `model` with (its loading options may then be named again). `replay`: served from the cache alone, without the model
     (runner/replay.py): nothing is loaded or computed, and a question not in the cache refuses the
     run in one line."""
     if not validated:
         startup.validate(config)
     with folder_lock(Path(config.out)) as took_over:  # one writer per run folder (runner/lock.py)
-        run = _start(config, model, replay, took_over)  # 1. start-up: nothing written until every check passed
+        run = _start(config, model, replay, loaded_with, took_over)  # 1. start-up: nothing written until every check passed
         _look_up_and_plan(run)  # 2. the cache first, then a plan for the rest
         if run.replay is None:
             compute(run, show_progress and run.world.main, console)  # 3-4. preprocess ahead, decode, commit
@@ -104,7 +108,8 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
         return _score_and_write(run, judged, command)  # 5. score, write samples, results and reports
 
 
-def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None, took_over: str) -> RunState:
+def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None, loaded_with: RunConfig | None,
+           took_over: str) -> RunState:
     """Start-up: every check, the model and judge loaded, the requests built with their cache keys,
     then the run folder, run.log and the cache."""
     if config.data is not None and Path(config.data).expanduser().exists():
@@ -121,7 +126,7 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
     questions = load_matching(run.benchmark, config.data, config.limit, config.domains, config.question_types, run.notes)
     questions = startup.mark_duplicate_ids(questions, run.notes)
     if replay is None:
-        _load_models(run, model)
+        _load_models(run, model, loaded_with)
     else:
         run.think_budget = replay.think_budget(config)
         run.judge = startup.load_judge_for_run(config, world)
@@ -141,11 +146,12 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
     return run
 
 
-def _load_models(run: RunState, model: ModelAdapter | None) -> None:
+def _load_models(run: RunState, model: ModelAdapter | None, loaded_with: RunConfig | None) -> None:
     """The model (given, or loaded on the rank's device) checked for the run's options, its
     thinking budget, compiled parts, and the judge."""
     config = run.config
-    run.model = startup.given_model(config, model) if model is not None else startup.load_for_run(config, run.world)
+    run.model = (startup.given_model(config, model, loaded_with) if model is not None
+                 else startup.load_for_run(config, run.world))
     run.device = run.model.device
     run.think_budget = startup.think_budget_for(config, run.model)
     startup.compile_parts(run.model, config, run.notes)
@@ -225,7 +231,7 @@ def _score_and_write(run: RunState, judged: Judged, command: str | None) -> RunR
     studied, variants = study.finish(run.benchmark, run.predictions, run.keys, judged.columns, samples, run.cached, run.todo)
     results = results_json(run, judged, scores, samples, variants, studied, command)
     try:
-        write_outputs(run.out_dir, samples, results, variants)
+        write_outputs(run.out_dir, samples, results, variants, run.questions[:study.n_base])  # with the thumbnails
     except OutputsError as err:
         raise Stopped(f"stopped: {err}; every answer is in the cache {run.cache.path}: free space and rerun the same "
                       "command (nothing is computed again)") from None

@@ -14,7 +14,6 @@ import importlib
 import logging
 import os
 import re
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,7 +181,6 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
                        trust_remote_code=config.trust_remote_code, attn_implementation=config.attn_implementation,
                        chat_template=template, quant_vision=config.quant_vision,
                        allow_dequantized=config.allow_dequantized, fast_paths=config.fast_paths, checkpoint=checkpoint)
-    _LOADED_WITH[model] = (_loading(config), _refusal_options(config))
     return model
 
 
@@ -198,25 +196,21 @@ def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any
         if config.judge and world.main else None
 
 
-# what load_for_run loaded each model with, and the options its family was checked for: a run given that model
-# (a multi-benchmark run's, a sweep's variants) may name the same loading options, not checked again for them
-_LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
-
-
 def _loading(config: RunConfig) -> tuple:
     return tuple((name, getattr(config, name)) for name in LOADING_OPTIONS)
 
 
-def given_model(config: RunConfig, model: Any) -> Any:
+def given_model(config: RunConfig, model: Any, loaded_with: RunConfig | None = None) -> Any:
     """An already loaded model: loading options cannot apply to it any more, unless finbench's
-    loader loaded it with these very options."""
+    loader loaded it with these very options (`loaded_with`: the config `load_for_run` loaded it
+    with — a multi-benchmark run's, a sweep variant's —, None for a model loaded elsewhere), and
+    its family was checked for them then."""
     loading = [name for name in LOADING_OPTIONS if getattr(config, name)]
-    loaded_with, checked = _LOADED_WITH.get(model, (None, None))
-    if loading and loaded_with != _loading(config):
+    if loading and (loaded_with is None or _loading(loaded_with) != _loading(config)):
         raise ValueError(f"{', '.join(loading)}: these apply when finbench loads the model; pass the model "
                          "name instead of a loaded model, or load it with them")
-    if checked != _refusal_options(config):  # the family's refusal, once per set of options
-        check_family(config, model)
+    if loaded_with is None or _refusal_options(loaded_with) != _refusal_options(config):
+        check_family(config, model)  # the family's refusal, once per set of options
     return model
 
 
