@@ -185,7 +185,10 @@ class Benchmark:
       for the whole run (verdicts that are cheap only together: FinMMR's programs, run in the
       sandbox's jails; `unsafe_sandbox`: without one where none can be built), `program_protocols` names
       the protocols whose answers are programs (refused at start-up where no jail can be built,
-      unless --unsafe-sandbox);
+      unless --unsafe-sandbox); `constrained_protocols` those of finbench's own prompts, whose
+      choices and numbers are read from the logits (their prompt version is `prompt_version`; a
+      thinking budget, --permutations and --probe apply to them) — the runner decides nothing
+      else from a protocol's name: how an answer is decoded follows from the request's type;
     - `recognise(source)` → "" when a --data source looks like this benchmark's data, else one
       line why not ("…: not FinMMR data — missing …"), asked at start-up before any model loads and
       by `finbench data check`; cheap (column names, benchmarks/recognise.py builds the usual ones);

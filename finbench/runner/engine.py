@@ -137,6 +137,8 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
     run.study = studies.expand(run.benchmark, questions, requests, request_errors, config, run.think_budget, run.notes)  # the variants
     run.questions, run.requests = run.study.questions, run.study.requests  # the run's, then its variants'
     run.predictions = {i: Prediction(id=run.questions[i].id, answer="", error=e) for i, e in run.study.errors.items()}
+    if run.model is not None and constrained(run.requests):  # the checkpoint's letters and digits, before any write
+        run.vocab = AnswerVocabulary.for_model(run.model)
     _open_run_folder(run)
     run.prompt_version = run.benchmark.prompt_version_for(config.protocol)
     run.keys = [sample_key(run.fingerprint, run.prompt_version, r, q) if r is not None else ""
@@ -193,8 +195,7 @@ def _look_up_and_plan(run: RunState) -> None:
             run.cache.close()
             raise run.replay.missing(len(run.todo))
         return
-    vocab = AnswerVocabulary.for_model(run.model) if constrained(run.requests) else None  # choices and numbers
-    run.loop = BatchLoop(run.model, run.benchmark, questions, run.requests, config, vocab, run.timer)
+    run.loop = BatchLoop(run.model, run.benchmark, questions, run.requests, config, run.vocab, run.timer)
     with run.timer.stage("plan"):
         items = run.loop.items(leaders)
         for item, error in too_long(items, run.model):

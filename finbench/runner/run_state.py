@@ -31,6 +31,7 @@ class RunState:
     replay: Replay | None = None  # served from the cache alone (runner/replay.py)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     judge: Any = None
+    vocab: Any = None  # runner/decoding.py AnswerVocabulary: only where choices or numbers are read
     think_budget: int | None = None
     study: Any = None  # runner/studies.py Studies: the run's questions, then its variants'
     questions: list[Question] = field(default_factory=list)
