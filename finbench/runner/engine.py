@@ -91,13 +91,13 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
     recorded in results.json (default: this process's finbench command line). `validated`: the
     caller has run `startup.validate(config)` already (a multi-benchmark run or a sweep checks
     every config before the first runs). `loaded_with`: the config runner/startup.py `load_for_run`
-loaded `model` with (its loading options may then be named again). `replay`: served from the cache alone, without the model
-    (runner/replay.py): nothing is loaded or computed, and a question not in the cache refuses the
-    run in one line."""
+    loaded `model` with (its loading options may then be named again). `replay`: served from the
+    cache alone, without the model (runner/replay.py): nothing is loaded or computed, and a
+    question not in the cache refuses the run in one line."""
     if not validated:
         startup.validate(config)
     with folder_lock(Path(config.out)) as took_over:  # one writer per run folder (runner/lock.py)
-        run = _start(config, model, replay, loaded_with, took_over)  # 1. start-up: nothing written until every check passed
+        run = _start(config, model, replay, loaded_with, took_over)  # 1. start-up: nothing written before its checks
         _look_up_and_plan(run)  # 2. the cache first, then a plan for the rest
         if run.replay is None:
             compute(run, show_progress and run.world.main, console)  # 3-4. preprocess ahead, decode, commit
@@ -123,7 +123,8 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
                    RunLog(), replay=replay)
     if took_over:
         log.warning("%s", took_over)
-    questions = load_matching(run.benchmark, config.data, config.limit, config.domains, config.question_types, run.notes)
+    questions = load_matching(run.benchmark, config.data, config.limit, config.domains, config.question_types,
+                              run.notes)
     questions = startup.mark_duplicate_ids(questions, run.notes)
     if replay is None:
         _load_models(run, model, loaded_with)
@@ -134,7 +135,8 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
     requests, request_errors = build_requests(run.benchmark, questions, config, run.think_budget, max_images)
     if run.model is not None:
         unreadable(run.model, requests, request_errors, run.notes)  # e.g. a served model's sets and numbers
-    run.study = studies.expand(run.benchmark, questions, requests, request_errors, config, run.think_budget, run.notes)  # the variants
+    # the robustness studies' variants after the run's questions (runner/studies.py)
+    run.study = studies.expand(run.benchmark, questions, requests, request_errors, config, run.think_budget, run.notes)
     run.questions, run.requests = run.study.questions, run.study.requests  # the run's, then its variants'
     run.predictions = {i: Prediction(id=run.questions[i].id, answer="", error=e) for i, e in run.study.errors.items()}
     if run.model is not None and constrained(run.requests):  # the checkpoint's letters and digits, before any write
@@ -212,7 +214,8 @@ def _judge(run: RunState) -> Judged:
     try:
         with run.timer.stage("judge"):
             judged = judge_run(run.benchmark, study.judged_questions(), run.predictions, run.judge, run.cache,
-                               config.judge or "", config.judge_max_new_tokens, config, config.protocol, study.judging())
+                               config.judge or "", config.judge_max_new_tokens, config, config.protocol,
+                               study.judging())
         run.notes.extend(judged.notes)
         run.cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
