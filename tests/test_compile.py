@@ -177,7 +177,7 @@ def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions,
     take `decode_attention`; the constrained prefill does not (it keeps cuDNN on CUDA)."""
     import contextlib
 
-    from finbench.models import base
+    from finbench.models import base, generation
     from finbench.runner.decoding import AnswerVocabulary, decode_numerical
 
     entered: list[str] = []
@@ -187,6 +187,7 @@ def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions,
         return contextlib.nullcontext()
 
     monkeypatch.setattr(base, "decode_attention", recording)
+    monkeypatch.setattr(generation, "decode_attention", recording)  # free generation (models/generation.py)
     numerical = [q for q in questions if q.kind == "numerical"][:2]
     inputs = tiny_model.to_device(tiny_model.prepare([finmme_request(q)
                                                       for q in numerical]))

@@ -44,7 +44,7 @@ STOCK, PACKED = "stock", "packed"
 MODES = (STOCK, PACKED)
 PAD_LIMIT = 2.0  # padded / real attention work above which blocks are bucketed by length
 LAYOUT_ATTRIBUTE = "finbench_layout"  # a cu_seqlens tensor's layout, built once for all the tower's layers
-KERNEL_CALLS = "finbench_kernel_calls"  # an attention module's Counter of the kernels it ran ("varlen", "padded")
+KERNEL_CALLS_ATTRIBUTE = "finbench_kernel_calls"  # an attention module's Counter of kernels run ("varlen", "padded")
 log = logging.getLogger("finbench")
 
 
@@ -231,7 +231,8 @@ def transformers_attention(module: Any, query: torch.Tensor, key: torch.Tensor, 
     if attention_mask is not None or query.shape[0] != 1:
         raise ValueError(f"{NAME} serves packed vision towers only (batch 1, no attention mask)")
     packed = [t[0].transpose(0, 1) for t in (query, key, value)]  # [S, H, D]
-    calls = module.__dict__.setdefault(KERNEL_CALLS, Counter()) if module is not None else None  # held by the module
+    # counted by the attention module that ran them (`kernel_calls`)
+    calls = module.__dict__.setdefault(KERNEL_CALLS_ATTRIBUTE, Counter()) if module is not None else None
     return packed_attention(*packed, cu_seq_lens_q, scaling, max_length_q, calls).unsqueeze(0), None
 
 
@@ -240,7 +241,7 @@ def kernel_calls(model: Any, reset: bool = False) -> Counter[str]:
     counting again."""
     total: Counter[str] = Counter()
     for module in model.modules():
-        calls = module.__dict__.get(KERNEL_CALLS)
+        calls = module.__dict__.get(KERNEL_CALLS_ATTRIBUTE)
         if calls is not None:
             total.update(calls)
             if reset:
