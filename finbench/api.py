@@ -177,10 +177,12 @@ def _evaluate_each(source: str, loaded: Any, configs: Mapping[str, RunConfig], s
 
     for name, config in configs.items():  # and every unusable data set before the first benchmark runs
         _check_data(name, config)
+    loaded_with = None
     if loaded is None:  # the one loader: device map, the rank's device and every loading option
-        loaded = load_for_run(next(iter(configs.values())), world_from_env())
+        loaded_with = next(iter(configs.values()))
+        loaded = load_for_run(loaded_with, world_from_env())
     runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
-                                validated=True) for name, config in configs.items()}
+                                validated=True, loaded_with=loaded_with) for name, config in configs.items()}
     if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
         return MultiRunResult(Path(out), runs, {})
     summary = summary_file(source, runs)

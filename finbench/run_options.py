@@ -13,7 +13,7 @@ from typing import Any, Callable
 import finbench.option_checks as checks
 from finbench.options import Option
 from finbench.sources import SERVED_READINGS
-from finbench.types import DEFAULT_BENCHMARK, RunConfig
+from finbench.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL, RunConfig
 
 UNSAFE_SANDBOX_HELP = ("Where this machine gives neither the kernel jail nor Landlock for model-written programs "
                        "(FinMMR pot), run them anyway in plain limited processes (named in the results; default: "
@@ -58,7 +58,7 @@ RUN_OPTIONS: list[Option] = [
            "per GiB of GPU memory (16384-98304).", int, check=checks.at_least("--token-budget", 1), spec=BATCHING),
     Option("workers", None, "Preprocessing threads (image decode + processor), run ahead of the model. Default: 2 on "
            "the CPU; on CUDA one per two cores (2-8).", int, check=checks.at_least("--workers", 1), spec=BATCHING),
-    Option("protocol", "constrained", "constrained (logit-based) or official (generate + extract).",
+    Option("protocol", DEFAULT_PROTOCOL, "constrained (logit-based) or official (generate + extract).",
            check=checks.protocol, identity=True),
     Option("dtype", "auto", "auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.", check=checks.dtype,
            spec=LOAD, identity=True, axis=True, sweep_help="Comma-separated (or repeated) dtypes, e.g. bfloat16,float16."),
@@ -130,7 +130,9 @@ RUN_IDENTITY = tuple(option.name for option in RUN_OPTIONS if option.identity)
 
 
 def _think_budget_protocol(config: RunConfig) -> None:
-    if config.decode.think_budget > 0 and config.protocol != "constrained":
+    from finbench.benchmarks import get_benchmark  # the registry (torch-free)
+
+    if config.decode.think_budget > 0 and config.protocol not in get_benchmark(config.benchmark).constrained_protocols:
         raise ValueError("--think-budget applies to the constrained protocol (official generates freely)")
 
 

@@ -20,8 +20,8 @@ Served from the cache without the model: the comparison reads only the run folde
 the sweep whose model folder is gone takes each variant's model fingerprint from that variant's
 own `results.json` (written by the run that computed the answers) — the fingerprint of weights
 that no longer exist cannot be recomputed, and the recorded one is the fingerprint the cached
-answers were keyed with. Every answer must then come from the cache; a question that would need
-the model fails the run at start-up with one line.
+answers were keyed with. The variant runs in the engine's replay mode (runner/replay.py): no model, nothing computed;
+a question not in the cache fails the run before anything is computed, with one line.
 """
 
 from __future__ import annotations
@@ -86,89 +86,26 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.+-]+", "-", text).strip("-") or "x"
 
 
-class RecordedModel:
-    """Stands in for a model whose files are gone: it knows only what the run that computed the
-    answers recorded (fingerprint, thinking mode), which is enough to find them in the cache.
-    Anything that needs the weights fails with one line."""
-
-    def __init__(self, source: str, results: dict[str, Any]) -> None:
-        import torch
-
-        from finbench.models.contract import PREQUANTIZED, Capabilities
-        from finbench.models.quant import QUANT_CHOICES
-
-        self.source = source
-        self.recorded = results
-        self.family = results["fingerprint"].get("family", "recorded")
-        self.device = torch.device("cpu")
-        self.dtype = torch.float32
-        self._thinking = results.get("thinking")
-        # whatever the recorded run was asked, it could honour: only the cache decides now
-        self.capabilities = Capabilities(thinking=self._thinking is not None, quantization=(*QUANT_CHOICES, PREQUANTIZED),
-                                         device_preprocessing=True, pixel_budget=True)
-
-    @classmethod
-    def from_run(cls, source: str, run_dir: Path) -> "RecordedModel":
-        path = Path(run_dir) / "results.json"
-        try:
-            results = json.loads(path.read_text())
-            results["fingerprint"]  # noqa: B018 — must exist
-        except (OSError, ValueError, KeyError):
-            raise ValueError(f"cannot load model {source!r} and {path} records no earlier run of it to serve "
-                             "from the cache") from None
-        return cls(source, results)
-
-    def fingerprint(self, **_: Any) -> dict[str, Any]:
-        return dict(self.recorded["fingerprint"])
-
-    def thinking_token_ids(self) -> tuple[int, int] | None:
-        return (-1, -1) if self._thinking else None
-
-    def template_opens_thinking(self) -> bool:
-        return (self._thinking or {}).get("opener", "") == ""
-
-    def single_token_ids(self, texts: Sequence[str]) -> list[int]:
-        return [0] * len(texts)  # only for the answer vocabulary, which a cache-only run never uses
-
-    def end_token_ids(self) -> list[int]:
-        return [0]
-
-    def max_context(self) -> int | None:
-        return None
-
-    def timed_parts(self, clock: Any) -> Any:
-        return clock.hooks([])  # no parts to time
-
-    def _missing(self, *args: Any, **kwargs: Any) -> Any:
-        raise ValueError(f"model {self.source!r} is missing: only answers already in the cache can be served, "
-                         "and this run needs the model for some questions (restore the model folder)")
-
-    # everything that needs the weights
-    text_token_counts = prompt_text = prepare = to_device = image_token_count = _missing
-    prefill = decode_step = score_options = generate = generate_ids = output_rows = logits = _missing
-    stop_token_ids = encode = decode = count_image_tokens = prefill_flops = memory_footprint = compile_vision = _missing
-    image_tokens_per_row = _missing
-
-
-def _load_or_recorded(config: RunConfig, run_dir: Path, checkpoint: Any = None) -> Any:
-    """The model (the one loader: runner/startup.py, given the `checkpoint` record its check read),
-    or its recorded stand-in when the model cannot be loaded but the variant's run folder records
-    an earlier run."""
+def _load_or_recorded(config: RunConfig, run_dir: Path, checkpoint: Any = None) -> tuple[Any, Any]:
+    """(model, None): the model (the one loader: runner/startup.py, given the `checkpoint` record its
+    check read); or (None, replay) when the model cannot be loaded but the variant's run folder
+    records an earlier run: the run is then served from the cache alone (runner/replay.py)."""
+    from finbench.runner.replay import Replay
     from finbench.runner.startup import load_for_run
 
     try:
-        return load_for_run(config, checkpoint=checkpoint)
+        return load_for_run(config, checkpoint=checkpoint), None
     except ValueError:
         if not (run_dir / "results.json").is_file():
             raise
-        return RecordedModel.from_run(config.model, run_dir)
+        return None, Replay.from_run(config.model, run_dir)
 
 
 def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> dict[str, Any]:
     """Every variant checked before any of them runs: its options, then what its model's family
     refuses (from config.json alone, no weights: e.g. a thinking budget on a model without a
     thinking block). A model that cannot be found passes when its variant's run folder records an
-    earlier run: it will be served from the cache (`RecordedModel`). Returns each checked
+    earlier run: it will be served from the cache alone (runner/replay.py). Returns each checked
     variant's checkpoint record (runner/startup.py `check_family`), for its load. Last, each
     quantized variant's share of the language model its format would quantize, from the module
     tree alone (models/quant_share.py): every variant below the load's threshold in one message.
@@ -243,7 +180,7 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
     for name, config in variants:
         run_dir = out / name
         try:  # a load can still refuse (what only the loaded weights tell): the finished variants are kept
-            model = _load_or_recorded(config, run_dir, checked.get(name))
+            model, replay = _load_or_recorded(config, run_dir, checked.get(name))
         except ValueError as err:
             failed.append({"variant": name, "error": str(err)})
             if console is not None:
@@ -251,8 +188,9 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
             continue
         if console is not None:
             console.print(f"[bold]variant {name}[/]" + (" (model missing: served from the cache)"
-                                                         if isinstance(model, RecordedModel) else ""))
-        run_benchmark(config, model=model, show_progress=show_progress, console=console, validated=True)
+                                                         if replay is not None else ""))
+        run_benchmark(config, model=model, show_progress=show_progress, console=console, validated=True, replay=replay,
+                      loaded_with=config if model is not None else None)
         del model  # one model in memory at a time
         run_dirs.append(run_dir)
         names.append(name)

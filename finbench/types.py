@@ -21,6 +21,7 @@ OPEN = "open"  # free text, judged by rules or a judge model
 KINDS = (SINGLE, MULTI, NUMERICAL, OPEN)
 
 PROTOCOLS = ("constrained", "official")
+DEFAULT_PROTOCOL = PROTOCOLS[0]  # finbench's own prompts, answers read from the logits (`--protocol`)
 DEFAULT_BENCHMARK = "finmme"  # what a run that names no benchmark evaluates (the registry hands it on)
 RESULTS_FILE = "results.json"  # a run folder's results, beside samples.parquet
 # option values checked at start-up before torch is imported (runner/startup.py `validate`); the
@@ -200,7 +201,7 @@ class RunConfig:
     model: str
     benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None
-    protocol: str = "constrained"
+    protocol: str = DEFAULT_PROTOCOL
     limit: int | None = None
     domains: tuple[str, ...] = ()
     question_types: tuple[str, ...] = ()

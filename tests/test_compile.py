@@ -177,7 +177,7 @@ def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions,
     take `decode_attention`; the constrained prefill does not (it keeps cuDNN on CUDA)."""
     import contextlib
 
-    from finbench.models import base
+    from finbench.models import base, generation
     from finbench.runner.decoding import AnswerVocabulary, decode_numerical
 
     entered: list[str] = []
@@ -187,6 +187,7 @@ def test_every_decode_path_runs_inside_the_decode_kernels(tiny_model, questions,
         return contextlib.nullcontext()
 
     monkeypatch.setattr(base, "decode_attention", recording)
+    monkeypatch.setattr(generation, "decode_attention", recording)  # free generation (models/generation.py)
     numerical = [q for q in questions if q.kind == "numerical"][:2]
     inputs = tiny_model.to_device(tiny_model.prepare([finmme_request(q)
                                                       for q in numerical]))
@@ -263,8 +264,9 @@ def test_compile_lm_without_a_compiler_fails_at_start_up_in_one_line(tiny_model,
 @needs_compiler
 def test_the_compiled_rotary_runs_only_inside_the_language_model_that_asked_for_it(tiny_qwen_dir, monkeypatch):
     """`--compile-lm`'s rotary application is a function of the modeling file, shared by every model
-    of the family in the process: it runs compiled only during the compiled language model's
-    forward, and gives the eager prefill bit for bit on the CPU."""
+    of the family in the process: the file is left as it is (no library module patched), the
+    compiled function runs only in the compiled language model's attention modules, and gives the
+    eager prefill on the CPU."""
     import sys
 
     from finbench.models import compile as compile_module
@@ -277,19 +279,26 @@ def test_the_compiled_rotary_runs_only_inside_the_language_model_that_asked_for_
     inputs = {"input_ids": ids["input_ids"], "attention_mask": ids["attention_mask"]}
     want, _ = eager_model.prefill(dict(inputs))
     lm = compiled_model.model.model.language_model
+    modeling = sys.modules[type(lm.layers[0].self_attn).__module__]
+    library = modeling.apply_rotary_pos_emb
     assert compile_module.compile_rotary(lm) == {"apply_rotary_pos_emb": len(lm.layers)}
-    rotary = sys.modules[type(lm.layers[0].self_attn).__module__].apply_rotary_pos_emb
-    assert isinstance(rotary, compile_module.CompiledRotary)
+    assert modeling.apply_rotary_pos_emb is library  # the modeling file is untouched
     got, _ = compiled_model.prefill(dict(inputs))  # the real compiled rotary
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
-    used, original = [], rotary.original
-    monkeypatch.setattr(rotary, "compiled", lambda *a, **k: used.append("compiled") or original(*a, **k))
-    monkeypatch.setattr(rotary, "original", lambda *a, **k: used.append("eager") or original(*a, **k))
-    compiled_model.prefill(dict(inputs))
+
+    used: list[str] = []  # which rotary each model's attention calls: a counting stand-in for the compiler
+    monkeypatch.setattr(compile_module.torch, "compile",
+                        lambda function, **kw: lambda *a, **k: used.append("compiled") or function(*a, **k))
+    counted = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    counted_lm = counted.model.model.language_model
+    compile_module.compile_rotary(counted_lm)
+    counted.prefill(dict(inputs))
     assert used == ["compiled"] * len(lm.layers)
     used.clear()
-    assert torch.equal(eager_model.prefill(dict(inputs))[0], want) and used == ["eager"] * len(lm.layers)
-    compile_module.set_rotary(lm, False)  # gpu_check's interleaved default runs
-    used.clear()
-    compiled_model.prefill(dict(inputs))
-    assert used == ["eager"] * len(lm.layers)
+    assert torch.equal(eager_model.prefill(dict(inputs))[0], want) and used == []  # another model: eager
+    compile_module.set_rotary(counted_lm, False)  # gpu_check's interleaved default runs
+    counted.prefill(dict(inputs))
+    assert used == []
+    compile_module.set_rotary(counted_lm, True)
+    counted.prefill(dict(inputs))
+    assert used == ["compiled"] * len(lm.layers)

@@ -725,7 +725,7 @@ def test_a_relative_data_path_is_recorded_so_report_finds_the_images_from_anywhe
     monkeypatch.chdir(synthetic_parquet.parent)
     result = _run(tiny_model, tiny_qwen_dir, synthetic_parquet.name, tmp_path / "run", limit=3)
     assert result.results["config"]["data"] == str(synthetic_parquet.resolve())
-    monkeypatch.chdir(tmp_path)  # elsewhere: the report re-reads the images for its thumbnails
+    monkeypatch.chdir(tmp_path)  # elsewhere: the report is rebuilt from the run folder alone
     (tmp_path / "run" / "report.html").unlink()
     write_report(tmp_path / "run")
     assert (tmp_path / "run" / "report.html").read_text().count("data:image/jpeg;base64,") == 3

@@ -183,6 +183,9 @@ def test_report_markdown_and_rebuild_without_the_data(demo_run, tmp_path):
     (run / "results.json").write_text(json.dumps(results))
     from finbench.report.html import write_report
 
+    page = write_report(run).read_text()  # the thumbnails come from the run folder: the data is never re-read
+    assert page.count("data:image/jpeg") == results["n_questions"] and page.count("data:image/png") >= 4
+    (run / "thumbnails.parquet").unlink()  # a run folder written before the runs kept their thumbnails
     page = write_report(run).read_text()
     assert "data:image/jpeg" not in page and page.count("data:image/png") >= 4  # no thumbnails, still a report
     markdown = (run / "report.md").read_text()

@@ -6,6 +6,7 @@ image), and the tiny model's answers end to end. Call counts are counted on
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 import torch
@@ -285,8 +286,8 @@ def test_equal_blocks_take_one_batched_sdpa_and_unequal_ones_the_varlen_kernel(m
     monkeypatch.setattr(va, "_varlen_usable", lambda query: True)
     monkeypatch.setattr(va, "_varlen", fake_varlen)
     q, k, v = (torch.randn(12, 2, 8) for _ in range(3))
-    va.KERNEL_CALLS.clear()
-    va.packed_attention(q, k, v, torch.tensor([0, 4, 8, 12]))
-    assert varlen_calls == [] and va.KERNEL_CALLS == {"padded": 1}
-    va.packed_attention(q, k, v, torch.tensor([0, 5, 8, 12]))
-    assert varlen_calls == [[0, 5, 8, 12]] and va.KERNEL_CALLS == {"padded": 2}
+    calls: Counter[str] = Counter()
+    va.packed_attention(q, k, v, torch.tensor([0, 4, 8, 12]), calls=calls)
+    assert varlen_calls == [] and calls == {"padded": 1}
+    va.packed_attention(q, k, v, torch.tensor([0, 5, 8, 12]), calls=calls)
+    assert varlen_calls == [[0, 5, 8, 12]] and calls == {"padded": 2}

@@ -19,7 +19,7 @@ from finbench.benchmarks.recognise import Recognise, anything
 from finbench.judging import NO_JUDGING, Judgement, Judging
 from finbench.requests import Prompt, Request, user_message
 from finbench.scoring.scorer import Scorer, ScorerModule
-from finbench.types import PROTOCOLS, Prediction, Question
+from finbench.types import DEFAULT_PROTOCOL, PROTOCOLS, Prediction, Question
 
 
 def stripped_text(question: Question, text: str, protocol: str) -> str:
@@ -176,7 +176,10 @@ class Benchmark:
       for the whole run (verdicts that are cheap only together: FinMMR's programs, run in the
       sandbox's jails; `unsafe_sandbox`: without one where none can be built), `program_protocols` names
       the protocols whose answers are programs (refused at start-up where no jail can be built,
-      unless --unsafe-sandbox);
+      unless --unsafe-sandbox); `constrained_protocols` those of finbench's own prompts, whose
+      choices and numbers are read from the logits (their prompt version is `prompt_version`; a
+      thinking budget, --permutations and --probe apply to them) — the runner decides nothing
+      else from a protocol's name: how an answer is decoded follows from the request's type;
     - `recognise(source)` → "" when a --data source looks like this benchmark's data, else one
       line why not ("…: not FinMMR data — missing …"), asked at start-up before any model loads and
       by `finbench data check`; cheap (column names, benchmarks/recognise.py builds the usual ones);
@@ -222,6 +225,9 @@ class Benchmark:
     forms: tuple[str, ...] = ("hub parquet/arrow", "local parquet/arrow/jsonl")
     protocols: tuple[str, ...] = PROTOCOLS  # as `finbench benchmarks` describes them
     protocol_names: tuple[str, ...] = PROTOCOLS  # the --protocol values it accepts
+    # the protocols of finbench's own prompts, whose choices and numbers are read from the logits
+    # (Choose, Number): a --think-budget, --permutations and --probe apply to them
+    constrained_protocols: tuple[str, ...] = (DEFAULT_PROTOCOL,)
     metrics: str = ""
     demo: "Demo | None" = None
     leaderboard_breakdown: str = ""
@@ -241,5 +247,5 @@ class Benchmark:
         return self.leaderboard_breakdown or self.domain_field
 
     def prompt_version_for(self, protocol: str) -> str:
-        """The prompt version in the cache key: ours under `constrained`, the official one else."""
-        return self.prompt_version if protocol == "constrained" else f"{self.name}-official"
+        """The prompt version in the cache key: ours under a constrained protocol, the official one else."""
+        return self.prompt_version if protocol in self.constrained_protocols else f"{self.name}-official"

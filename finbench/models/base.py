@@ -35,7 +35,7 @@ from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.fast_paths import FastPaths, last_real, right_aligned
 # the decode helpers and the loading functions live in their own files; named here for the families
 from finbench.models.generation import (DECODE_ATTENTION_CUDA, DecodeState, cache_of, decode_attention,  # noqa: F401
-                                        finished_rows, generated_counts, last_tokens)
+                                        finished_rows, generated_counts, hf_generate, interrupted, last_tokens)
 from finbench.models.inputs import ModelInputs, pinned  # noqa: F401
 from finbench.models.identity import file_sha256, fingerprint_of, weights_digest  # noqa: F401
 from finbench.models.loading import attention_implementation, load_auto, resolve_device, resolve_dtype  # noqa: F401
@@ -329,38 +329,13 @@ class HFVisionLanguageModel:
     @torch.inference_mode()
     def generate(self, inputs: Any, max_new_tokens: int,
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
-        """Free generation, batched with left padding: greedy (temperature 0) unless `sampling`
-        gives a temperature > 0 (with optional top_p, top_k). Returns texts and, per row, the
-        tokens generated up to and including the first stop token."""
-        prompt_length = inputs["input_ids"].shape[1]
-        sampling = dict(sampling or {})
-        sample = float(sampling.get("temperature") or 0) > 0
-        stops = list(self.stop_token_ids())
-        if self.tokenizer.pad_token_id is not None:
-            stops.append(self.tokenizer.pad_token_id)
-        seen = last_tokens()
-        try:
-            with decode_attention(self.device):
-                output = self.model.generate(**self.model_inputs(inputs, vision_indices=False),
-                                             max_new_tokens=max_new_tokens, do_sample=sample,
-                                             temperature=sampling.get("temperature") if sample else None,
-                                             top_p=sampling.get("top_p") if sample else None,
-                                             top_k=sampling.get("top_k") if sample else None,
-                                             pad_token_id=self.tokenizer.pad_token_id, stopping_criteria=[seen])
-        except KeyboardInterrupt:
-            raise self._interrupted(seen.ids, prompt_length, stops) from None
-        new_tokens = output[:, prompt_length:]
-        return self.decode(new_tokens), generated_counts(new_tokens, stops)
+        """Free generation, batched with left padding (models/generation.py `hf_generate`): greedy
+        unless `sampling` gives a temperature > 0. Returns texts and per-row generated token counts."""
+        return hf_generate(self, inputs, max_new_tokens, sampling)
 
     def _interrupted(self, ids: torch.Tensor | None, prompt_length: int, stops: Sequence[int]) -> GenerationInterrupted:
         """Ctrl-C in `generate`: the rows that had emitted a stop token by the last step, decoded."""
-        if ids is None:
-            return GenerationInterrupted({}, {})
-        new_tokens = ids[:, prompt_length:]
-        rows = finished_rows(new_tokens, stops)
-        texts = self.decode(new_tokens[rows]) if rows else []
-        counts = generated_counts(new_tokens[rows], stops) if rows else []
-        return GenerationInterrupted(dict(zip(rows, texts)), dict(zip(rows, counts)))
+        return interrupted(self.decode, ids, prompt_length, stops)
 
     @torch.inference_mode()
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:

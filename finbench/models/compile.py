@@ -22,17 +22,17 @@ them) and the rotary embedding (cos/sin of the positions) — and leaves attenti
 eager. In the H200 profile of Qwen2.5-VL-7B these chains were ~9–11 ms per item of the prefill.
 The rotary *application* (q·cos + rotate_half(q)·sin, the same for k: casts, a negated half-swap,
 two products, a sum per tensor) is no module but a function of the family's modeling file that
-the attention calls; `--compile-lm` compiles it too, and it runs compiled only while a language
-model that asked for it runs (a forward hook; any other model in the process keeps the eager one).
+the attention calls; `--compile-lm` compiles that function and gives the attention modules of the
+language model that asked for it their own forward calling the compiled one (`compile_rotary`):
+no library module is patched, and any other model in the process keeps the eager one.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
+import inspect
 import shutil
-import sys
-import threading
+import types
 from typing import Any
 
 import torch
@@ -85,53 +85,73 @@ def compile_unavailable(device: torch.device) -> str | None:
 
 
 ROTARY_FUNCTIONS = ("apply_rotary_pos_emb", "apply_multimodal_rotary_pos_emb")  # transformers' names
-_ROTARY = threading.local()  # whether the running language model asked for the compiled rotary
-
-
-class CompiledRotary:
-    """Stands in for a modeling file's rotary function: the compiled one while a language model
-    compiled with `compile_rotary` runs (in this thread), the original otherwise."""
-
-    def __init__(self, original: Any) -> None:
-        self.original = original
-        self.compiled = torch.compile(original, dynamic=True)
-        functools.update_wrapper(self, original)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return (self.compiled if getattr(_ROTARY, "on", False) else self.original)(*args, **kwargs)
-
-
-def _rotary_on(module: Any, args: Any) -> None:
-    _ROTARY.on = bool(getattr(module, "finbench_compiled_rotary", False))
-
-
-def _rotary_off(module: Any, args: Any, output: Any) -> None:
-    _ROTARY.on = False
 
 
 def compile_rotary(language_model: Any) -> dict[str, int]:
     """Compile the rotary functions the attention modules of `language_model` call, for this
-    language model only; returns {function: attention modules calling it} ({} when none)."""
+    language model only; returns {function: attention modules calling it} ({} when none).
+
+    The compile boundary is the rotary function itself (`torch.compile(apply_rotary_pos_emb)`), as
+    gpt-fast compiles its own functions: each attention module of this language model gets its own
+    copy of its forward (`rotary_forward`) whose global rotary name is the compiled function. The
+    family's modeling file is left as it is, so every other model in the process keeps the eager one."""
     found: dict[str, int] = {}
+    compiled: dict[Any, Any] = {}  # one compiled function per original, shared by this model's attentions
     for module in language_model.modules():
         if not type(module).__name__.endswith("Attention"):
             continue
-        modeling = sys.modules.get(type(module).__module__)
-        for name in ROTARY_FUNCTIONS:
-            function = getattr(modeling, name, None)
-            if function is None:
-                continue
-            if not isinstance(function, CompiledRotary):
-                setattr(modeling, name, CompiledRotary(function))
+        forward = type(module).forward
+        code = inspect.unwrap(forward)
+        names = [n for n in ROTARY_FUNCTIONS if n in code.__code__.co_names and callable(code.__globals__.get(n))]
+        if not names:
+            continue
+        replacements = {n: compiled.setdefault(code.__globals__[n], torch.compile(code.__globals__[n], dynamic=True))
+                        for n in names}
+        module.finbench_rotary_forward = types.MethodType(rotary_forward(forward, replacements), module)
+        for name in names:
             found[name] = found.get(name, 0) + 1
-    if found and not hasattr(language_model, "finbench_compiled_rotary"):
-        language_model.register_forward_pre_hook(_rotary_on)
-        language_model.register_forward_hook(_rotary_off, always_call=True)
     if found:
         set_rotary(language_model, True)
     return found
 
 
+def rotary_forward(function: Any, replacements: dict[str, Any]) -> Any:
+    """A copy of `function` whose global names in `replacements` resolve to them; a decorator's
+    wrapper around it (`functools.wraps`: `__wrapped__`, held in its closure) is copied around the
+    copy, so that the decorator still applies."""
+    inner = getattr(function, "__wrapped__", None)
+    cells = function.__closure__
+    if inner is not None and cells and any(_holds(cell, inner) for cell in cells):
+        copied_inner = rotary_forward(inner, replacements)
+        cells = tuple(types.CellType(copied_inner) if _holds(cell, inner) else cell for cell in cells)
+        copy = types.FunctionType(function.__code__, function.__globals__, function.__name__, function.__defaults__,
+                                  cells)
+        copy.__dict__.update({**function.__dict__, "__wrapped__": copied_inner})
+    else:
+        copy = types.FunctionType(function.__code__, {**function.__globals__, **replacements}, function.__name__,
+                                  function.__defaults__, cells)
+        copy.__dict__.update(function.__dict__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__qualname__ = function.__qualname__
+    return copy
+
+
+def _holds(cell: Any, value: Any) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
+
+
 def set_rotary(language_model: Any, on: bool) -> None:
-    """Switch `language_model`'s compiled rotary on or off (gpu_check's interleaved A/B runs)."""
+    """Switch `language_model`'s compiled rotary on or off (gpu_check's interleaved A/B runs): its
+    attention modules call their copy of the forward, or their class's."""
     language_model.finbench_compiled_rotary = on
+    for module in language_model.modules():
+        compiled = getattr(module, "finbench_rotary_forward", None)
+        if compiled is None:
+            continue
+        if on:
+            module.forward = compiled
+        else:
+            module.__dict__.pop("forward", None)

@@ -181,18 +181,17 @@ def block_kernel(device: str) -> str:
 
 
 # ---- activation quantization, fused and shared ---------------------------------------------------
-_FUSED: dict[str, Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {}
+# compiled on its first call (torch.compile is lazy): this module is imported only for FP8 models
+_FUSED_QUANTIZE_ROWS = torch.compile(quantize_rows, dynamic=True, fullgraph=True)
 
 
 def fused_quantize_rows(device_type: str) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """`quantize_rows` for activations on `device_type`: compiled on CUDA (one fused kernel: row amax,
     scale, divide, clamp, cast), the eager reference elsewhere (torch._scaled_mm's CPU path is the
-    exact reference the tests pin). A plain dict, not lru_cache: `--compile-lm` traces through it."""
-    if device_type != "cuda":
-        return quantize_rows
-    if device_type not in _FUSED:
-        _FUSED[device_type] = torch.compile(quantize_rows, dynamic=True, fullgraph=True)
-    return _FUSED[device_type]
+    exact reference the tests pin). One compiled function for every layer (each compiled wrapper of
+    its own would count against Dynamo's recompile limit of the same code); `--compile-lm` traces
+    through this choice."""
+    return _FUSED_QUANTIZE_ROWS if device_type == "cuda" else quantize_rows
 
 
 class SharedActivation:

@@ -1,5 +1,6 @@
 """What decoding needs beside the adapter: the decode state, the decode-step attention kernels,
-generated-token counts, and the rows of a generation that had finished when it was interrupted."""
+generated-token counts, free generation through transformers' `generate`, and the rows of a
+generation that had finished when it was interrupted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, ContextManager, Sequence
 import torch
 
 from finbench.kernels.compaction import select_rows
+from finbench.models.contract import GenerationInterrupted
 
 
 @dataclass
@@ -95,3 +97,42 @@ def _last_tokens_class() -> type:
 def last_tokens() -> Any:
     """A fresh `LastTokens` criterion for one `generate` call (`.ids`: the ids so far, or None)."""
     return _last_tokens_class()()
+
+
+def hf_generate(adapter: Any, inputs: Any, max_new_tokens: int,
+                sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
+    """Free generation of a Hugging Face adapter (models/base.py), batched with left padding: greedy
+    (temperature 0) unless `sampling` gives a temperature > 0 (with optional top_p, top_k). Returns
+    texts and, per row, the tokens generated up to and including the first stop token. Ctrl-C
+    raises the adapter's `GenerationInterrupted` with the rows that had finished."""
+    prompt_length = inputs["input_ids"].shape[1]
+    sampling = dict(sampling or {})
+    sample = float(sampling.get("temperature") or 0) > 0
+    pad = adapter.tokenizer.pad_token_id
+    stops = list(adapter.stop_token_ids()) + ([pad] if pad is not None else [])
+    seen = last_tokens()
+    try:
+        with decode_attention(adapter.device):
+            output = adapter.model.generate(**adapter.model_inputs(inputs, vision_indices=False),
+                                            max_new_tokens=max_new_tokens, do_sample=sample,
+                                            temperature=sampling.get("temperature") if sample else None,
+                                            top_p=sampling.get("top_p") if sample else None,
+                                            top_k=sampling.get("top_k") if sample else None,
+                                            pad_token_id=pad, stopping_criteria=[seen])
+    except KeyboardInterrupt:
+        raise adapter._interrupted(seen.ids, prompt_length, stops) from None
+    new_tokens = output[:, prompt_length:]
+    return adapter.decode(new_tokens), generated_counts(new_tokens, stops)
+
+
+def interrupted(decode: Any, ids: torch.Tensor | None, prompt_length: int,
+                stops: Sequence[int]) -> GenerationInterrupted:
+    """The `GenerationInterrupted` of a generation stopped by Ctrl-C: the rows of `ids` (prompt and
+    generated tokens) that had emitted a stop token, decoded by `decode`, with their token counts."""
+    if ids is None:
+        return GenerationInterrupted({}, {})
+    new_tokens = ids[:, prompt_length:]
+    rows = finished_rows(new_tokens, stops)
+    texts = decode(new_tokens[rows]) if rows else []
+    counts = generated_counts(new_tokens[rows], stops) if rows else []
+    return GenerationInterrupted(dict(zip(rows, texts)), dict(zip(rows, counts)))

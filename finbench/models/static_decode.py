@@ -66,15 +66,11 @@ def transformers_one_query(module: Any, query: torch.Tensor, key: torch.Tensor, 
     return out.transpose(1, 2), None
 
 
-_REGISTERED: list[bool] = []
-
-
 def register() -> None:
-    if not _REGISTERED:
-        from transformers import AttentionInterface
+    """Make NAME known to transformers' attention registry (idempotent: the same entry each time)."""
+    from transformers import AttentionInterface
 
-        AttentionInterface.register(NAME, transformers_one_query)
-        _REGISTERED.append(True)
+    AttentionInterface.register(NAME, transformers_one_query)
 
 
 @contextlib.contextmanager

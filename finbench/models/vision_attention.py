@@ -29,6 +29,7 @@ config at it, so the language model keeps sdpa.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -42,28 +43,31 @@ NAME = "flash_finbench_packed"  # must contain "flash": see the module docstring
 STOCK, PACKED = "stock", "packed"
 MODES = (STOCK, PACKED)
 PAD_LIMIT = 2.0  # padded / real attention work above which blocks are bucketed by length
-_LAYOUT_SLOTS = 4  # a tower reuses 1–2 cu_seqlens tensors across all its layers
-KERNEL_CALLS: Counter[str] = Counter()  # which implementation ran, for benchmarks ("varlen", "padded")
+LAYOUT_ATTRIBUTE = "finbench_layout"  # a cu_seqlens tensor's layout, built once for all the tower's layers
+KERNEL_CALLS_ATTRIBUTE = "finbench_kernel_calls"  # an attention module's Counter of kernels run ("varlen", "padded")
 log = logging.getLogger("finbench")
 
 
 # ---- the tensor function ----------------------------------------------------------------------
 def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
-                     scale: float | None = None, max_seqlen: int | None = None) -> torch.Tensor:
+                     scale: float | None = None, max_seqlen: int | None = None,
+                     calls: Counter[str] | None = None) -> torch.Tensor:
     """Attention within blocks of a packed sequence, non-causal.
 
     query, key, value: [S, H, D] (all blocks concatenated); cu_seqlens: [N+1] block boundaries
     (0, …, S); scale defaults to 1/√D; max_seqlen: the longest block when the caller knows it
-    (saves a device sync). Returns [S, H, D]: each token attends to the tokens of its own block."""
+    (saves a device sync); `calls` counts which kernel ran, for benchmarks. Returns [S, H, D]: each
+    token attends to the tokens of its own block."""
+    calls = calls if calls is not None else Counter()
     layout = _layout(cu_seqlens, max_seqlen, query.shape[0])
     # Equal blocks (same-size images) are a plain reshape into one batched SDPA, which beat the
     # varlen kernel on the H200 (Qwen3-VL, 16 equal charts: 203 vs 231 ms per tower, bench_vision).
     if not layout.equal_blocks and _varlen_usable(query):
         out = _varlen(query, key, value, cu_seqlens, scale, layout.longest)  # longest: already synced once
         if out is not None:
-            KERNEL_CALLS["varlen"] += 1
+            calls["varlen"] += 1
             return out
-    KERNEL_CALLS["padded"] += 1
+    calls["padded"] += 1
     return _padded(query, key, value, layout, scale)
 
 
@@ -134,18 +138,13 @@ def _length_buckets(lengths: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _layout(cu_seqlens: torch.Tensor, max_seqlen: int | None, total: int) -> _Layout:
-    # A tower passes the same cu_seqlens tensor to every layer: build its layout (one host sync)
-    # once. Holding the tensor in the cache keeps its identity from being reused while cached.
-    for cached, layout in _LAYOUT_CACHE:
-        if cached is cu_seqlens and layout.total == total:
-            return layout
-    layout = _Layout(cu_seqlens, max_seqlen, total)
-    _LAYOUT_CACHE.insert(0, (cu_seqlens, layout))
-    del _LAYOUT_CACHE[_LAYOUT_SLOTS:]
+    # A tower passes the same cu_seqlens tensor to every layer: its layout (one host sync) is built
+    # once and held by that tensor, so it lives exactly as long as the boundaries it describes.
+    layout = cu_seqlens.__dict__.get(LAYOUT_ATTRIBUTE)
+    if layout is None or layout.total != total:
+        layout = _Layout(cu_seqlens, max_seqlen, total)
+        setattr(cu_seqlens, LAYOUT_ATTRIBUTE, layout)
     return layout
-
-
-_LAYOUT_CACHE: list[tuple[torch.Tensor, _Layout]] = []
 
 
 def _padded(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: _Layout,
@@ -168,21 +167,36 @@ def _padded(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout:
 
 
 # ---- PyTorch's variable-length flash kernel (CUDA) ----------------------------------------------
-_VARLEN: dict[str, Any] = {}
+@functools.cache
+def _varlen_kernel() -> tuple[Any, bool] | None:
+    """(torch's varlen_attn, whether it takes `scale`), or None where this torch has none."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+
+        return varlen_attn, "scale" in inspect.signature(varlen_attn).parameters
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+
+
+@functools.cache
+def _varlen_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the varlen kernel runs on `device` in `dtype`: one tiny call, once (a GPU or a build
+    without the kernel raises; the padded path then serves the tower for good)."""
+    kernel, _ = _varlen_kernel()
+    probe = torch.zeros(2, 1, 64, device=device, dtype=dtype)  # [S, H, D]: two blocks of one token
+    cu = torch.tensor([0, 1, 2], device=device, dtype=torch.int32)
+    try:
+        kernel(probe, probe, probe, cu, cu, 1, 1)
+    except (RuntimeError, NotImplementedError, TypeError) as err:
+        log.warning("torch varlen attention unavailable (%s); using padded SDPA for the vision tower", err)
+        return False
+    return True
 
 
 def _varlen_usable(query: torch.Tensor) -> bool:
     if query.device.type != "cuda" or query.dtype not in (torch.float16, torch.bfloat16):
         return False
-    if "fn" not in _VARLEN:
-        try:
-            from torch.nn.attention.varlen import varlen_attn
-
-            _VARLEN["fn"] = varlen_attn
-            _VARLEN["scale_kw"] = "scale" in inspect.signature(varlen_attn).parameters
-        except (ImportError, AttributeError, TypeError, ValueError):
-            _VARLEN["fn"] = None
-    return _VARLEN["fn"] is not None
+    return _varlen_kernel() is not None and _varlen_runs(query.device, query.dtype)
 
 
 def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
@@ -191,17 +205,16 @@ def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seql
     cu = cu_seqlens.to(device=query.device, dtype=torch.int32)
     longest = int(max_seqlen) if max_seqlen is not None else int((cu[1:] - cu[:-1]).max())
     kwargs: dict[str, Any] = {}
+    kernel, takes_scale = _varlen_kernel()
     if scale is not None and not math.isclose(scale, dim ** -0.5, rel_tol=1e-6):
-        if _VARLEN["scale_kw"]:
+        if takes_scale:
             kwargs["scale"] = scale
         else:  # older signature (no `scale`): fold it into the queries
             query = query * (scale * math.sqrt(dim))
     try:
-        return _VARLEN["fn"](query, key, value, cu, cu, longest, longest, **kwargs)
-    except (RuntimeError, NotImplementedError, TypeError) as err:
-        # e.g. a GPU or build without the kernel: fall back to the padded path for good
-        log.warning("torch varlen attention unavailable (%s); using padded SDPA for the vision tower", err)
-        _VARLEN["fn"] = None
+        return kernel(query, key, value, cu, cu, longest, longest, **kwargs)
+    except (RuntimeError, NotImplementedError, TypeError) as err:  # the padded path answers this call
+        log.warning("torch varlen attention failed (%s); padded SDPA answers this block", err)
         return None
 
 
@@ -218,7 +231,22 @@ def transformers_attention(module: Any, query: torch.Tensor, key: torch.Tensor, 
     if attention_mask is not None or query.shape[0] != 1:
         raise ValueError(f"{NAME} serves packed vision towers only (batch 1, no attention mask)")
     packed = [t[0].transpose(0, 1) for t in (query, key, value)]  # [S, H, D]
-    return packed_attention(*packed, cu_seq_lens_q, scaling, max_length_q).unsqueeze(0), None
+    # counted by the attention module that ran them (`kernel_calls`)
+    calls = module.__dict__.setdefault(KERNEL_CALLS_ATTRIBUTE, Counter()) if module is not None else None
+    return packed_attention(*packed, cu_seq_lens_q, scaling, max_length_q, calls).unsqueeze(0), None
+
+
+def kernel_calls(model: Any, reset: bool = False) -> Counter[str]:
+    """Which kernels the vision attention of `model` ran, summed over its modules; `reset`: start
+    counting again."""
+    total: Counter[str] = Counter()
+    for module in model.modules():
+        calls = module.__dict__.get(KERNEL_CALLS_ATTRIBUTE)
+        if calls is not None:
+            total.update(calls)
+            if reset:
+                calls.clear()
+    return total
 
 
 def _register() -> None:

@@ -214,21 +214,7 @@ def _build_internvl(hidden_size: int, max_pixels: int, vision_hidden: int = _VIS
         "eos_token_id": ids("<|im_end|>"),
         "tie_word_embeddings": False,
     }
-    vision = {
-        "hidden_size": vision_hidden,
-        "num_hidden_layers": 2,
-        "num_attention_heads": vision_hidden // _HEAD_DIM,
-        "intermediate_size": 2 * vision_hidden,
-        "hidden_act": "gelu",
-        "attention_bias": True,  # InternViT-300M has qkv bias
-        "use_qk_norm": False,
-        "norm_type": "layer_norm",
-        "image_size": [tile, tile],
-        "patch_size": [patch, patch],
-        "layer_scale_init_value": 0.1,
-        "use_mean_pooling": True,
-        "use_absolute_position_embeddings": True,
-    }
+    vision = _internvit_dims(vision_hidden, tile, patch)
     config = InternVLConfig(
         text_config=Qwen2Config(**text),
         vision_config=vision,
@@ -248,6 +234,25 @@ def _build_internvl(hidden_size: int, max_pixels: int, vision_hidden: int = _VIS
         "max_tiles": max_tiles,
     }
     return _Built(processor, model, "InternVLProcessor", "InternVLForConditionalGeneration", summary)
+
+
+def _internvit_dims(vision_hidden: int, tile: int, patch: int) -> dict[str, Any]:
+    """A two-layer InternViT's settings: InternViT-300M's, smaller."""
+    return {
+        "hidden_size": vision_hidden,
+        "num_hidden_layers": 2,
+        "num_attention_heads": vision_hidden // _HEAD_DIM,
+        "intermediate_size": 2 * vision_hidden,
+        "hidden_act": "gelu",
+        "attention_bias": True,  # InternViT-300M has qkv bias
+        "use_qk_norm": False,
+        "norm_type": "layer_norm",
+        "image_size": [tile, tile],
+        "patch_size": [patch, patch],
+        "layer_scale_init_value": 0.1,
+        "use_mean_pooling": True,
+        "use_absolute_position_embeddings": True,
+    }
 
 
 def _qwen3_style_processor(tokenizer: Any, max_pixels: int, chat_template: str) -> tuple[Any, dict[str, int]]:

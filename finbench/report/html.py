@@ -10,17 +10,15 @@ prediction curve, both from the `confidence` column; throughput by stage; a per-
 (thumbnail, question, options with probabilities, prediction, gold, reasoning, error) filterable by
 domain, kind, correctness and confidence; the run's configuration and model fingerprint.
 
-Thumbnails: samples.parquet holds no images (it stays small). The report re-reads the first
-`MAX_THUMBNAILS` questions from the data source recorded in results.json and embeds 96-px JPEGs;
-when the data is not on this machine the browser shows the text only. Built from the run folder
-alone (`finbench report RUN_DIR`), so it can be rebuilt anywhere. Values are stored on 0–1 and
+Thumbnails: samples.parquet holds no images (it stays small). The run writes 96-px JPEGs of its
+first questions' images into its folder (thumbnails.parquet, report/thumbnails.py) and the page
+embeds them; a run folder without them (written before they were) shows the text only. Built from
+the run folder alone (`finbench report RUN_DIR`), never the data, so it can be rebuilt anywhere. Values are stored on 0–1 and
 shown ×100 where a column or axis says so. The plots are drawn by report/plots.py.
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import math
 import re
@@ -32,14 +30,13 @@ from finbench.report.format import (headline_score, metric_labels, num, part_cel
 from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
+from finbench.report.thumbnails import read_thumbnails
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
                                    stages_figure, tradeoff_figure)
 from finbench.scoring.metrics import ACCURACY
 from finbench.types import OPTION_LETTERS
 
-MAX_THUMBNAILS = 200
-THUMBNAIL_SIDE = 96
 MAX_BROWSER_ROWS = 5000  # beyond this the page gets slow; the rest is in samples.parquet
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -70,7 +67,7 @@ def write_report(run_dir: str | Path) -> Path:
     results = json.loads((run_dir / "results.json").read_text())
     samples = pd.read_parquet(run_dir / "samples.parquet")
     scores = results["scores"]
-    rows = _browser_rows(samples, _thumbnails(results, samples))
+    rows = _browser_rows(samples, read_thumbnails(run_dir))  # written by the run: the data is never re-read
     page = _environment().get_template("run.html.j2").render(
         results=results, scores=scores, labels=metric_labels(results["benchmark"], scores.get("headline", [])),
         plots=_uris(run_figures(results)), parts=part_rows(scores), headline=headline_score(scores), scored_by=scored_by(scores),
@@ -163,43 +160,6 @@ def _browser_rows(samples: Any, thumbnails: dict[str, str]) -> list[dict[str, An
             "error": str(record.get("error", "") or ""), "thumb": thumbnails.get(str(record.get("id")), ""),
         })
     return rows
-
-
-def _thumbnails(results: dict[str, Any], samples: Any) -> dict[str, str]:
-    """id → JPEG data URI for the first MAX_THUMBNAILS questions, re-read from the run's data
-    source; {} when it cannot be read here (the report never fails for a missing image)."""
-    from finbench.benchmarks import get_benchmark
-
-    config = results.get("config", {})
-    wanted = set(samples["id"].astype(str).head(MAX_THUMBNAILS))
-    try:
-        benchmark = get_benchmark(results["benchmark"])
-        limit = min(config.get("limit") or MAX_THUMBNAILS, MAX_THUMBNAILS)
-        questions = benchmark.load(config.get("data"), limit, tuple(config.get("domains") or ()),
-                                   tuple(config.get("question_types") or ()))
-    except Exception:  # noqa: BLE001 — data not on this machine, no network, …
-        return {}
-    out = {}
-    for question in questions:
-        if question.id in wanted and question.images:
-            uri = _thumbnail(question.images[0])
-            if uri:
-                out[question.id] = uri
-    return out
-
-
-def _thumbnail(data: bytes) -> str:
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image = image.convert("RGB")
-            image.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
-            buffer = io.BytesIO()
-            image.save(buffer, format="JPEG", quality=70)
-    except Exception:  # noqa: BLE001 — a broken image is that sample's error, shown elsewhere
-        return ""
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
 # ---- sweep report ---------------------------------------------------------------------------

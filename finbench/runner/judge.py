@@ -91,38 +91,15 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
     rule_score, judge_score = [float("nan")] * n, [float("nan")] * n
     outputs: list[str] = [""] * n
     details: list[dict[str, Any]] = [{} for _ in range(n)]
-    asked: dict[int, list[Generate]] = {}
-    together = _rule_judgements(benchmark, questions, predictions, protocol, details,
-                                config is not None and config.unsafe_sandbox)
-    for i, question in enumerate(questions):
-        prediction = predictions[i]
-        if question.error or prediction.error:
-            continue
-        try:
-            score, info = together.get(i, (None, {})) if together is not None else benchmark.rule_judgement(question, prediction)
-            if score is not None:
-                rule_score[i] = float(score)
-                details[i]["rules"] = info
-            if judge is not None:
-                found = (judging or {}).get(i, benchmark.judging).judge_requests(question, prediction)
-                if found:
-                    asked[i] = found
-        except Exception as err:  # noqa: BLE001 — a malformed prediction is that question's problem
-            details[i]["error"] = f"judging: {type(err).__name__}: {err}"
+    asked = _rule_verdicts(benchmark, questions, predictions, judge is not None, protocol,
+                           config is not None and config.unsafe_sandbox, judging, rule_score, details)
     summary: dict[str, Any] = {"model": judge_name or None, "n_rule_verdicts": sum(s == s for s in rule_score)}
     if judge is None:
         return Judged(_columns(rule_score, judge_score, outputs, details), summary)
 
     sees_images = judge.capabilities.sees_images
     fingerprint = judge.fingerprint()
-    calls = []
-    for i, requests in asked.items():
-        for request in requests:
-            if max_new_tokens is not None:
-                request = dataclasses.replace(request, max_new_tokens=max_new_tokens)
-            if not sees_images:
-                request = text_only(request)
-            calls.append(_Call(i, request, judge_key(fingerprint, request_payload(request, questions[i]))))
+    calls = _calls(asked, questions, fingerprint, max_new_tokens, sees_images)
     found = cache.get_many([c.key for c in calls]) if cache is not None else {}
     replies = {k: v.generated_text for k, v in found.items()}
     n_cached = sum(1 for c in calls if c.key in replies)
@@ -134,12 +111,73 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
     by_question: dict[int, list[_Call]] = {}
     for call in calls:
         by_question.setdefault(call.index, []).append(call)
-    failed_items: list[str] = []
-    unparsed_items: list[str] = []
     for i, mine in by_question.items():
         outputs[i] = json.dumps([replies.get(c.key, failed.get(c.key, "")) for c in mine], ensure_ascii=False)
         if not sees_images and any(r.prompt.images for r in asked[i]):
             details[i]["text_only"] = "the judge is a text model: the images its prompt names were not shown"
+    failed_items, unparsed_items = _read_verdicts(benchmark, questions, predictions, by_question, replies, failed,
+                                                  judging, details, judge_score)
+    names_images = sum(1 for requests in asked.values() if any(r.prompt.images for r in requests))
+    summary.update({"n_judged": len(by_question), "n_calls": len(calls), "n_cached": n_cached,
+                    "n_computed": len(todo), "n_failed": len(failed), "n_failed_items": len(failed_items),
+                    "failed_items": failed_items, "n_unparsed_items": len(unparsed_items),
+                    "unparsed_items": unparsed_items, "oom_retries": oom_retries, "fingerprint": fingerprint,
+                    "sees_images": sees_images, "n_shown_images": names_images if sees_images else 0,
+                    **({"text_only": f"a text-only judge: the images of {names_images} judged questions were "
+                                     "not shown (the official judge sees them)"} if names_images and not sees_images
+                       else {})})
+    return Judged(_columns(rule_score, judge_score, outputs, details), summary,
+                  _failure_notes(failed_items, unparsed_items, failed), cost)
+
+
+def _rule_verdicts(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
+                   with_judge: bool, protocol: str, unsafe: bool, judging: Mapping[int, Any] | None,
+                   rule_score: list[float], details: list[dict[str, Any]]) -> dict[int, list[Generate]]:
+    """The rules' verdicts into `rule_score` and `details`; returns what each question asks a judge
+    model (`with_judge`). A malformed prediction is its question's judging error."""
+    asked: dict[int, list[Generate]] = {}
+    together = _rule_judgements(benchmark, questions, predictions, protocol, details, unsafe)
+    for i, question in enumerate(questions):
+        prediction = predictions[i]
+        if question.error or prediction.error:
+            continue
+        try:
+            score, info = together.get(i, (None, {})) if together is not None else benchmark.rule_judgement(question, prediction)
+            if score is not None:
+                rule_score[i] = float(score)
+                details[i]["rules"] = info
+            if with_judge:
+                found = (judging or {}).get(i, benchmark.judging).judge_requests(question, prediction)
+                if found:
+                    asked[i] = found
+        except Exception as err:  # noqa: BLE001 — a malformed prediction is that question's problem
+            details[i]["error"] = f"judging: {type(err).__name__}: {err}"
+    return asked
+
+
+def _calls(asked: Mapping[int, Sequence[Generate]], questions: Sequence[Question], fingerprint: Any,
+           max_new_tokens: int | None, sees_images: bool) -> list[_Call]:
+    """Every judge call, as shown to the judge (its budget replaced; no images for a text judge), keyed."""
+    calls = []
+    for i, requests in asked.items():
+        for request in requests:
+            if max_new_tokens is not None:
+                request = dataclasses.replace(request, max_new_tokens=max_new_tokens)
+            if not sees_images:
+                request = text_only(request)
+            calls.append(_Call(i, request, judge_key(fingerprint, request_payload(request, questions[i]))))
+    return calls
+
+
+def _read_verdicts(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
+                   by_question: Mapping[int, Sequence[_Call]], replies: Mapping[str, str], failed: Mapping[str, str],
+                   judging: Mapping[int, Any] | None, details: list[dict[str, Any]],
+                   judge_score: list[float]) -> tuple[list[str], list[str]]:
+    """The judge's replies read into `judge_score` and `details`; returns the ids of the questions
+    whose call failed (scored 0) and of those whose reply held no verdict (no score)."""
+    failed_items: list[str] = []
+    unparsed_items: list[str] = []
+    for i, mine in by_question.items():
         errors = [failed[c.key] for c in mine if c.key in failed]
         if errors:  # read as a reply with no verdict, which every official reading scores 0
             details[i]["error"] = errors[0]
@@ -157,17 +195,7 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
             continue
         if score is not None or errors:
             judge_score[i] = float(score or 0.0)
-    names_images = sum(1 for requests in asked.values() if any(r.prompt.images for r in requests))
-    summary.update({"n_judged": len(by_question), "n_calls": len(calls), "n_cached": n_cached,
-                    "n_computed": len(todo), "n_failed": len(failed), "n_failed_items": len(failed_items),
-                    "failed_items": failed_items, "n_unparsed_items": len(unparsed_items),
-                    "unparsed_items": unparsed_items, "oom_retries": oom_retries, "fingerprint": fingerprint,
-                    "sees_images": sees_images, "n_shown_images": names_images if sees_images else 0,
-                    **({"text_only": f"a text-only judge: the images of {names_images} judged questions were "
-                                     "not shown (the official judge sees them)"} if names_images and not sees_images
-                       else {})})
-    return Judged(_columns(rule_score, judge_score, outputs, details), summary,
-                  _failure_notes(failed_items, unparsed_items, failed), cost)
+    return failed_items, unparsed_items
 
 
 def _named(ids: Sequence[str]) -> str:

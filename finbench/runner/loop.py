@@ -22,6 +22,7 @@ from finbench.models.contract import GenerationInterrupted, ModelAdapter
 from finbench.models.inputs import ModelInputs
 from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
 from finbench.runner.batching import Item
+from finbench.runner.copy_ahead import CopyAhead
 from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
@@ -58,7 +59,7 @@ class BatchLoop:
         if not model.capabilities.flop_count:  # "not counted" from the start, also when no batch runs
             self.throughput.flops = None
         self.max_batch = first_rows(config.batching)
-        self._copy_stream: Any = None  # CUDA: the side stream of copies made one batch ahead
+        self._copies = CopyAhead(model.device, model.to_device)  # CUDA: the next batch copied on a side stream
         self._planned: dict[int, str] = {}  # first prompts rendered for planning, until prepared (rendered once)
         if dict(config.decode.gen_kwargs).get("temperature"):
             torch.manual_seed(config.output.seed)  # sampled generation repeats for the same seed and batches
@@ -122,31 +123,8 @@ class BatchLoop:
         return batch
 
     def copy_ahead(self, prepared: PreparedBatch) -> None:
-        """A CUDA model: enqueue the host-to-device copy of the next batch (`prefetch`'s `ahead`) on a
-        side stream now, while the model's stream works on the current batch; `_on_device` makes
-        the model's stream wait for it. Nothing elsewhere, or for a batch that will be re-cut."""
-        if (self.model.device.type != "cuda" or prepared.inputs is None
-                or len(prepared.indices) > self.max_batch):
-            return
-        if self._copy_stream is None:
-            self._copy_stream = torch.cuda.Stream(self.model.device)
-        with torch.cuda.stream(self._copy_stream):
-            moved = self.model.to_device(prepared.inputs)
-            copied = torch.cuda.Event()
-            copied.record(self._copy_stream)
-        prepared.on_device = (moved, copied)
-
-    def _on_device(self, prepared: PreparedBatch) -> ModelInputs:
-        """The batch's inputs on the model's device: copied ahead (waited for on the model's stream,
-        and marked as used there so that the allocator keeps them until it is done), or now."""
-        if prepared.on_device is None:
-            return self.model.to_device(prepared.inputs)
-        moved, copied = prepared.on_device
-        prepared.on_device = None
-        current = torch.cuda.current_stream(self.model.device)
-        current.wait_event(copied)
-        moved.record_stream(current)
-        return moved
+        """`prefetch`'s `ahead`: the next batch copied to a CUDA device now (runner/copy_ahead.py)."""
+        self._copies.enqueue(prepared, self.max_batch)
 
     def _logged_prompt(self, text: str) -> str:
         """What the model saw, as text (image placeholders unexpanded, as `prepare` rendered it), or its hash."""
@@ -204,7 +182,7 @@ class BatchLoop:
         stage = self.timer.stage
         self._counts = RowCounts(self.model, prepared.inputs)  # a session's later turns add theirs (`_ask`)
         with stage("h2d"):
-            inputs = self._on_device(prepared)
+            inputs = self._copies.on_device(prepared)
         reasoning = None
         if thinking(first):
             with self.streams.use(seed_of(first.sampling)):  # sampled reasoning only with --samples > 1
@@ -287,12 +265,19 @@ class BatchLoop:
                 [replies[k][1] if k in replies else 0 for k in rows], errors)
 
     def finish(self, question: Question, request: Request, prediction: Prediction) -> Prediction:
-        """The prediction with its answer read by the benchmark's rule from generated text (a cached
-        or shared generation is read again for each question it answers)."""
-        if prediction.error or not is_generated(request) or not self.read_answers:
-            return dataclasses.replace(prediction, id=question.id)
-        answer = self.benchmark.answer(question, prediction.generated_text, self.config.protocol)
-        return dataclasses.replace(prediction, id=question.id, answer=answer)
+        """The prediction with its answer read by the benchmark's rule (`read_answer`)."""
+        return read_answer(self.benchmark, self.config.protocol, question, request, prediction, self.read_answers)
+
+
+def read_answer(benchmark: Benchmark, protocol: str, question: Question, request: Request, prediction: Prediction,
+                read: bool = True) -> Prediction:
+    """The prediction with its answer read by the benchmark's rule from generated text (a cached
+    or shared generation is read again for each question it answers); `read` False: kept as
+    generated (the judge's verdicts)."""
+    if prediction.error or not is_generated(request) or not read:
+        return dataclasses.replace(prediction, id=question.id)
+    return dataclasses.replace(prediction, id=question.id, answer=benchmark.answer(question, prediction.generated_text,
+                                                                                   protocol))
 
 
 def first_rows(batching: BatchSpec) -> int:

@@ -121,7 +121,7 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-OUTPUT_FILES = ("samples.parquet", "results.json", "report.html", "report.md", "variants.parquet")
+OUTPUT_FILES = ("samples.parquet", "results.json", "report.html", "report.md", "variants.parquet", "thumbnails.parquet")
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the disk, not the report's rendering
 STAGING_PREFIX = ".finbench-staging-"
 
@@ -133,14 +133,17 @@ class OutputsError(OSError):
         return str(self.args[0])
 
 
-def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants: Any = None) -> None:
+def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants: Any = None,
+                  questions: Sequence[Question] = ()) -> None:
     """samples.parquet, results.json, report.html and report.md (and variants.parquet, the robustness
-    studies' variants, when the run has some), replaced together or not at all:
+    studies' variants, when the run has some; thumbnails.parquet, the report's thumbnails of the
+    first `questions`' images: report/thumbnails.py), replaced together or not at all:
     written into a staging folder, then renamed into place. A report that fails to render loses
     nothing (a note says so, and no older report stays beside the new results); a file that cannot
     be written (a full disk) leaves the previous outputs as they were and raises `OutputsError`
     naming it."""
     from finbench.report.html import write_report
+    from finbench.report.thumbnails import THUMBNAILS_FILE, write_thumbnails
 
     for stale in out_dir.glob(f"{STAGING_PREFIX}*"):  # left by a killed run
         shutil.rmtree(stale, ignore_errors=True)
@@ -155,6 +158,9 @@ def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants
             write_samples(variants, staging / "variants.parquet")
         writing = "results.json"
         write_json(staging / "results.json", results)
+        if any(q.images for q in questions):
+            writing = THUMBNAILS_FILE
+            write_thumbnails(questions, staging / THUMBNAILS_FILE)
         writing = "report.html and report.md"
         try:
             write_report(staging)

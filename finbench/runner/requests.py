@@ -48,6 +48,12 @@ def batch_kind(request: Request) -> str:
     return f"{kind}/think-{request.think_budget}" + (f"/{request.sampling}" if request.sampling else "")
 
 
+def constrained(requests: Sequence[Request | None]) -> bool:
+    """Whether any request is answered by the constrained decoders (Choose, Number), which read
+    the model's answer vocabulary."""
+    return any(isinstance(request, (Choose, Number)) for request in requests)
+
+
 def thinking(request: Request) -> bool:
     """Whether the request reasons in a thinking block before its constrained answer."""
     return isinstance(request, (Choose, Number)) and request.think_budget is not None
@@ -115,7 +121,7 @@ def decoding_summary(config: RunConfig, requests: Sequence[Request | None], thin
     from finbench.runner.keys import DECODER_VERSION
 
     summary: dict[str, Any] = {"requests": dict(Counter(batch_kind(r) for r in requests if r is not None))}
-    if config.protocol == "constrained":
+    if constrained(requests):
         summary["decoder"] = DECODER_VERSION
     if think_budget is not None:
         summary["think_budget"] = think_budget

@@ -13,7 +13,6 @@ import dataclasses
 import importlib
 import logging
 import os
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,10 +104,9 @@ def check_family(config: RunConfig, model: Any = None) -> Any:
 
 def _refusal_options(config: RunConfig) -> dict[str, Any]:
     """The options of `config` a family may not declare (models/contract.py `refusal`)."""
-    load, decode = config.load, config.decode
-    return {"think_budget": decode.think_budget, "quant": load.quant, "device_preprocess": load.device_preprocess,
-            "max_pixels": load.max_pixels, "sampling": [k for k, _ in decode.gen_kwargs if k != "max_new_tokens"],
-            "chat_template": decode.chat_template is not None,
+    return {"think_budget": config.decode.think_budget, "quant": config.load.quant, "device_preprocess": config.load.device_preprocess,
+            "max_pixels": config.load.max_pixels, "sampling": [k for k, _ in config.decode.gen_kwargs if k != "max_new_tokens"],
+            "chat_template": config.decode.chat_template is not None,
             "hub_options": [f"--{k.replace('_', '-')}" for k in ("revision", "attn_implementation", "device_map")
                             if config.option(k)]}
 
@@ -125,13 +123,12 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     checkpoint = checkpoint or check_family(config)
     device = rank_device(config.load.device, world or World())
     template = Path(config.decode.chat_template).read_text(encoding="utf-8") if config.decode.chat_template else None
-    load = config.load
-    model = load_model(config.model, dtype=load.dtype, device=device, quant=load.quant, max_pixels=load.max_pixels,
-                       device_map=load.device_map, device_preprocess=load.device_preprocess, revision=load.revision,
-                       trust_remote_code=load.trust_remote_code, attn_implementation=load.attn_implementation,
-                       chat_template=template, quant_vision=load.quant_vision, allow_dequantized=load.allow_dequantized,
-                       fast_paths=load.fast_paths, checkpoint=checkpoint)
-    _LOADED_WITH[model] = (_loading(config), _refusal_options(config))
+    model = load_model(config.model, dtype=config.load.dtype, device=device, quant=config.load.quant,
+                       max_pixels=config.load.max_pixels, device_map=config.load.device_map,
+                       device_preprocess=config.load.device_preprocess, revision=config.load.revision,
+                       trust_remote_code=config.load.trust_remote_code, attn_implementation=config.load.attn_implementation,
+                       chat_template=template, quant_vision=config.load.quant_vision,
+                       allow_dequantized=config.load.allow_dequantized, fast_paths=config.load.fast_paths, checkpoint=checkpoint)
     return model
 
 
@@ -143,29 +140,25 @@ def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any
     world = world or World()
     if config.judging.judge and world.main and is_served(config.judging.judge):  # a served judge (models/served.py)
         return importlib.import_module("finbench.models.served").served_for(config, judge=True)
-    return load_judge(config.judging.judge, dtype=config.load.dtype, device=rank_device(config.load.device, world),
-                      model=model) if config.judging.judge and world.main else None
-
-
-# what load_for_run loaded each model with, and the options its family was checked for: a run given that model
-# (a multi-benchmark run's, a sweep's variants) may name the same loading options, not checked again for them
-_LOADED_WITH: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+    return load_judge(config.judging.judge, dtype=config.load.dtype, device=rank_device(config.load.device, world), model=model) \
+        if config.judging.judge and world.main else None
 
 
 def _loading(config: RunConfig) -> tuple:
     return tuple((name, config.option(name)) for name in LOADING_OPTIONS)
 
 
-def given_model(config: RunConfig, model: Any) -> Any:
+def given_model(config: RunConfig, model: Any, loaded_with: RunConfig | None = None) -> Any:
     """An already loaded model: loading options cannot apply to it any more, unless finbench's
-    loader loaded it with these very options."""
+    loader loaded it with these very options (`loaded_with`: the config `load_for_run` loaded it
+    with — a multi-benchmark run's, a sweep variant's —, None for a model loaded elsewhere), and
+    its family was checked for them then."""
     loading = [name for name in LOADING_OPTIONS if config.option(name)]
-    loaded_with, checked = _LOADED_WITH.get(model, (None, None))
-    if loading and loaded_with != _loading(config):
+    if loading and (loaded_with is None or _loading(loaded_with) != _loading(config)):
         raise ValueError(f"{', '.join(loading)}: these apply when finbench loads the model; pass the model "
                          "name instead of a loaded model, or load it with them")
-    if checked != _refusal_options(config):  # the family's refusal, once per set of options
-        check_family(config, model)
+    if loaded_with is None or _refusal_options(loaded_with) != _refusal_options(config):
+        check_family(config, model)  # the family's refusal, once per set of options
     return model
 
 
@@ -173,7 +166,7 @@ def think_budget_for(config: RunConfig, model: Any) -> int | None:
     """The thinking budget of the run's constrained requests: None for an instruct run. A
     checkpoint whose template opens the block itself always thinks (budget 0 = the block is
     closed at once); others only when asked to."""
-    if config.protocol != "constrained":
+    if config.protocol not in get_benchmark(config.benchmark).constrained_protocols:  # no choice or number reasons
         return None
     if model.thinking_token_ids() is None:
         if config.decode.think_budget > 0:

@@ -111,8 +111,10 @@ class Throughput:
         self.padded_tokens += padded_tokens
         self.flops = None if flops is None or self.flops is None else self.flops + float(flops)
 
-    def summary(self, model: ModelAdapter, n_samples: int, seconds: float, max_batch: int) -> dict[str, Any]:
-        device = model.device
+    def summary(self, model: ModelAdapter | None, n_samples: int, seconds: float, max_batch: int,
+                device: torch.device | None = None) -> dict[str, Any]:
+        """The run's throughput; `model` None: a replay, which ran nothing on `device`."""
+        device = model.device if model is not None else device
         forward = self.timer.seconds.get("forward")
         stats: dict[str, Any] = {
             "samples": n_samples,
@@ -136,7 +138,8 @@ class Throughput:
             "stages_synchronized": self.timer.synchronized,
         }
         with contextlib.suppress(Exception):  # bookkeeping never fails a run
-            stats["model_memory_gib"] = model.memory_footprint() / 2**30
+            if model is not None:
+                stats["model_memory_gib"] = model.memory_footprint() / 2**30
         if device.type == "cuda":
             stats["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
         else:

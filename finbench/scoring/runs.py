@@ -176,9 +176,12 @@ def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame],
     if any(summaries.values()):
         out["studies"] = summaries
     protocol = [protocols.get(str(d), "") for d in run_dirs]
+    # the run whose raw output is shown: the first of the pair whose answers were generated (a protocol the
+    # benchmark does not read from the logits)
+    generated = [bool(p) and p not in benchmark.constrained_protocols for p in protocol]
     pairs = {name: answer_disagreements([dfs[0], df], [names[0], name], benchmark,
-                                        official=next((n for n, p in ((names[0], protocol[0]), (name, protocol[k]))
-                                                       if p == "official"), None))
+                                        official=next((n for n, g in ((names[0], generated[0]), (name, generated[k]))
+                                                       if g), None))
              for k, (name, df) in enumerate(zip(names, dfs)) if k and protocol[k] != protocol[0]}
     if pairs:
         out["disagreements"] = pairs

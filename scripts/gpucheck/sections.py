@@ -33,7 +33,7 @@ def run_section(check: Check) -> dict[str, Any]:
     adapter = check.adapter(check.paths)
     check.headline = adapter
     check.run(adapter, "warmup", min(8, check.args.n_items))  # CUDA context, autotuning, allocator growth
-    vision_attention.KERNEL_CALLS.clear()
+    vision_attention.kernel_calls(adapter.model, reset=True)
     result = check.run(adapter, "run", check.args.n_items).results
     errors = result["errors"]["count"]
     if errors == result["n_questions"]:  # no sample answered: its "rate" is not a rate
@@ -49,7 +49,7 @@ def run_section(check: Check) -> dict[str, Any]:
             "peak_memory_gib": throughput.get("peak_memory_gib", throughput.get("peak_rss_gib")),
             "fingerprint": {k: v for k, v in result["fingerprint"].items() if k in (
                 "attn_implementation", "padded_widths", "fast_paths", "compiled", "dtype")},
-            "vision_kernel_calls": dict(vision_attention.KERNEL_CALLS), "graph_captures": adapter.graphs.captures,
+            "vision_kernel_calls": dict(vision_attention.kernel_calls(adapter.model)), "graph_captures": adapter.graphs.captures,
             "graphs": adapter.graphs.failure or ("on" if adapter.graphs.enabled else "off"),
             **projection(throughput, check.load_s), "sample_errors": errors,
             "accuracy_random_weights": result["scores"].get("accuracy")}

@@ -1,0 +1,74 @@
+"""results.json of one run: what ran (config, fingerprint, protocol, prompt and decoding), its
+scores, judge, throughput and cost, the notes and errors, and where and when it ran."""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Any
+
+import torch
+
+from finbench.runner.cost import cost_summary
+from finbench.runner.judge import Judged
+from finbench.runner.loop import first_rows
+from finbench.runner.outputs import error_summary, previous_throughput
+from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
+from finbench.runner.requests import decoding_summary
+from finbench.runner.run_state import RunState
+from finbench.runner.timing import Throughput
+from finbench.studies import flat_config
+
+
+def results_json(run: RunState, judged: Judged, scores: dict[str, Any], samples: Any, variants: Any,
+                 studied: dict[str, Any], command: str | None) -> dict[str, Any]:
+    """results.json's content for the finished `run` (`studied`: the studies' numbers,
+    `variants`: their variants' frame)."""
+    config, think_budget = run.config, run.think_budget
+    return {
+        "schema_version": RESULTS_SCHEMA_VERSION,
+        "benchmark": run.benchmark.name,
+        "config": flat_config(config),  # each study's option a field of its own (finbench/studies)
+        "fingerprint": run.fingerprint,
+        "protocol": config.protocol,
+        "prompt_version": run.prompt_version,
+        "decoding": decoding_summary(config, run.requests, think_budget),
+        "thinking": None if think_budget is None else {"budget": think_budget, "opener": _opener(run)},
+        "n_questions": run.study.n_base,
+        **run.study.counts(run.keys, run.cached, run.todo),
+        "scores": scores,
+        "judge": judged.summary,
+        "throughput": throughput(run, judged),
+        "cost": cost_summary(samples, judged.cost, variants),  # runner/cost.py: tokens and seconds per kind
+        "notes": run.notes,
+        "errors": error_summary(samples),
+        "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                        "platform": platform.platform()},
+        "provenance": provenance(config, run.started, run.device, cache_file_digest(config), command),  # ISO 8601
+        "seconds": time.time() - run.started,
+        **studied,  # majority_baseline; with studies: circular, image_ablation, variants
+    }
+
+
+def throughput(run: RunState, judged: Judged) -> dict[str, Any]:
+    """The run's speed and memory; a rerun served entirely from the cache keeps the throughput of
+    the run that computed its answers."""
+    if run.loop is not None:
+        measured = run.loop.throughput.summary(run.model, len(run.todo), run.compute_seconds, run.loop.max_batch)
+    else:  # a replay: nothing ran, nothing was counted
+        counted = Throughput(run.timer)
+        counted.flops = None
+        measured = counted.summary(None, 0, 0.0, first_rows(run.config.batching), run.device)
+    measured = {**measured, "model_parts_s": run.part_seconds, "first_batch_wait_s": run.first_batch_wait}
+    # (no todo and nothing cached: every question was an error; a judge that ran now: not all from cache)
+    if not run.todo and run.n_cached and not (judged.summary or {}).get("n_computed"):
+        return previous_throughput(run.out_dir, run.fingerprint, run.config) or {**measured, "all_from_cache": True}
+    return measured
+
+
+def _opener(run: RunState) -> str:
+    """What opens a thinking run's block after the generation prompt: '' when the template does."""
+    if run.replay is not None:
+        return (run.replay.thinking or {}).get("opener", "")
+    model = run.model
+    return "" if model.template_opens_thinking() else model.capabilities.thinking_tags[0] + "\n"
