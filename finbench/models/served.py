@@ -26,15 +26,12 @@ model's id, the endpoints and the reading, and results.json says the weights are
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
-import io
 import json
 import math
 import os
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
@@ -43,6 +40,9 @@ import torch
 from finbench.models.contract import Capabilities, ModelUnavailable
 from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
+from finbench.models.served_bodies import (TOP_LOGPROBS, ServedRow, decision_body, generation_settings,
+                                          logprobs_body, logprobs_of_letters, option_logprobs, prompt_part_text,
+                                          served_row)
 from finbench.models.served_client import ClientSettings, ServedClient, ServedError
 from finbench.types import OPTION_LETTERS, SINGLE, ModelRequest
 
@@ -50,9 +50,7 @@ CHAT_PATH = "/chat/completions"
 DECISION_PATHS = ("/systemone", "/decisions")  # transformers serve and llama.cpp; SGLang
 LOGPROB_SERVERS = ("vllm", "sglang")  # `owned_by` in /v1/models of the servers that return logprobs
 READ_BY_LOGPROBS, READ_BY_DECISION = "logprobs", "decision endpoint"
-TOP_LOGPROBS = 20  # the most vLLM and SGLang return by default (vLLM: --max-logprobs)
 IN_FLIGHT, OTHER_IN_FLIGHT = {"vllm": 64, "sglang": 64}, 4  # continuous batching; others mostly one at a time
-MAX_ASSETS = 4  # images per System One request
 MEMO_SIZE = 1024  # answers kept for a batch asked again row by row (ServedModel._answered)
 CHOICE_READINGS = {  # Capabilities.choice_reading: the note results.json and the report carry
     READ_BY_DECISION: "the server's decision endpoint ({path}): it renders its own decision template, so the "
@@ -63,18 +61,6 @@ NOT_FINGERPRINTED = "not fingerprinted: the weights are behind the server (keyed
 # the texts the runner's answer vocabulary asks ids for (runner/decoding.py), by position
 ANSWER_TEXTS = (*OPTION_LETTERS, *(" " + c for c in OPTION_LETTERS), ",", *"0123456789", ".", "-", "%", " ")
 END_ID = len(ANSWER_TEXTS)
-
-
-@dataclass(frozen=True)
-class ServedRow:
-    """One request as the server takes it: OpenAI chat messages (images as data URLs), the answer
-    prefix, the option count of a choice, and the same prompt as System One text and assets."""
-
-    messages: tuple[dict[str, Any], ...]
-    answer_prefix: str
-    n_options: int
-    state: str
-    assets: tuple[tuple[str, str], ...]  # (placeholder, base64 PNG)
 
 
 def load_served(url: str, *, served_model: str | None = None, api_key_env: str | None = None,
@@ -166,7 +152,7 @@ class ServedModel:
     # ---- text and tokens (finbench's own ids: positions in ANSWER_TEXTS) -----------------------------
     def prompt_text(self, request: ModelRequest) -> str:
         """The prompt as a readable transcript (the server renders it with its own template)."""
-        lines = [f"{m['role']}: {_text(m, '<image>')}" for m in request.messages]
+        lines = [f"{m['role']}: {prompt_part_text(m, '<image>')}" for m in request.messages]
         return "\n".join(lines) + (f"\nassistant: {request.answer_prefix}" if request.answer_prefix else "")
 
     def text_token_counts(self, texts: Sequence[str]) -> list[int]:
@@ -340,111 +326,3 @@ class ServedModel:
                 "choice_endpoint": ("/v1" + (CHAT_PATH if self.reading == READ_BY_LOGPROBS else self.decision_path))
                 if self.reading else None,
                 "read_by": self.reading, "enable_thinking": self.thinking, "weights": NOT_FINGERPRINTED}
-
-
-# ---- request bodies and answers (pure functions: the tests replay documented answer shapes) -------------
-def served_row(request: ModelRequest) -> ServedRow:
-    """The request's messages with each image placeholder filled, in order, by its image as a PNG
-    data URL; the same text and images as System One state and assets (`<image-k>`)."""
-    encoded = [_png_base64(image) for image in request.images]
-    messages, state_lines, filled = [], [], 0
-    for message in request.messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            messages.append({"role": message["role"], "content": content})
-            state_lines.append(content)
-            continue
-        parts, text = [], []
-        for part in content:
-            if part.get("type") == "image":
-                if filled >= len(encoded):
-                    raise ValueError("the prompt shows more images than the question has")
-                parts.append({"type": "image_url", "image_url": {"url": "data:image/png;base64," + encoded[filled]}})
-                filled += 1
-                text.append(f"<image-{filled}>")
-            else:
-                parts.append({"type": "text", "text": part.get("text", "")})
-                text.append(part.get("text", ""))
-        messages.append({"role": message["role"], "content": parts})
-        state_lines.append("".join(text))
-    assets = tuple((f"<image-{k + 1}>", data) for k, data in enumerate(encoded[:filled]))
-    return ServedRow(tuple(messages), request.answer_prefix, request.n_options, "\n\n".join(state_lines), assets)
-
-
-def decision_body(model_id: str, row: ServedRow) -> dict[str, Any]:
-    """One System One choice question over the prompt (its options' letters as the choices)."""
-    if len(row.assets) > MAX_ASSETS:
-        raise ServedError(f"the decision endpoint takes at most {MAX_ASSETS} images; this question shows "
-                          f"{len(row.assets)}")
-    criteria = {letter: None for letter in OPTION_LETTERS[:row.n_options]}
-    return {"model": model_id, "state": row.state, "questions": {"answer": {"type": "choice", "criteria": criteria}},
-            "assets": {name: {"type": "image", "format": "png", "data_base64": data} for name, data in row.assets}}
-
-
-def logprobs_body(model_id: str, row: ServedRow, thinking: bool = False) -> dict[str, Any]:
-    """A one-token greedy completion continuing finbench's constrained prompt (its answer prefix as
-    the final assistant message), with the top log-probs; the template's thinking switch set."""
-    messages = list(row.messages) + ([_assistant(row.answer_prefix)] if row.answer_prefix else [])
-    extra = {"continue_final_message": True, "add_generation_prompt": False} if row.answer_prefix else {}
-    return {"model": model_id, "messages": messages, "max_tokens": 1, "temperature": 0, "logprobs": True,
-            "top_logprobs": TOP_LOGPROBS, "chat_template_kwargs": {"enable_thinking": thinking}, **extra}
-
-
-def logprobs_of_letters(answer: dict[str, Any], n_options: int) -> list[float]:
-    """Each option letter's log-probability from a chat completion's first-token `top_logprobs`
-    (OpenAI shape: choices[0].logprobs.content[0].top_logprobs[{token, logprob}]), its bare and
-    space-prefixed spellings combined (logsumexp); an option absent from them is a ServedError."""
-    try:
-        top = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-    except (KeyError, IndexError, TypeError):
-        raise ServedError("the server returned no logprobs for the answer token (it ignores `logprobs`; "
-                          "a decision endpoint reads choices there)") from None
-    by_token: dict[str, float] = {}
-    for entry in top:
-        by_token[str(entry.get("token"))] = float(entry.get("logprob"))
-    rows = {}
-    for letter in OPTION_LETTERS[:n_options]:
-        found = [by_token[t] for t in (letter, " " + letter) if t in by_token]
-        if found:
-            rows[letter] = float(torch.logsumexp(torch.tensor(found, dtype=torch.float64), 0))
-    return option_logprobs({k: math.exp(v) for k, v in rows.items()}, n_options,
-                           f"the {len(top)} most likely first tokens the server returned")
-
-
-def option_logprobs(probabilities: dict[str, Any], n_options: int, where: str) -> list[float]:
-    """log p of each of the item's option letters, in order; a letter missing from `probabilities`
-    is a ServedError (the item's error), never filled in."""
-    letters = OPTION_LETTERS[:n_options]
-    missing = [c for c in letters if c not in probabilities]
-    if missing:
-        raise ServedError(f"option {', '.join(missing)} not among {where}; not renormalised over the others")
-    return [math.log(float(probabilities[c])) if float(probabilities[c]) > 0 else -math.inf for c in letters]
-
-
-def generation_settings(max_new_tokens: int, sampling: dict[str, Any] | None) -> dict[str, Any]:
-    """max_tokens and the sampling of a chat completion: temperature 0 (greedy) unless a
-    temperature is given, with top_p (top_k is not an OpenAI field: vLLM and SGLang take it as an
-    extension, transformers serve refuses unknown fields, so it goes only when given)."""
-    sampling = dict(sampling or {})
-    settings: dict[str, Any] = {"max_tokens": int(max_new_tokens), "temperature": 0.0}
-    if float(sampling.get("temperature") or 0) > 0:
-        settings["temperature"] = float(sampling["temperature"])
-        settings.update({k: sampling[k] for k in ("top_p", "top_k") if sampling.get(k) is not None})
-    return settings
-
-
-def _assistant(text: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": text}
-
-
-def _text(message: Any, image: str) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(image if p.get("type") == "image" else p.get("text", "") for p in content)
-
-
-def _png_base64(image: Any) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")  # lossless: the server sees the pixels finbench prepared
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
