@@ -29,7 +29,7 @@ from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
 from finbench.judging import Judging
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.types import NUMERICAL, Prediction, Question
 
 NAME = "finmmr"

@@ -20,7 +20,7 @@ Where `safe_eval` differs from `eval` (documented, rare in answers): names other
 False and None are an object of the official module (scoring 0) when it defines them, else a
 NameError; calls only to abs, round, min, max, sum, int, float, pow, len, bool, complex, str and
 divmod; attributes, comprehensions, f-strings, lambdas fail (so the clean-up runs); work is bounded
-before each step (scoring/safe_eval.py: integers above 10^4,000, strings or lists above 10^5
+before each step (sandbox/safe_eval.py: integers above 10^4,000, strings or lists above 10^5
 items, format widths, `sum` of sequences, `round` digits, more than 2,000 nodes or 10^6 items made
 fail instead of being computed); an answer longer than 1,000 characters scores 0 unread; `exit()`
 (which ends the official evaluator) scores 0. An answer that is code scores 0 and runs nothing.
@@ -43,9 +43,9 @@ import pandas as pd
 import torch
 
 from finbench.sandbox import LANDLOCK_NOTE, UNSAFE_NOTE
-from finbench.scoring.safe_eval import MAX_TEXT, EvalFailed, Opaque
-from finbench.scoring.safe_eval import safe_eval as bounded_eval
-from finbench.scoring.metrics import ACCURACY, Metric
+from finbench.sandbox.safe_eval import MAX_TEXT, EvalFailed, Opaque
+from finbench.sandbox.safe_eval import safe_eval as bounded_eval
+from finbench.benchmarks.metrics import ACCURACY, Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
 
 LABEL = "FinMMR (accuracy and execution rate, get_acc within 0.2%), addictedLL/FinMMR"
@@ -69,7 +69,7 @@ MODULE_NAMES = frozenset({"re", "LLM", "logger", "within_eps", "is_number", "is_
 
 def safe_eval(text: str) -> Any:
     """The value the official `eval(text)` has in evaluation_utils.py (its names resolve to an
-    object no rule accepts), with the work bounded before each step (scoring/safe_eval.py)."""
+    object no rule accepts), with the work bounded before each step (sandbox/safe_eval.py)."""
     return bounded_eval(text, MODULE_NAMES)
 
 

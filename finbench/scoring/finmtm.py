@@ -46,8 +46,8 @@ import torch
 
 from finbench.kernels.bitmask import popcount
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
-from finbench.scoring.metrics import ACCURACY, Metric
-from finbench.scoring.parts import Part
+from finbench.benchmarks.metrics import ACCURACY, Metric
+from finbench.benchmarks.parts import Part
 from finbench.scoring.stats import Scorer, ScoreTable, ci_dict, error_mask, float_column, str_column
 from finbench.types import MULTI, SINGLE
 
