@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.requests import Choose, Generate, Number, Prompt, Request, Session
+from finbench.requests import Choose, Number, Prompt, Request, Session
 from finbench.run_settings import for_run
 from finbench.types import ModelRequest, Question, RunConfig
 
