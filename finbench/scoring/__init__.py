@@ -27,7 +27,7 @@ __all__ = ["CI_LEVEL", "Scorer", "breakdowns", "build_table", "calibration_summa
 
 def __getattr__(name: str) -> Any:
     """The public names, imported when one is first asked for: the rules and the statistics import
-    torch and pandas, and the registry (finbench/benchmarks), which reads only `scoring.scorer`,
+    torch and pandas, and the registry (finbench/benchmarks), which reads only `benchmarks.scorer`,
     must not (benchmarks/scorer.py)."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
