@@ -279,9 +279,9 @@ def score(run_dir: str | Path, *, variant: str | None = None, bootstrap: int = 0
     """Re-score a finished run folder from its samples.parquet (no model needed) under `variant`
     (None: the official rule); also writes RUN_DIR/scores_<variant>.json. Nothing is printed (the
     API returns values; `console` is accepted and unused)."""
-    from finbench.scoring.metrics import OFFICIAL
+    from finbench.benchmarks.metrics import OFFICIAL
 
-    from finbench.scoring.runs import score_run
+    from finbench.runs import score_run
 
     return score_run(Path(run_dir), variant or OFFICIAL.name, bootstrap, seed)[0]
 
@@ -290,7 +290,7 @@ def compare(run_dirs: Sequence[str | Path], *, out: str | Path | None = None, bo
             allow_mixed_protocols: bool = False, console: Any = None) -> dict[str, Any]:
     """Paired comparison of run folders against the first (see `finbench compare`); `out`: the JSON
     is written there too. Nothing is printed (`console` is accepted and unused)."""
-    from finbench.scoring.runs import compare_run_dirs, write_json
+    from finbench.runs import compare_run_dirs, write_json
 
     result = compare_run_dirs([Path(d) for d in run_dirs], bootstrap, seed, allow_mixed_protocols)
     if out is not None:

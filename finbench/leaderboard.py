@@ -34,7 +34,7 @@ from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
 from finbench.report.format import (also_text, delta_text, headline_label, interval_text, metric_label, power_line,
                                     run_headlines)
-from finbench.scoring.metrics import ACCURACY
+from finbench.benchmarks.metrics import ACCURACY
 from finbench.types import RESULTS_FILE
 
 FORMATS = (".csv", ".md", ".html")
@@ -133,7 +133,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
     from finbench.benchmarks import get_benchmark
     from finbench.scoring import compare_runs
-    from finbench.scoring.runs import load_samples
+    from finbench.runs import load_samples
     from finbench.studies import question_means
 
     folders = run_folders(paths)

@@ -1,4 +1,4 @@
-"""Metrics are declared where a rule is defined (scoring/metrics.py `Metric` and `Variant`, listed by
+"""Metrics are declared where a rule is defined (benchmarks/metrics.py `Metric` and `Variant`, listed by
 each benchmark's `Scorer`): the generic layers — runner, reports, CLI, API, sweep, leaderboard and
 scoring's shared modules — read a metric's label, direction, scale and count from the declaration
 and never name a metric's key as a string constant (a default, a branch, a dict key, a set of
@@ -16,11 +16,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 GENERIC = ("runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
-           "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py", "scoring/runs.py", "scoring/predictions.py", "scoring/scorer.py",
-           "scoring/parts.py", "scoring/answers.py")
+           "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py", "runs.py", "scoring/predictions.py", "benchmarks/scorer.py",
+           "benchmarks/parts.py", "scoring/answers.py")
 # Study code (robustness, probes, repeated sampling) is moved into its own package by its own change;
 # its files are left out here until that package exists.
-STUDY_CODE = ("report/studies.py", "runner/studies.py", "runner/probes.py", "runner/sampling.py")
+STUDY_CODE = ("report/studies.py", "runner/studies.py", "runner/probes.py", "sampling.py")
 # (file, constant) pairs that are not a metric's key though they spell one, each with its reason.
 NOT_METRIC_KEYS = {
     ("leaderboard.py", "score"): "the board's own column of each run's headline value (a CSV header)",
@@ -33,7 +33,7 @@ def declared_keys() -> set[str]:
     namespaced in their part's dict, and their keys (recall, session) are ordinary words in the
     generic layers (the label balance's recall, the session request)."""
     from finbench.benchmarks import BENCHMARKS
-    from finbench.scoring.metrics import OFFICIAL
+    from finbench.benchmarks.metrics import OFFICIAL
 
     keys = set()
     for benchmark in BENCHMARKS.values():

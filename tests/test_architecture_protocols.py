@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 from finbench.benchmarks import BENCHMARKS
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 GENERIC = ("runner", "report", "cli", "cli.py", "api.py", "sweep.py", "leaderboard.py")

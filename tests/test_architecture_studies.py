@@ -12,8 +12,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 GENERIC = ["runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
-           "scoring/runs.py", "scoring/predictions.py", "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py",
-           "scoring/parts.py", "scoring/scorer.py", "scoring/__init__.py"]
+           "runs.py", "scoring/predictions.py", "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py",
+           "benchmarks/parts.py", "benchmarks/scorer.py", "scoring/__init__.py"]
 STUDY_NAMES = {"circular", "image_ablation", "image-ablation", "sampling", "probe", "probes", "permutations", "samples",
                "none-of-the-above", "none-of-the-above-control", "open-ended", "rotation", "ablation", "sample",
                "blank", "noise", "--permutations", "--image-ablation", "--samples", "--probe"}

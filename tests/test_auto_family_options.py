@@ -142,7 +142,7 @@ def test_decoding_loop_equals_transformers_generate_and_survives_dropping_rows(a
     from finbench.benchmarks import finmme
     from finbench.models import load_model
     from finbench.models.base import DecodeState
-    from finbench.runner.compaction import greedy_ids
+    from finbench.models.compaction import greedy_ids
 
     model = load_model(str(sharpened_tiny_dir(tmp_path_factory, arch)), dtype="float32", device="cpu")
     requests = [finmme_request(q, protocol="official") for q in finmme.load_questions(finmme40)[:4]]

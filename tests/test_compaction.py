@@ -1,4 +1,4 @@
-"""The thinking loop with finished rows dropped (runner/compaction.py) against the loop that keeps
+"""The thinking loop with finished rows dropped (models/compaction.py) against the loop that keeps
 them and against transformers' `generate`: same token ids, same reasoning text, same answers, on a
 tiny thinking Qwen3-VL whose rows finish at different steps (dynamic cache, and the static KV
 buffers of the CUDA fast path run on the CPU)."""
@@ -11,7 +11,7 @@ from helpers import finmme_request, sharpened_tiny_dir
 
 from finbench.kernels.compaction import compaction_due, live_rows, select_rows, worth_compacting
 from finbench.models.fast_paths import FastPaths
-from finbench.runner.compaction import greedy_ids
+from finbench.models.compaction import greedy_ids
 from finbench.runner.decoding import AnswerVocabulary, decode_single
 from finbench.runner.thinking import think
 

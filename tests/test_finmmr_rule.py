@@ -1,4 +1,4 @@
-"""FinMMR's answer rule (scoring/finmmr.py) against the official `get_acc`: a table of expected
+"""FinMMR's answer rule (benchmarks/finmmr_rule.py) against the official `get_acc`: a table of expected
 values that always runs, and a differential test on thousands of generated adversarial answers
 that runs the official evaluation_utils.py unchanged from a scratch copy of the public
 repository (FINMMR_OFFICIAL, default /tmp/finmmr_official), skipped when it is absent."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from finbench.scoring.finmmr import (Opaque, get_acc, normalize, outcome_value, safe_eval, truth_value,
-                                     valid_extraction)
+from finbench.benchmarks.finmmr_rule import (Opaque, get_acc, normalize, outcome_value, safe_eval,
+                                             truth_value, valid_extraction)
 
 OFFICIAL = Path(os.environ.get("FINMMR_OFFICIAL", "/tmp/finmmr_official")) / "evaluate/utils/evaluation_utils.py"
 

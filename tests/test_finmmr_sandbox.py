@@ -28,7 +28,7 @@ import pytest
 from helpers import shared
 from finbench.benchmarks import finmmr
 from finbench.sandbox import Limits, isolation, run_programs
-from finbench.scoring.finmmr import get_acc, outcome_value
+from finbench.benchmarks.finmmr_rule import get_acc, outcome_value
 from finbench.types import Prediction
 
 ROOT = Path(__file__).resolve().parents[1]

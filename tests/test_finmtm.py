@@ -299,7 +299,7 @@ def test_metric_functions_equal_metrics_py_restated():
     """finmtm_eval/metrics.py, restated from its text: clamp (non-numbers and NaN → lower),
     F-beta (β > 0, 0 when β²p + r = 0), Qt = 25·F2, uniform turn mean (mapping: missing → 0),
     dialogue = (α·turn + (1 − α)·session) × scale/10, agent = Qa[0,50] + Qr[0,25] + Qt."""
-    from finbench.scoring import finmtm as metrics
+    from finbench.benchmarks.finmtm import eval_metrics as metrics
 
     def f(p, r, b=2.0):
         p, r = min(max(p, 0), 1), min(max(r, 0), 1)

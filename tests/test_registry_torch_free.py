@@ -1,6 +1,6 @@
 """The registry of benchmarks (names, protocols, declarations) is read without torch or pandas, so
 that a mistyped --benchmark or --protocol is refused at once (tests/test_startup_fast.py); each
-benchmark's scorer is named by its module (scoring/scorer.py `ScorerModule`) and imported when
+benchmark's scorer is named by its module (benchmarks/scorer.py `ScorerModule`) and imported when
 something scores. The import checks run in a fresh interpreter: this test process has torch."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def test_every_builtin_scorer_resolves_to_the_scorer_its_module_defines():
     import importlib
 
     from finbench.benchmarks import BENCHMARKS
-    from finbench.scoring.scorer import Scorer, ScorerModule, resolved
+    from finbench.benchmarks.scorer import Scorer, ScorerModule, resolved
 
     for name, benchmark in BENCHMARKS.items():
         if isinstance(benchmark.scorer, ScorerModule):
@@ -62,10 +62,10 @@ def test_every_builtin_scorer_resolves_to_the_scorer_its_module_defines():
 
 
 def test_a_scorer_module_without_a_scorer_is_one_clear_error():
-    from finbench.scoring.scorer import ScorerModule
+    from finbench.benchmarks.scorer import ScorerModule
 
-    with pytest.raises(TypeError, match="finbench.scoring.parts: its SCORER is not a finbench Scorer"):
-        ScorerModule("finbench.scoring.parts").build_table  # noqa: B018 — the attribute read is the test
+    with pytest.raises(TypeError, match="finbench.benchmarks.parts: its SCORER is not a finbench Scorer"):
+        ScorerModule("finbench.benchmarks.parts").build_table  # noqa: B018 — the attribute read is the test
     with pytest.raises(AttributeError):
         ScorerModule("finbench.scoring.finmme").no_such_field  # noqa: B018
 

@@ -20,8 +20,8 @@ import torch
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
 from finbench.requests import Choose, Prompt, Request, user_message
-from finbench.scoring.metrics import Metric
-from finbench.scoring.parts import Part
+from finbench.benchmarks.metrics import Metric
+from finbench.benchmarks.parts import Part
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, str_column
 from finbench.types import SINGLE, Question
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from finbench.benchmarks.recognise import Recognise, anything
 from finbench.judging import NO_JUDGING, Judgement, Judging
 from finbench.requests import Prompt, Request, user_message
-from finbench.scoring.scorer import Scorer, ScorerModule
+from finbench.benchmarks.scorer import Scorer, ScorerModule
 from finbench.types import DEFAULT_PROTOCOL, PROTOCOLS, Prediction, Question
 
 
@@ -193,7 +193,7 @@ class Benchmark:
       the none-of-the-above probe writes its option;
     - `scorer` → the scoring rule (scoring/<name>.py, with the parts it scores apart), named by
       its module (`ScorerModule`: imported when something scores, so that the registry imports no
-      torch; scoring/scorer.py) or given as a `Scorer`,
+      torch; benchmarks/scorer.py) or given as a `Scorer`,
       `group_columns` → its breakdowns, `leaderboard_breakdown` → the one the leaderboard shows
       per benchmark (empty: `domain_field`), `leaderboard_metrics` → the metrics of its score (0–1
       keys of `scores`) it shows beside the headline, with each scored part's headline metric;

@@ -25,7 +25,7 @@ from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_csv, select
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.types import SINGLE, Question
 
 NAME = "fcmr"

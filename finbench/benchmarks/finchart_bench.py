@@ -25,7 +25,7 @@ from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_table, select
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.types import NUMERICAL, SINGLE, Question
 
 NAME = "finchart-bench"

@@ -26,7 +26,7 @@ from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import (RawRecord, as_text, local_file, missing_columns, open_table, readable_label, select,
                                         skipped_note)
 from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, Question
 
 NAME = "finmme"

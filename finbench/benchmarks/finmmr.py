@@ -5,7 +5,7 @@
 Hard), each a validation and a test split. Data: the public repository addictedLL/FinMMR @ d8b12cc
 (no hub set): its `data/<split>/<grade>_<split>.json` records, `images/`, and the official
 prompts `data/<grade>_<split>_<cot|pot>_prompt.json`. Official evaluation: `evaluate/evaluate.py`
-and `evaluate/utils/evaluation_utils.py` (restated in scoring/finmmr.py), `inference/inference.py`.
+and `evaluate/utils/evaluation_utils.py` (restated in benchmarks/finmmr_rule.py), `inference/inference.py`.
 
 Three protocols:
 - `cot` / `pot`: the official chain-of-thought / program-of-thought prompts (system; user = the
@@ -29,7 +29,8 @@ from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
 from finbench.judging import Judging
 from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.finmmr_rule import get_acc, outcome_value, valid_extraction
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.types import NUMERICAL, Prediction, Question
 
 NAME = "finmmr"
@@ -272,10 +273,8 @@ def answer(question: Question, text: str, protocol: str) -> str:
 
 # ---- judging -----------------------------------------------------------------------------------
 def _verdict(text: str, question: Question, source: str) -> Judgement:
-    import finbench.scoring.finmmr as scoring  # the official rule; its module (the score) imports torch
-
-    ok = scoring.valid_extraction(text)
-    acc = scoring.get_acc(text, question.fields["ground_truth"]) if ok else 0
+    ok = valid_extraction(text)
+    acc = get_acc(text, question.fields["ground_truth"]) if ok else 0
     return float(acc), {"source": source, "extracted": text, "execution_rate": int(ok)}
 
 
@@ -283,8 +282,6 @@ def rule_judgements(questions: Sequence[Question], predictions: Sequence[Predict
                     unsafe_sandbox: bool = False) -> list[Judgement]:
     """Every answer's official verdict at once: pot programs run together, each in its own jail
     (`unsafe_sandbox`: without one where none can be built, --unsafe-sandbox; the verdict says so)."""
-    import finbench.scoring.finmmr as scoring  # as _verdict
-
     if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
         return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
                          else "answer") for q, p in zip(questions, predictions)]
@@ -298,8 +295,8 @@ def rule_judgements(questions: Sequence[Question], predictions: Sequence[Predict
         if not outcome.ok:
             out.append((0.0, {**info, "reason": outcome.reason}))
             continue
-        value = scoring.outcome_value(outcome.kind, outcome.value, outcome.first_kind)
-        out.append((float(scoring.get_acc(value, question.fields["ground_truth"])), {**info, "result_type": outcome.kind}))
+        value = outcome_value(outcome.kind, outcome.value, outcome.first_kind)
+        out.append((float(get_acc(value, question.fields["ground_truth"])), {**info, "result_type": outcome.kind}))
     return out
 
 

@@ -33,7 +33,7 @@ from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, open_table, select
 from finbench.judging import Judging
 from finbench.requests import Choose, Generate, Prompt, Request, user_message
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.types import OPEN, SINGLE, Prediction, Question
 
 NAME = "mme-finance"

@@ -3,7 +3,7 @@
 A thinking batch decodes until its longest reasoning ends; a row that closed its block early would
 otherwise keep its slot (its weights' share of every step is free, but its KV reads and its
 attention are not). `live_rows` says which rows remain, `select_rows` keeps only those of every
-tensor that has the batch in dimension `dim`; runner/compaction.py calls them every few steps."""
+tensor that has the batch in dimension `dim`; models/compaction.py calls them every few steps."""
 
 from __future__ import annotations
 

@@ -278,7 +278,7 @@ class AutoVLM(HFVisionLanguageModel):
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
         """Free generation through the decoding loop (greedy, or sampled with a temperature > 0).
         Ctrl-C keeps no row: the loop holds its tokens until it returns."""
-        from finbench.runner.compaction import greedy_ids
+        from finbench.models.compaction import greedy_ids
 
         stops = sorted(set(self.stop_token_ids()) | ({self.pad_token_id} if self.pad_token_id is not None else set()))
         sample = dict(sampling or {}) if float((sampling or {}).get("temperature") or 0) > 0 else None
@@ -289,7 +289,7 @@ class AutoVLM(HFVisionLanguageModel):
         return self.decode(new_tokens), generated_counts(new_tokens, stops)
 
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
-        from finbench.runner.compaction import greedy_ids
+        from finbench.models.compaction import greedy_ids
 
         return greedy_ids(self, inputs, max_new_tokens, stop_token_ids)
 

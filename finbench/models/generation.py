@@ -29,7 +29,7 @@ class DecodeState:
 
     def select(self, rows: torch.Tensor) -> "DecodeState":
         """The state of `rows` only, in that order (the thinking loop drops finished rows,
-        runner/compaction.py); the cache and the static buffers are narrowed in place."""
+        models/compaction.py); the cache and the static buffers are narrowed in place."""
         batch = self.attention_mask.shape[0]
         if self.cache is not None:
             self.cache.reorder_cache(rows)  # transformers' batch gather over every layer

@@ -246,7 +246,7 @@ class StaticDecoder:
         return hidden
 
     def select(self, rows: torch.Tensor) -> None:
-        """Keep only `rows` of the batch (finished rows dropped, runner/compaction.py): the buffers,
+        """Keep only `rows` of the batch (finished rows dropped, models/compaction.py): the buffers,
         the key mask and the positions narrowed; a graph captured for the wider batch is dropped (the
         next step captures one for this width)."""
         rows = rows.to(self.kv.key_mask.device)

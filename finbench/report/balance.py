@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from finbench.report.format import pct
-from finbench.scoring.metrics import ACCURACY
+from finbench.benchmarks.metrics import ACCURACY
 
 LABELS = {"constant_baseline": "constant answer", "macro_recall": "macro-recall", "min_recall": "lowest label recall"}
 

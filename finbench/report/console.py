@@ -20,7 +20,7 @@ from finbench.report.format import (headline_score, metric_of, part_cells, plura
                                      scored_by, scored_parts)
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
-from finbench.scoring.metrics import ACCURACY, SCORE
+from finbench.benchmarks.metrics import ACCURACY, SCORE
 
 MAX_ERROR_KINDS = 3  # error messages named on the errors line; results.json has them all
 RAW_METRICS = {"kl"}  # shown as they are; every other value printed is on 0–1 (a headline metric) and shown ×100

@@ -1,70 +1,24 @@
 """Number formatting and metric names shared by the console, the HTML and the Markdown reports (all
 import it; none imports another's helpers). A metric's label, direction, scale and the count it
 rests on, and a variant's rule name, are read from the `Scorer` of the score's benchmark
-(`declared_scorer`; scoring/metrics.py), never from a table of metric keys here."""
+(`declared_scorer`, benchmarks/declared.py; benchmarks/metrics.py), never from a table of metric keys here."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING, Any
 
-from finbench.scoring.metrics import ACCURACY, OFFICIAL, Metric, undeclared
+from finbench.benchmarks.declared import (declared_parts, declared_scorer, metric_label, metric_labels,  # noqa: F401
+                                          metric_of, penalties)
+from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, Metric
+from finbench.formatting import pct  # noqa: F401 — the reports' number format, below the studies that share it
 
 if TYPE_CHECKING:
-    from finbench.scoring.parts import Part
-    from finbench.scoring.scorer import Scorer
+    from finbench.benchmarks.parts import Part
 
-
-def declared_scorer(benchmark: str | None) -> Scorer | None:
-    """The `Scorer` of a benchmark registered in this process (its declarations: metrics, parts,
-    variants); None for a score of a benchmark not registered here, shown under its own keys."""
-    if not benchmark:
-        return None
-    from finbench.benchmarks import get_benchmark
-    from finbench.scoring.scorer import resolved
-
-    try:
-        return resolved(get_benchmark(str(benchmark)).scorer)
-    except ValueError:
-        return None
-
-
-def metric_of(benchmark: str | None, key: str) -> Metric:
-    """The declaration of metric `key` of the benchmark's rule (an undeclared one: its key, ×100)."""
-    scorer = declared_scorer(benchmark)
-    return scorer.metric(key) if scorer is not None else undeclared(key)
-
-
-def metric_label(benchmark: str | None, key: str) -> str:
-    return metric_of(benchmark, key).label
-
-
-def metric_labels(benchmark: str | None, keys: Any) -> dict[str, str]:
-    """{key: label} of the metrics `keys` (the templates' `labels`)."""
-    return {key: metric_label(benchmark, key) for key in keys}
-
-
-def penalties(benchmark: str | None, keys: Any) -> set[str]:
-    """The metrics among `keys` the rule declares lower-is-better (FinMME's P_H)."""
-    return {key for key in keys if not metric_of(benchmark, key).higher_is_better}
-
-
-def declared_parts(benchmark: str | None) -> tuple[Part, ...]:
-    """The parts the benchmark's rule scores apart, as its `Scorer` declares them; none for a
-    benchmark not registered in this process (its scores are shown without parts rather than not
-    at all)."""
-    scorer = declared_scorer(benchmark)
-    return () if scorer is None else scorer.parts
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-def pct(value: Any, digits: int = 2) -> str:
-    """A 0–1 value as a percentage with `digits` decimals; "–" when missing."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return f"{100 * float(value):.{digits}f}"
 
 
 def num(value: Any) -> str:

@@ -34,7 +34,7 @@ from finbench.report.thumbnails import read_thumbnails
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
                                    stages_figure, tradeoff_figure)
-from finbench.scoring.metrics import ACCURACY
+from finbench.benchmarks.metrics import ACCURACY
 from finbench.types import OPTION_LETTERS
 
 MAX_BROWSER_ROWS = 5000  # beyond this the page gets slow; the rest is in samples.parquet

@@ -10,7 +10,7 @@ from typing import Any
 from finbench.report.format import (also_text, delta_text, headline_score, interval_text, metric_label, num, part_cells, pct, penalties,
                                     power_line, quantization_study, sampled_label, score_text, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
-from finbench.scoring.metrics import ACCURACY, SCORE
+from finbench.benchmarks.metrics import ACCURACY, SCORE
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 

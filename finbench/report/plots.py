@@ -11,10 +11,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from finbench.report.format import metric_label, pct, penalties
-from finbench.scoring.metrics import ACCURACY
+from finbench.benchmarks.metrics import ACCURACY
 
 if TYPE_CHECKING:
-    from finbench.scoring.parts import Part
+    from finbench.benchmarks.parts import Part
 
 
 # Every plot is a function returning a matplotlib Figure (or None when there is nothing to draw),

@@ -27,7 +27,7 @@ from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
 from finbench.runner.requests import batch_kind, first_prompt, n_options, render, text_of, thinking
-from finbench.runner.sampling import SeedStreams, seed_of
+from finbench.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
@@ -230,7 +230,7 @@ class BatchLoop:
         return out
 
     def _generate(self, request: Generate | Session, inputs: Any) -> tuple[list[str], list[int]]:
-        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed: its stream (runner/sampling.py)
+        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed: its stream (finbench/sampling.py)
         with self.streams.use(seed_of(request.sampling)):
             if sampling:
                 return self.model.generate(inputs, request.max_new_tokens, sampling)

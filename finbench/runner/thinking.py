@@ -4,7 +4,7 @@ A thinking request's prompt ends inside an open block (`ModelRequest.thinking`: 
 opens it, or the adapter adds the open tag). Then, for a whole batch at once:
 1. greedy generation (left padding) for at most `budget` tokens; a row finishes early when it emits
    the close tag or a stop token, and finished rows are dropped from the batch every few steps
-   (runner/compaction.py; `compact_every=0`: the adapter's `generate_ids` instead);
+   (models/compaction.py; `compact_every=0`: the adapter's `generate_ids` instead);
 2. each row keeps its reasoning up to (not including) that tag or stop token; a row that stopped
    without closing, or ran out of budget, gets the close tag appended — the block is always closed;
 3. the batch is rebuilt as prompt + reasoning + close tag + "\\n\\n" + answer prefix, re-packed to
@@ -25,7 +25,7 @@ import torch
 
 from finbench.models.contract import ModelAdapter
 from finbench.models.inputs import ModelInputs
-from finbench.runner.compaction import COMPACT_EVERY, greedy_ids
+from finbench.models.compaction import COMPACT_EVERY, greedy_ids
 
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
 
@@ -51,7 +51,7 @@ def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes
     `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
     Returns the rebuilt inputs (`ModelInputs.extend`) and one `Reasoning`
     per row. With budget 0 nothing is generated: the block is closed at once. `sampling`
-    (temperature, top_p, top_k; --samples > 1 only, runner/sampling.py) samples the reasoning
+    (temperature, top_p, top_k; --samples > 1 only, finbench/sampling.py) samples the reasoning
     instead of taking the argmax."""
     tags = model.thinking_token_ids()
     if tags is None:
@@ -62,7 +62,7 @@ def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes
     if budget > 0:
         with stage("think"):
             stops = sorted(set(model.stop_token_ids()) | {close_id})
-            # finished rows dropped every few steps (runner/compaction.py); 0: transformers' generate
+            # finished rows dropped every few steps (models/compaction.py); 0: transformers' generate
             generated = (greedy_ids(model, inputs, budget, stops, compact_every, sampling) if compact_every or sampling
                          else model.generate_ids(inputs, budget, stops))
     else:

@@ -9,7 +9,7 @@ Public API (used by the runner and by `finbench score` / `finbench compare`):
 - `per_question_correct(df, benchmark)` → recomputed official 0/1 correctness per row.
 
 `benchmark` is the `Benchmark` (finbench.benchmarks `get_benchmark`), whose `Scorer` scores and
-declares its metrics (scoring/metrics.py); None: the one the table names in its `benchmark` column.
+declares its metrics (benchmarks/metrics.py); None: the one the table names in its `benchmark` column.
 A name, or a table that names no benchmark, is an error: no benchmark's rule is a default.
 
 Correctness is always recomputed from answer / gold / tolerance (FinMME, FinMTM, FAMMA choice items)
@@ -27,8 +27,8 @@ __all__ = ["CI_LEVEL", "Scorer", "breakdowns", "build_table", "calibration_summa
 
 def __getattr__(name: str) -> Any:
     """The public names, imported when one is first asked for: the rules and the statistics import
-    torch and pandas, and the registry (finbench/benchmarks), which reads only `scoring.scorer`,
-    must not (scoring/scorer.py)."""
+    torch and pandas, and the registry (finbench/benchmarks), which reads only `benchmarks.scorer`,
+    must not (benchmarks/scorer.py)."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import finbench.scoring.famma
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
     import finbench.scoring.finmtm
     from finbench.scoring.api import (CI_LEVEL, breakdowns, build_table, calibration_summary, compare_runs,
                                       per_question_correct, score_samples)
-    from finbench.scoring.scorer import Scorer
+    from finbench.benchmarks.scorer import Scorer
     from finbench.scoring.stats import option_prob_matrix
 
     names = {"CI_LEVEL": CI_LEVEL, "Scorer": Scorer, "breakdowns": breakdowns, "build_table": build_table,

@@ -16,7 +16,7 @@ from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
 from finbench.scoring.balance import label_balance
 from finbench.scoring.clustered import clustered_summary, paired_difference, verdict
-from finbench.scoring.metrics import ACCURACY, OFFICIAL, SCORE
+from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, SCORE
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column, wilson_interval)

@@ -26,7 +26,7 @@ import torch
 
 from finbench.kernels.segments import factorize
 from finbench.scoring.stats import str_column
-from finbench.scoring.metrics import ACCURACY
+from finbench.benchmarks.metrics import ACCURACY
 from finbench.types import MULTI, SINGLE
 
 CHOICE_KINDS = (SINGLE, MULTI)

@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.fcmr import SETS
-from finbench.scoring.metrics import ACCURACY, Metric
+from finbench.benchmarks.metrics import ACCURACY, Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
 
 LABEL = "FCMR (exact match of the answer set, as the paper; per-statement accuracy beside it), HYU-NLP/FCMR"

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.scoring.metrics import ACCURACY, Metric
+from finbench.benchmarks.metrics import ACCURACY, Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
 
 LABEL = "FinChart-Bench (README comparison: lower-cased label for MC/TF, exact float for QA), Tizzzzy/FinChart-Bench"

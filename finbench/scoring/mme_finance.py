@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.scoring.metrics import Metric
+from finbench.benchmarks.metrics import Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
 from finbench.types import OPEN, OPTION_LETTERS
 

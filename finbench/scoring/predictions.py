@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from finbench.scoring.api import build_table, score_samples
-from finbench.scoring.metrics import OFFICIAL
+from finbench.benchmarks.metrics import OFFICIAL
 from finbench.types import Question
 
 if TYPE_CHECKING:

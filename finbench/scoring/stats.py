@@ -19,8 +19,8 @@ import torch
 
 from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
 from finbench.kernels.segments import segment_sum, weighted_segment_sums
-from finbench.scoring.metrics import ACCURACY
-from finbench.scoring.scorer import Scorer  # the contract, torch-free; named here too, where it always was
+from finbench.benchmarks.metrics import ACCURACY
+from finbench.benchmarks.scorer import Scorer  # the contract, torch-free; named here too, where it always was
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from finbench.report.format import pct
+from finbench.formatting import pct
 
 __all__ = ["interval", "kept", "pct", "ratio", "signed"]
 

@@ -89,7 +89,7 @@ class Circular(Study):
     def _rotations(self, benchmark: Any, questions: Sequence[Question], requests: Sequence[Any],
                    rotatable: Sequence[int], config: RunConfig, think_budget: int | None,
                    notes: list[str]) -> list[Any]:
-        from finbench.runner.requests import for_run
+        from finbench.run_settings import for_run
 
         k, out, unchanged = self.value(config), [], 0
         for i in rotatable:

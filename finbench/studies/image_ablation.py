@@ -29,8 +29,8 @@ def check_names(flag: str, kind: str, given: Sequence[str], known: Sequence[str]
 
 
 def _label(benchmark: str | None, key: str) -> str:
-    """The label the benchmark's scorer declares for its metric `key` (report/format.py)."""
-    from finbench.report.format import metric_label
+    """The label the benchmark's scorer declares for its metric `key` (benchmarks/declared.py)."""
+    from finbench.benchmarks.declared import metric_label
 
     return metric_label(benchmark, key)
 

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.requests import PROBES, Choose, Generate
-from finbench.runner.requests import for_run
+from finbench.run_settings import for_run
 from finbench.scoring.probes import normalized, numeric_option
 from finbench.studies.circular import raises
 from finbench.types import OPTION_LETTERS, SINGLE, Question, RunConfig

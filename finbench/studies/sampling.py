@@ -5,11 +5,11 @@ Sample 0 is the run's own request (seed `--seed`); sample j = 1…K−1 is the s
 seed + j in its sampling settings, so each sample is a field-for-field request of its own: its own
 cache key, and its own batch kind (samples of one seed batch together). Which requests are sampled:
 free generation (`Generate`: official protocols, open answers) and sessions — they carry
-`--gen-kwargs` sampling settings (runner/requests.py `for_run`) — and a thinking block's reasoning
+`--gen-kwargs` sampling settings (finbench/run_settings.py `for_run`) — and a thinking block's reasoning
 before a constrained answer (sampled with the same settings, only with --samples > 1: `adjust`; a
 run without it reasons greedily as always). A constrained letter or number read from the logits
 without thinking is deterministic: it is asked once (one note). How each seed draws its own random
-stream: runner/sampling.py. Scored in scoring/sampling.py.
+stream: finbench/sampling.py. Scored in scoring/sampling.py.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class Sampling(Study):
         """A thinking block before a constrained answer sampled with the run's settings and seed
         (sample 0); one that has its sampling already (a sample j) as it is."""
         from finbench.requests import Choose, Number
-        from finbench.runner.sampling import sampled_settings, with_seed
+        from finbench.sampling import sampled_settings, with_seed
 
         if not (isinstance(request, (Choose, Number)) and request.think_budget is not None) or request.sampling:
             return request
@@ -78,7 +78,7 @@ class Sampling(Study):
                think_budget: int | None, notes: list[str]) -> Expanded:
         """Samples 1…K−1 of every sampled request. Raises ValueError (a start-up line) when the
         run's generation is greedy: its K samples would be K copies."""
-        from finbench.runner.sampling import repeatable, sampled_settings, with_seed
+        from finbench.sampling import repeatable, sampled_settings, with_seed
 
         k = self.value(config)
         if k <= 1:

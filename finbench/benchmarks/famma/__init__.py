@@ -29,7 +29,7 @@ from finbench.benchmarks.famma.texts import (DOMAIN_FIELD, FORMS, GROUP_COLUMNS,
                                              NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS)
 from finbench.benchmarks.recognise import requires_columns
 from finbench.judging import Judging
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.types import Question
 
 __all__ = ["BENCHMARK", "Question", "answer", "answer_text", "extract_official", "fill_template", "image_bytes",

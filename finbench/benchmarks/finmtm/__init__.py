@@ -30,7 +30,7 @@ from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, DOMAIN_FIELD, FOR
                                               OFFICIAL_MAX_NEW_TOKENS, OPEN_ENDED_SYSTEM_PROMPT, PROMPT_VERSION,
                                               PROTOCOLS)
 from finbench.judging import Judging
-from finbench.scoring.scorer import ScorerModule
+from finbench.benchmarks.scorer import ScorerModule
 
 __all__ = ["AGENT", "BENCHMARK", "DIALOGUE", "JUDGE_FIELDS", "JUDGE_MAX_NEW_TOKENS", "LEVELS", "OBJECTIVE",
            "OPEN_ENDED_SYSTEM_PROMPT", "after_think", "answer", "canonical_gold", "extract_official",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
+from finbench.benchmarks.finmtm.eval_metrics import (CAPABILITIES, clamp, dialogue_score, f_beta_score, tool_score,
+                                                     turn_capability_score)
 from finbench.benchmarks.finmtm.prompts import after_think
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVEL_CHECKLISTS,
                                               SESSION_JUDGE_TEMPLATE, TURN_JUDGE_TEMPLATE)
@@ -58,9 +60,6 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
     such a session `evaluation_status: "error"`, and so does this reading: `parsed` is False and
     `unreadable` names the replies ("T2", "session"), so that the runner fails the session closed
     (no judge score, counted and named: runner/judge.py) instead of keeping the 0-filled score."""
-    # the official metrics, restated with the scorer, whose module imports torch: imported when judging
-    from finbench.scoring.finmtm import CAPABILITIES, clamp, dialogue_score, turn_capability_score
-
     turn_scores, capabilities, unreadable = [], [], []
     for k, text in enumerate(outputs[:-1]):
         parsed = parse_judge_json(text)
@@ -109,8 +108,6 @@ def rule_judgement(question: Question, prediction: Any) -> tuple[float | None, d
     """Agent items: the predicted tool calls of every round against the reference ActionTrace."""
     if question.meta.get("task") != AGENT:
         return None, {}
-    from finbench.scoring.finmtm import f_beta_score, tool_score  # as read_judgement: torch, when judging
-
     predicted = unique_calls([c for reply in replies(prediction) for c in tool_calls(reply)])
     reference = unique_calls(question.fields["reference_calls"])
     pairs = match_calls(predicted, reference)

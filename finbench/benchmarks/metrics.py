@@ -1,6 +1,6 @@
 """What a scoring rule reports, declared where the rule is defined: `Metric` (a number of the score:
 its label, direction, display scale and the count it rests on) and `Variant` (a way the rule can
-score, with the name the reports give it). A `Scorer` (scoring/scorer.py) lists its metrics and
+score, with the name the reports give it). A `Scorer` (benchmarks/scorer.py) lists its metrics and
 variants; the console, the reports, the leaderboard and the sweep read these declarations, never a
 metric's key, so that a penalty (FinMME's P_H), a subset's count (MME-Finance's judged open items)
 or a rule's own variant (FinMME's paper formula) is said once, by the benchmark that has it.

@@ -1,14 +1,14 @@
 """What a scoring rule scores apart, beside its headline, declared as data (`Scorer.parts`,
 scoring/stats.py) so that the console, the reports and the leaderboard draw it without knowing
 the benchmark: FinMTM's dialogue sessions and agent items (scoring/finmtm.py `PARTS`). Each metric
-of a part is a `Metric` (scoring/metrics.py): a 0–1 value shown ×100 (`scale` 100), or one on its
+of a part is a `Metric` (benchmarks/metrics.py): a 0–1 value shown ×100 (`scale` 100), or one on its
 own scale (`scale` 1) from 0 to `full` (0–10, 0–25, 0–100)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from finbench.scoring.metrics import Metric
+from finbench.benchmarks.metrics import Metric
 
 
 @dataclass(frozen=True)

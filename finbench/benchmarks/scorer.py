@@ -18,8 +18,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from finbench.scoring.metrics import ACCURACY, OFFICIAL, Metric, Variant, undeclared
-from finbench.scoring.parts import Part
+from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, Metric, Variant, undeclared
+from finbench.benchmarks.parts import Part
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,7 +42,7 @@ class Scorer:
     estimates)` → the rule's own fields of the score (counts, side scores); `group_frame(df)` →
     df with derived breakdown columns (e.g. FAMMA's arithmetic × language); `parts` → the parts
     `summary` scores apart, in display order; `metrics` → every metric its tables' headlines
-    can name (label, direction, scale, the count behind it: scoring/metrics.py), in display
+    can name (label, direction, scale, the count behind it: benchmarks/metrics.py), in display
     order; `variants` → the ways it scores, the official rule first."""
 
     build_table: Callable[..., ScoreTable]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
-from finbench.scoring.metrics import OFFICIAL
+from finbench.benchmarks.metrics import OFFICIAL
 from finbench.scoring.stats import distribution_comparison
 from finbench.types import RESULTS_FILE
 
