@@ -221,14 +221,21 @@ GENERIC_LAYERS = ("runner", "report", "scoring/api.py", "scoring/stats.py", "run
                   "sweep.py", "api.py", "cli")
 
 
-def _string_constants(tree: ast.AST) -> list[ast.Constant]:
-    """Every string constant of a module but its docstrings (module, class, function)."""
+def docstring_ids(tree: ast.AST) -> set[int]:
+    """ids of a module's docstring constants (module, class, function): prose, not code."""
     docstrings = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 docstrings.add(id(first.value))
+    return docstrings
+
+
+def string_constants(tree: ast.AST) -> list[ast.Constant]:
+    """Every string constant of a module but its docstrings (the architecture tests of studies,
+    metrics and protocols read modules through this too)."""
+    docstrings = docstring_ids(tree)
     return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and id(node) not in docstrings]
 
@@ -238,7 +245,7 @@ def names_in_generic_layers(names: set[str]) -> list[str]:
     for place in GENERIC_LAYERS:
         path = PACKAGE / place
         for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
-            for node in _string_constants(ast.parse(file.read_text(encoding="utf-8"))):
+            for node in string_constants(ast.parse(file.read_text(encoding="utf-8"))):
                 if node.value.strip().lower() in names:
                     found.append(f"{file.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}")
     return found
@@ -258,7 +265,7 @@ def test_no_registered_benchmark_is_named_in_the_generic_layers():
 
 def test_the_name_walk_sees_constants_and_skips_docstrings(tmp_path):
     tree = ast.parse('"""finmme"""\ndef f(b="finmme"):\n    """finmme"""\n    return {"famma": 1}\n')
-    assert sorted(n.value for n in _string_constants(tree)) == ["famma", "finmme"]
+    assert sorted(n.value for n in string_constants(tree)) == ["famma", "finmme"]
 
 
 def test_no_cli_module_is_over_300_lines_and_the_entry_point_is_the_package():

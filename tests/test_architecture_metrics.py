@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_architecture import string_constants
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 GENERIC = ("runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
@@ -43,18 +44,6 @@ def declared_keys() -> set[str]:
     return keys
 
 
-def _string_constants(tree: ast.AST) -> list[ast.Constant]:
-    """Every string constant of a module but its docstrings (module, class, function)."""
-    docstrings = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                docstrings.add(id(first.value))
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and id(node) not in docstrings]
-
-
 def keys_in_generic_layers(keys: set[str], root: Path = PACKAGE) -> list[str]:
     found = []
     for place in GENERIC:
@@ -63,7 +52,7 @@ def keys_in_generic_layers(keys: set[str], root: Path = PACKAGE) -> list[str]:
             relative = file.relative_to(root).as_posix()
             if relative in STUDY_CODE:
                 continue
-            for node in _string_constants(ast.parse(file.read_text(encoding="utf-8"))):
+            for node in string_constants(ast.parse(file.read_text(encoding="utf-8"))):
                 if node.value in keys and (relative, node.value) not in NOT_METRIC_KEYS:
                     found.append(f"{relative}:{node.lineno}: {node.value!r}")
     return found

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from test_architecture import docstring_ids
 
 from finbench.benchmarks import BENCHMARKS
 from finbench.benchmarks.scorer import ScorerModule
@@ -41,12 +42,8 @@ def generic_files() -> list[Path]:
 
 def _excluded(tree: ast.AST) -> set[int]:
     """ids of docstring constants and `help=` texts."""
-    skip = set()
+    skip = docstring_ids(tree)
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                skip.add(id(first.value))
         if isinstance(node, ast.keyword) and node.arg == "help":
             skip.update(id(n) for n in ast.walk(node.value) if isinstance(n, ast.Constant))
     return skip

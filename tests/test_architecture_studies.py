@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from test_architecture import docstring_ids
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 GENERIC = ["runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
@@ -30,16 +31,6 @@ ALLOWED = {
 }
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
 def _help_texts(tree: ast.AST) -> set[int]:
     return {id(sub) for node in ast.walk(tree) if isinstance(node, ast.keyword) and node.arg in HELP_KEYWORDS
             for sub in ast.walk(node.value)}
@@ -47,7 +38,7 @@ def _help_texts(tree: ast.AST) -> set[int]:
 
 def study_names_in(path: Path, root: Path = PACKAGE.parent) -> list[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped = _docstrings(tree) | _help_texts(tree)
+    skipped = docstring_ids(tree) | _help_texts(tree)
     return [f"{path.relative_to(root)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
             and node.value.strip().lower() in STUDY_NAMES]
