@@ -236,10 +236,6 @@ def power_entry(comparison: dict[str, Any]) -> dict[str, Any]:
     return {k: comparison.get(k) for k in POWER_FIELDS}
 
 
-def score_cell(row: dict[str, Any]) -> str:
-    return interval_text(row["score"], row["ci_low"], row["ci_high"])
-
-
 IDENTITY = ("model", "quant", "thinking", "protocol")  # a column only where the runs differ in it
 OPTIONAL = ("errors", "samples/s")  # shown only where they fit the console's width
 MAX_WORD = 12  # a longer word of a name or label folds; a shorter one wraps whole

@@ -20,7 +20,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from finbench.run_options import UNSAFE_SANDBOX_HELP  # noqa: F401  (cli/scores.py's --unsafe-sandbox too)
 
 HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
 

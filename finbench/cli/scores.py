@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from finbench.cli.common import UNSAFE_SANDBOX_HELP, console, fail, one_line_errors, out_console
+from finbench.cli.common import console, fail, one_line_errors, out_console
+from finbench.run_options import UNSAFE_SANDBOX_HELP
 from finbench.types import DEFAULT_BENCHMARK
 
 
