@@ -122,11 +122,14 @@ def test_the_checker_catches_a_stale_option(tmp_path):
                                 "stale.md line 5: no finbench command has --benchmark-typo"]
 
 
+INSTALL_AND_DEMO = "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e . && .venv/bin/finbench demo"
+TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -c constraints.txt -e '.[test]' && .venv/bin/python -m pytest"
+
+
 def test_readme_is_short_and_keeps_the_two_commands():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 250
-    assert "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/finbench demo" in text
-    assert "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest" in text
+    assert INSTALL_AND_DEMO in text and TEST_COMMAND in text
     for page in ("usage", "benchmarks", "studies", "quantization", "performance", "reliability",
                  "fidelity", "architecture", "statistics"):
         assert f"docs/{page}.md" in text

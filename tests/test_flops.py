@@ -155,7 +155,11 @@ def test_matches_flop_counter_for_every_counted_architecture(name):
     kwargs = {"experts_implementation": "eager"} if "moe" in name else {}  # grouped_mm is not counted
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_config(config, attn_implementation="eager", dtype=torch.float32, **kwargs)
-    model.eval()
+    # No parameter requires grad: torch's module tracker (inside FlopCounterMode) hooks every module
+    # input and output that requires grad, and from transformers 5.25 Qwen3.5's causal convolution
+    # is a kernel module handed the convolution's weight (a parameter), which inference mode cannot
+    # give a grad_fn. Counting FLOPs needs no gradients, and the count is unchanged.
+    model.eval().requires_grad_(False)
     patch = config.vision_config.patch_size
     # Two images: 12×16 and 8×6 patches; 72 tokens in all, so the delta rule runs two 64-token chunks.
     grids = torch.tensor([[1, 12, 16], [1, 8, 6]])
