@@ -8,14 +8,19 @@ process, segment or folder is left, finbench's memory, limits and niceness are u
 
 The suite runs as root here and again, as the ordinary user `nobody`, in a subprocess (setpriv, in
 a private mount namespace where the Python installation is readable by nobody); both run the
-end-to-end `finbench score --protocol pot --predictions …` with a program that hunts the gold."""
+end-to-end `finbench score --protocol pot --predictions …` with a program that hunts the gold.
+The second red team's classes are in test_finmmr_sandbox_classes.py, re-run the same way. Every
+test adopts its jails' orphans (PR_SET_CHILD_SUBREAPER), so "no process left" judges this test's
+jails only, while other jails run on the machine."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -121,28 +126,65 @@ SHM_KEY = 0x4A41494C  # a System V segment key of the attack's own, looked for o
 BENIGN = "import time\ndef solution():\n    time.sleep(0.3)\n    return 41 + 1"
 
 
-def _jail_processes() -> list[str]:
-    """Live processes that are a jail (bwrap) or a jailed interpreter, and this test's descendants
-    or orphans (another test file's jails, on another worker, are its own)."""
-    parents, found = {}, {}
+@pytest.fixture(autouse=True)
+def orphans_stay_ours():
+    """While a test runs, this process reaps the orphans of its descendants (PR_SET_CHILD_SUBREAPER):
+    whatever a jail of this test leaves behind stays below this process, so `_jail_processes`
+    judges this test's jails only (other jails run on this machine at the same time), and the
+    clean-up ends only what this test started."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        yield
+    finally:
+        for pid in _descendants():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in _descendants():
+            try:
+                os.waitpid(pid, 0)  # this process's own children (the orphans it adopted among them)
+            except ChildProcessError:
+                pass
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _descendants() -> dict[int, str]:
+    """Every process below this one, live or a zombie: {pid: its uid, state and command line}."""
+    parents, described = {}, {}
     for entry in Path("/proc").iterdir():
         try:
-            cmdline = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
-            status = (entry / "status").read_text() if cmdline else ""
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+            status, cmdline = ((entry / "status").read_text(), (entry / "cmdline").read_bytes()) if stat else ("", b"")
         except OSError:
             continue
-        parents[entry.name] = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "0")
-        if b"bwrap" in cmdline or b"-I\0-S\0-B\0-c" in cmdline:
-            found[entry.name] = f"{entry.name}: {cmdline[:120]!r}"
+        if stat:
+            state, parent = stat[stat.rindex(")") + 2:].split()[:2]
+            uid = next((line.split()[1] for line in status.splitlines() if line.startswith("Uid:")), "?")
+            parents[int(entry.name)] = int(parent)
+            described[int(entry.name)] = f"{entry.name} uid {uid} {state} {cmdline[:120]!r}"
 
-    def ours(pid: str) -> bool:
+    def below(pid: int) -> bool:
         for _ in range(64):
-            if pid in (str(os.getpid()), "1"):
+            pid = parents.get(pid, 0)
+            if pid in (0, 1):
+                return False
+            if pid == os.getpid():
                 return True
-            pid = parents.get(pid, "0")
         return False
 
-    return [text for pid, text in found.items() if ours(parents.get(pid, "0"))]
+    return {pid: text for pid, text in described.items() if below(pid)}
+
+
+def _jail_processes() -> list[str]:
+    """What this test's jails left running: every live process below this test (there is none once
+    a judgement is over: the sandbox's users included, whatever their command line). A zombie is
+    not one: adopted here, it would have been reaped by init; the fixture reaps it."""
+    return sorted(text for text in _descendants().values() if text.split()[3] != "Z")
 
 
 def _host_state(marker: str) -> dict:
@@ -266,11 +308,11 @@ def test_faults_are_per_program_outcomes(monkeypatch):
     monkeypatch.setattr(sandbox.subprocess, "Popen", lambda *a, **k: (_ for _ in ()).throw(OSError(11, "EAGAIN")))
     assert "the jail did not start" in run_programs(["def solution():\n    return 1"], FAST)[0].reason
     monkeypatch.undo()
-    monkeypatch.setattr(sandbox, "compile_filter", lambda: (_ for _ in ()).throw(OSError("no libseccomp")))
+    monkeypatch.setattr(sandbox, "compile_filter", lambda role="program": (_ for _ in ()).throw(OSError("no libseccomp")))
     for mode in ("jail", "landlock"):  # never without the filter they are described with
         assert run_programs(["def solution():\n    return 1"], FAST, mode=mode)[0].reason == \
             "sandbox unavailable: OSError: no libseccomp"
-    monkeypatch.setattr(sandbox, "compile_filter", lambda: b"\0" * 8)  # a filter the kernel refuses: nothing runs
+    monkeypatch.setattr(sandbox, "compile_filter", lambda role="program": b"\0" * 8)  # a filter the kernel refuses: nothing runs
     marker = Path(f"/tmp/finbench-ran-{uuid.uuid4().hex[:8]}")
     refused = run_programs([f"def solution():\n    open({str(marker)!r}, 'w')\n    return 1"], FAST, mode="unsafe")[0]
     assert refused.reason == "the jail's start failed: [Errno 22] seccomp filter refused" and not marker.exists()
@@ -373,9 +415,10 @@ def _readable_runtime_commands(staging: Path) -> list[str] | None:
 @pytest.mark.skipif(os.environ.get(AS_USER) is not None, reason="already the re-run")
 @pytest.mark.parametrize("who", ["nobody", "root-runtime-readable"])
 def test_the_suite_holds_as_an_ordinary_user(tmp_path, who):
-    """The tests above again, as `nobody` (uid 65534, no groups, no capabilities: bwrap then
-    makes an unprivileged user namespace); and the hostile suite as root where the Python
-    installation is readable by nobody (finbench then starts bwrap as nobody)."""
+    """The tests above and test_finmmr_sandbox_classes.py again, as `nobody` (uid 65534, no
+    groups, no capabilities: bwrap then makes an unprivileged user namespace, Landlock mode runs
+    as nobody); and the hostile programs of both files as root where the Python installation is
+    readable by nobody (finbench then starts bwrap, and Landlock mode's programs, as nobody)."""
     if os.geteuid() != 0:
         pytest.skip("not root: this run already is an ordinary user's")
     if not shutil.which("setpriv") or not shutil.which("unshare"):
@@ -387,9 +430,10 @@ def test_the_suite_holds_as_an_ordinary_user(tmp_path, who):
         pytest.skip("the Python installation cannot be made readable by an ordinary user")
     home = Path(tempfile.mkdtemp(prefix="finbench-nobody-"))  # pytest's own tmp_path is root's alone
     os.chown(home, 65534, 65534)
-    pytest_argv = [sys.executable, "-m", "pytest", str(Path(__file__)), "-n", "0", "-q", "-p", "no:cacheprovider",
+    files = [str(Path(__file__)), str(Path(__file__).with_name("test_finmmr_sandbox_classes.py"))]
+    pytest_argv = [sys.executable, "-m", "pytest", *files, "-n", "0", "-q", "-p", "no:cacheprovider",
                    "--basetemp", str(home / "t"), "-W", "ignore",
-                   *(["-k", "not ordinary_user"] if who == "nobody" else ["-k", "hostile and jail", "--noconftest"])]
+                   *(["-k", "not ordinary_user"] if who == "nobody" else ["-k", "hostile or class", "--noconftest"])]
     user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"] \
         if who == "nobody" else []
     user += ["env", f"HOME={home}", f"{AS_USER}={who}", f"PYTHONPATH={ROOT}", "PYTHONDONTWRITEBYTECODE=1", *pytest_argv]
