@@ -491,3 +491,20 @@ def test_without_jail_or_landlock_pot_is_refused_in_one_line_unless_unsafe_sandb
                                                                                   reason="no user namespaces"))
     done = CliRunner().invoke(app, score)  # Landlock, where it works, is the fallback: not refused, but named
     assert done.exit_code == 0 and sandbox.LANDLOCK_NOTE in json.loads(done.output[done.output.index("{"):])["notes"]
+
+
+def test_the_supervisor_works_without_pidfds(monkeypatch, tmp_path):
+    """Before Linux 5.3 there is no pidfd: the supervisor then looks at its program's exit every
+    10 ms, with the same outcomes (a result, the wall clock, a flood)."""
+    import finbench.sandbox as sandbox
+
+    bootstrap = tmp_path / "child.py"
+    text = sandbox.BOOTSTRAP.read_text(encoding="utf-8")
+    bootstrap.write_text(text.replace("exited = [os.pidfd_open(child)]", "exited = [os.pidfd_open(-1)]"), encoding="utf-8")
+    assert bootstrap.read_text(encoding="utf-8") != text
+    monkeypatch.setattr(sandbox, "BOOTSTRAP", bootstrap)
+    found = run_programs([BENIGN, "import time\ndef solution():\n    time.sleep(60)",
+                          "import os\ndef solution():\n    while True:\n        os.write(3, b'x' * 65536)"], FAST)
+    assert found[0].ok and found[0].value == "42", found
+    assert [o.reason for o in found[1:]] == ["timed out (wall clock)", "output over 100000 bytes"], found
+    assert not _jail_processes()

@@ -311,44 +311,49 @@ def _supervisor_start(job, out):
 
 def _watch(child, reader, deadline, limit):
     """(status, reason, record) of the program's process: its record pipe read (at most `limit`
-    bytes) until it exits; killed at `deadline` or on a flood."""
+    bytes) until it exits; killed at `deadline` or on a flood. A pidfd wakes the wait when it
+    exits (before Linux 5.3, none: its exit is looked at every 10 ms)."""
     import select
     import time
 
-    exited, data = os.pidfd_open(child), bytearray()
-    watched = [reader, exited]
-    while exited in watched:
+    try:
+        exited = [os.pidfd_open(child)]
+    except OSError:
+        exited = []
+    data, reading = bytearray(), [reader]
+    while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return _kill(child, "timed out (wall clock)")
-        ready = select.select(watched, [], [], left)[0]
+        ready = select.select(reading + exited, [], [], left if exited else min(left, 0.01))[0]
         if reader in ready:
             chunk = os.read(reader, 65536)
             data += chunk
-            if not chunk:
-                watched.remove(reader)
+            reading = reading if chunk else []
         if len(data) > limit:
             return _kill(child, f"output over {limit} bytes")
-        if exited in ready:
-            watched.remove(exited)
-    status = os.waitpid(child, 0)[1]
-    while reader in watched and len(data) <= limit:  # the program is gone: what is left in the pipe, to its end
+        done, status = os.waitpid(child, os.WNOHANG)
+        if done:
+            break
+    while reading and len(data) <= limit:  # the program is gone: what is left in the pipe, to its end
         chunk = os.read(reader, 65536)
         data += chunk
-        if not chunk:
-            break
+        reading = reading if chunk else []
     if len(data) > limit:
         return "failed", f"output over {limit} bytes", b""
     return _ended(status, data)
 
 
 def _kill(child, reason):
+    """Ends the program's process (the supervisor's filter lets it send SIGKILL only)."""
     os.kill(child, SIGKILL)
     os.waitpid(child, 0)
     return "failed", reason, b""
 
 
 def _ended(status, data):
+    """The outcome of a program's process that exited: its last line only when it exited by
+    itself with status 0 (the program's own os._exit(0) without a line: no result)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         reason = "timed out: CPU limit" if sig == SIGXCPU else f"killed by signal {sig} (a crash, or the memory limit)"
