@@ -37,7 +37,7 @@ from finbench.benchmarks import finmmr
 from finbench.benchmarks.finmmr_rule import get_acc, outcome_value
 from finbench.sandbox import Limits, run_programs
 from finbench.types import NUMERICAL, Prediction, Question
-from test_finmmr_sandbox import (BENIGN, FAST, GOLD, REAL, ROOT, _host_state, _jail_processes,
+from test_finmmr_sandbox import (BENIGN, FAST, GOLD, REAL, ROOT, _host_state, _jail_processes, _mode_or_skip,
                                  orphans_stay_ours)  # noqa: F401 — the fixture applies to this file too
 
 MODES = ["jail", "landlock"]
@@ -45,23 +45,10 @@ LIBC = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
 X86_64 = platform.machine() == "x86_64"
 
 
-def _mode(mode: str) -> None:
-    """Skips where this machine gives no `mode`; as root where nobody cannot read the Python
-    installation, checks first that Landlock mode is refused (it would run programs as root)."""
-    trial = run_programs(["def solution():\n    return 1"], FAST, mode=mode)[0]
-    if trial.ok:
-        return
-    if mode == "landlock" and os.geteuid() == 0:
-        assert "Landlock mode is refused as root" in trial.reason, trial.reason
-        pytest.skip("Landlock refused as root here (nobody cannot read the installation); the re-runs as "
-                    "nobody cover it")
-    pytest.skip(f"no {mode} on this machine: {trial.reason}")
-
-
 def _judge(hostile: dict[str, str], mode: str, limits: Limits = FAST, state=lambda: None) -> dict:
     """Runs each hostile program between two neighbours and checks every guarantee; {name: outcome}.
     `state`: what else outside the jail must not change."""
-    _mode(mode)
+    _mode_or_skip(mode)
     marker = f"finbench-jail-{uuid.uuid4().hex[:8]}"
     before, outside, rss = _host_state(marker), state(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     batch = [p for program in hostile.values() for p in (program, BENIGN)]
@@ -122,7 +109,7 @@ def test_class1_finbench_ends_the_jail_by_host_pid_when_its_own_deadline_comes_f
     jail, the program's process) by its host pid and waits for it: nothing is left on return."""
     import finbench.sandbox as sandbox
 
-    _mode(mode)
+    _mode_or_skip(mode)
     prepare = sandbox._prepare
     monkeypatch.setattr(sandbox, "_prepare", lambda limits, mode: dataclasses.replace(prepare(limits, mode),
                                                                                      deadline_seconds=2.0))
@@ -255,7 +242,7 @@ def test_class4_only_the_line_written_after_the_program_ended_counts(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_class5_a_program_has_the_official_10_s_from_its_first_line(mode):
     """evaluate-config.yaml's timeout_duration: 10 s. The jail's own start is not the program's."""
-    _mode(mode)
+    _mode_or_skip(mode)
     programs = [f"import time\ndef solution():\n    time.sleep({seconds})\n    return 42" for seconds in (12, 7)]
     late, in_time = run_programs(programs, Limits(workers=2))
     assert Limits().wall_seconds == 10 and not late.ok and late.reason == "timed out (wall clock)", late
@@ -305,7 +292,7 @@ SURROGATES = ["def solution():\n    return '42' + chr(0xDC80)", "def solution():
 def test_class6_a_lone_surrogate_is_stored_escaped_and_the_verdict_kept(mode):
     from finbench.sandbox import storable
 
-    _mode(mode)
+    _mode_or_skip(mode)
     text, raised = run_programs(SURROGATES, FAST, mode=mode)
     assert text.ok and text.value == "42\udc80" and storable(text.value) == "42\\udc80"  # exact for the verdict
     assert not raised.ok and raised.reason == "ValueError: x\\ud800" and raised.reason.encode("utf-8")
