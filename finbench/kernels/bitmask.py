@@ -24,6 +24,7 @@ import torch
 
 DEFAULT_ALPHABET = "ABCDEFGHIJKLMN"  # FinMME's official judge reads letters A–N
 UNKNOWN_BIT = 62  # a selection that is no option letter at all (e.g. FinMTM's "A,C" string)
+_STR = np.frompyfunc(str, 1, 1)
 
 
 def to_str_array(values: Iterable[Any] | np.ndarray | pd.Series) -> np.ndarray:
@@ -35,7 +36,8 @@ def to_str_array(values: Iterable[Any] | np.ndarray | pd.Series) -> np.ndarray:
     if len(arr) == 0:
         return arr
     arr = np.where(pd.isna(arr), "", arr)
-    return arr.astype(str).astype(object)
+    # str() of each, kept as Python strings: numpy's fixed-width ones drop a trailing NUL ("A\x00" → "A")
+    return _STR(arr).astype(object)
 
 
 def utf8_buffers(values: Iterable[Any] | np.ndarray | pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,8 @@ SAMPLE_COLUMNS = {
     "raw_output": "str — generated text (official protocol / thinking), '' otherwise",
     "n_options": "int — number of options (0 for numerical/open)",
     "option_probs": "list<float> — probabilities over the options at the first answer step",
+    "letters": "bool — `answer` is option letters read from the letters' logits (a choice request), not text "
+    "the benchmark's rule reads",
     "tolerance": "float — absolute tolerance of numerical items, NaN when absent",
     "correct": "float — per-question official correctness (0/1); errors count as 0",
     "error": "str — per-sample error message, '' when none",

@@ -41,7 +41,7 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
             "id": question.id, "benchmark": question.benchmark, "kind": question.kind, "gold": question.gold,
             "question": question.text, "options": list(question.options), "prompt": p.prompt,
             "answer": p.answer, "raw_output": p.generated_text, "n_options": len(question.options),
-            "option_probs": [math.exp(lp) for lp in p.option_logprobs],
+            "option_probs": [math.exp(lp) for lp in p.option_logprobs], "letters": bool(p.option_logprobs),
             "confidence": _confidence(question, p),
             "reasoning_text": p.reasoning_text, "reasoning_tokens": p.reasoning_tokens, "budget_cut": p.budget_cut,
             "tolerance": math.nan if question.tolerance is None else question.tolerance,
