@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.balance import balance_line
-from finbench.report.format import (headline_score, metric_of, part_cells, plural, power_line, sampled_label, score_text,
-                                     scored_by, scored_parts)
+from finbench.report.format import (bootstrap_label, headline_score, metric_of, part_cells, plural, power_line,
+                                     sampled_label, score_text, scored_by, scored_parts)
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
 from finbench.benchmarks.metrics import ACCURACY, SCORE
@@ -189,7 +189,6 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
         con.print(f"{title}: no item of this run is scored by this rule ({how})", markup=False, soft_wrap=True)
         return
     ci = scores.get("ci", {})
-    level = next(iter(ci.values()))["level"] if ci else None
     errors = int(scores.get("n_errors") or 0)
     caption = (f"{how}; {plural(n, 'scored question')}"
                + (f", {errors} of them with an error (scored as wrong)" if errors else "") + "; values × 100")
@@ -197,7 +196,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
     head.add_column("metric")
     head.add_column("value", justify="right")
     if ci:
-        head.add_column(f"{level:.0%} CI (bootstrap ×{scores['bootstrap']['n_resamples']})", justify="right")
+        head.add_column(bootstrap_label(scores), justify="right")
     for name in scores.get("headline", []):
         higher_is_better = metric_of(scores.get("benchmark"), name).higher_is_better
         label = name if higher_is_better else f"{name} (penalty: lower is better)"

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (headline_score, metric_labels, num, part_cells, pct, penalties, power_line,
+from finbench.report.format import (bootstrap_label, headline_score, metric_labels, num, part_cells, pct, penalties, power_line,
                                     quantization_study, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
@@ -70,6 +70,7 @@ def write_report(run_dir: str | Path) -> Path:
     rows = _browser_rows(samples, read_thumbnails(run_dir))  # written by the run: the data is never re-read
     page = _environment().get_template("run.html.j2").render(
         results=results, scores=scores, labels=metric_labels(results["benchmark"], scores.get("headline", [])),
+        ci_label=bootstrap_label(scores),
         plots=_uris(run_figures(results)), parts=part_rows(scores), headline=headline_score(scores), scored_by=scored_by(scores),
         penalties=penalties(results["benchmark"], scores.get("headline", [])),
         studies=study_sections(results) + balance_sections(results) + run_sections(results), baseline=baseline_line(results),

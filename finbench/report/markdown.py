@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (also_text, delta_text, headline_score, interval_text, metric_label, num, part_cells, pct, penalties,
-                                    power_line, quantization_study, sampled_label, score_text, scored_by, scored_parts)
+from finbench.report.format import (also_text, bootstrap_label, delta_text, headline_score, interval_text, metric_label,
+                                    num, part_cells, pct, penalties, power_line, quantization_study, sampled_label,
+                                    score_text, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
 from finbench.benchmarks.metrics import ACCURACY, SCORE
 from finbench.report.run_sections import run_sections
@@ -37,7 +38,7 @@ def run_markdown(results: dict[str, Any]) -> str:
         parts.append(f"{baseline_line(results)}.")
     if scores.get("n"):
         parts += ["## Scores (×100)",
-                  _table(["metric", "value ×100", "95% CI ×100"],
+                  _table(["metric", "value ×100", f"{bootstrap_label(scores)} ×100"],
                          [[metric_label(results["benchmark"], k)
                            + (" (penalty: lower is better)" if k in penalties(results["benchmark"], [k]) else ""),
                            pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))] for k in scores.get("headline", [])]),
