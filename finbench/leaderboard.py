@@ -7,7 +7,8 @@ other headlines its benchmark declares (`headlines`, report/format.py `run_headl
 part's headline, FinMTM's dialogue score and agent tool F2; then the label balance of its choice items:
 constant answer, macro-recall, lowest label recall, report/balance.py), and the
 paired difference against a reference run on the same benchmark: `scoring.compare_runs` over the
-questions both answered: the difference of the mean per-question score (`delta`, ×100, named in
+questions those two answered (`n_shared`; a run that shares none with its reference is not
+compared, and a note says so): the difference of the mean per-question score (`delta`, ×100, named in
 `delta_metric` by the headline metric it equals — the primary where that is a per-question mean,
 accuracy for FinMME's FinScore, a weighted score — else "mean per-question score"), marked "*"
 where its clustered t(G−1) interval excludes 0 (its `significant`, the verdict compare, sweep and
@@ -150,27 +151,36 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     for benchmark in dict.fromkeys(r["benchmark"] for r in rows):
         members = [i for i, r in enumerate(rows) if r["benchmark"] == benchmark]
         base = chosen if chosen in members else members[0]
-        others = [i for i in members if i != base]
+        frames = {i: load_samples(folders[i]) for i in members}
+        others, disjoint = _sharing(base, [i for i in members if i != base], frames)
+        notes += [f"{names[i]}: no question in common with the reference {names[base]}: not compared" for i in disjoint]
         if not others:
             continue
         order = [base, *others]
-        frames = [load_samples(folders[i]) for i in order]
         spec = get_benchmark(benchmark)
-        means = [question_means(folders[i], frame, spec) for i, frame in zip(order, frames)]
-        comparison = compare_runs(frames, [names[i] for i in order], benchmark=spec, n_bootstrap=0, means=means)
+        means = [question_means(folders[i], frames[i], spec) for i in order]
+        comparison = compare_runs([frames[i] for i in order], [names[i] for i in order], benchmark=spec, n_bootstrap=0,
+                                  means=means)
         for i, c in zip(others, comparison["comparisons"]):
             delta = c.get("diff")  # what `significant` judges: the paired difference of the mean per-question score
             rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta,
                            delta_metric=judged_metric(comparison, c), significant=c.get("significant"),
                            mark=mark(c.get("significant")), mcnemar_p_holm=c["p_holm"], n_shared=c["n"],
                            comparison=power_entry(c))
-        rows[base].update(reference="(reference)", n_shared=comparison["n_shared"])
+        rows[base].update(reference="(reference)", n_shared=max(c["n"] for c in comparison["comparisons"]))
         notes += comparison.get("notes", [])
         protocols = {rows[i]["protocol"] for i in members}
         if len(protocols) > 1:
             notes.append(f"{benchmark}: runs of different protocols ({', '.join(sorted(protocols))}) are compared "
                          "question by question on their correctness")
     return {"rows": rows, "notes": notes, "columns": list(COLUMNS), "mark": MARK_NOTE}
+
+
+def _sharing(base: int, others: list[int], frames: dict[int, Any]) -> tuple[list[int], list[int]]:
+    """(the runs that share a question with the reference, those that share none): each run is
+    compared with the reference on the questions those two answered."""
+    ids = {i: set(frame["id"].astype(str)) for i, frame in frames.items()}
+    return [i for i in others if ids[i] & ids[base]], [i for i in others if not ids[i] & ids[base]]
 
 
 def judged_metric(comparison: dict[str, Any], c: dict[str, Any]) -> str:
