@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.encodable import open_text, write_text
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
 from finbench.report.format import (also_text, delta_text, headline_label, interval_text, metric_label, power_line,
@@ -203,7 +204,7 @@ def to_csv(board: dict[str, Any], path: Path) -> Path:
     columns (`domain:Banking`, `subfield:equity`)."""
     groups = sorted({(r["domain_column"], d) for r in board["rows"] for d in r["domains"]})
     also = list(dict.fromkeys(h["metric"] for r in board["rows"] for h in r.get("headlines", [])[1:]))
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with open_text(path, newline="") as handle:  # what UTF-8 cannot encode written escaped
         writer = csv.writer(handle)
         writer.writerow([*COLUMNS, *(f"headline:{m}" for m in also), *(f"{column}:{d}" for column, d in groups)])
         for row in board["rows"]:
@@ -230,7 +231,7 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     if path.suffix == ".md":
         from finbench.report.markdown import leaderboard_markdown
 
-        path.write_text(leaderboard_markdown(board), encoding="utf-8")
+        write_text(path, leaderboard_markdown(board))
         return path
     from finbench.report.html import write_leaderboard_report
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
+from finbench.encodable import write_text
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
 from finbench.benchmarks.metrics import OFFICIAL
@@ -63,7 +64,7 @@ def write_json(path: Path, payload: dict[str, Any]) -> Path:
     """Strict JSON (scores contain no NaN: missing values are null)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    write_text(path, json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     return path
 
 

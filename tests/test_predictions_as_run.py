@@ -35,7 +35,11 @@ POOLS = {
     "mme-finance": ["是", "否。", "Yes", "No", "A", "The chart shows 12."],
     "finmmr": ["The answer is 12.5", "so the answer is 3,000.", "42", "no idea", "Therefore, the answer is -0.5."],
 }
-FAMMA_ANSWERS = ["A", "B", "C", "D", "12.5", "the revenue"]
+FAMMA_ANSWERS = ["A", "B", "C", "D", "12.5", "the revenue", "A\ud800"]
+# and one reply each holding a lone surrogate (a served model's "\ud800" escape): read, judged and
+# scored as it is, written escaped
+for _name, _pool in POOLS.items():
+    _pool.append(_pool[0] + " \ud800" if _name != "finmtm" else '{"answer": "A\ud800"}')
 
 
 def _right(name: str, q) -> list[str]:
@@ -80,7 +84,11 @@ def _run(model, name: str, data: Path, out: Path, protocol: str):
 
     config = make_config(model=model.source, benchmark=name, data=str(data), protocol=protocol, out=str(out),
                          device="cpu", dtype="float32", bootstrap=0, max_new_tokens=4, max_pixels=28 * 28 * 16)
-    return run_benchmark(config, model=model, show_progress=False).samples
+    result = run_benchmark(config, model=model, show_progress=False)
+    # every output written, a reply's lone surrogate escaped (issue 49, item 9)
+    assert not [note for note in result.results["notes"] if "could not be written" in note]
+    assert all((out / name).is_file() for name in ("samples.parquet", "results.json", "report.html", "report.md"))
+    return result.samples
 
 
 def _score(name: str, data: Path, answers: dict[str, str], folder: Path, protocol: str | None) -> tuple[dict, dict]:

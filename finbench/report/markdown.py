@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from finbench.encodable import write_text
 from finbench.report.format import (also_text, bootstrap_label, delta_text, headline_score, interval_text, metric_label,
                                     num, part_cells, pct, penalties, power_line, quantization_study, sampled_label,
                                     score_text, scored_by, scored_parts)
@@ -83,7 +84,7 @@ def write_markdown(run_dir: str | Path, results: dict[str, Any] | None = None) -
     run_dir = Path(run_dir)
     results = results or json.loads((run_dir / "results.json").read_text())
     path = run_dir / "report.md"
-    path.write_text(run_markdown(results), encoding="utf-8")
+    write_text(path, run_markdown(results))
     return path
 
 
@@ -160,7 +161,7 @@ def _study_markdown(summary: dict[str, Any]) -> list[str]:
 
 def write_sweep_markdown(out: str | Path, summary: dict[str, Any]) -> Path:
     path = Path(out) / "report.md"
-    path.write_text(sweep_markdown(summary), encoding="utf-8")
+    write_text(path, sweep_markdown(summary))
     return path
 
 

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from finbench.encodable import text_frame, write_text
 from finbench.scoring.api import build_table, score_samples
+from finbench.scoring.stats import str_column
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.types import DEFAULT_PROTOCOL, Question
 
@@ -77,7 +79,7 @@ def answers_frame(questions: Sequence[Question], answers: Mapping[str, str], ben
                      "raw_output": given, "letters": letters, "n_options": len(q.options),
                      "tolerance": math.nan if q.tolerance is None else q.tolerance,
                      "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)})
-    return pd.DataFrame(rows)
+    return text_frame(rows)  # an answer UTF-8 cannot encode is kept as given (finbench/encodable.py)
 
 
 def score_predictions(benchmark: Benchmark, data: str, predictions: Path, variant: str = OFFICIAL.name,
@@ -125,8 +127,9 @@ def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: Be
     from finbench.judging import rule_verdicts
     from finbench.types import Prediction
 
-    answers = dict(zip(df["id"].astype(str), df["answer"].astype(str)))
-    given = dict(zip(df["id"].astype(str), df["raw_output"].astype(str))) if "raw_output" in df.columns else {}
+    ids = str_column(df, "id").tolist()
+    answers = dict(zip(ids, str_column(df, "answer").tolist()))
+    given = dict(zip(ids, str_column(df, "raw_output").tolist())) if "raw_output" in df.columns else {}
     predictions = [Prediction(id=str(q.id), answer=answers.get(str(q.id), ""),
                               generated_text=_read_from(given, answers, str(q.id)),
                               error=None if str(q.id) in answers else "no prediction") for q in questions]
@@ -134,7 +137,7 @@ def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: Be
     if all(s != s for s in scores) and not any(details):
         return df
     by_id = {str(q.id): k for k, q in enumerate(questions)}
-    rows = [by_id[i] for i in df["id"].astype(str)]
+    rows = [by_id[i] for i in ids]
     return df.assign(rule_score=[scores[k] for k in rows],
                      judge_details=[json.dumps(details[k], ensure_ascii=False, default=str) if details[k] else ""
                                     for k in rows])
@@ -167,6 +170,6 @@ def write_samples_out(path: Any, df: pd.DataFrame, benchmark: Benchmark, variant
                                    extracted, score.tolist())]
     target = Path(path)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    write_text(partial, "".join(line + "\n" for line in lines))
     partial.replace(target)
     return len(lines)

@@ -23,6 +23,7 @@ from finbench.benchmarks.metrics import ACCURACY
 from finbench.benchmarks.scorer import Scorer  # the contract, torch-free; named here too, where it always was
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+_STR = np.frompyfunc(str, 1, 1)
 
 
 # ---- the common currency of the benchmark rules -----------------------------------------------
@@ -292,8 +293,9 @@ def str_column(df: pd.DataFrame, name: str, default: str = "") -> np.ndarray:
     """A column as a numpy object array of str; missing column or None/NaN → `default`."""
     if name not in df.columns:
         return np.full(len(df), default, dtype=object)
-    col = df[name]
-    return col.astype(object).where(col.notna(), default).astype(str).to_numpy(dtype=object)
+    values = df[name].to_numpy(dtype=object)
+    # str() of each as a Python string: pandas' Arrow-backed `astype(str)` refuses text UTF-8 cannot encode
+    return _STR(np.where(pd.isna(values), default, values)).astype(object)
 
 
 def float_column(df: pd.DataFrame, name: str) -> np.ndarray:
