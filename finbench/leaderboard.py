@@ -153,12 +153,13 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
         members = [i for i, r in enumerate(rows) if r["benchmark"] == benchmark]
         base = chosen if chosen in members else members[0]
         frames = {i: load_samples(folders[i]) for i in members}
-        others, disjoint = _sharing(base, [i for i in members if i != base], frames)
-        notes += [f"{names[i]}: no question in common with the reference {names[base]}: not compared" for i in disjoint]
+        spec = get_benchmark(benchmark)
+        others, disjoint = _sharing(base, [i for i in members if i != base], frames, spec)
+        notes += [f"{names[i]}: no scored question in common with the reference {names[base]}: not compared"
+                  for i in disjoint]
         if not others:
             continue
         order = [base, *others]
-        spec = get_benchmark(benchmark)
         means = [question_means(folders[i], frames[i], spec) for i in order]
         comparison = compare_runs([frames[i] for i in order], [names[i] for i in order], benchmark=spec, n_bootstrap=0,
                                   means=means)
@@ -177,10 +178,12 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     return {"rows": rows, "notes": notes, "columns": list(COLUMNS), "mark": MARK_NOTE}
 
 
-def _sharing(base: int, others: list[int], frames: dict[int, Any]) -> tuple[list[int], list[int]]:
-    """(the runs that share a question with the reference, those that share none): each run is
-    compared with the reference on the questions those two answered."""
-    ids = {i: set(frame["id"].astype(str)) for i, frame in frames.items()}
+def _sharing(base: int, others: list[int], frames: dict[int, Any], spec: Any) -> tuple[list[int], list[int]]:
+    """(the runs that share a scored question with the reference, those that share none): each run
+    is compared with the reference on the questions its benchmark's rule scored in both."""
+    from finbench.scoring.api import build_table
+
+    ids = {i: set(build_table(frame, spec).ids.tolist()) for i, frame in frames.items()}
     return [i for i in others if ids[i] & ids[base]], [i for i in others if not ids[i] & ids[base]]
 
 

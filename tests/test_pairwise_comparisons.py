@@ -63,4 +63,4 @@ def test_the_leaderboard_says_when_a_run_shares_nothing_with_its_reference(runs,
     out = tmp_path / "board.csv"
     done = cli("leaderboard", str(runs / "b"), str(runs / "c"), "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "c: no question in common with the reference b: not compared" in done.stdout + done.stderr
+    assert "c: no scored question in common with the reference b: not compared" in done.stdout + done.stderr
