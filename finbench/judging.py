@@ -1,7 +1,9 @@
 """What a `--judge` model is asked about an answer, and how its replies are read back: one typed
 pair of calls, declared by a benchmark (`Benchmark.judging`) for its own items and by a study
 (finbench/studies/) for the variants it judges its own way (the open-ended probe). The judge
-(runner/judge.py) calls nothing else."""
+(runner/judge.py) calls nothing else. `rule_verdicts`: what a benchmark's own rules conclude of
+every answer — the one reading a run (runner/judge.py) and `score --predictions`
+(scoring/predictions.py) both give."""
 
 from __future__ import annotations
 
@@ -34,3 +36,36 @@ class Judging:
 
 
 NO_JUDGING = Judging()  # answers nobody needs a judge for
+
+
+def rule_verdicts(benchmark: Any, questions: Sequence[Question], predictions: Sequence[Prediction],
+                  protocol: str, unsafe_sandbox: bool = False) -> tuple[list[float], list[dict[str, Any]]]:
+    """(rule score per question, NaN where the rules give none; details per question: the rules'
+    `rules`, or a judging `error`) from the `Benchmark`'s (benchmarks/base.py, above this module) `rule_judgements` of the whole run (of
+    `protocol`; `unsafe_sandbox`: programs without a jail where none can be built) or its
+    `rule_judgement` of each answer. A question or prediction with an error is not judged; a
+    malformed prediction, or the rules failing, is its question's judging error, never the caller's."""
+    n = len(questions)
+    scores, details = [float("nan")] * n, [{} for _ in range(n)]  # type: tuple[list[float], list[dict[str, Any]]]
+    rows = [i for i, q in enumerate(questions) if not q.error and not predictions[i].error]
+    together: dict[int, Judgement] | None = None
+    if benchmark.rule_judgements is not None:
+        try:
+            found = benchmark.rule_judgements([questions[i] for i in rows], [predictions[i] for i in rows], protocol,
+                                              unsafe_sandbox)
+            together = dict(zip(rows, found))
+        except Exception as err:  # noqa: BLE001 — the rules failing is every judged question's problem
+            for i in rows:
+                details[i]["error"] = f"judging: {type(err).__name__}: {err}"
+            together = {}
+    for i in rows:
+        try:
+            score, info = together.get(i, (None, {})) if together is not None else \
+                benchmark.rule_judgement(questions[i], predictions[i])
+        except Exception as err:  # noqa: BLE001 — a malformed prediction is that question's problem
+            details[i]["error"] = f"judging: {type(err).__name__}: {err}"
+            continue
+        if score is not None:
+            scores[i] = float(score)
+            details[i]["rules"] = info
+    return scores, details

@@ -7,7 +7,8 @@ other headlines its benchmark declares (`headlines`, report/format.py `run_headl
 part's headline, FinMTM's dialogue score and agent tool F2; then the label balance of its choice items:
 constant answer, macro-recall, lowest label recall, report/balance.py), and the
 paired difference against a reference run on the same benchmark: `scoring.compare_runs` over the
-questions both answered: the difference of the mean per-question score (`delta`, ×100, named in
+questions those two answered (`n_shared`; a run that shares none with its reference is not
+compared, and a note says so): the difference of the mean per-question score (`delta`, ×100, named in
 `delta_metric` by the headline metric it equals — the primary where that is a per-question mean,
 accuracy for FinMME's FinScore, a weighted score — else "mean per-question score"), marked "*"
 where its clustered t(G−1) interval excludes 0 (its `significant`, the verdict compare, sweep and
@@ -30,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.encodable import open_text, write_text
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
 from finbench.report.format import (also_text, delta_text, headline_label, interval_text, metric_label, power_line,
@@ -150,27 +152,39 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     for benchmark in dict.fromkeys(r["benchmark"] for r in rows):
         members = [i for i, r in enumerate(rows) if r["benchmark"] == benchmark]
         base = chosen if chosen in members else members[0]
-        others = [i for i in members if i != base]
+        frames = {i: load_samples(folders[i]) for i in members}
+        spec = get_benchmark(benchmark)
+        others, disjoint = _sharing(base, [i for i in members if i != base], frames, spec)
+        notes += [f"{names[i]}: no scored question in common with the reference {names[base]}: not compared"
+                  for i in disjoint]
         if not others:
             continue
         order = [base, *others]
-        frames = [load_samples(folders[i]) for i in order]
-        spec = get_benchmark(benchmark)
-        means = [question_means(folders[i], frame, spec) for i, frame in zip(order, frames)]
-        comparison = compare_runs(frames, [names[i] for i in order], benchmark=spec, n_bootstrap=0, means=means)
+        means = [question_means(folders[i], frames[i], spec) for i in order]
+        comparison = compare_runs([frames[i] for i in order], [names[i] for i in order], benchmark=spec, n_bootstrap=0,
+                                  means=means)
         for i, c in zip(others, comparison["comparisons"]):
             delta = c.get("diff")  # what `significant` judges: the paired difference of the mean per-question score
             rows[i].update(reference=names[base], delta=None if delta is None else 100 * delta,
                            delta_metric=judged_metric(comparison, c), significant=c.get("significant"),
                            mark=mark(c.get("significant")), mcnemar_p_holm=c["p_holm"], n_shared=c["n"],
                            comparison=power_entry(c))
-        rows[base].update(reference="(reference)", n_shared=comparison["n_shared"])
+        rows[base].update(reference="(reference)", n_shared=max(c["n"] for c in comparison["comparisons"]))
         notes += comparison.get("notes", [])
         protocols = {rows[i]["protocol"] for i in members}
         if len(protocols) > 1:
             notes.append(f"{benchmark}: runs of different protocols ({', '.join(sorted(protocols))}) are compared "
                          "question by question on their correctness")
     return {"rows": rows, "notes": notes, "columns": list(COLUMNS), "mark": MARK_NOTE}
+
+
+def _sharing(base: int, others: list[int], frames: dict[int, Any], spec: Any) -> tuple[list[int], list[int]]:
+    """(the runs that share a scored question with the reference, those that share none): each run
+    is compared with the reference on the questions its benchmark's rule scored in both."""
+    from finbench.scoring.api import build_table
+
+    ids = {i: set(build_table(frame, spec).ids.tolist()) for i, frame in frames.items()}
+    return [i for i in others if ids[i] & ids[base]], [i for i in others if not ids[i] & ids[base]]
 
 
 def judged_metric(comparison: dict[str, Any], c: dict[str, Any]) -> str:
@@ -193,7 +207,7 @@ def to_csv(board: dict[str, Any], path: Path) -> Path:
     columns (`domain:Banking`, `subfield:equity`)."""
     groups = sorted({(r["domain_column"], d) for r in board["rows"] for d in r["domains"]})
     also = list(dict.fromkeys(h["metric"] for r in board["rows"] for h in r.get("headlines", [])[1:]))
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    with open_text(path, newline="") as handle:  # what UTF-8 cannot encode written escaped
         writer = csv.writer(handle)
         writer.writerow([*COLUMNS, *(f"headline:{m}" for m in also), *(f"{column}:{d}" for column, d in groups)])
         for row in board["rows"]:
@@ -220,7 +234,7 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     if path.suffix == ".md":
         from finbench.report.markdown import leaderboard_markdown
 
-        path.write_text(leaderboard_markdown(board), encoding="utf-8")
+        write_text(path, leaderboard_markdown(board))
         return path
     from finbench.report.html import write_leaderboard_report
 

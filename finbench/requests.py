@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence, Union
 
+from finbench.encodable import tokenizable
+
 DEFAULT_NUMERIC_BUDGET = 12  # tokens of a constrained numerical answer (`--numeric-budget`)
 IMAGE_ABLATIONS = ("blank", "noise", "none")  # `--image-ablation` modes (Prompt.ablated)
 PROBES = ("none-of-the-above", "open-ended")  # `--probe` contamination probes (studies/probes.py)
@@ -130,10 +132,12 @@ class Session:
         return Prompt(messages=(*self.prefix, *history, self.turns[len(replies)].ask), images=self.images)
 
     def recalled(self, reply: str) -> str:
+        """A reply as the later turns' history shows it; what a tokenizer cannot take (a lone
+        surrogate) as U+FFFD."""
         text = reply or ""
         if self.reply_after:
             text = text.split(self.reply_after, 1)[-1]
-        return text.strip()
+        return tokenizable(text.strip())
 
 
 Request = Union[Choose, Number, Generate, Session]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
+from finbench.encodable import write_text
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
 from finbench.benchmarks.metrics import OFFICIAL
@@ -63,7 +64,7 @@ def write_json(path: Path, payload: dict[str, Any]) -> Path:
     """Strict JSON (scores contain no NaN: missing values are null)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    write_text(path, json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     return path
 
 
@@ -93,12 +94,18 @@ def run_protocols(run_dirs: Sequence[Path]) -> dict[str, str]:
 
 
 def coverage_notes(dfs: Sequence[pd.DataFrame], names: Sequence[str]) -> list[str]:
-    """Say when a comparison narrows to the questions every run has (never silently)."""
+    """Say when a comparison narrows to the questions a run shares with the baseline (never
+    silently): each run is compared with the first on the questions both have."""
     ids = [set(df["id"].astype(str)) for df in dfs]
-    shared = set.intersection(*ids)
-    return [f"{name}: {len(own) - len(shared)} of its {len(own)} questions are not in every run and are left "
-            f"out of the comparison (compared on {len(shared)} shared questions)"
-            for name, own in zip(names, ids) if len(own) > len(shared)]
+    notes = []
+    for name, own in zip(names[1:], ids[1:]):
+        shared = own & ids[0]
+        for who, theirs in ((names[0], ids[0]), (name, own)):
+            if len(theirs) > len(shared):
+                notes.append(f"{who}: {len(theirs) - len(shared)} of its {len(theirs)} questions are not in both "
+                             f"{names[0]} and {name} and are left out of their comparison (compared on "
+                             f"{len(shared)} shared questions)")
+    return notes
 
 
 def compare_run_dirs(run_dirs: Sequence[Path], n_bootstrap: int = 1000, seed: int = 0,

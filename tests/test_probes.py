@@ -172,14 +172,15 @@ def test_finmtm_has_no_stem_without_its_options_and_counts_its_items_as_not_prob
     from test_finmtm import write_fixtures
 
     questions = [q for q in finmtm.load_questions(str(write_fixtures(tmp_path))) if not q.error]
-    config = make_config(model="m", benchmark="finmtm", probes=("none-of-the-above", "open-ended"))
-    requests, errors = build_requests(finmtm.BENCHMARK, questions, config, None, None)
-    study = expand(finmtm.BENCHMARK, questions, requests, errors, config, None, [])
-    assert not study.variants
-    choices = sum(1 for r in requests if isinstance(r, Choose) and r.n_options >= 2)
-    assert choices and study.states["probe"]["open-ended"].get("options_not_rendered")
-    for probe in ("none-of-the-above", "open-ended"):  # every choice item counted, by reason
-        assert sum(study.states["probe"][probe].values()) == choices
+    choices = None
+    for probe in ("none-of-the-above", "open-ended"):  # a probe that tests nothing: refused, its items counted by reason
+        config = make_config(model="m", benchmark="finmtm", probes=(probe,))
+        requests, errors = build_requests(finmtm.BENCHMARK, questions, config, None, None)
+        choices = sum(1 for r in requests if isinstance(r, Choose) and r.n_options >= 2)
+        with pytest.raises(ValueError, match=rf"--probe {probe}: none of this run's {choices} choice item\(s\) can be "
+                                             r"tested \(.*multi answer.*\)"):
+            expand(finmtm.BENCHMARK, questions, requests, errors, config, None, [])
+    assert choices
 
 
 def test_base_requests_keep_their_keys():

@@ -192,8 +192,9 @@ def test_mme_finance_declares_its_language_field_and_a_chinese_item_gets_its_non
 
 
 def test_two_option_items_are_not_probed_with_none_of_the_above_and_counted(binary):
-    found, not_probed, notes = _probed(binary)
-    assert not_probed["none-of-the-above"] == {"two_options": len(binary)}
-    assert not any(probe == "none-of-the-above" for (_, probe), _, _ in found)
-    assert any("probe none-of-the-above: " in note and "two options" in note for note in notes)
+    with pytest.raises(ValueError, match=rf"--probe none-of-the-above: none of this run's {len(binary)} choice item\(s\) "
+                                         rf"can be tested \({len(binary)} two options\)"):
+        _probed(binary)
+    found, not_probed, notes = _probed(binary, ("open-ended",))
     assert sum(1 for (_, probe), _, _ in found if probe == "open-ended") == len(binary)  # still asked open-ended
+    assert notes == [f"probe open-ended: {len(binary)} of {len(binary)} choice item(s) tested"]

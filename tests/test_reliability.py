@@ -448,8 +448,8 @@ def test_compare_says_when_it_narrows_and_refuses_mixed_protocols(tmp_path, synt
                     "--bootstrap", "50")
     assert done.returncode == 0, done.stderr
     notes = json.loads((tmp_path / "ab.json").read_text())["notes"]
-    assert any("a: 2 of its 6 questions are not in every run" in n for n in notes)
-    assert "not in every run" in done.stdout
+    assert any("a: 2 of its 6 questions are not in both a and b" in n for n in notes)
+    assert "not in both a and b" in done.stdout
     refused = finbench("compare", str(tmp_path / "b"), str(tmp_path / "c"), "--bootstrap", "50")
     _one_line_exit_2(refused, "different protocols")
     allowed = finbench("compare", str(tmp_path / "b"), str(tmp_path / "c"), "--bootstrap", "50",

@@ -200,8 +200,8 @@ def test_compare_runs_alignment_flips_mcnemar_holm():
     better = better.sample(frac=1, random_state=0).iloc[:-10]
     worse = pd.concat([worse, worse.iloc[:3].assign(id=["x1", "x2", "x3"])])
     out = compare_runs([base, better, worse], ["base", "better", "worse"], n_bootstrap=300, seed=0)
-    shared = [i for i in base["id"] if i in set(better["id"]) and i in set(worse["id"])]
-    assert out["n_shared"] == len(shared) and out["baseline"] == "base"
+    everywhere = [i for i in base["id"] if i in set(better["id"]) and i in set(worse["id"])]
+    assert out["n_shared"] == len(everywhere) and out["baseline"] == "base"
 
     def correct_by_id(df):
         return dict(zip(df["id"], correct_of(df)))
@@ -209,6 +209,8 @@ def test_compare_runs_alignment_flips_mcnemar_holm():
     cb = correct_by_id(base)
     pvals = []
     for comp, df in zip(out["comparisons"], [better, worse]):
+        shared = [i for i in base["id"] if i in set(df["id"])]  # each run against the baseline on what those two share
+        assert comp["n"] == len(shared)
         cr = correct_by_id(df)
         gained = [i for i in shared if cr[i] and not cb[i]]
         lost = [i for i in shared if cb[i] and not cr[i]]

@@ -27,6 +27,12 @@ def stripped_text(question: Question, text: str, protocol: str) -> str:
     return text.strip()
 
 
+def any_text(text: str) -> bool:
+    """Default reply form: any text is read by the answer rule (a rule that reads an answer it
+    already read the same way: an identity, a JSON reply kept whole, FCMR's set)."""
+    return True
+
+
 def as_decoded(rule: str, images: Sequence[Any]) -> list[Any]:
     """Default image rule: the decoded images as they are."""
     if rule:
@@ -168,6 +174,10 @@ class Benchmark:
     - `request(question, protocol)` → the ONE request (finbench/requests.py) that question makes;
     - `answer(question, text, protocol)` → the answer judged, from generated text (requests of
       type Generate or Session; choice and number answers come from the constrained decoders);
+      `reply_form(text)` → whether a text given to `finbench score --predictions` is a reply in
+      the form the benchmark documents (read by `answer`), not an answer `answer` already read
+      from one (a run's stored `answer`, taken as it is): FinMME's "Answer: …", FinChart-Bench's
+      "[[ … ]]"; by default every text is read (a rule that reads its own readings unchanged);
     - `prepare_images(rule, images)` → the decoded images transformed by a prompt's `image_rule`;
     - `rule_judgement`, `judging` → open answers judged by rules and by a `--judge` model
       (finbench/judging.py `Judging`: the requests — `Generate`, with the question's images where
@@ -216,6 +226,7 @@ class Benchmark:
     load: Callable[..., list[Question]]
     request: Callable[[Question, str], Request]
     answer: Callable[[Question, str, str], str] = stripped_text
+    reply_form: Callable[[str], bool] = any_text
     prepare_images: Callable[[str, Sequence[Any]], list[Any]] = as_decoded
     rule_judgement: Callable[[Question, Prediction], Judgement] = no_rules
     rule_judgements: Callable[[Sequence[Question], Sequence[Prediction], str, bool], list[Judgement]] | None = None

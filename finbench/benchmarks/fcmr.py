@@ -49,8 +49,12 @@ OFFICIAL_INSTRUCTION = ("Answer with the numbers of all true statements, separat
                         "none if no statement is true. End with a line of the form 'Answer: …'.")
 ANSWER_PREFIX = "Answer:"
 OFFICIAL_MAX_NEW_TOKENS = 1024  # finbench's budget for a short reasoning and the answer line
-ANSWER_LINE = re.compile(r"answer\s*[:：]\s*([^\n]*)", re.IGNORECASE)
-STATEMENT = re.compile(r"(?<![\d.])[1-3](?![\d.])")
+# "Answer:" as models write it: any case, bold or italic markers before the colon ("**Answer**:"),
+# an ASCII or a full-width colon
+ANSWER_MARK = re.compile(r"answer[\s*_]*[:：]", re.IGNORECASE)
+# a statement number standing alone: not part of a longer number ("13") nor of a decimal ("1.5",
+# ".2"); a sentence's period after it ("Answer: 2.") ends the number, it does not make a decimal
+STATEMENT = re.compile(r"(?<![\d.])[1-3](?!\d|\.\d)")
 NONE_WORD = re.compile(r"\bnone\b", re.IGNORECASE)
 
 
@@ -164,12 +168,17 @@ def request(question: Question, protocol: str) -> Request:
 
 def extract_official(text: str) -> str:
     """The set a generated answer names, one of SETS, or "" (unreadable: wrong). Read from the rest
-    of the line after the LAST 'Answer:' (case-insensitive), else from the last non-empty line:
-    the statement numbers 1–3 standing alone in it ("1, 3", "1 and 3", "[1,3]"; not "1.5" or
-    "13"); none of them and the word "none" → "none"."""
-    found = ANSWER_LINE.findall(text or "")
-    lines = [line for line in (text or "").splitlines() if line.strip()]
-    tail = found[-1] if found else (lines[-1] if lines else "")
+    of the line after the LAST 'Answer:' of the reply (any case, bold markers around it, an ASCII
+    or a full-width colon; "Answer: 1 (final answer: 3)" reads 3), else from the last non-empty
+    line: the statement numbers 1–3 standing alone in it ("1, 3", "1 and 3", "[1,3]", "2." at a
+    sentence's end; not "1.5" or "13"); none of them and the word "none" → "none"."""
+    text = text or ""
+    marks = list(ANSWER_MARK.finditer(text))
+    if marks:
+        tail = text[marks[-1].end():].lstrip().split("\n", 1)[0]
+    else:
+        lines = [line for line in text.splitlines() if line.strip()]
+        tail = lines[-1] if lines else ""
     numbers = sorted(set(STATEMENT.findall(tail)))
     if numbers:
         return ", ".join(numbers)

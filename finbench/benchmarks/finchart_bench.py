@@ -191,10 +191,16 @@ def answer(question: Question, text: str, protocol: str) -> str:
     return extract_official(text)
 
 
+def reply_form(text: str) -> bool:
+    """A reply in the README's form (it holds a `[[ … ]]`), not a label already read from one ("False")."""
+    return RESULT.search(text or "") is not None
+
+
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS,
     scorer=ScorerModule("finbench.scoring.finchart_bench"), load=load_questions, request=request, answer=answer,
+    reply_form=reply_form,
     forms=FORMS, protocols=("constrained (default: MC and TF letters from the logits, QA by the number grammar)",
                             "official (the README's prompts; 'Result = [[ … ]]' compared as the README compares)"),
     metrics="accuracy per task (MC, TF, QA) and overall, the README's comparison; QA also within 1 % "

@@ -305,10 +305,16 @@ def answer(question: Question, text: str, protocol: str) -> str:
     return extract_official(text)
 
 
+def reply_form(text: str) -> bool:
+    """A reply eval.py reads (it holds "Answer:"), not a token it already read from one ("A,C")."""
+    return OFFICIAL_ANSWER_PATTERN.search(text or "") is not None
+
+
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmme"),
-    load=load_questions, request=request, answer=answer, prepare_images=prepare_images, open_prompt=open_prompt,
+    load=load_questions, request=request, answer=answer, reply_form=reply_form, prepare_images=prepare_images,
+    open_prompt=open_prompt,
     recognise=requires_columns("FinMME", REQUIRED_COLUMNS),
     cluster_field="image",  # several questions are asked of one chart; the records carry no image id: its bytes' digest
     metrics="FinScore = F × (1 − P_H) (official eval.py); F, P_H, accuracy; by domain, question type, asset class, "

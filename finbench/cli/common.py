@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -19,6 +20,8 @@ from typing import Iterator, Sequence
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from finbench.encodable import escape_streams
 
 
 HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
@@ -61,6 +64,10 @@ class OneValueGroup(typer.core.TyperGroup):
             if refusal:
                 fail(refusal)
         return name, command, rest
+
+    def invoke(self, ctx: typer.Context):
+        escape_streams(sys.stdout, sys.stderr)  # a reply's lone surrogate printed escaped, never a crash
+        return super().invoke(ctx)
 
 
 def comma_list(values: Sequence[str]) -> str:

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from rich.markup import escape
 
+from finbench.encodable import write_text
 from finbench.report.console import as_console, print_comparison, print_scores
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.scoring.predictions import score_predictions
@@ -74,7 +75,7 @@ def judge_agreement_command(run_dirs: Sequence[Path], out: Path | None = None, n
         target = Path(out)
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")  # a reader never sees half a file
-        partial.write_text(json.dumps(result, indent=2, ensure_ascii=False), encoding="utf-8")
+        write_text(partial, json.dumps(result, indent=2, ensure_ascii=False))
         partial.replace(target)
         con.print(f"wrote {target}", markup=False, soft_wrap=True)
     return result

@@ -22,8 +22,11 @@ def score(
     benchmark: str = typer.Option(DEFAULT_BENCHMARK, help="Benchmark of --data/--predictions."),
     data: Optional[str] = typer.Option(None, help="Benchmark data, to score --predictions against."),
     predictions: Optional[Path] = typer.Option(None, help='JSONL of {"id": ..., "answer": "A,C"} per line.'),
-    protocol: Optional[str] = typer.Option(None, help="The protocol that produced --predictions (FinMMR: cot, the "
-                                                        "extracted answers; pot, the raw outputs with the program)."),
+    protocol: Optional[str] = typer.Option(None, help="The protocol that produced --predictions (default: "
+                                                        "constrained), read as a run under it reads its outputs: a "
+                                                        "choice item's letters; a reply in the benchmark's "
+                                                        "documented form, read by its rule; or an answer a run "
+                                                        "stored, as it is."),
     samples_out: Optional[Path] = typer.Option(None, help="With --predictions: write one JSON line per question "
                                                             "(id, answer, extracted, correct) to this file."),
     unsafe_sandbox: bool = typer.Option(False, help=UNSAFE_SANDBOX_HELP),

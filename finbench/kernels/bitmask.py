@@ -24,6 +24,7 @@ import torch
 
 DEFAULT_ALPHABET = "ABCDEFGHIJKLMN"  # FinMME's official judge reads letters A–N
 UNKNOWN_BIT = 62  # a selection that is no option letter at all (e.g. FinMTM's "A,C" string)
+_STR = np.frompyfunc(str, 1, 1)
 
 
 def to_str_array(values: Iterable[Any] | np.ndarray | pd.Series) -> np.ndarray:
@@ -35,17 +36,22 @@ def to_str_array(values: Iterable[Any] | np.ndarray | pd.Series) -> np.ndarray:
     if len(arr) == 0:
         return arr
     arr = np.where(pd.isna(arr), "", arr)
-    return arr.astype(str).astype(object)
+    # str() of each, kept as Python strings: numpy's fixed-width ones drop a trailing NUL ("A\x00" → "A")
+    return _STR(arr).astype(object)
 
 
 def utf8_buffers(values: Iterable[Any] | np.ndarray | pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """(UTF-8 bytes of all strings concatenated, int64 offsets [N+1]); None/NaN → ''.
-    Arrow-backed pandas strings are read without copying them into Python objects."""
+    Arrow-backed pandas strings are read without copying them into Python objects; a lone
+    surrogate is kept as its surrogatepass bytes (non-ASCII: the exact path reads it back)."""
     try:
         arr = pa.array(values if isinstance(values, (pd.Series, np.ndarray)) else list(values),
                        type=pa.large_string(), from_pandas=True)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # non-str objects: str() them first
         arr = pa.array(to_str_array(values), type=pa.large_string())
+    except UnicodeEncodeError:  # a lone surrogate (a reply's): its bytes as Python keeps them, non-ASCII
+        arr = pa.array([text.encode("utf-8", "surrogatepass") for text in to_str_array(values)],
+                       type=pa.large_binary())
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if arr.null_count:
@@ -104,7 +110,8 @@ def letters_to_mask(
     out = segment_or(_lookup_table(alphabet, casefold, dtype)[data], offsets).astype(np.int64)
     non_ascii = np.flatnonzero(segment_or((data >= 128).view(np.uint8), offsets))
     for i in non_ascii:  # rare: exact Python rule, see module docstring
-        out[i] = _exact_mask(bytes(data[offsets[i]:offsets[i + 1]]).decode("utf-8"), alphabet, casefold)
+        out[i] = _exact_mask(bytes(data[offsets[i]:offsets[i + 1]]).decode("utf-8", "surrogatepass"), alphabet,
+                             casefold)
     return torch.from_numpy(out)
 
 

@@ -41,7 +41,7 @@ from finbench.models.identity import file_sha256, fingerprint_of, weights_digest
 from finbench.models.loading import attention_implementation, load_auto, resolve_device, resolve_dtype  # noqa: F401
 from finbench.models.padding import pad_gemm_widths
 from finbench.models.part_timing import PartClock
-from finbench.models.tokens import end_token_ids, single_token_ids, stop_token_ids
+from finbench.models.tokens import end_token_ids, reserved_token_ids, single_token_ids, stop_token_ids
 from finbench.types import ModelRequest
 
 
@@ -88,6 +88,7 @@ class HFVisionLanguageModel:
         # mask-free prefill right-aligns rows itself and reads each row's last real token instead;
         # free generation and thinking keep these left-padded inputs.
         self.tokenizer.padding_side = "left"
+        self._reserved: frozenset[int] | None = None  # reserved_token_ids, read once
         self.source = source
         self.quant = quant  # the label: a --quant value, or prequantized:<format> (models/quant.py)
         self.quant_report = quant_report  # what is really quantized, from the loaded modules
@@ -124,7 +125,18 @@ class HFVisionLanguageModel:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
-        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+        """Generated ids as text, without the ids no prompt may hold (`reserved_token_ids`): a
+        placeholder the tokenizer does not mark special would come back as that token."""
+        reserved = self.reserved_token_ids()
+        return self.tokenizer.batch_decode([[t for t in row if t not in reserved] for row in rows],
+                                           skip_special_tokens=True)
+
+    def reserved_token_ids(self) -> frozenset[int]:
+        """Special tokens and image/video placeholders (models/tokens.py `reserved_token_ids`): the
+        thinking step drops them from the reasoning it carries into the answer prompt."""
+        if getattr(self, "_reserved", None) is None:
+            self._reserved = reserved_token_ids(self.tokenizer, getattr(self.model, "config", None), self.processor)
+        return self._reserved
 
     @property
     def pad_token_id(self) -> int | None:

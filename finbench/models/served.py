@@ -179,6 +179,9 @@ class ServedModel:
     def decode(self, rows: Sequence[Sequence[int]]) -> list[str]:
         raise ValueError(f"{self.source}: a served model's tokenizer is the server's")
 
+    def reserved_token_ids(self) -> frozenset[int]:
+        return frozenset()  # no ids here: the server's replies are text, and thinking is not declared
+
     @property
     def pad_token_id(self) -> int | None:
         return None

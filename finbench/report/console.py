@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from finbench.report.balance import balance_line
-from finbench.report.format import (headline_score, metric_of, part_cells, plural, power_line, sampled_label, score_text,
-                                     scored_by, scored_parts)
+from finbench.report.format import (bootstrap_label, headline_score, metric_of, part_cells, plural, power_line,
+                                     sampled_label, score_text, scored_by, scored_parts)
 from finbench.report.run_sections import clustered_line, cost_line
 from finbench.report.studies import baseline_line, study_lines
 from finbench.benchmarks.metrics import ACCURACY, SCORE
@@ -189,7 +189,6 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
         con.print(f"{title}: no item of this run is scored by this rule ({how})", markup=False, soft_wrap=True)
         return
     ci = scores.get("ci", {})
-    level = next(iter(ci.values()))["level"] if ci else None
     errors = int(scores.get("n_errors") or 0)
     caption = (f"{how}; {plural(n, 'scored question')}"
                + (f", {errors} of them with an error (scored as wrong)" if errors else "") + "; values × 100")
@@ -197,7 +196,7 @@ def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> N
     head.add_column("metric")
     head.add_column("value", justify="right")
     if ci:
-        head.add_column(f"{level:.0%} CI (bootstrap ×{scores['bootstrap']['n_resamples']})", justify="right")
+        head.add_column(bootstrap_label(scores), justify="right")
     for name in scores.get("headline", []):
         higher_is_better = metric_of(scores.get("benchmark"), name).higher_is_better
         label = name if higher_is_better else f"{name} (penalty: lower is better)"
@@ -303,6 +302,26 @@ def _small_sample_notes(scores: dict[str, Any]) -> list[str]:
     return notes
 
 
+def _scores_table(result: dict[str, Any], headline: list[str]) -> Any:
+    """Every run's headline numbers on the questions all runs share; where a run shares fewer with
+    the baseline than all do, each pair instead, on the questions that pair shares (its `n`)."""
+    from rich.table import Table
+
+    baseline, comparisons = result["baseline"], result["comparisons"]
+    same = all(c.get("n", result["n_shared"]) == result["n_shared"] for c in comparisons)
+    rows = [(f"{run} (baseline)" if run == baseline else run, result["scores"][run]) for run in result["runs"]] \
+        if same else [(f"{run} (baseline)" if run == baseline else f"{run} ({c['n']} shared with the baseline)",
+                       c["scores"][run]) for c in comparisons for run in (baseline, c["run"])]
+    title = f"{result['n_shared']} shared questions" if same else "each run with the baseline on the questions both scored"
+    table = Table(title=f"{result.get('label')} — {title} (values × 100)")
+    table.add_column("run", no_wrap=True, min_width=max(len(label) for label, _ in rows))  # names are never cut
+    for name in headline:
+        table.add_column(name, justify="right")
+    for label, found in rows:
+        table.add_row(label, *[_fmt(m, found.get(m)) for m in headline])
+    return table
+
+
 def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     """Rich tables of a `compare_runs` result."""
     from rich.table import Table
@@ -310,27 +329,20 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     con = as_console(console)
     headline = result.get("headline", [])
     # run names are never cut: at 80 columns two variants must not both read "think_bu…"
-    width = max(len(f"{r} (baseline)") for r in result["runs"])
-    scores = Table(title=f"{result.get('label')} — {result['n_shared']} shared questions (values × 100)")
-    scores.add_column("run", no_wrap=True, min_width=width)
-    for name in headline:
-        scores.add_column(name, justify="right")
-    for run in result["runs"]:
-        label = f"{run} (baseline)" if run == result["baseline"] else run
-        scores.add_row(label, *[_fmt(m, result["scores"][run].get(m)) for m in headline])
-    print_table(con, scores)
+    print_table(con, _scores_table(result, headline))
 
     primary = result.get("primary", ACCURACY.key)
     shown = [primary] + ([ACCURACY.key] if primary != ACCURACY.key and ACCURACY.key in headline else [])
     table = Table(title=f"vs {result['baseline']}: Δ with its 95% CI (clustered t for mean scores, else paired "
                         f"bootstrap ×{result['bootstrap']['n_resamples']}), exact McNemar, Holm")
     table.add_column("run", no_wrap=True, min_width=max(len(c["run"]) for c in result["comparisons"]))
+    table.add_column("n shared", justify="right")
     for m in shown:
         table.add_column(f"Δ {m} [CI]{sampled_label(result['comparisons'], m)}", justify="right", overflow="fold")
     for col in ("only baseline right", "only run right", "McNemar p", "Holm p"):
         table.add_column(col, justify="right", overflow="fold")
     for c in result["comparisons"]:
-        cells = [c["run"]]
+        cells = [c["run"], str(c.get("n", result["n_shared"]))]
         for m in shown:
             d = c["delta"][m]
             cells.append(f"{_fmt(m, d['value'])} {_fmt_ci(m, d.get('ci'))}".strip())

@@ -180,6 +180,17 @@ def delta_text(row: dict[str, Any]) -> str:
     return text if row.get("delta_metric") in (None, row["metric"]) else f"{text} ({row['delta_metric']})"
 
 
+def bootstrap_label(scores: dict[str, Any]) -> str:
+    """What the headline CIs are, as every report names them (scoring/api.py `score_samples`'
+    `bootstrap`): '95% CI (percentile bootstrap ×1000, clusters resampled)'; 'CI' without one."""
+    found = scores.get("bootstrap") or {}
+    if not found:
+        return "CI"
+    unit = "clusters" if found.get("unit") == "cluster" else "questions"
+    return (f"{found.get('level', 0.95):.0%} CI ({found.get('method', 'percentile')} bootstrap "
+            f"×{found.get('n_resamples')}, {unit} resampled)")
+
+
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
     """'12.34 [8.10, 15.20]' (values already ×100), without the interval when it is missing, '–'
     for a missing value."""

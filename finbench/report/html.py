@@ -25,8 +25,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (headline_score, metric_labels, num, part_cells, pct, penalties, power_line,
-                                    quantization_study, scored_by, scored_parts)
+from finbench.encodable import write_text
+from finbench.report.format import (bootstrap_label, headline_score, metric_labels, num, part_cells, pct, penalties,
+                                    power_line, quantization_study, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
@@ -70,6 +71,7 @@ def write_report(run_dir: str | Path) -> Path:
     rows = _browser_rows(samples, read_thumbnails(run_dir))  # written by the run: the data is never re-read
     page = _environment().get_template("run.html.j2").render(
         results=results, scores=scores, labels=metric_labels(results["benchmark"], scores.get("headline", [])),
+        ci_label=bootstrap_label(scores),
         plots=_uris(run_figures(results)), parts=part_rows(scores), headline=headline_score(scores), scored_by=scored_by(scores),
         penalties=penalties(results["benchmark"], scores.get("headline", [])),
         studies=study_sections(results) + balance_sections(results) + run_sections(results), baseline=baseline_line(results),
@@ -122,7 +124,7 @@ def part_rows(scores: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _write(path: Path, text: str) -> None:
     temporary = path.with_suffix(path.suffix + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
+    write_text(temporary, text)  # what UTF-8 cannot encode (a lone surrogate in a reply) written escaped
     temporary.replace(path)
 
 

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.report.format import (also_text, delta_text, headline_score, interval_text, metric_label, num, part_cells, pct, penalties,
-                                    power_line, quantization_study, sampled_label, score_text, scored_by, scored_parts)
+from finbench.encodable import write_text
+from finbench.report.format import (also_text, bootstrap_label, delta_text, headline_score, interval_text, metric_label,
+                                    num, part_cells, pct, penalties, power_line, quantization_study, sampled_label,
+                                    score_text, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
 from finbench.benchmarks.metrics import ACCURACY, SCORE
 from finbench.report.run_sections import run_sections
@@ -37,7 +39,7 @@ def run_markdown(results: dict[str, Any]) -> str:
         parts.append(f"{baseline_line(results)}.")
     if scores.get("n"):
         parts += ["## Scores (×100)",
-                  _table(["metric", "value ×100", "95% CI ×100"],
+                  _table(["metric", "value ×100", f"{bootstrap_label(scores)} ×100"],
                          [[metric_label(results["benchmark"], k)
                            + (" (penalty: lower is better)" if k in penalties(results["benchmark"], [k]) else ""),
                            pct(scores.get(k)), _ci(scores.get("ci", {}).get(k))] for k in scores.get("headline", [])]),
@@ -82,7 +84,7 @@ def write_markdown(run_dir: str | Path, results: dict[str, Any] | None = None) -
     run_dir = Path(run_dir)
     results = results or json.loads((run_dir / "results.json").read_text())
     path = run_dir / "report.md"
-    path.write_text(run_markdown(results), encoding="utf-8")
+    write_text(path, run_markdown(results))
     return path
 
 
@@ -159,7 +161,7 @@ def _study_markdown(summary: dict[str, Any]) -> list[str]:
 
 def write_sweep_markdown(out: str | Path, summary: dict[str, Any]) -> Path:
     path = Path(out) / "report.md"
-    path.write_text(sweep_markdown(summary), encoding="utf-8")
+    write_text(path, sweep_markdown(summary))
     return path
 
 

@@ -57,11 +57,12 @@ def clustered_section(results: dict[str, Any]) -> dict[str, Any] | None:
                      _ratio(m.get("design_effect")),
                      f"[{pct(ci.get('low'))}, {pct(ci.get('high'))}]" if ci.get("low") is not None else "–"])
     return {"id": "clustered", "title": "Clustered error bars (×100)",
-            "tables": [{"header": ["metric", "iid SE", "clustered SE", "design effect", "clustered 95% CI"],
-                        "rows": rows}],
+            "tables": [{"header": ["metric", "iid SE", "clustered SE", "design effect",
+                                   "clustered 95% CI (t, G − 1 df)"], "rows": rows}],
             "note": f"clustered by {found['by']}, {found['n_clusters']} clusters: questions of one cluster are "
                     "not independent, so the iid SE understates the uncertainty by √(design effect); the "
-                    "clustered interval is a normal 95% interval around the mean with the cluster-robust SE."}
+                    "clustered interval is the mean ± the t(G − 1) quantile × the cluster-robust SE (G the "
+                    "metric's own clusters), clipped to [0, 1] for a proportion."}
 
 
 def cost_section(results: dict[str, Any]) -> dict[str, Any] | None:

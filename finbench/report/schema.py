@@ -1,9 +1,14 @@
-"""Column contract of `samples.parquet`: one row per question of a run.
+"""Column contract of `samples.parquet`: one row per question of a run; and results.json's JSON
+Schema with the registered benchmarks and protocols (`results_schema`).
 
 The runner writes these columns; the scorers and `finbench score/compare` read them. Grouping
 columns a benchmark declares (e.g. FinMME's `domain`, `question_type`, `asset_class`) are added
 as plain string columns beside them.
 """
+
+import json
+from pathlib import Path
+from typing import Any
 
 from finbench.studies import all_studies
 
@@ -19,6 +24,8 @@ SAMPLE_COLUMNS = {
     "raw_output": "str — generated text (official protocol / thinking), '' otherwise",
     "n_options": "int — number of options (0 for numerical/open)",
     "option_probs": "list<float> — probabilities over the options at the first answer step",
+    "letters": "bool — `answer` is option letters read from the letters' logits (a choice request), not text "
+    "the benchmark's rule reads",
     "tolerance": "float — absolute tolerance of numerical items, NaN when absent",
     "correct": "float — per-question official correctness (0/1); errors count as 0",
     "error": "str — per-sample error message, '' when none",
@@ -57,3 +64,23 @@ VARIANT_COLUMNS = {
     "gold": "str — the gold as asked: the letters of the gold options in this variant's order",
     "correct": "float — this variant's official correctness (0/1)",
 }
+
+
+RESULTS_SCHEMA = Path(__file__).with_name("results.schema.json")
+
+
+def results_schema() -> dict[str, Any]:
+    """results.json's JSON Schema (report/results.schema.json) with the enums of what is registered
+    now: `benchmark` (and `config.benchmark`) one of the registered benchmarks' names, `protocol`
+    (and `config.protocol`) one of the protocols a registered benchmark accepts — generated from
+    the registry, so a benchmark or protocol added there is valid without an edit here."""
+    from finbench.benchmarks import BENCHMARKS
+
+    schema = json.loads(RESULTS_SCHEMA.read_text(encoding="utf-8"))
+    names = sorted(BENCHMARKS)
+    protocols = sorted({p for benchmark in BENCHMARKS.values() for p in benchmark.protocol_names})
+    properties, config = schema["properties"], schema["properties"]["config"]["properties"]
+    properties["benchmark"] = {**properties["benchmark"], "enum": names}
+    properties["protocol"] = {**properties["protocol"], "enum": protocols}
+    config["benchmark"], config["protocol"] = {"enum": names}, {"enum": protocols}
+    return schema

@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.encodable import encodable
 from finbench.types import Question
 
 THUMBNAILS_FILE = "thumbnails.parquet"
@@ -25,7 +26,7 @@ def write_thumbnails(questions: Sequence[Question], path: Path) -> None:
 
     shown = [(q.id, jpeg_thumbnail(q.images[0])) for q in questions[:MAX_THUMBNAILS] if q.images]
     shown = [(qid, jpeg) for qid, jpeg in shown if jpeg]
-    table = pa.table({"id": pa.array([qid for qid, _ in shown], pa.string()),
+    table = pa.table({"id": pa.array([encodable(qid) for qid, _ in shown], pa.string()),
                       "jpeg": pa.array([jpeg for _, jpeg in shown], pa.binary())})
     pq.write_table(table, path)
 

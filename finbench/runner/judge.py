@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.judging import Judging
+from finbench.judging import Judging, rule_verdicts
 from finbench.models.contract import ModelAdapter
 from finbench.requests import Generate
 from finbench.runner.batching import plan_batches, too_long
@@ -133,23 +133,25 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
 def _rule_verdicts(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
                    with_judge: bool, protocol: str, unsafe: bool, judging: Mapping[int, Any] | None,
                    rule_score: list[float], details: list[dict[str, Any]]) -> dict[int, list[Generate]]:
-    """The rules' verdicts into `rule_score` and `details`; returns what each question asks a judge
-    model (`with_judge`). A malformed prediction is its question's judging error."""
+    """The rules' verdicts into `rule_score` and `details` (finbench/judging.py `rule_verdicts`);
+    returns what each question asks a judge model (`with_judge`). A malformed prediction is its
+    question's judging error, and asks no judge."""
+    scores, found = rule_verdicts(benchmark, questions, [predictions[i] for i in range(len(questions))], protocol,
+                                  unsafe)
+    for i, (score, info) in enumerate(zip(scores, found)):
+        rule_score[i] = score
+        details[i].update(info)
     asked: dict[int, list[Generate]] = {}
-    together = _rule_judgements(benchmark, questions, predictions, protocol, details, unsafe)
+    if not with_judge:
+        return asked
     for i, question in enumerate(questions):
-        prediction = predictions[i]
-        if question.error or prediction.error:
+        malformed = "error" in details[i] and benchmark.rule_judgements is None  # its own rule could not read it
+        if question.error or predictions[i].error or malformed:
             continue
         try:
-            score, info = together.get(i, (None, {})) if together is not None else benchmark.rule_judgement(question, prediction)
-            if score is not None:
-                rule_score[i] = float(score)
-                details[i]["rules"] = info
-            if with_judge:
-                found = (judging or {}).get(i, benchmark.judging).judge_requests(question, prediction)
-                if found:
-                    asked[i] = found
+            requests = (judging or {}).get(i, benchmark.judging).judge_requests(question, predictions[i])
+            if requests:
+                asked[i] = requests
         except Exception as err:  # noqa: BLE001 — a malformed prediction is that question's problem
             details[i]["error"] = f"judging: {type(err).__name__}: {err}"
     return asked
@@ -212,22 +214,6 @@ def _failure_notes(failed_items: Sequence[str], unparsed_items: Sequence[str], f
                      f"parsed ({_named(unparsed_items)}): counted as failed judgements (judge.unparsed_items), not "
                      "given a default score")
     return notes
-
-
-def _rule_judgements(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
-                     protocol: str, details: list[dict[str, Any]], unsafe: bool) -> dict[int, Any] | None:
-    """{question: verdict} from the benchmark's `rule_judgements` (None when it has none); a
-    failure of the call is every such question's judging error."""
-    if benchmark.rule_judgements is None:
-        return None
-    rows = [i for i, q in enumerate(questions) if not q.error and not predictions[i].error]
-    try:
-        found = benchmark.rule_judgements([questions[i] for i in rows], [predictions[i] for i in rows], protocol, unsafe)
-        return dict(zip(rows, found))
-    except Exception as err:  # noqa: BLE001 — the rules failing is every judged question's problem, not the run's
-        for i in rows:
-            details[i]["error"] = f"judging: {type(err).__name__}: {err}"
-        return {}
 
 
 def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call], cache: Any,

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from finbench.benchmarks.base import Benchmark
+from finbench.encodable import encodable
 from finbench.models.contract import GenerationInterrupted, ModelAdapter
 from finbench.models.inputs import ModelInputs
 from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
@@ -128,7 +129,9 @@ class BatchLoop:
 
     def _logged_prompt(self, text: str) -> str:
         """What the model saw, as text (image placeholders unexpanded, as `prepare` rendered it), or its hash."""
-        return text if self.config.decode.log_prompts else "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        if self.config.decode.log_prompts:
+            return text
+        return "sha256:" + hashlib.sha256(encodable(text).encode()).hexdigest()  # a reply's lone surrogate: escaped
 
     # ---- decoding (the model's thread) -------------------------------------------------------
     def run(self, prepared: PreparedBatch) -> dict[int, Prediction]:

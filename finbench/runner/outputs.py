@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from finbench.encodable import encodable_frame, text_frame, write_text
 from finbench.runner.decoding import answer_confidence
 from finbench.runner.keys import model_identity
 from finbench.types import Prediction, Question
@@ -41,7 +42,7 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
             "id": question.id, "benchmark": question.benchmark, "kind": question.kind, "gold": question.gold,
             "question": question.text, "options": list(question.options), "prompt": p.prompt,
             "answer": p.answer, "raw_output": p.generated_text, "n_options": len(question.options),
-            "option_probs": [math.exp(lp) for lp in p.option_logprobs],
+            "option_probs": [math.exp(lp) for lp in p.option_logprobs], "letters": bool(p.option_logprobs),
             "confidence": _confidence(question, p),
             "reasoning_text": p.reasoning_text, "reasoning_tokens": p.reasoning_tokens, "budget_cut": p.budget_cut,
             "tolerance": math.nan if question.tolerance is None else question.tolerance,
@@ -50,7 +51,7 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
             "sample_key": keys[index], "cluster": cluster_key(fields[question.benchmark], question),
             **dict(question.meta),
         })
-    table = pd.DataFrame(rows)
+    table = text_frame(rows)  # a reply UTF-8 cannot encode is kept as it is (finbench/encodable.py)
     for column in ("prompt_tokens", "image_tokens", "generated_tokens"):  # integers, null where not counted
         if column in table:
             table[column] = table[column].astype("Int64")
@@ -107,7 +108,10 @@ def write_samples(samples: Any, path: Path) -> None:
 
     from finbench.report.schema import SAMPLES_SCHEMA_VERSION
 
-    table = pa.Table.from_pandas(samples, preserve_index=False)
+    try:
+        table = pa.Table.from_pandas(samples, preserve_index=False)
+    except UnicodeEncodeError:  # text UTF-8 cannot encode (a lone surrogate in a reply): written escaped
+        table = pa.Table.from_pandas(encodable_frame(samples), preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            b"finbench.schema_version": SAMPLES_SCHEMA_VERSION.encode()})
     temporary = path.with_suffix(".parquet.tmp")
@@ -117,7 +121,7 @@ def write_samples(samples: Any, path: Path) -> None:
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(payload, indent=2, default=str, allow_nan=True))
+    write_text(temporary, json.dumps(payload, indent=2, default=str, allow_nan=True))
     os.replace(temporary, path)
 
 

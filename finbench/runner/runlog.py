@@ -6,6 +6,8 @@ import logging
 import logging.handlers
 from pathlib import Path
 
+from finbench.encodable import ENCODING, ERRORS
+
 log = logging.getLogger("finbench")
 
 
@@ -30,7 +32,7 @@ class RunLog:
 
     def open(self, path: Path) -> None:
         """Start writing to `path`, with everything logged so far."""
-        handler = logging.FileHandler(path)
+        handler = logging.FileHandler(path, encoding=ENCODING, errors=ERRORS)  # a reply's lone surrogate: escaped
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
         self.buffer.setTarget(handler)
         self.buffer.flush()

@@ -9,8 +9,11 @@ opens it, or the adapter adds the open tag). Then, for a whole batch at once:
    without closing, or ran out of budget, gets the close tag appended — the block is always closed;
 3. the batch is rebuilt as prompt + reasoning + close tag + "\\n\\n" + answer prefix, re-packed to
    left padding (`ModelInputs.extend`: the batch knows its token-aligned inputs), and handed to
-   the ordinary constrained decoders (runner/decoding.py). A caller that drops finished rows cuts
-   the batch with `ModelInputs.select`.
+   the ordinary constrained decoders (runner/decoding.py). The reasoning goes in as the generated
+   ids — never decoded and tokenised again — less the adapter's `reserved_token_ids` (special
+   tokens, image placeholders: a reasoning that emits its image token would leave the answer step
+   an image token without features). A caller that drops finished rows cuts the batch with
+   `ModelInputs.select`.
 The rebuilt batch is prefilled again from scratch: it costs one more prompt prefill, but keeps the
 answer step identical to the instruct path (same decoders, same positions, no cache surgery).
 """
@@ -77,7 +80,10 @@ def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes
     n_generated = torch.where(ended, first_stop + 1, first_stop)
     cut = ~ended & (n_generated >= budget) & (budget > 0)
     columns = torch.arange(width, device=device)
-    reasoning_mask = columns[None, :] < kept[:, None]
+    # the reasoning carried into the answer prompt as ids, never re-tokenised text; without the ids
+    # no prompt may hold (a special token, an image placeholder: one more image token than images)
+    reserved = torch.tensor(sorted(model.reserved_token_ids()), dtype=generated.dtype, device=device)
+    reasoning_mask = (columns[None, :] < kept[:, None]) & ~torch.isin(generated, reserved)
 
     close_tag = model.capabilities.thinking_tags[1]
     suffixes = [model.encode(close_tag + AFTER_CLOSE + prefix) for prefix in answer_prefixes]

@@ -241,14 +241,17 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: B
                  n_bootstrap: int = 1000, seed: int = 0, variant: str = OFFICIAL.name, level: float = CI_LEVEL,
                  device: str | torch.device = "cpu", means: Sequence[pd.Series | None] | None = None
                  ) -> dict[str, Any]:
-    """Paired comparison of runs on the same questions; the first run is the baseline.
-    `means` (one per run, None for a run without --samples): each sampled question's mean score
-    over its K samples by id (scoring/sampling.py `per_question_means`), used for the clustered
-    paired difference in place of sample 0's score.
+    """Paired comparison of runs; the first run is the baseline. `means` (one per run, None for a
+    run without --samples): each sampled question's mean score over its K samples by id
+    (scoring/sampling.py `per_question_means`), used for the clustered paired difference in place
+    of sample 0's score.
 
-    Runs are aligned on `id` and only ids scored in every run are used. Per run vs baseline:
-    exact McNemar on correctness, Holm-adjusted p over all runs, paired bootstrap CIs (the same
-    resampled questions feed both runs) of every headline difference, and the flipped ids."""
+    Each run is compared with the baseline on the questions THOSE TWO both scored (`n` of its
+    comparison, with both runs' `scores` on them); a run that shares none with the baseline is
+    refused in one ValueError line. Per run vs baseline: exact McNemar on correctness, Holm-adjusted
+    p over all runs, paired bootstrap CIs (the same resampled questions feed both runs) of every
+    headline difference, and the flipped ids. `scores` and `n_shared`: every run on the questions
+    all of them scored (empty when none is shared by all)."""
     if len(dfs) != len(names) or len(dfs) < 2:
         raise ValueError("compare_runs needs at least two runs and one name per run")
     if len(set(names)) != len(names):
@@ -258,50 +261,63 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: B
     for name, table in zip(names, tables):
         if len(set(table.ids.tolist())) != table.n:
             raise ValueError(f"run {name!r} has duplicate question ids")
+    pairs = [_shared_ids([tables[0], table]) for table in tables[1:]]
+    for name, shared in zip(names[1:], pairs):
+        if not shared:
+            raise ValueError(f"{name} and {names[0]} share no scored question: there is nothing to compare "
+                             f"({tables[0].n} and {tables[names.index(name)].n} questions)")
     shared = _shared_ids(tables)
-    positions = [_positions(t, shared) for t in tables]
-    base = tables[0].subset(positions[0])
-    aligned = [base] + [dataclasses.replace(base, correct=t.subset(p).correct, score=t.subset(p).score,
-                                            values=t.subset(p).values)
-                        for t, p in zip(tables[1:], positions[1:])]
-    scores = {name: point_estimates(t) for name, t in zip(names, aligned)}
-    by, cluster_ids, n_clusters = _clusters(_table_rows(dfs[0], tables[0]).iloc[positions[0]], spec)
-    comparisons = []
-    for k, (name, table) in enumerate(zip(names[1:], aligned[1:]), start=1):
-        mc = mcnemar(base.correct, table.correct)
-        resampled = (cluster_ids.to(base.values.device), n_clusters) if n_clusters < base.n else None
-        cis = paired_bootstrap(base, table, n_bootstrap, seed, level, clusters=resampled) \
-            if n_bootstrap > 0 and base.n else {}
-        # the mean per-question score's paired difference, its clustered SE and interval, and the
-        # smallest difference this set detects (80% power, α = 0.05 two-sided)
-        mine, theirs = (means[k], means[0]) if means else (None, None)
-        paired = {key: v for key, v in paired_difference(_sampled(table, mine), _sampled(base, theirs), cluster_ids,
-                                                         n_clusters).items() if key != "n"}
-        paired["verdict"] = verdict(paired["ci_diff"], paired["mde"])  # the sentence every output prints
-        sampled = bool(means) and (means[0] is not None or means[k] is not None)
-        if sampled:
-            paired["per_question"] = "mean score over the K samples of --samples runs"
-        mean_metrics = {m for m in base.headline if _is_mean(scores[names[0]].get(m), base)
-                        and _is_mean(scores[name].get(m), table)}
-        delta = {m: one_interval(_diff(scores[name].get(m), scores[names[0]].get(m)), paired, m in mean_metrics,
-                                 cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level,
-                                 sampled)
-                 for m in base.headline}
-        comparisons.append({"run": name, "baseline": names[0], "n": base.n, "delta": delta,
-                            "mcnemar": {"baseline_only": mc["a_only"], "run_only": mc["b_only"], "p": mc["p"]},
-                            "flipped": flipped_ids(base, table), **paired,
-                            "cluster_by": by, "n_clusters": n_clusters})
+    scores = {name: point_estimates(t.subset(_positions(t, shared))) for name, t in zip(names, tables)} if shared else {}
+    comparisons = [_compare_pair(dfs[0], tables[0], table, names[0], name, ids, spec, n_bootstrap, seed, level,
+                                 (means[0], means[k]) if means else None)
+                   for k, (name, table, ids) in enumerate(zip(names[1:], tables[1:], pairs), start=1)]
     for comparison, p in zip(comparisons, holm([c["mcnemar"]["p"] for c in comparisons])):
         comparison["p_holm"] = p
-    notes = _gold_disagreements(dfs, names, shared)
+    notes = [note for name, df, ids in zip(names[1:], dfs[1:], pairs)
+             for note in _gold_disagreements([dfs[0], df], [names[0], name], ids)]
     return _jsonable({"benchmark": spec.name, "variant": variant, "label": tables[0].info["label"],
-                      "baseline": names[0], "runs": list(names), "primary": base.primary,
-                      "headline": list(base.headline), "n_shared": len(shared),
+                      "baseline": names[0], "runs": list(names), "primary": tables[0].primary,
+                      "headline": list(tables[0].headline), "n_shared": len(shared),
                       "n_by_run": {name: t.n for name, t in zip(names, tables)},
                       "scores": scores, "comparisons": comparisons,
                       "bootstrap": {"n_resamples": int(n_bootstrap), "seed": int(seed), "level": level,
                                     "paired": True},
                       "notes": notes})
+
+
+def _compare_pair(df0: pd.DataFrame, table0: ScoreTable, table: ScoreTable, baseline: str, name: str,
+                  shared: Sequence[str], spec: Any, n_bootstrap: int, seed: int, level: float,
+                  means: tuple[pd.Series | None, pd.Series | None] | None) -> dict[str, Any]:
+    """One run against the baseline on the questions both scored (`shared`, in the baseline's
+    order): the scores of both there, McNemar, the clustered paired difference with its verdict and
+    the one interval of every headline difference."""
+    first = _positions(table0, shared)
+    base = table0.subset(first)
+    mine = table.subset(_positions(table, shared))
+    aligned = dataclasses.replace(base, correct=mine.correct, score=mine.score, values=mine.values)
+    scores = {baseline: point_estimates(base), name: point_estimates(aligned)}
+    by, cluster_ids, n_clusters = _clusters(_table_rows(df0, table0).iloc[first], spec)
+    mc = mcnemar(base.correct, aligned.correct)
+    resampled = (cluster_ids.to(base.values.device), n_clusters) if n_clusters < base.n else None
+    cis = paired_bootstrap(base, aligned, n_bootstrap, seed, level, clusters=resampled) if n_bootstrap > 0 else {}
+    # the mean per-question score's paired difference, its clustered SE and interval, and the
+    # smallest difference this set detects (80% power, α = 0.05 two-sided)
+    theirs, own = means if means else (None, None)
+    paired = {key: v for key, v in paired_difference(_sampled(aligned, own), _sampled(base, theirs), cluster_ids,
+                                                     n_clusters).items() if key != "n"}
+    paired["verdict"] = verdict(paired["ci_diff"], paired["mde"])  # the sentence every output prints
+    sampled = theirs is not None or own is not None
+    if sampled:
+        paired["per_question"] = "mean score over the K samples of --samples runs"
+    mean_metrics = {m for m in base.headline if _is_mean(scores[baseline].get(m), base)
+                    and _is_mean(scores[name].get(m), aligned)}
+    delta = {m: one_interval(_diff(scores[name].get(m), scores[baseline].get(m)), paired, m in mean_metrics,
+                             cis.get(m, ci_dict(math.nan, math.nan, level)) if n_bootstrap > 0 else None, level,
+                             sampled)
+             for m in base.headline}
+    return {"run": name, "baseline": baseline, "n": base.n, "scores": scores, "delta": delta,
+            "mcnemar": {"baseline_only": mc["a_only"], "run_only": mc["b_only"], "p": mc["p"]},
+            "flipped": flipped_ids(base, aligned), **paired, "cluster_by": by, "n_clusters": n_clusters}
 
 
 def _sampled(table: ScoreTable, means: pd.Series | None) -> torch.Tensor:

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bitmask import letters_to_mask
+from finbench.kernels.bitmask import letters_to_mask, to_str_array
 from finbench.scoring.answers import numeric_values, numerical_correct
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
 from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
@@ -41,7 +41,8 @@ DIFFICULTY_COLUMNS = ("difficulty", "topic_difficulty")
 
 def normalized_text(values: np.ndarray) -> np.ndarray:
     """Case-folded, whitespace-collapsed strings for the open-answer fallback."""
-    return pd.Series(values, dtype=object).astype(str).str.casefold().str.split().str.join(" ").to_numpy(dtype=object)
+    text = pd.Series(to_str_array(values), dtype=object)  # Python strings: any text a reply holds
+    return text.str.casefold().str.split().str.join(" ").to_numpy(dtype=object)
 
 
 def correctness(df: pd.DataFrame) -> tuple[torch.Tensor, dict[str, int]]:

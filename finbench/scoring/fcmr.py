@@ -17,7 +17,7 @@ import torch
 
 from finbench.benchmarks.fcmr import SETS
 from finbench.benchmarks.metrics import ACCURACY, Metric
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, letters_read, str_column
 
 LABEL = "FCMR (exact match of the answer set, as the paper; per-statement accuracy beside it), HYU-NLP/FCMR"
 LETTERS = "ABCDEFGH"
@@ -28,16 +28,10 @@ def masks(values: np.ndarray, letters: bool) -> torch.Tensor:
     """[N] 3-bit masks of answers given as letters of SETS (`letters`) or as set texts; −1 where
     the answer is neither."""
     names = LETTERS if letters else SETS
-    lookup = pd.Series(SET_MASKS, index=list(names), dtype=np.int64)
-    found = lookup.reindex(pd.Index(values.astype(str))).to_numpy()
+    lookup = pd.Series(SET_MASKS, index=pd.Index(list(names), dtype=object), dtype=np.int64)
+    # looked up as Python strings: numpy's fixed-width ones drop a trailing NUL ("C\x00" would be C)
+    found = lookup.reindex(pd.Index(list(values), dtype=object)).to_numpy()
     return torch.from_numpy(np.nan_to_num(found.astype(np.float64), nan=-1).astype(np.int64))
-
-
-def _letter_read(df: pd.DataFrame) -> np.ndarray:
-    """Rows answered by the letter decoder: they carry option probabilities (Arrow reads the lengths)."""
-    if "option_probs" not in df.columns:
-        return np.zeros(len(df), dtype=bool)
-    return (option_prob_matrix(df["option_probs"])[1] > 0).numpy()
 
 
 def statement_hits(predicted: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,7 +50,7 @@ def statistics(sums: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def build_table(df: pd.DataFrame, variant: str = "official", device: str | torch.device = "cpu") -> ScoreTable:
     answers = str_column(df, "answer")
-    letter_read = torch.from_numpy(_letter_read(df))
+    letter_read = torch.from_numpy(letters_read(df))
     predicted = torch.where(letter_read, masks(answers, letters=True), masks(answers, letters=False))
     gold = masks(str_column(df, "gold"), letters=True)
     exact, statements = statement_hits(predicted, gold)

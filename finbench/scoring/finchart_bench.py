@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.metrics import ACCURACY, Metric
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, option_prob_matrix, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, letters_read, str_column
 
 LABEL = "FinChart-Bench (README comparison: lower-cased label for MC/TF, exact float for QA), Tizzzzy/FinChart-Bench"
 TASKS = ("MC", "TF", "QA")
@@ -40,19 +40,14 @@ def as_float(text: str) -> float:
         return math.nan
 
 
-def _letter_read(df: pd.DataFrame) -> np.ndarray:
-    """Rows answered by the letter decoder: they carry option probabilities (Arrow reads the lengths)."""
-    if "option_probs" not in df.columns:
-        return np.zeros(len(df), dtype=bool)
-    return (option_prob_matrix(df["option_probs"])[1] > 0).numpy()
-
-
 def verdicts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(task [N], exact 0/1 [N], QA within tolerance 0/1 [N]) per row; errors are wrong."""
     task, answer, gold = str_column(df, "task"), str_column(df, "answer"), str_column(df, "gold")
-    official = np.char.lower(str_column(df, "official_answer").astype(str))
-    said = np.char.lower(np.char.strip(answer.astype(str)))
-    choice_right = np.where(_letter_read(df), answer == gold, said == official)
+    # Python strings, as the README's `p == gt` compares: numpy's fixed-width strings would drop a
+    # trailing NUL ("c\x00" == "c" there), so no text goes through one
+    official = pd.Series(str_column(df, "official_answer"), dtype=object).str.lower().to_numpy(dtype=object)
+    said = pd.Series(answer, dtype=object).str.strip().str.lower().to_numpy(dtype=object)
+    choice_right = np.where(letters_read(df), answer == gold, said == official)
     predicted = np.array([as_float(a) for a in answer], dtype=np.float64)  # string parsing: one pass of float()
     truth = np.array([as_float(g) for g in gold], dtype=np.float64)
     exact = predicted == truth

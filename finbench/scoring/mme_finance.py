@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.metrics import Metric
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
+from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, letters_read, str_column
 from finbench.types import OPEN, OPTION_LETTERS
 
 LABEL = "MME-Finance (judge score ×20 for open items; binary accuracy and F1), HiThink-Research/MME-Finance"
@@ -40,13 +40,13 @@ CHANNELS = ("open", "grade", "binary", "binary_correct", "tp", "fp", "fn")
 def _binary_texts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(prediction, truth, positive, negative) texts of every row as the fork compares them, "。"
     stripped from both ends. The gold letter is read as its option's text; an answer letter only
-    where the letter decoder gave it (constrained: the row has option probabilities) — a free
+    where the letter decoder gave it (`letters_read`: a constrained choice) — a free
     reply of just "A" is compared as "A", as the fork does. A row's options are its own 是/否 or
     Yes/No (without an options column, its language's)."""
     answers, golds = str_column(df, "answer"), str_column(df, "gold")
     options = df["options"].tolist() if "options" in df.columns else [None] * len(df)
     languages = str_column(df, "language")
-    decoded = df["option_probs"].tolist() if "option_probs" in df.columns else [None] * len(df)
+    decoded = letters_read(df)
 
     def listed(value: Any) -> list:
         return list(value) if isinstance(value, (list, tuple, np.ndarray)) else []
@@ -59,7 +59,7 @@ def _binary_texts(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
             return str(opts[OPTION_LETTERS.index(value)])
         return value
 
-    predicted = np.array([(as_text(a, o) if listed(d) else a).strip(STRIP)
+    predicted = np.array([(as_text(a, o) if d else a).strip(STRIP)
                           for a, o, d in zip(answers, row_options, decoded)], dtype=object)
     truth = np.array([as_text(g, o).strip(STRIP) for g, o in zip(golds, row_options)], dtype=object)
     positive = np.array([str(o[0]) for o in row_options], dtype=object)

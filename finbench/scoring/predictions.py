@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from finbench.encodable import text_frame, write_text
 from finbench.scoring.api import build_table, score_samples
+from finbench.scoring.stats import str_column
 from finbench.benchmarks.metrics import OFFICIAL
-from finbench.types import Question
+from finbench.types import DEFAULT_PROTOCOL, Question
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -43,23 +45,53 @@ def read_predictions(predictions: Path) -> dict[str, str]:
     return answers
 
 
-def answers_frame(questions: Sequence[Question], answers: Mapping[str, str]) -> pd.DataFrame:
+def read_as_run(benchmark: Benchmark, question: Question, text: str, protocol: str) -> tuple[str, bool]:
+    """(the answer a run under `protocol` stores for the output `text`, whether it is option
+    letters): a choice request's output is its letters and a number request's its number, as
+    given; generated text is read by the benchmark's rule (`Benchmark.answer`) when it is a reply
+    in the benchmark's documented form (`Benchmark.reply_form`), and taken as the answer the rule
+    read — a run's own stored `answer` — when it is not."""
+    from finbench.requests import Choose, is_generated
+
+    try:
+        request = benchmark.request(question, protocol)
+    except Exception:  # noqa: BLE001 — a question the benchmark cannot ask: its error is what is scored
+        return text, False
+    if isinstance(request, Choose):
+        return text, True
+    if is_generated(request) and benchmark.reply_form(text):
+        return benchmark.answer(question, text, protocol), False
+    return text, False
+
+
+def answers_frame(questions: Sequence[Question], answers: Mapping[str, str], benchmark: Benchmark | None = None,
+                  protocol: str = DEFAULT_PROTOCOL) -> pd.DataFrame:
     """The samples table (report/schema.py's columns that scoring reads) of `questions` answered
-    by `answers`; a question without an answer has the error 'no prediction'."""
-    return pd.DataFrame([{
-        "id": q.id, "benchmark": q.benchmark, "kind": q.kind, "gold": q.gold, "answer": answers.get(q.id, ""),
-        "n_options": len(q.options), "tolerance": math.nan if q.tolerance is None else q.tolerance,
-        "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)} for q in questions])
+    by `answers`, each read as a run under `protocol` reads its model's output (`read_as_run`;
+    without `benchmark`, as given); a question without an answer has the error 'no prediction'.
+    `raw_output` keeps each answer as given."""
+    rows = []
+    for q in questions:
+        given = answers.get(q.id, "")
+        answer, letters = read_as_run(benchmark, q, given, protocol) if benchmark is not None and q.id in answers \
+            else (given, False)
+        rows.append({"id": q.id, "benchmark": q.benchmark, "kind": q.kind, "gold": q.gold, "answer": answer,
+                     "raw_output": given, "letters": letters, "n_options": len(q.options),
+                     "tolerance": math.nan if q.tolerance is None else q.tolerance,
+                     "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)})
+    return text_frame(rows)  # an answer UTF-8 cannot encode is kept as given (finbench/encodable.py)
 
 
 def score_predictions(benchmark: Benchmark, data: str, predictions: Path, variant: str = OFFICIAL.name,
                       n_bootstrap: int = 0, seed: int = 0, protocol: str | None = None,
                       samples_out: Path | None = None, unsafe_sandbox: bool = False
                       ) -> tuple[dict[str, Any], str | None]:
-    """Score answer strings as an official extractor produced them against the benchmark's gold:
-    (scores, the note saying how many questions had no answer, or None). Questions left unanswered
-    are scored as wrong, and the note is among the scores' notes too.
-    `protocol`: the protocol that produced the answers (where a benchmark's rule depends on it);
+    """Score a model's outputs given in a file against the benchmark's gold as a run under
+    `protocol` scores them (`read_as_run`: letters for its choice requests, the benchmark's rule
+    for replies, a run's own stored answers as they are): (scores, the note saying how many
+    questions had no answer, or None). Questions left unanswered are scored as wrong, and the note
+    is among the scores' notes too.
+    `protocol`: the protocol that produced the outputs (None: the default, constrained);
     `samples_out`: one JSON line per question saying what the rule read and whether it counted;
     `unsafe_sandbox`: programs run without a kernel jail where none can be built (else refused)."""
     from finbench.benchmarks import check_protocol
@@ -72,7 +104,8 @@ def score_predictions(benchmark: Benchmark, data: str, predictions: Path, varian
     unknown = set(answers) - {q.id for q in questions}
     if unknown:
         raise ValueError(f"{len(unknown)} prediction ids are not in the data, e.g. {sorted(unknown)[:3]}")
-    samples = with_rule_verdicts(answers_frame(questions, answers), questions, benchmark, protocol or "",
+    protocol = protocol or DEFAULT_PROTOCOL
+    samples = with_rule_verdicts(answers_frame(questions, answers, benchmark, protocol), questions, benchmark, protocol,
                                  unsafe_sandbox)
     scores = score_samples(samples, benchmark=benchmark, variant=variant, n_bootstrap=n_bootstrap, seed=seed)
     if samples_out is not None:
@@ -88,32 +121,39 @@ def score_predictions(benchmark: Benchmark, data: str, predictions: Path, varian
 
 def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: Benchmark, protocol: str,
                        unsafe_sandbox: bool = False) -> pd.DataFrame:
-    """Answers given in a file (`score --predictions`), with the verdicts a run's rules would add
-    (`rule_score`, `judge_details`), for a benchmark whose rules judge the whole run at once
-    (`Benchmark.rule_judgements`: FinMMR's programs run in the sandbox); others unchanged."""
+    """Answers given in a file (`score --predictions`), with the verdicts a run's rules add
+    (`rule_score`, `judge_details`: finbench/judging.py `rule_verdicts`, the reading a run gives —
+    FinMMR's programs run in the sandbox, FAMMA's and FinMTM's rules judge their answers)."""
+    from finbench.judging import rule_verdicts
     from finbench.types import Prediction
 
-    spec = benchmark
-    if spec.rule_judgements is None:
+    ids = str_column(df, "id").tolist()
+    answers = dict(zip(ids, str_column(df, "answer").tolist()))
+    given = dict(zip(ids, str_column(df, "raw_output").tolist())) if "raw_output" in df.columns else {}
+    predictions = [Prediction(id=str(q.id), answer=answers.get(str(q.id), ""),
+                              generated_text=_read_from(given, answers, str(q.id)),
+                              error=None if str(q.id) in answers else "no prediction") for q in questions]
+    scores, details = rule_verdicts(benchmark, questions, predictions, protocol, unsafe_sandbox)
+    if all(s != s for s in scores) and not any(details):
         return df
-    answers = dict(zip(df["id"].astype(str), df["answer"].astype(str)))
-    rows = [i for i, q in enumerate(questions) if not q.error and str(q.id) in answers]
-    found = spec.rule_judgements([questions[i] for i in rows],
-                                 [Prediction(id=str(questions[i].id), answer=answers[str(questions[i].id)]) for i in rows],
-                                 protocol, unsafe_sandbox)
-    verdicts = {str(questions[i].id): verdict for i, verdict in zip(rows, found)}
-    out = df.copy()
-    out["rule_score"] = [float("nan") if verdicts.get(i, (None,))[0] is None else float(verdicts[i][0])
-                         for i in out["id"].astype(str)]
-    out["judge_details"] = [json.dumps({"rules": verdicts[i][1]}, ensure_ascii=False) if i in verdicts else ""
-                            for i in out["id"].astype(str)]
-    return out
+    by_id = {str(q.id): k for k, q in enumerate(questions)}
+    rows = [by_id[i] for i in ids]
+    return df.assign(rule_score=[scores[k] for k in rows],
+                     judge_details=[json.dumps(details[k], ensure_ascii=False, default=str) if details[k] else ""
+                                    for k in rows])
+
+
+def _read_from(given: Mapping[str, str], answers: Mapping[str, str], qid: str) -> str:
+    """The text an answer was read from, as a run's prediction carries it: the output given, where
+    the benchmark's rule read something else from it; '' where it was taken as it is."""
+    text = given.get(qid, "")
+    return text if text != answers.get(qid, "") else ""
 
 
 def write_samples_out(path: Any, df: pd.DataFrame, benchmark: Benchmark, variant: str = OFFICIAL.name) -> int:
     """`score --samples-out FILE.jsonl`: one line per question — `id`, `answer` as given, what
     the rule read from it (`extracted`: the rule's reading, or the program's result; null when
-    the benchmark's rule does not report it), `correct` (the per-question score, 0/1 for binary
+    the benchmark's scorer does not report it), `correct` (the per-question score, 0/1 for binary
     rules; null for a row the rule does not score). Written then renamed; returns the lines."""
     table = build_table(df, benchmark, variant)
     rows = table.info.get("rows")
@@ -126,9 +166,10 @@ def write_samples_out(path: Any, df: pd.DataFrame, benchmark: Benchmark, variant
             extracted[int(position)] = text
     lines = [json.dumps({"id": str(i), "answer": a, "extracted": e, "correct": None if s != s else float(s)},
                         ensure_ascii=False)
-             for i, a, e, s in zip(df["id"].tolist(), df["answer"].tolist(), extracted, score.tolist())]
+             for i, a, e, s in zip(df["id"].tolist(), df["raw_output" if "raw_output" in df.columns else "answer"].tolist(),
+                                   extracted, score.tolist())]
     target = Path(path)
     partial = target.with_name(target.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    write_text(partial, "".join(line + "\n" for line in lines))
     partial.replace(target)
     return len(lines)

@@ -45,29 +45,56 @@ CONTROL = "none-of-the-above-control"  # its control rows: "None of the above" l
 
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _MARKUP = re.compile(r"\\boxed\{|\\text\{|[*_`$\\{}]")
-_WORD = re.compile(r"[^\w.%]+|(?<!\d)\.|\.(?!\d)")  # separators; a decimal point inside a number stays
+# the words of a normalized text: a number keeps its sign, decimal point and thousands separators
+# ("-5", "1,200.5"; a sign only where no word runs into it: "5-6" is 5 and 6), "%" is a word of its own
+_TOKEN = re.compile(r"(?<!\w)[-+]?\d+(?:[.,]\d+)*|\w+|%")
+_MINUS = str.maketrans({"\u2212": "-"})  # the minus sign, which NFKC leaves as it is
 _CJK_NEGATIONS = set("不非没沒未无無否")  # a character that negates the rest of its clause
 _CJK_NOT_NEGATING = ("非常", "不仅", "不僅", "不但", "不只", "无论", "無論", "并非只", "不断", "不斷")
 # English negations, as `normalized` writes them ("doesn't" → "doesn t"): a clause holding one
 # before the option does not name it
 _NEGATORS = frozenset({"not", "no", "never", "neither", "nor", "cannot", "t", "none", "without"})
-_CLAUSE = re.compile(r"[,;:!?\n，。；：！？、]|(?<!\d)\.|\.(?!\d)|\b(?:but|however|although|though|whereas)\b|但|而是|但是|反而",
-                     re.IGNORECASE)
+# clause ends: punctuation (a comma or point inside a number aside: "1,200.5"), and contrasting words
+_CLAUSE = re.compile(r"[;:!?\n，。；：！？、]|(?<!\d)[.,]|[.,](?!\d)|\b(?:but|however|although|though|whereas)\b"
+                     r"|但|而是|但是|反而", re.IGNORECASE)
 _UNIT_WORDS = {"%", "percent", "usd", "us", "eur", "rmb", "cny", "yuan", "dollars", "dollar", "million", "millions",
                "billion", "billions", "thousand", "thousands", "k", "m", "bn", "mn", "x", "times", "years", "year",
                "days", "day", "months", "month", "bp", "bps"}
 
 
+def _nfkc(text: Any) -> str:
+    return unicodedata.normalize("NFKC", str(text or "")).translate(_MINUS)
+
+
 def normalized(text: Any) -> str:
-    """Case-folded NFKC text, markdown and LaTeX marks removed, words separated by one space."""
-    text = unicodedata.normalize("NFKC", str(text or "")).casefold()
-    text = _MARKUP.sub(" ", text).replace("%", " % ")
-    return " ".join(w for w in _WORD.split(text) if w)
+    """Case-folded NFKC text, markdown and LaTeX marks removed, words separated by one space; a
+    number keeps its sign, decimals and thousands separators and "%" stays a word ("-5 %" is not
+    "5 %", "1,200.5" stays one word)."""
+    text = _MARKUP.sub(" ", _nfkc(text).casefold())
+    return " ".join(m.group(0) for m in _TOKEN.finditer(text))
 
 
 def numbers(text: Any) -> list[float]:
-    """The numbers written in `text` ('1,200.5' is one number), in order."""
-    return [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(unicodedata.normalize("NFKC", str(text or "")))]
+    """The numbers written in `text` ('1,200.5' is one number, '−5' a negative one), in order."""
+    return [float(m.group(0).replace(",", "")) for m in _NUMBER.finditer(_nfkc(text))]
+
+
+def named_numbers(text: Any) -> list[float]:
+    """The numbers `text` names: each not negated in its clause ("not 5 percent", "isn't 5",
+    "不是5%" name no 5; "It is 5 percent, not 6" names 5 and not 6)."""
+    found = []
+    for clause in _CLAUSE.split(_nfkc(text)):
+        for match in _NUMBER.finditer(clause):
+            if not _negated(clause[:match.start()]):
+                found.append(float(match.group(0).replace(",", "")))
+    return found
+
+
+def _negated(before: str) -> bool:
+    """Whether a clause negates what follows `before`: an English negation among its words, or a
+    CJK one in it."""
+    words = set(f" {normalized(before)} ".replace(" not only ", " ").split())
+    return bool(_NEGATORS & words) or _negated_cjk(before.replace(" ", ""))
 
 
 def numeric_option(option: str) -> float | None:
@@ -75,24 +102,25 @@ def numeric_option(option: str) -> float | None:
     found = numbers(option)
     if len(found) != 1:
         return None
-    rest = normalized(_NUMBER.sub(" ", unicodedata.normalize("NFKC", option)))
+    rest = normalized(_NUMBER.sub(" ", _nfkc(option)))
     return found[0] if all(w in _UNIT_WORDS for w in rest.split()) else None
 
 
 def option_matches(answer: Any, option: Any) -> bool:
     """Whether a free answer names `option`: the same number for an option that is a number (with
     at most a unit), else the option's normalized text inside the answer's, on word boundaries
-    (plain containment for text without spaces between words, e.g. Chinese) — in a clause with no
-    negation before it ("does not increase", "no increase", "isn't", 不是上升, 不会上升, 没有)."""
+    (plain containment for text without spaces between words, e.g. Chinese) — either in a clause
+    with no negation before it ("does not increase", "no increase", "isn't", "not 5 percent",
+    不是上升, 不会上升, 不是5%, 没有)."""
     option = str(option or "")
     wanted = normalized(option)
     if not wanted:
         return False
     number = numeric_option(option)
     if number is not None:
-        return any(abs(found - number) <= 1e-9 * max(1.0, abs(number)) for found in numbers(answer))
+        return any(abs(found - number) <= 1e-9 * max(1.0, abs(number)) for found in named_numbers(answer))
     cjk = re.search(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]", wanted) is not None
-    for clause in _CLAUSE.split(unicodedata.normalize("NFKC", str(answer or ""))):
+    for clause in _CLAUSE.split(_nfkc(answer)):
         said = normalized(clause)
         if cjk:
             said, target = said.replace(" ", ""), wanted.replace(" ", "")

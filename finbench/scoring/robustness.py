@@ -272,7 +272,7 @@ def read_answers(answers: Sequence[Any], kinds: Sequence[Any]) -> np.ndarray:
     '8.81%' and '8.810' are one answer); else its case-folded, whitespace-collapsed text."""
     from finbench.scoring.answers import normalize_response, numeric_values
 
-    text = pd.Series(normalize_response(answers), dtype=object).astype(str).str.strip()
+    text = pd.Series(normalize_response(answers), dtype=object).str.strip()  # Python strings: any text a reply holds
     letters_only = text.str.upper().str.fullmatch(r"\(?[A-N](?:[\s,;/&、，]*[A-N])*\)?[\s,.;)]*").fillna(False)
     choice = pd.Series(np.isin(np.asarray(kinds, dtype=object), CHOICE_KINDS), index=text.index)
     letters = pd.Series(masks_to_letters(letters_to_mask(text.str.upper().to_numpy(dtype=object), OPTION_LETTERS,

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.kernels.bitmask import to_str_array
 from finbench.kernels.segments import MISSING_LABEL, factorize
 from finbench.scoring.api import _clusters, _group_frame, _jsonable, build_table
 from finbench.scoring.clustered import repeated_sampling
@@ -57,7 +58,7 @@ def sampling_summary(frames: Sequence[pd.DataFrame], benchmark: Benchmark, k: in
         return {"k": k, "n": 0, "mean": None, "se": None, "se_iid": None, "maj_at_k": None, "pass_at_k": None,
                 "agreement": None, "n_unparsed": 0, "n_no_parsed": 0, "n_unscored": 0, "by": {}}
     correct = torch.from_numpy(np.stack([sample_scores(f, benchmark) for f in frames], axis=1))  # [N, K]
-    texts = pd.Series(np.concatenate([f["answer"].fillna("").astype(str).to_numpy() for f in frames]))
+    texts = pd.Series(np.concatenate([to_str_array(f["answer"]) for f in frames]), dtype=object)  # any text a reply holds
     answers = factorize(texts)[0].reshape(len(frames), n_rows).T.contiguous()  # [N, K]: equal code, equal answer
     parsed = torch.from_numpy((texts.str.strip() != "").to_numpy().reshape(len(frames), n_rows).T.copy())
     keep = ~torch.isnan(correct).any(1)

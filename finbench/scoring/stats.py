@@ -23,6 +23,7 @@ from finbench.benchmarks.metrics import ACCURACY
 from finbench.benchmarks.scorer import Scorer  # the contract, torch-free; named here too, where it always was
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+_STR = np.frompyfunc(str, 1, 1)
 
 
 # ---- the common currency of the benchmark rules -----------------------------------------------
@@ -292,8 +293,9 @@ def str_column(df: pd.DataFrame, name: str, default: str = "") -> np.ndarray:
     """A column as a numpy object array of str; missing column or None/NaN → `default`."""
     if name not in df.columns:
         return np.full(len(df), default, dtype=object)
-    col = df[name]
-    return col.astype(object).where(col.notna(), default).astype(str).to_numpy(dtype=object)
+    values = df[name].to_numpy(dtype=object)
+    # str() of each as a Python string: pandas' Arrow-backed `astype(str)` refuses text UTF-8 cannot encode
+    return _STR(np.where(pd.isna(values), default, values)).astype(object)
 
 
 def float_column(df: pd.DataFrame, name: str) -> np.ndarray:
@@ -304,8 +306,22 @@ def float_column(df: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def error_mask(df: pd.DataFrame) -> np.ndarray:
-    """True where the row carries a per-sample error (those count as wrong, never disappear)."""
-    return np.char.str_len(str_column(df, "error").astype(str)) > 0 if len(df) else np.zeros(0, bool)
+    """True where the row carries a per-sample error (those count as wrong, never disappear); an
+    error of any text, "\x00" too, is one (Python lengths, not numpy's fixed-width strings)."""
+    if not len(df):
+        return np.zeros(0, bool)
+    return pd.Series(str_column(df, "error"), dtype=object).str.len().to_numpy(dtype=np.int64) > 0
+
+
+def letters_read(df: pd.DataFrame) -> np.ndarray:
+    """True where the row's `answer` is option letters the letter decoder read (a choice request),
+    not text for the benchmark's rule to read: the `letters` column (runs and `score --predictions`
+    write it), else — a run written before it existed — the rows with option probabilities."""
+    if "letters" in df.columns:
+        return np.array(df["letters"].astype(object).where(df["letters"].notna(), False), dtype=bool)
+    if "option_probs" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return (option_prob_matrix(df["option_probs"])[1] > 0).numpy()
 
 
 def first_present(df: pd.DataFrame, names: Sequence[str]) -> str | None:

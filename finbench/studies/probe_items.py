@@ -20,7 +20,10 @@ name. A two-option item (yes/no) is not probed with none-of-the-above: with its 
 one wrong option is left beside "None of the above", so the probe only tests elimination
 (`two_options`). Items whose options already name other options ("All of the above", 以上都是), a
 benchmark whose prompt shows no option apart from its text, and multi-answer items are counted
-as not probed, by reason (results.json `probes[...].not_probed`). The probe is a field of each
+as not probed, by reason (results.json `probes[...].not_probed`); a note says how many items each
+probe tests, and a probe that can test none of the run's items is refused in one line at start-up.
+Whether another option equals the gold compares normalized texts that keep signs, decimals, "%" and
+thousands separators (-5 % is not 5 %) and values (8.8 % is 0.088). The probe is a field of each
 request (`Choose.probe`, `Generate.probe`), so of its cache key.
 """
 
@@ -171,30 +174,36 @@ def probe_variants(benchmark: Benchmark, questions: Sequence[Question], requests
                    probes: Sequence[str]) -> tuple[list[tuple[Any, Question, Any]], dict[str, dict[str, int]]]:
     """((variant, probed question, its request's maker) for every probe of `probes` of every
     constrained single-answer choice item, {probe: {reason: items not probed}}); `variant(base,
-    probe)` makes the Variant (studies/probes.py)."""
+    probe)` makes the Variant (studies/probes.py). A note says how many items each probe tests; a
+    probe that can test none is refused (one ValueError line, at start-up: nothing is written)."""
     out: list[tuple[Any, Question, Any]] = []
     not_probed: dict[str, dict[str, int]] = {}
     choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]
     if probes and not choices:
-        notes.append("contamination probes (--probe): this run has no constrained choice item to probe")
+        raise ValueError(f"--probe {','.join(probes)}: this run has no constrained choice item to test")
     multi = [i for i in choices if questions[i].kind != SINGLE or len(questions[i].gold) != 1]
     single = [i for i in choices if i not in set(multi)]
     for probe in probes:
         skipped = {"multi_answer": len(multi)} if multi else {}
         made = none_of_the_above_item if probe == NONE_OF_THE_ABOVE_PROBE else open_ended_item
+        tested = 0
         for i in single:
             found = made(benchmark, questions[i], requests[i], config, think_budget)
             if isinstance(found, str):
                 skipped[found] = skipped.get(found, 0) + 1
                 continue
             question, make = found
+            tested += 1
             out.append((variant(i, probe), question, make))
             if probe == NONE_OF_THE_ABOVE_PROBE:  # the control: the same swap on a wrong option
                 question, make = none_of_the_above_item(benchmark, questions[i], requests[i], config,
                                                         think_budget, control=True)
                 out.append((variant(i, NONE_OF_THE_ABOVE_CONTROL), question, make))
         not_probed[probe] = skipped
-        if skipped:
-            notes.append(f"probe {probe}: {sum(skipped.values())} choice item(s) not probed ("
-                         + ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in skipped.items()) + ")")
+        reasons = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in skipped.items())
+        if not tested:  # a probe that tests nothing would report a number about nothing
+            raise ValueError(f"--probe {probe}: none of this run's {len(choices)} choice item(s) can be tested "
+                             f"({reasons})")
+        notes.append(f"probe {probe}: {tested} of {len(choices)} choice item(s) tested"
+                     + (f"; not probed: {reasons}" if skipped else ""))
     return out, not_probed

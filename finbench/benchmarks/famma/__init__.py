@@ -20,7 +20,8 @@ The package, read in the order the data flows: `texts` (official prompts, labels
 from __future__ import annotations
 
 from finbench.benchmarks.base import Benchmark, Demo
-from finbench.benchmarks.famma.extraction import _lenient_json, answer, extract_official, parse_grouped_response
+from finbench.benchmarks.famma.extraction import (_lenient_json, answer, extract_official, parse_grouped_response,
+                                                  reply_form)
 from finbench.benchmarks.famma.judge import judge_requests, read_judgement, rule_judgement, rule_verdict
 from finbench.benchmarks.famma.loader import REQUIRED_COLUMNS, load_questions
 from finbench.benchmarks.famma.prompts import fill_template, official_prompt, open_prompt, request
@@ -34,12 +35,13 @@ from finbench.types import Question
 
 __all__ = ["BENCHMARK", "Question", "answer", "answer_text", "extract_official", "fill_template", "image_bytes",
            "judge_requests", "load_questions", "official_prompt", "parse_grouped_response", "read_judgement",
-           "record_to_question", "request", "rule_judgement", "rule_verdict", "JUDGE_MAX_NEW_TOKENS", "_lenient_json"]
+           "record_to_question", "reply_form", "request", "rule_judgement", "rule_verdict", "JUDGE_MAX_NEW_TOKENS",
+           "_lenient_json"]
 
 BENCHMARK = Benchmark(
     name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.famma"),
-    load=load_questions, request=request, answer=answer, rule_judgement=rule_judgement,
+    load=load_questions, request=request, answer=answer, reply_form=reply_form, rule_judgement=rule_judgement,
     judging=Judging(judge_requests, read_judgement), forms=FORMS, protocols=PROTOCOLS, metrics=METRICS,
     cluster_field="main_question_id",  # sub-questions share their main question's images and context
     open_prompt=open_prompt, language_field="language",  # english, chinese, french

@@ -19,6 +19,12 @@ def answer(question: Question, text: str, protocol: str) -> str:
     return "" if answer is None else str(answer).strip()
 
 
+def reply_form(text: str) -> bool:
+    """A reply in the official runner's form (a JSON object the lenient parser reads: the grouped
+    `{question_id: {answer, explanation}}`), not an answer already read from one ("A", "12.5%")."""
+    return "{" in (text or "") and isinstance(_lenient_json(text), Mapping)
+
+
 def extract_official(text: str) -> str:
     """Without the question id the grouped JSON cannot be read: the stripped text."""
     return text.strip()
