@@ -31,13 +31,13 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from finbench.encodable import open_text, write_text
+from finbench.core.encodable import open_text, write_text
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
 from finbench.report.format import (also_text, delta_text, headline_label, interval_text, metric_label, power_line,
                                     run_headlines)
 from finbench.benchmarks.metrics import ACCURACY
-from finbench.types import RESULTS_FILE
+from finbench.core.types import RESULTS_FILE
 
 FORMATS = (".csv", ".md", ".html")
 MARK = "*"  # the one mark: the paired difference's clustered interval excludes 0

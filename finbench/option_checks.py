@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES
+from finbench.core.types import AUTO, DTYPE_NAMES, QUANT_CHOICES
 
 DEVICE_NAME = re.compile(r"auto|(cpu|mps|cuda)(:\d+)?")
 DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
@@ -109,14 +109,14 @@ def gen_kwargs(value: tuple[tuple[str, Any], ...], config: Any) -> None:
 
 
 def data(value: str | None, config: Any) -> None:
-    from finbench.sources import looks_like_path
+    from finbench.core.sources import looks_like_path
 
     if value is not None and not Path(value).exists() and looks_like_path(value, DATA_SUFFIXES):
         raise ValueError(f"--data {value}: no such file or folder")  # anything else is a hub id ("owner/name")
 
 
 def judge(value: str | None, config: Any) -> None:
-    from finbench.sources import check_judge_source
+    from finbench.core.sources import check_judge_source
 
     check_judge_source(value)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from finbench.requests import Generate, Number, Request, Session, system_message
-from finbench.types import RunConfig
+from finbench.core.requests import Generate, Number, Request, Session, system_message
+from finbench.core.types import RunConfig
 
 
 def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Request:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
-from finbench.encodable import write_text
+from finbench.core.encodable import write_text
 from finbench.scoring import compare_runs, score_samples
 from finbench.scoring.api import _jsonable
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.scoring.stats import distribution_comparison
-from finbench.types import RESULTS_FILE
+from finbench.core.types import RESULTS_FILE
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark

@@ -16,8 +16,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
-from finbench.requests import Choose, Generate, Number, Request, Session
-from finbench.types import RunConfig
+from finbench.core.requests import Choose, Generate, Number, Request, Session
+from finbench.core.types import RunConfig
 
 
 def sampled_settings(config: RunConfig) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The generic layers know a protocol only by what the requests are (finbench/requests.py: Choose,
+"""The generic layers know a protocol only by what the requests are (finbench/core/requests.py: Choose,
 Number, Generate, Session) or by what a Benchmark declares (`protocol_names`, `program_protocols`,
 `thinking_protocols`): no string constant naming a protocol where a protocol is decided on in the
 runner, report, CLI, API, sweep, leaderboard or scoring's shared modules. Docstrings and help

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from finbench.requests import Choose, Generate, Number, Prompt, Session, Turn, user_message
-from finbench.types import Question
+from finbench.core.requests import Choose, Generate, Number, Prompt, Session, Turn, user_message
+from finbench.core.types import Question
 from finbench.runner.judge import judge_key
 from finbench.runner.keys import request_payload, sample_key
 

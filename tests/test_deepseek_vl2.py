@@ -26,7 +26,7 @@ from finbench.runner.decoding import (
     decode_single,
 )
 from finbench.runner.preprocess import decode_images
-from finbench.types import ModelRequest
+from finbench.core.types import ModelRequest
 
 
 def _fixture_root() -> Path | None:

@@ -18,7 +18,7 @@ from finbench.benchmarks.base import cluster_key
 from finbench.runner.outputs import samples_table, score
 from finbench.scoring import compare_runs, per_question_correct, score_samples
 from finbench.scoring.clustered import MDE_FACTOR, clustered_se
-from finbench.types import Prediction, Question
+from finbench.core.types import Prediction, Question
 
 
 def _statsmodels_se(y: np.ndarray, groups: np.ndarray) -> float:

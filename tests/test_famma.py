@@ -21,7 +21,7 @@ from finbench.benchmarks import famma, load_matching
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.requests import render
 from finbench.scoring import score_samples
-from finbench.types import OPEN, SINGLE, Prediction
+from finbench.core.types import OPEN, SINGLE, Prediction
 
 # five real records (bench-script tests/test_data, Apache-2.0; see fixtures/famma/SOURCE.md)
 MOCK = next((p for p in (Path(__file__).parent / "fixtures" / "famma" / "mock.json", shared("data", "famma", "mock.json"))

@@ -11,7 +11,7 @@ from PIL import Image
 
 from finbench.benchmarks import finmme
 from finbench.runner.requests import render
-from finbench.types import MULTI, NUMERICAL, SINGLE
+from finbench.core.types import MULTI, NUMERICAL, SINGLE
 
 
 def _record(**overrides):

@@ -252,7 +252,7 @@ def test_studies_leaderboard_and_compare_go_through_the_core(tiny_model, tiny_qw
 
 
 def test_the_judge_is_asked_for_cot_answers_only():
-    from finbench.types import NUMERICAL, Prediction, Question
+    from finbench.core.types import NUMERICAL, Prediction, Question
 
     question = Question(id="q", benchmark="finmmr", kind=NUMERICAL, text="How much?", gold="5", fields={"ground_truth": 5})
     cot = Prediction(id="q", answer="5", generated_text="3 + 2. Therefore, the answer is 5")

@@ -34,7 +34,7 @@ from helpers import shared
 from finbench.benchmarks import finmmr
 from finbench.sandbox import Limits, isolation, run_programs
 from finbench.benchmarks.finmmr_rule import get_acc, outcome_value
-from finbench.types import Prediction
+from finbench.core.types import Prediction
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = shared("data", "finmmr")
@@ -354,7 +354,7 @@ def test_data_check_says_which_isolation_this_machine_gives():
 @jail
 def test_a_pot_run_scores_failed_programs_as_the_official_eval_pot():
     """Through the benchmark: acc 0 and execution_rate 0 with the reason, for each failure."""
-    from finbench.types import NUMERICAL, Question
+    from finbench.core.types import NUMERICAL, Question
 
     question = Question(id="q", benchmark="finmmr", kind=NUMERICAL, text="?", gold="42", fields={"ground_truth": 42})
     outputs = ["```python\ndef solution():\n    return 42\n```", "    import os\n    os.kill(os.getppid(), 9)\n    return 42",

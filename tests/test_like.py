@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from finbench.cli import app
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
-from finbench.types import OPTION_LETTERS
+from finbench.core.types import OPTION_LETTERS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen2.5-vl-7b-instruct"
 

@@ -16,7 +16,7 @@ from finbench.benchmarks import mme_finance
 from finbench.cli import app
 from finbench.offline import mme_finance_synthetic as synthetic
 from finbench.scoring import score_samples
-from finbench.types import OPEN, SINGLE, Prediction
+from finbench.core.types import OPEN, SINGLE, Prediction
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from finbench.benchmarks import mme_finance
 from finbench.cli import app
 from finbench.offline import mme_finance_synthetic as synthetic
 from finbench.scoring import score_samples
-from finbench.types import OPEN, SINGLE
+from finbench.core.types import OPEN, SINGLE
 
 
 @pytest.fixture(scope="module")

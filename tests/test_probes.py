@@ -16,14 +16,14 @@ from helpers import assert_refused_in_one_line
 import finbench
 from finbench.benchmarks import famma, finmme, finmtm
 from finbench.offline import famma_synthetic
-from finbench.requests import Choose, Generate
+from finbench.core.requests import Choose, Generate
 from finbench.runner.keys import request_payload
 from finbench.studies.probe_items import language_code, none_of_the_above_text, with_none_of_the_above
 from finbench.runner.requests import build_requests
 from finbench.runner.studies import expand
 from finbench.scoring.probes import names_gold, option_matches, probe_summary
 from finbench.api import make_config
-from finbench.types import OPTION_LETTERS, Question
+from finbench.core.types import OPTION_LETTERS, Question
 
 LIMIT = 8
 
@@ -184,7 +184,7 @@ def test_finmtm_has_no_stem_without_its_options_and_counts_its_items_as_not_prob
 
 
 def test_base_requests_keep_their_keys():
-    from finbench.requests import Prompt, user_message
+    from finbench.core.requests import Prompt, user_message
     from finbench.runner.keys import sample_key
 
     question = _question()

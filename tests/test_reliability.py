@@ -33,7 +33,7 @@ from PIL import Image
 from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import finmme
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
+from finbench.core.types import RunConfig
 
 
 def _gif() -> bytes:
@@ -780,7 +780,7 @@ def test_brackets_in_paths_and_values_reach_the_console_as_typed(good_parquet, t
 
 def test_an_undecodable_image_gives_the_same_message_every_run():
     from finbench.runner.preprocess import ImageError, decode_images
-    from finbench.types import Question
+    from finbench.core.types import Question
 
     messages = set()
     for _ in range(2):

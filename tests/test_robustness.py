@@ -20,7 +20,7 @@ import finbench
 from finbench.benchmarks import famma, finmme, finmtm, get_benchmark
 from finbench.offline import famma_synthetic
 from finbench.report.schema import SAMPLE_COLUMNS, VARIANT_COLUMNS
-from finbench.requests import Choose
+from finbench.core.requests import Choose
 from finbench.runner.engine import run_benchmark
 from finbench.runner.keys import request_payload, sample_key
 from finbench.runner.preprocess import decode_images
@@ -28,7 +28,7 @@ from finbench.runner.requests import build_requests, render
 from finbench.runner.studies import expand
 from finbench.scoring.robustness import answer_disagreements, circular_summary, majority_baselines
 from finbench.api import make_config
-from finbench.types import OPTION_LETTERS
+from finbench.core.types import OPTION_LETTERS
 
 LIMIT = 8
 

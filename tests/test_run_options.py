@@ -14,7 +14,7 @@ from finbench.api import RUN_IDENTITY, make_config
 from finbench.cli import app
 from finbench.run_options import RUN_OPTIONS, sweep_flags
 from finbench.studies import study_options
-from finbench.types import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
+from finbench.core.types import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
 
 # the fields that are not options of the table: the studies' (their own declarations) and start-up's record
 NOT_DECLARED = {"permutations", "image_ablation", "samples", "probes", "sized"}

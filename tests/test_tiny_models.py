@@ -25,7 +25,7 @@ from finbench.offline.tiny import (  # noqa: E402
     read_tiny_marker,
     tiny_family_available,
 )
-from finbench.types import OPTION_LETTERS  # noqa: E402
+from finbench.core.types import OPTION_LETTERS  # noqa: E402
 
 EXPECTED_CLASSES = {
     "qwen2.5-vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration"),

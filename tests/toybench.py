@@ -19,11 +19,11 @@ import torch
 
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
-from finbench.requests import Choose, Prompt, Request, user_message
+from finbench.core.requests import Choose, Prompt, Request, user_message
 from finbench.benchmarks.metrics import Metric
 from finbench.benchmarks.parts import Part
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, str_column
-from finbench.types import SINGLE, Question
+from finbench.core.types import SINGLE, Question
 
 NAME = "toybench"
 DATA_FILE = "toy.jsonl"

@@ -42,7 +42,7 @@ class Nudge(Study):
 
     def expand(self, benchmark: Any, questions: Sequence[Any], requests: Sequence[Any], config: Any,
                think_budget: int | None, notes: list[str]) -> Expanded:
-        from finbench.requests import Choose
+        from finbench.core.requests import Choose
 
         text = self.value(config)
         chosen = [i for i, r in enumerate(requests) if isinstance(r, Choose)]

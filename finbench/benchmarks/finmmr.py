@@ -27,11 +27,11 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
-from finbench.judging import Judging
-from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
+from finbench.core.judging import Judging
+from finbench.core.requests import Generate, Number, Prompt, Request, system_message, user_message
 from finbench.benchmarks.finmmr_rule import get_acc, outcome_value, valid_extraction
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import NUMERICAL, Prediction, Question
+from finbench.core.types import NUMERICAL, Prediction, Question
 
 NAME = "finmmr"
 HUB_ID = "addictedLL/FinMMR"  # a GitHub repository: FinMMR is read from local files only

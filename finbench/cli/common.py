@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from finbench.encodable import escape_streams
+from finbench.core.encodable import escape_streams
 
 
 HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."

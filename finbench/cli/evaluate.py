@@ -13,7 +13,7 @@ from finbench.cli.common import (comma_list, console, fail, home, one_line_error
 from finbench.options import with_options
 from finbench.run_options import OPTIONS, run_flags, sweep_flags
 from finbench.studies import study_options  # the studies' flags (no torch: see finbench/studies)
-from finbench.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
+from finbench.core.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 # importing the registry: every command starts without torch
 
 DEMO_NOTICE = ("[bold yellow]The demo model is a tiny RANDOM-WEIGHT Qwen2.5-VL built offline: its "

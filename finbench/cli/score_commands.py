@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from rich.markup import escape
 
-from finbench.encodable import write_text
+from finbench.core.encodable import write_text
 from finbench.report.console import as_console, print_comparison, print_scores
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.scoring.predictions import score_predictions

@@ -11,7 +11,7 @@ import typer
 
 from finbench.cli.common import console, fail, one_line_errors, out_console
 from finbench.run_options import UNSAFE_SANDBOX_HELP
-from finbench.types import DEFAULT_BENCHMARK
+from finbench.core.types import DEFAULT_BENCHMARK
 
 
 def score(

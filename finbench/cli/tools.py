@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from finbench.cli.common import fail, one_line_errors, out_console
-from finbench.types import DEFAULT_BENCHMARK
+from finbench.core.types import DEFAULT_BENCHMARK
 
 
 def data_check(

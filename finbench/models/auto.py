@@ -39,7 +39,7 @@ from finbench.models.base import DecodeState, HFVisionLanguageModel
 from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.generation import generated_counts
 from finbench.models.inputs import ModelInputs
-from finbench.types import ModelRequest
+from finbench.core.types import ModelRequest
 
 THINKING_SWITCH = "enable_thinking"  # the chat-template variable every thinking template here reads
 # (open tag, close tag) of the thinking blocks the released templates use; the close tag must be

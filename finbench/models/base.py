@@ -42,7 +42,7 @@ from finbench.models.loading import attention_implementation, load_auto, resolve
 from finbench.models.padding import pad_gemm_widths
 from finbench.models.part_timing import PartClock
 from finbench.models.tokens import end_token_ids, reserved_token_ids, single_token_ids, stop_token_ids
-from finbench.types import ModelRequest
+from finbench.core.types import ModelRequest
 
 
 # LM-head rows a constrained decoder projects onto (letters in two spellings, separator, ends):

@@ -39,7 +39,7 @@ from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
 from finbench.models.contract import Capabilities
 from finbench.models.deepseek_vl2_model import NEWLINE, SEPARATOR, DeepseekVL2Config, DeepseekVL2Model, load_checkpoint
-from finbench.types import ModelRequest
+from finbench.core.types import ModelRequest
 
 IMAGE_TOKEN = "<image>"
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"

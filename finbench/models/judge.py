@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 from finbench.models.base import HFVisionLanguageModel, resolve_device, resolve_dtype, weights_digest
 from finbench.models.contract import Capabilities
 from finbench.models.inputs import ModelInputs
-from finbench.sources import check_judge_source  # torch-free: start-up checks --judge with it
+from finbench.core.sources import check_judge_source  # torch-free: start-up checks --judge with it
 
 
 def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: Any = None) -> Any:

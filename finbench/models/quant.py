@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from finbench.models.library_logs import quiet_library_import
-from finbench.types import QUANT_CHOICES  # the names: checked at start-up without torch
+from finbench.core.types import QUANT_CHOICES  # the names: checked at start-up without torch
 
 # the model parts a name belongs to (the families' module trees: Qwen-VL `model.visual`, InternVL-hf
 # `model.vision_tower` + `model.multi_modal_projector`, all `model.language_model` and `lm_head`)

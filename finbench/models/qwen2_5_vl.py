@@ -30,7 +30,7 @@ from finbench.models.contract import Capabilities
 from finbench.models.fast_paths import PATHS
 from finbench.models.inputs import ModelInputs
 from finbench.models.vision_attention import install as install_vision_attention
-from finbench.types import ModelRequest
+from finbench.core.types import ModelRequest
 
 
 IMAGE_PAD = "<|image_pad|>"

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from finbench.models.contract import Capabilities
 from finbench.models.qwen3_vl import Qwen3VL
-from finbench.types import ModelRequest
+from finbench.core.types import ModelRequest
 
 
 class Qwen35(Qwen3VL):

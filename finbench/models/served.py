@@ -44,7 +44,7 @@ from finbench.models.served_bodies import (TOP_LOGPROBS, ServedRow, decision_bod
                                           logprobs_body, logprobs_of_letters, option_logprobs, prompt_part_text,
                                           served_row)
 from finbench.models.served_client import ClientSettings, ServedClient, ServedError
-from finbench.types import OPTION_LETTERS, SINGLE, ModelRequest
+from finbench.core.types import OPTION_LETTERS, SINGLE, ModelRequest
 
 CHAT_PATH = "/chat/completions"
 DECISION_PATHS = ("/systemone", "/decisions")  # transformers serve and llama.cpp; SGLang

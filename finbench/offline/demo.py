@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from finbench.types import RESULTS_FILE
+from finbench.core.types import RESULTS_FILE
 
 DEMO_MAX_NEW_TOKENS = 16  # a random model's free text is noise: a few tokens show the path
 DEMO_MODEL = "tiny-qwen2.5-vl"  # the demo's model, built once into FINBENCH_HOME (cli.demo)

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from finbench.encodable import write_text
+from finbench.core.encodable import write_text
 from finbench.report.format import (bootstrap_label, headline_score, metric_labels, num, part_cells, pct, penalties,
                                     power_line, quantization_study, scored_by, scored_parts)
 from finbench.report.balance import balance_sections
@@ -36,7 +36,7 @@ from finbench.report.plots import (breakdown_figure, flip_figure, headline_figur
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
                                    stages_figure, tradeoff_figure)
 from finbench.benchmarks.metrics import ACCURACY
-from finbench.types import OPTION_LETTERS
+from finbench.core.types import OPTION_LETTERS
 
 MAX_BROWSER_ROWS = 5000  # beyond this the page gets slow; the rest is in samples.parquet
 TEMPLATES = Path(__file__).parent / "templates"

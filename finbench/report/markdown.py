@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.encodable import write_text
+from finbench.core.encodable import write_text
 from finbench.report.format import (also_text, bootstrap_label, delta_text, headline_score, interval_text, metric_label,
                                     num, part_cells, pct, penalties, power_line, quantization_study, sampled_label,
                                     score_text, scored_by, scored_parts)

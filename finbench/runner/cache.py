@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from finbench.types import Prediction
+from finbench.core.types import Prediction
 
 log = logging.getLogger("finbench")
 

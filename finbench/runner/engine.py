@@ -1,7 +1,7 @@
 """One run: questions → requests → cached or computed predictions → samples, scores and reports.
 
 It knows neither the benchmark nor the model family: a `Benchmark` (benchmarks/base.py) turns
-each question into one request (finbench/requests.py), a model adapter (models/contract.py)
+each question into one request (finbench/core/requests.py), a model adapter (models/contract.py)
 answers it. `run_benchmark` is these steps in order, each a function over one `RunState`
 (runner/run_state.py). Order of work:
 1. start-up (runner/startup.py): check every option (once), take the run folder's lock (a second
@@ -65,7 +65,7 @@ from finbench.runner.run_state import RunState
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
 from finbench.runner.timing import StageTimer
-from finbench.types import Prediction, RunConfig
+from finbench.core.types import Prediction, RunConfig
 
 log = logging.getLogger("finbench")
 __all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "Stopped", "run_benchmark"]

@@ -1,7 +1,7 @@
 """The batch loop: token estimates for batching, preprocessing (in worker threads), and decoding
 each batch by its requests' type, with out-of-memory backoff and per-sample failure isolation.
 
-Dispatch is on the request type (finbench/requests.py), one decoder per batch kind: `Choose` → `decode_single` /
+Dispatch is on the request type (finbench/core/requests.py), one decoder per batch kind: `Choose` → `decode_single` /
 `decode_multi`, `Number` → `decode_numerical`, `Generate` → the adapter's `generate`, `Session` → turn by turn
 (runner/sessions.py). A request with a thinking budget first reasons (runner/thinking.py), then the same decoders.
 """
@@ -18,10 +18,10 @@ from typing import Any, Sequence
 import torch
 
 from finbench.benchmarks.base import Benchmark
-from finbench.encodable import encodable
+from finbench.core.encodable import encodable
 from finbench.models.contract import GenerationInterrupted, ModelAdapter
 from finbench.models.inputs import ModelInputs
-from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
+from finbench.core.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
 from finbench.runner.batching import Item
 from finbench.runner.copy_ahead import CopyAhead
 from finbench.runner.cost import RowCounts, with_costs
@@ -32,7 +32,7 @@ from finbench.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
-from finbench.types import BatchSpec, Prediction, Question, RunConfig
+from finbench.core.types import BatchSpec, Prediction, Question, RunConfig
 
 AUTO_BATCH_START = 64  # --batch-size auto starts here and halves on out-of-memory
 log = logging.getLogger("finbench")

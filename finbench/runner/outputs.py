@@ -15,10 +15,10 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from finbench.encodable import encodable_frame, text_frame, write_text
+from finbench.core.encodable import encodable_frame, text_frame, write_text
 from finbench.runner.decoding import answer_confidence
 from finbench.runner.keys import model_identity
-from finbench.types import Prediction, Question
+from finbench.core.types import Prediction, Question
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -51,7 +51,7 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
             "sample_key": keys[index], "cluster": cluster_key(fields[question.benchmark], question),
             **dict(question.meta),
         })
-    table = text_frame(rows)  # a reply UTF-8 cannot encode is kept as it is (finbench/encodable.py)
+    table = text_frame(rows)  # a reply UTF-8 cannot encode is kept as it is (finbench/core/encodable.py)
     for column in ("prompt_tokens", "image_tokens", "generated_tokens"):  # integers, null where not counted
         if column in table:
             table[column] = table[column].astype("Int64")

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from finbench.types import Question
+from finbench.core.types import Question
 
 log = logging.getLogger("finbench")
 MAX_IMAGE_PIXELS = 64_000_000  # larger images are rejected per sample instead of exhausting memory

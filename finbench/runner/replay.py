@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finbench.types import RESULTS_FILE, RunConfig
+from finbench.core.types import RESULTS_FILE, RunConfig
 
 
 @dataclass(frozen=True)

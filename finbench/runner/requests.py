@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.requests import Choose, Number, Prompt, Request, Session
+from finbench.core.requests import Choose, Number, Prompt, Request, Session
 from finbench.run_settings import for_run
-from finbench.types import ModelRequest, Question, RunConfig
+from finbench.core.types import ModelRequest, Question, RunConfig
 
 
 def batch_kind(request: Request) -> str:
@@ -149,7 +149,7 @@ def unreadable(model: Any, requests: list[Any], errors: dict[int, str], notes: l
     served model reads single choices at most) become their questions' errors, named in one note,
     before any is sent; a run with nothing left that it can read is refused in one line. A model
     that reads choices its own way (`Capabilities.choice_reading`) says so in a note."""
-    from finbench.types import MULTI, NUMERICAL, SINGLE
+    from finbench.core.types import MULTI, NUMERICAL, SINGLE
 
     def kind(request: Any) -> str | None:
         if isinstance(request, Choose):

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from finbench.benchmarks import get_benchmark
 from finbench.sandbox import refuse_without_jail
-from finbench.sources import is_served
-from finbench.types import Question, RunConfig
+from finbench.core.sources import is_served
+from finbench.core.types import Question, RunConfig
 
 if TYPE_CHECKING:
     from finbench.runner.distributed import World
@@ -57,7 +57,7 @@ def validate_options(config: RunConfig) -> None:
     those across options (finbench/run_options.py), the studies', a served model's (sources.py)."""
     from finbench.run_options import check_options as check_declared
     from finbench.studies import check_studies
-    from finbench.sources import check_sources
+    from finbench.core.sources import check_sources
 
     check_declared(config)
     check_studies(config)  # every registered study's option (finbench/studies/)

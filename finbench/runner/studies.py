@@ -19,13 +19,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from finbench.benchmarks.base import Benchmark
-from finbench.judging import Judging
-from finbench.requests import Request
+from finbench.core.judging import Judging
+from finbench.core.requests import Request
 from finbench.runner.outputs import samples_table
 from finbench.scoring.robustness import majority_baselines
 from finbench.studies import active_studies, all_studies, flat_config
 from finbench.studies.base import Study, StudyRows, Variant
-from finbench.types import Prediction, Question, RunConfig
+from finbench.core.types import Prediction, Question, RunConfig
 
 __all__ = ["Studies", "Variant", "expand", "flat_config"]
 

@@ -20,7 +20,7 @@ from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, SCORE
 from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column, wilson_interval)
-from finbench.types import OPTION_LETTERS, SINGLE
+from finbench.core.types import OPTION_LETTERS, SINGLE
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark

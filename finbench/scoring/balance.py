@@ -27,7 +27,7 @@ import torch
 from finbench.kernels.segments import factorize
 from finbench.scoring.stats import str_column
 from finbench.benchmarks.metrics import ACCURACY
-from finbench.types import MULTI, SINGLE
+from finbench.core.types import MULTI, SINGLE
 
 CHOICE_KINDS = (SINGLE, MULTI)
 ITEMS = "choice items (single and multi-answer), per answer type"

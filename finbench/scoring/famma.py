@@ -31,7 +31,7 @@ import torch
 from finbench.kernels.bitmask import letters_to_mask, to_str_array
 from finbench.scoring.answers import numeric_values, numerical_correct
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
-from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
+from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 
 LABEL = "FAMMA accuracy (famma-bench/bench-script; per-question correctness)"
 CANONICAL_LETTERS = re.compile(r"^[A-N]*$")

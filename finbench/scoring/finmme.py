@@ -45,7 +45,7 @@ from finbench.scoring.answers import normalize_response, numeric_values, numeric
 from finbench.benchmarks.metrics import ACCURACY, Metric, Variant
 from finbench.benchmarks.metrics import OFFICIAL as OFFICIAL_RULE
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
-from finbench.types import OPTION_LETTERS
+from finbench.core.types import OPTION_LETTERS
 
 OFFICIAL = "official"
 PAPER = "paper"

@@ -28,7 +28,7 @@ import torch
 
 from finbench.benchmarks.metrics import Metric
 from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, letters_read, str_column
-from finbench.types import OPEN, OPTION_LETTERS
+from finbench.core.types import OPEN, OPTION_LETTERS
 
 LABEL = "MME-Finance (judge score ×20 for open items; binary accuracy and F1), HiThink-Research/MME-Finance"
 FULL_MARKS = 5.0

@@ -36,7 +36,7 @@ from finbench.kernels.segments import factorize
 from finbench.scoring.api import _jsonable
 from finbench.scoring.clustered import paired_difference
 from finbench.scoring.stats import error_mask, float_column, str_column
-from finbench.types import OPTION_LETTERS
+from finbench.core.types import OPTION_LETTERS
 
 PROBE = "probe"  # the `study` column of variants.parquet
 OPEN_ENDED = "open-ended"  # the probe whose rows are scored here by rule (studies/probes.py)

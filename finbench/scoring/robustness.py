@@ -39,7 +39,7 @@ from finbench.kernels.bitmask import letters_to_mask, masks_to_letters
 from finbench.kernels.segments import factorize
 from finbench.scoring.api import _jsonable, per_question_correct, score_samples
 from finbench.scoring.stats import error_mask, float_column, str_column
-from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
+from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark

@@ -364,7 +364,7 @@ def distribution_comparison(dfs: Sequence[pd.DataFrame], names: Sequence[str], g
     an error in either, with option probabilities of the same length in both (renormalised)."""
     from finbench.kernels.bitmask import letters_to_mask, single_bit_index
     from finbench.kernels.segments import factorize
-    from finbench.types import OPTION_LETTERS, SINGLE
+    from finbench.core.types import OPTION_LETTERS, SINGLE
 
     ref = dfs[0].assign(_pos=np.arange(len(dfs[0])))
     out: dict[str, Any] = {"reference": names[0], "group": group, "floor": floor, "units": "KL in nats",

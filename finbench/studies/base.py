@@ -11,7 +11,7 @@ defined outside finbench). A study declares:
 - `columns`: the variants.parquet columns it fills, each with its empty value (other studies'
   rows hold that);
 - `expand`: its variants of the run's questions — (Variant, question, request maker) triples;
-- `judging`: the `Judging` (finbench/judging.py) a judge model uses for one of its variants in
+- `judging`: the `Judging` (finbench/core/judging.py) a judge model uses for one of its variants in
   the benchmark's place (None: the benchmark's own);
 - `rescore`, `summary`: its rows of the variants table scored again where it scores its own way,
   and its results.json block; `headline`: the numbers `compare` and `sweep` show side by side;
@@ -26,15 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
-from finbench.judging import Judging
+from finbench.core.judging import Judging
 from finbench.options import Option
-from finbench.types import Question, RunConfig
+from finbench.core.types import Question, RunConfig
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from finbench.benchmarks.base import Benchmark
-    from finbench.requests import Request
+    from finbench.core.requests import Request
 
 Maker = Callable[[], "Request"]  # builds a variant's request; what it raises is that variant's error
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from finbench.options import Option
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
-from finbench.types import OPTION_LETTERS, Question, RunConfig
+from finbench.core.types import OPTION_LETTERS, Question, RunConfig
 
 HEADLINE = ("k", "n", "base_accuracy", "circular_accuracy", "position_bias", "option_consistency")
 
@@ -51,7 +51,7 @@ class Circular(Study):
         """A variant for every rotation of every rotatable choice item; the state is the number of
         choice items not rotated because an option names other options."""
         from finbench.benchmarks.base import names_other_options
-        from finbench.requests import Choose
+        from finbench.core.requests import Choose
 
         k = self.value(config)
         choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]

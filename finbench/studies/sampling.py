@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from finbench.options import Option
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
-from finbench.types import Question, RunConfig
+from finbench.core.types import Question, RunConfig
 
 COLUMNS = ["n", "mean ×100", "95% CI (clustered) ×100", "maj@k ×100", "pass@k ×100", "agreement ×100",
            "unparsed samples"]
@@ -66,7 +66,7 @@ class Sampling(Study):
     def adjust(self, request: Any, config: RunConfig) -> Any:
         """A thinking block before a constrained answer sampled with the run's settings and seed
         (sample 0); one that has its sampling already (a sample j) as it is."""
-        from finbench.requests import Choose, Number
+        from finbench.core.requests import Choose, Number
         from finbench.sampling import sampled_settings, with_seed
 
         if not (isinstance(request, (Choose, Number)) and request.think_budget is not None) or request.sampling:

@@ -29,9 +29,9 @@ from finbench.benchmarks.famma.record import answer_text, image_bytes, record_to
 from finbench.benchmarks.famma.texts import (DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID, JUDGE_MAX_NEW_TOKENS, METRICS,
                                              NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS)
 from finbench.benchmarks.recognise import requires_columns
-from finbench.judging import Judging
+from finbench.core.judging import Judging
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import Question
+from finbench.core.types import Question
 
 __all__ = ["BENCHMARK", "Question", "answer", "answer_text", "extract_official", "fill_template", "image_bytes",
            "judge_requests", "load_questions", "official_prompt", "parse_grouped_response", "read_judgement",

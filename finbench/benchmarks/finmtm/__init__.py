@@ -29,7 +29,7 @@ from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, DOMAIN_FIELD, FOR
                                               JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVELS, METRICS, NAME, OBJECTIVE,
                                               OFFICIAL_MAX_NEW_TOKENS, OPEN_ENDED_SYSTEM_PROMPT, PROMPT_VERSION,
                                               PROTOCOLS)
-from finbench.judging import Judging
+from finbench.core.judging import Judging
 from finbench.benchmarks.scorer import ScorerModule
 
 __all__ = ["AGENT", "BENCHMARK", "DIALOGUE", "JUDGE_FIELDS", "JUDGE_MAX_NEW_TOKENS", "LEVELS", "OBJECTIVE",

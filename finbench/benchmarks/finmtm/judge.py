@@ -11,8 +11,8 @@ from finbench.benchmarks.finmtm.eval_metrics import (CAPABILITIES, clamp, dialog
 from finbench.benchmarks.finmtm.prompts import after_think
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVEL_CHECKLISTS,
                                               SESSION_JUDGE_TEMPLATE, TURN_JUDGE_TEMPLATE)
-from finbench.requests import Generate, Prompt, Request, user_message
-from finbench.types import Question
+from finbench.core.requests import Generate, Prompt, Request, user_message
+from finbench.core.types import Question
 
 
 def replies(prediction: Any) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence, Union
 
-from finbench.encodable import tokenizable
+from finbench.core.encodable import tokenizable
 
 DEFAULT_NUMERIC_BUDGET = 12  # tokens of a constrained numerical answer (`--numeric-budget`)
 IMAGE_ABLATIONS = ("blank", "noise", "none")  # `--image-ablation` modes (Prompt.ablated)

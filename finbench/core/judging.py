@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from finbench.requests import Request
-from finbench.types import Prediction, Question
+from finbench.core.requests import Request
+from finbench.core.types import Prediction, Question
 
 Judgement = tuple[float | None, dict[str, Any]]  # (score, or None when there is nothing to judge; details)
 

@@ -1,6 +1,6 @@
 """The shared vocabulary of finbench: what a question, a model request, a prediction and a run are.
 
-Benchmarks produce `Question`s and, for each, one request (`finbench/requests.py`); the runner
+Benchmarks produce `Question`s and, for each, one request (`finbench/core/requests.py`); the runner
 renders requests as `ModelRequest`s for a model adapter and writes one `Prediction` per question. Everything here is a frozen dataclass so that values
 can be hashed into cache keys and passed between threads without surprises.
 """
