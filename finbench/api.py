@@ -7,7 +7,7 @@
     scores = finbench.score("runs/q7b", variant="paper", bootstrap=10_000)
     comparison = finbench.compare(["runs/bf16", "runs/8bit"])
 
-Every option of `finbench run` is a keyword argument here (the fields of `finbench.core.types.RunConfig`,
+Every option of `finbench run` is a keyword argument here (the fields of `finbench.config.specs.RunConfig`,
 and each registered study's option, e.g. `permutations=3`: finbench/studies);
 an already loaded model adapter (`finbench.models.load_model(...)`) can be passed instead of a name.
 `batch_size` (a number or "auto"), `token_budget` and `workers` left out are sized to the device
@@ -28,7 +28,8 @@ from typing import Any, Iterator, Mapping, Sequence
 # RUN_IDENTITY: what makes a run folder's results another run's (the options declared `identity`:
 # another model, data or protocol); the rest (limit, filters, batching, budgets, devices) reruns it
 from finbench.run_options import RUN_IDENTITY
-from finbench.core.types import DEFAULT_BENCHMARK, RESULTS_FILE, RunConfig
+from finbench.core.types import DEFAULT_BENCHMARK, RESULTS_FILE
+from finbench.config.specs import RunConfig
 
 SUMMARY_FILE = "summary.json"
 

@@ -13,7 +13,8 @@ from typing import Any, Callable
 import finbench.option_checks as checks
 from finbench.options import Option
 from finbench.core.sources import SERVED_READINGS
-from finbench.core.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL, RunConfig
+from finbench.core.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL
+from finbench.config.specs import RunConfig
 
 UNSAFE_SANDBOX_HELP = ("Where this machine gives neither the kernel jail nor Landlock for model-written programs "
                        "(FinMMR pot), run them anyway in plain limited processes (named in the results; default: "

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from finbench.core.requests import Generate, Number, Request, Session, system_message
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Request:

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import torch
 
 from finbench.core.requests import Choose, Generate, Number, Request, Session
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def sampled_settings(config: RunConfig) -> dict[str, Any]:

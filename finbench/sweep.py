@@ -37,7 +37,7 @@ import pandas as pd
 from rich.markup import escape
 
 from finbench.benchmarks.metrics import ACCURACY
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark

@@ -65,7 +65,8 @@ from finbench.runner.run_state import RunState
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
 from finbench.runner.timing import StageTimer
-from finbench.core.types import Prediction, RunConfig
+from finbench.core.types import Prediction
+from finbench.config.specs import RunConfig
 
 log = logging.getLogger("finbench")
 __all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "Stopped", "run_benchmark"]

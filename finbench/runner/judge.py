@@ -42,7 +42,8 @@ from finbench.runner.defaults import size_to_device
 from finbench.runner.loop import BatchLoop, first_rows
 from finbench.runner.preprocess import prefetch
 from finbench.runner.timing import StageTimer
-from finbench.core.types import Prediction, Question, RunConfig
+from finbench.core.types import Prediction, Question
+from finbench.config.specs import RunConfig
 
 JUDGE_PROMPT_VERSION = "judge-v2"  # bump when the way requests reach the judge changes
 

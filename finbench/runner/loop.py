@@ -32,7 +32,8 @@ from finbench.sampling import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
-from finbench.core.types import BatchSpec, Prediction, Question, RunConfig
+from finbench.core.types import Prediction, Question
+from finbench.config.specs import BatchSpec, RunConfig
 
 AUTO_BATCH_START = 64  # --batch-size auto starts here and halves on out-of-memory
 log = logging.getLogger("finbench")

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finbench.core.types import RESULTS_FILE, RunConfig
+from finbench.core.types import RESULTS_FILE
+from finbench.config.specs import RunConfig
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from typing import Any, Sequence
 from finbench.benchmarks.base import Benchmark
 from finbench.core.requests import Choose, Number, Prompt, Request, Session
 from finbench.run_settings import for_run
-from finbench.core.types import ModelRequest, Question, RunConfig
+from finbench.core.types import ModelRequest, Question
+from finbench.config.specs import RunConfig
 
 
 def batch_kind(request: Request) -> str:

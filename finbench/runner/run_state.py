@@ -12,7 +12,8 @@ import torch
 from finbench.benchmarks.base import Benchmark
 from finbench.core.requests import Request
 from finbench.runner.replay import Replay
-from finbench.core.types import Prediction, Question, RunConfig
+from finbench.core.types import Prediction, Question
+from finbench.config.specs import RunConfig
 
 
 @dataclass

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from finbench.benchmarks import get_benchmark
 from finbench.sandbox import refuse_without_jail
 from finbench.core.sources import is_served
-from finbench.core.types import Question, RunConfig
+from finbench.core.types import Question
+from finbench.config.specs import RunConfig
 
 if TYPE_CHECKING:
     from finbench.runner.distributed import World

@@ -25,7 +25,8 @@ from finbench.runner.outputs import samples_table
 from finbench.scoring.robustness import majority_baselines
 from finbench.studies import active_studies, all_studies, flat_config
 from finbench.studies.base import Study, StudyRows, Variant
-from finbench.core.types import Prediction, Question, RunConfig
+from finbench.core.types import Prediction, Question
+from finbench.config.specs import RunConfig
 
 __all__ = ["Studies", "Variant", "expand", "flat_config"]
 

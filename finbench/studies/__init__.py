@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from finbench.studies import circular, image_ablation, probes, sampling
 from finbench.studies.base import Study
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 PLUGINS_ENV = "FINBENCH_STUDIES"
 STUDIES: dict[str, Study] = {}

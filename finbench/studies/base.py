@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from finbench.core.judging import Judging
 from finbench.options import Option
-from finbench.core.types import Question, RunConfig
+from finbench.core.types import Question
+from finbench.config.specs import RunConfig
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 from finbench.options import Option
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
-from finbench.core.types import OPTION_LETTERS, Question, RunConfig
+from finbench.core.types import OPTION_LETTERS, Question
+from finbench.config.specs import RunConfig
 
 HEADLINE = ("k", "n", "base_accuracy", "circular_accuracy", "position_bias", "option_consistency")
 

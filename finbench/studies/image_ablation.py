@@ -13,7 +13,8 @@ from finbench.options import Option
 from finbench.core.requests import IMAGE_ABLATIONS
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import kept, pct, ratio
-from finbench.core.types import Question, RunConfig
+from finbench.core.types import Question
+from finbench.config.specs import RunConfig
 
 HEADLINE = ("n", "metric", "base_score", "score", "retained", "base_accuracy", "accuracy", "retained_accuracy")
 

@@ -40,7 +40,8 @@ from finbench.core.requests import PROBES, Choose, Generate
 from finbench.run_settings import for_run
 from finbench.scoring.probes import normalized, numeric_option
 from finbench.studies.circular import raises
-from finbench.core.types import OPTION_LETTERS, SINGLE, Question, RunConfig
+from finbench.core.types import OPTION_LETTERS, SINGLE, Question
+from finbench.config.specs import RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
 NONE_OF_THE_ABOVE_CONTROL = "none-of-the-above-control"  # asked with every none-of-the-above probe

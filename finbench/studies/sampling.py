@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 from finbench.options import Option
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
-from finbench.core.types import Question, RunConfig
+from finbench.core.types import Question
+from finbench.config.specs import RunConfig
 
 COLUMNS = ["n", "mean ×100", "95% CI (clustered) ×100", "maj@k ×100", "pass@k ×100", "agreement ×100",
            "unparsed samples"]
