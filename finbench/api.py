@@ -27,7 +27,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 # RUN_IDENTITY: what makes a run folder's results another run's (the options declared `identity`:
 # another model, data or protocol); the rest (limit, filters, batching, budgets, devices) reruns it
-from finbench.run_options import RUN_IDENTITY
+from finbench.config.run_options import RUN_IDENTITY
 from finbench.core.types import DEFAULT_BENCHMARK, RESULTS_FILE
 from finbench.config.specs import RunConfig
 
@@ -58,9 +58,9 @@ def benchmark_names(benchmark: str | Sequence[str]) -> list[str]:
 
 def make_config(model: str, benchmark: str = DEFAULT_BENCHMARK, **options: Any) -> RunConfig:
     """A RunConfig from flat keyword options, each coerced as its declaration says
-    (finbench/run_options.py; a study's option, e.g. `permutations=3`, as its Study declares it:
+    (finbench/config/run_options.py; a study's option, e.g. `permutations=3`, as its Study declares it:
     finbench/studies); an unknown option is one clear TypeError."""
-    from finbench.run_options import coerce
+    from finbench.config.run_options import coerce
     from finbench.studies import study_options, study_settings
 
     studied = {o.name for o in study_options()}

@@ -17,7 +17,7 @@ from helpers import run_cli as finbench_cli
 
 import finbench
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 FAMMA_MOCK = Path(__file__).parent / "fixtures" / "famma" / "mock.json"
 

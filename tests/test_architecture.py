@@ -94,7 +94,7 @@ def test_no_import_cycles_anywhere_in_finbench():
 
 def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The module graph folded onto packages: each module counts as its first two name parts
-    (finbench.runner, finbench.scoring, …; a top-level module such as finbench.run_options is a
+    (finbench.runner, finbench.scoring, …; a top-level module such as finbench.config.run_options is a
     package of its own); imports inside one package are dropped."""
     def package(module: str) -> str:
         return ".".join(module.split(".")[:2])

@@ -11,7 +11,7 @@ from helpers import cli as finbench
 from helpers import png_bytes, run_cli
 
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def test_demo_runs_end_to_end_and_says_the_model_is_random(finmme_demo):

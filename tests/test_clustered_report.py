@@ -15,7 +15,7 @@ from finbench.report.console import print_run
 from finbench.report.markdown import run_markdown
 from finbench.report.run_sections import clustered_line, clustered_section
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from test_finmtm import write_fixtures
 
 from finbench.offline import famma_synthetic
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import OPEN, RunConfig
+from finbench.core.types import OPEN
+from finbench.config.specs import RunConfig
 
 
 def _run(tiny_model, tiny_qwen_dir, benchmark, data, out, **overrides):

@@ -17,7 +17,7 @@ from helpers import cli
 from finbench.runner.batching import Item
 from finbench.runner.distributed import World, shard
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 ENV = {**BASE_ENV, "OMP_NUM_THREADS": "1"}
 

@@ -14,7 +14,7 @@ from helpers import finmme_request
 
 from finbench.report.schema import SAMPLE_COLUMNS
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 LIMIT = 24
 

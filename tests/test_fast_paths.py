@@ -163,7 +163,7 @@ def odd_width_dir(tmp_path_factory):
 def test_a_padded_model_answers_as_the_unpadded_one(odd_width_dir, synthetic_parquet, tmp_path):
     from finbench.models.qwen2_5_vl import Qwen25VL
     from finbench.runner.engine import run_benchmark
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     runs = {}
     for name, paths in (("reference", FastPaths.reference()), ("padded", FastPaths(pad_widths=True))):

@@ -331,7 +331,7 @@ def test_metric_functions_equal_metrics_py_restated():
 @pytest.mark.slow
 def test_finmtm_run_end_to_end(tiny_model, tiny_qwen_dir, fixture_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     seen = []
     original = tiny_model.prepare
@@ -371,7 +371,7 @@ def test_raw_output_does_not_depend_on_what_shares_the_batch(tiny_model, tiny_qw
     """An objective reply batched with a multi-turn session stays the reply as generated (it was
     wrapped in a JSON list, and then scored 0); a one-turn session is a list of one reply."""
     from finbench.runner.engine import run_benchmark
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     outputs = {}
     for batch_size in (16, 1):

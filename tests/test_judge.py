@@ -18,7 +18,8 @@ from finbench.models.inputs import ModelInputs
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
 from finbench.runner.judge import judge_run
-from finbench.core.types import OPEN, Prediction, Question, RunConfig
+from finbench.core.types import OPEN, Prediction, Question
+from finbench.config.specs import RunConfig
 
 
 class FakeJudge:
@@ -228,7 +229,7 @@ def test_a_judge_call_that_fails_scores_its_item_zero_for_every_judged_benchmark
 
 def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     data = synthetic.write_early_json(tmp_path / "f.json", synthetic.records(None)[:2])
     config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
@@ -241,7 +242,7 @@ def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
 @pytest.mark.slow
 def test_tiny_judge_end_to_end_and_rerun_computes_nothing(tiny_model, tiny_qwen_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     data = synthetic.write_parquet(tmp_path / "famma.parquet", synthetic.records(None))
     config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
@@ -323,7 +324,7 @@ def test_a_vision_language_judge_is_shown_the_session_images_and_its_verdicts_ar
 
     from finbench.runner.engine import run_benchmark
     from finbench.runner.preprocess import decode_images
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     write_fixtures(tmp_path / "data")
     seen = _recording(tiny_model, monkeypatch)

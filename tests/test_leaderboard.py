@@ -20,7 +20,7 @@ from finbench.benchmarks import get_benchmark
 from finbench.cli import app
 from finbench.runner.engine import run_benchmark
 from finbench.scoring import score_samples
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from finbench.runner.engine import Interrupted, run_benchmark
 from finbench.runner.loop import BatchLoop
 from finbench.runner.requests import build_requests, text_of
 from finbench.runner.timing import StageTimer
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def _loop(model, questions, requests, tmp_path, **options):

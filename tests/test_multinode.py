@@ -16,7 +16,7 @@ from served_server import free_port
 
 from finbench.runner.distributed import World, shard_path
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 ENV = {**BASE_ENV, "OMP_NUM_THREADS": "1"}
 LIMIT = 16

@@ -11,7 +11,7 @@ import pytest
 from helpers import cli
 
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ def test_no_file_under_finbench_knows_the_toy_study():
 
 
 def test_register_study_refuses_a_second_study_of_the_same_name_or_flag():
-    from finbench.options import Option
+    from finbench.config.options import Option
     from finbench.studies import STUDIES, register_study
     from finbench.studies.circular import STUDY as CIRCULAR
 

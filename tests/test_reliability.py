@@ -33,7 +33,7 @@ from PIL import Image
 from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import finmme
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def _gif() -> bytes:

@@ -24,7 +24,7 @@ from PIL import Image
 
 from finbench.benchmarks import get_benchmark
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 ERROR, ANSWERED, UNSCORED = "error", "answered", "unscored"
 CONTEXT = 32768  # the tiny model's max_position_embeddings

@@ -31,7 +31,7 @@ from finbench.benchmarks import famma, finmme
 from finbench.cli import app
 from finbench.runner.cache import PredictionCache
 from finbench.runner.engine import Stopped, run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def _config(tiny_qwen_dir, data, out, **overrides) -> RunConfig:

@@ -118,7 +118,7 @@ def test_every_entry_point_sizes_its_settings_to_the_simulated_gpu(fake_cuda, mo
     `sized`; a given setting is kept and not named."""
     import finbench
     from finbench.sweep import run_sweep
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     def cli(*args):
         def call():

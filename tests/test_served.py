@@ -20,7 +20,7 @@ from helpers import ENV, cache_rows, cli, finmme_request
 from served_server import start_server
 
 from finbench.runner.engine import run_benchmark
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 pytestmark = pytest.mark.slow
 LIMIT = 8

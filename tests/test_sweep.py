@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from finbench.cli import app
 from finbench.scoring.stats import distribution_comparison
 from finbench.sweep import flip_matrix, plan_variants
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def _brute_force(ref: pd.DataFrame, var: pd.DataFrame, floor: float = 1e-12) -> dict:

@@ -18,7 +18,7 @@ from finbench.cli import app
 from finbench.models.quant import MIN_QUANTIZED_SHARE, inspect_quantization, quantize_loaded
 from finbench.models.quant_share import planned_shares
 from finbench.sweep import run_sweep
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 def _no_model(*args, **kwargs):

@@ -14,7 +14,7 @@ from helpers import finmme_request, sharpened_tiny_dir
 
 from finbench.runner.engine import run_benchmark
 from finbench.runner.thinking import AFTER_CLOSE, think
-from finbench.core.types import RunConfig
+from finbench.config.specs import RunConfig
 
 
 @pytest.fixture(scope="module")

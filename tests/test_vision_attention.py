@@ -205,7 +205,7 @@ def test_tiny_model_answers_identical_end_to_end(tiny_model, tiny_qwen_dir, synt
     answers, option probabilities within 1e-5, different fingerprints (so caches never mix)."""
     from finbench.models.qwen2_5_vl import Qwen25VL
     from finbench.runner.engine import run_benchmark
-    from finbench.core.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     stock_model = Qwen25VL.load(str(tiny_qwen_dir), dtype="float32", device="cpu", vision_attention="stock")
     assert tiny_model.fingerprint()["attn_implementation"] == "sdpa+vision-packed"

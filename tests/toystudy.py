@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
+from finbench.config.options import Option
 from finbench.studies import register_study
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 

@@ -10,8 +10,8 @@ from rich.markup import escape
 
 from finbench.cli.common import (comma_list, console, fail, home, one_line_errors, out_console, run_and_report,
                                  stops_in_one_line)
-from finbench.options import with_options
-from finbench.run_options import OPTIONS, run_flags, sweep_flags
+from finbench.config.options import with_options
+from finbench.config.run_options import OPTIONS, run_flags, sweep_flags
 from finbench.studies import study_options  # the studies' flags (no torch: see finbench/studies)
 from finbench.core.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 # importing the registry: every command starts without torch
@@ -51,7 +51,7 @@ OVERWRITE_HELP = ("Replace the results of another run (another model, benchmark,
                   "(default: refuse).")
 
 
-@with_options(lambda: run_flags() + study_options())  # every RunConfig option (finbench/run_options.py), every study's
+@with_options(lambda: run_flags() + study_options())  # every RunConfig option (finbench/config/run_options.py), every study's
 def run(
     benchmark: List[str] = typer.Option([DEFAULT_BENCHMARK], help=OPTIONS["benchmark"].help),
     data: List[str] = typer.Option([], help=OPTIONS["data"].help),

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from finbench.cli.common import console, fail, one_line_errors, out_console
-from finbench.run_options import UNSAFE_SANDBOX_HELP
+from finbench.config.run_options import UNSAFE_SANDBOX_HELP
 from finbench.core.types import DEFAULT_BENCHMARK
 
 

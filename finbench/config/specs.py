@@ -2,7 +2,7 @@
 benchmark, data, protocol, limit, filters) and how in five typed specs (`LoadSpec`, `DecodeSpec`,
 `BatchSpec`, `OutputSpec`, `JudgeSpec`) and the studies' options. Each field of a spec is a flat
 option name, as results.json records it (`RunConfig.record`); the options themselves (flags, help,
-checks) are declared in finbench/run_options.py. Frozen dataclasses, torch-free."""
+checks) are declared in finbench/config/run_options.py. Frozen dataclasses, torch-free."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A benchmark's request made ready for one run: the run's settings added (finbench/run_settings.py
+"""A benchmark's request made ready for one run: the run's settings added (finbench/config/run_settings.py
 `for_run`), its batch kind, and its prompt rendered for the model adapter with the question's decoded images."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
 from finbench.core.requests import Choose, Number, Prompt, Request, Session
-from finbench.run_settings import for_run
+from finbench.config.run_settings import for_run
 from finbench.core.types import ModelRequest, Question
 from finbench.config.specs import RunConfig
 

@@ -55,8 +55,8 @@ def validate(config: RunConfig) -> None:
 def validate_options(config: RunConfig) -> None:
     """What the options and the registry of benchmarks decide, with no library imported (a sweep
     checks every variant's before any variant's library checks): each option's declared check and
-    those across options (finbench/run_options.py), the studies', a served model's (sources.py)."""
-    from finbench.run_options import check_options as check_declared
+    those across options (finbench/config/run_options.py), the studies', a served model's (sources.py)."""
+    from finbench.config.run_options import check_options as check_declared
     from finbench.studies import check_studies
     from finbench.core.sources import check_sources
 

@@ -58,7 +58,7 @@ def active_studies(config: RunConfig) -> list[Study]:
 
 
 def study_options(sweep: bool = False) -> list[Any]:
-    """The studies' options (`finbench.options.Option`); `sweep`: those `finbench sweep` takes."""
+    """The studies' options (`finbench.config.options.Option`); `sweep`: those `finbench sweep` takes."""
     return [study.option for study in STUDIES.values() if study.option.sweep or not sweep]
 
 

@@ -5,7 +5,7 @@ A study file (finbench/studies/circular.py is the model) defines one subclass of
 in `STUDY = ...`; finbench/studies/__init__.py registers it (`register_study`, also for a study
 defined outside finbench). A study declares:
 - `name`: the `study` column of variants.parquet; `key`: its block of results.json (default: name);
-- `option`: its `Option` (finbench/options.py): the `finbench run` flag, the `sweep` flag where
+- `option`: its `Option` (finbench/config/options.py): the `finbench run` flag, the `sweep` flag where
   `sweep=True`, the API keyword and the start-up check, all from this one declaration; the run's
   value is `study.value(config)` (RunConfig.studies, the option's default when absent);
 - `columns`: the variants.parquet columns it fills, each with its empty value (other studies'
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
 from finbench.core.judging import Judging
-from finbench.options import Option
+from finbench.config.options import Option
 from finbench.core.types import Question
 from finbench.config.specs import RunConfig
 

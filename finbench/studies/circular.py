@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
+from finbench.config.options import Option
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
 from finbench.core.types import OPTION_LETTERS, Question
@@ -90,7 +90,7 @@ class Circular(Study):
     def _rotations(self, benchmark: Any, questions: Sequence[Question], requests: Sequence[Any],
                    rotatable: Sequence[int], config: RunConfig, think_budget: int | None,
                    notes: list[str]) -> list[Any]:
-        from finbench.run_settings import for_run
+        from finbench.config.run_settings import for_run
 
         k, out, unchanged = self.value(config), [], 0
         for i in rotatable:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
+from finbench.config.options import Option
 from finbench.core.requests import IMAGE_ABLATIONS
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import kept, pct, ratio

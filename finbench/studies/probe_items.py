@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
 from finbench.core.requests import PROBES, Choose, Generate
-from finbench.run_settings import for_run
+from finbench.config.run_settings import for_run
 from finbench.scoring.probes import normalized, numeric_option
 from finbench.studies.circular import raises
 from finbench.core.types import OPTION_LETTERS, SINGLE, Question

@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from finbench.core.judging import Judgement, Judging
-from finbench.options import Option
+from finbench.config.options import Option
 from finbench.core.requests import PROBES, Generate, Prompt, Request, user_message
 from finbench.studies.base import Column, Expanded, Study, StudyRows, Variant
 from finbench.studies.cells import interval, pct, signed

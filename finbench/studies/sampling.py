@@ -5,7 +5,7 @@ Sample 0 is the run's own request (seed `--seed`); sample j = 1…K−1 is the s
 seed + j in its sampling settings, so each sample is a field-for-field request of its own: its own
 cache key, and its own batch kind (samples of one seed batch together). Which requests are sampled:
 free generation (`Generate`: official protocols, open answers) and sessions — they carry
-`--gen-kwargs` sampling settings (finbench/run_settings.py `for_run`) — and a thinking block's reasoning
+`--gen-kwargs` sampling settings (finbench/config/run_settings.py `for_run`) — and a thinking block's reasoning
 before a constrained answer (sampled with the same settings, only with --samples > 1: `adjust`; a
 run without it reasons greedily as always). A constrained letter or number read from the logits
 without thinking is deterministic: it is asked once (one note). How each seed draws its own random
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
+from finbench.config.options import Option
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
 from finbench.core.types import Question

@@ -1,4 +1,4 @@
-"""Every option of a run, declared once (finbench/options.py `Option`): its flag and help text for
+"""Every option of a run, declared once (finbench/config/options.py `Option`): its flag and help text for
 `finbench run` (and `finbench sweep` where `sweep`/`axis` says so), its API keyword and coercion
 (`finbench.api.make_config`), its start-up check (runner/startup.py `validate_options`), the
 RunConfig spec that holds it, and whether it is part of the run's identity (`RUN_IDENTITY`).
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-import finbench.option_checks as checks
-from finbench.options import Option
+import finbench.config.option_checks as checks
+from finbench.config.options import Option
 from finbench.core.sources import SERVED_READINGS
 from finbench.core.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL
 from finbench.config.specs import RunConfig

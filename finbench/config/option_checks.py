@@ -1,4 +1,4 @@
-"""The parsers and start-up checks the run options' declarations (finbench/run_options.py) name:
+"""The parsers and start-up checks the run options' declarations (finbench/config/run_options.py) name:
 each turns or checks one option's value, with one ValueError line. Torch-free: every option is
 checked before any library loads (runner/startup.py `validate_options`)."""
 
@@ -29,7 +29,7 @@ def generation_settings(value: Any) -> tuple[tuple[str, Any], ...]:
     """--gen-kwargs as RunConfig holds it, from a mapping, (key, value) pairs, or the command line's
     `max_new_tokens=64,temperature=0.7` (one string, or its comma-separated parts); anything else
     is one clear error."""
-    from finbench.gen_kwargs import parse_gen_kwargs
+    from finbench.config.gen_kwargs import parse_gen_kwargs
 
     if isinstance(value, str) or isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return parse_gen_kwargs(value if isinstance(value, str) else ",".join(value))
@@ -99,7 +99,7 @@ def chat_template(value: str | None, config: Any) -> None:
 
 
 def gen_kwargs(value: tuple[tuple[str, Any], ...], config: Any) -> None:
-    from finbench.gen_kwargs import GENERATION_KEYS
+    from finbench.config.gen_kwargs import GENERATION_KEYS
 
     for key, setting in value:
         if key not in GENERATION_KEYS:
