@@ -136,7 +136,7 @@ def test_runner_never_probes_benchmarks_or_models():
     reaching into the Hugging Face module (`.model.model`, `.tokenizer`, `.processor`)."""
     probing = re.compile(r"\bhasattr\(|inspect\.signature|\.model\.model\b|model\.tokenizer\b|model\.processor\b")
     files = [*(PACKAGE / "runner").glob("*.py"), PACKAGE / "benchmarks" / "__init__.py",
-             PACKAGE / "benchmarks" / "base.py", PACKAGE / "api.py", PACKAGE / "sweep.py"]
+             PACKAGE / "benchmarks" / "base.py", PACKAGE / "app" / "api.py", PACKAGE / "app" / "sweep.py"]
     offenders = {f"{path.name}:{n}": line.strip() for path in files
                  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if probing.search(line)}
     assert offenders == {}
@@ -161,7 +161,7 @@ def test_nothing_outside_the_adapters_probes_an_adapter_with_getattr_or_hasattr(
     declares (models/contract.py). Inside models/ (where `model` is the Hugging Face module an
     adapter owns) and offline/ (tiny checkpoints built from transformers) the names mean modules."""
     files = [p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] not in ("models", "offline")]
-    assert PACKAGE / "runner" / "loop.py" in files and PACKAGE / "api.py" in files
+    assert PACKAGE / "runner" / "loop.py" in files and PACKAGE / "app" / "api.py" in files
     offenders = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in files
                  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if _probes_an_adapter(node)]
     assert offenders == []
@@ -217,8 +217,8 @@ def test_docs_exist(doc):
     assert len((PACKAGE.parent / "docs" / doc).read_text(encoding="utf-8").splitlines()) > 20
 
 
-GENERIC_LAYERS = ("runner", "report", "scoring/api.py", "scoring/stats.py", "runs.py", "leaderboard.py",
-                  "sweep.py", "api.py", "cli")
+GENERIC_LAYERS = ("runner", "report", "scoring/api.py", "scoring/stats.py", "app/runs.py", "app/leaderboard.py",
+                  "app/sweep.py", "app/api.py", "cli")
 
 
 def docstring_ids(tree: ast.AST) -> set[int]:

@@ -14,7 +14,7 @@ from finbench.benchmarks import BENCHMARKS
 from finbench.benchmarks.scorer import ScorerModule
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
-GENERIC = ("runner", "report", "cli", "cli.py", "api.py", "sweep.py", "leaderboard.py")
+GENERIC = ("runner", "report", "cli", "cli.py", "app/api.py", "app/sweep.py", "app/leaderboard.py")
 # being moved out of the runner with the study registry (finbench/studies/), where its checks ask the
 # Benchmark's `constrained_protocols`
 MOVING = ("runner/study_options.py",)

@@ -12,8 +12,8 @@ from pathlib import Path
 from test_architecture import docstring_ids
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
-GENERIC = ["runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
-           "runs.py", "scoring/predictions.py", "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py",
+GENERIC = ["runner", "report", "cli", "app/api.py", "app/sweep.py", "app/leaderboard.py", "scoring/api.py", "scoring/stats.py",
+           "app/runs.py", "scoring/predictions.py", "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py",
            "benchmarks/parts.py", "benchmarks/scorer.py", "scoring/__init__.py"]
 STUDY_NAMES = {"circular", "image_ablation", "image-ablation", "sampling", "probe", "probes", "permutations", "samples",
                "none-of-the-above", "none-of-the-above-control", "open-ended", "rotation", "ablation", "sample",

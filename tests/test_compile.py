@@ -118,7 +118,7 @@ def test_only_the_vision_blocks_are_compiled(tiny_qwen_dir):
 
 def test_a_model_without_repeated_vision_blocks_runs_uncompiled_with_a_note(tiny_qwen_dir, synthetic_parquet,
                                                                            tmp_path, monkeypatch):
-    from finbench.api import evaluate
+    from finbench.app.api import evaluate
     from finbench.models import compile as compile_module
     from finbench.models import load_model
 

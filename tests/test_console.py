@@ -106,7 +106,7 @@ def test_a_rerun_takes_the_rate_of_this_folders_own_run_only(finmme_outputs, tmp
     from dataclasses import replace
 
     from finbench.runner.outputs import previous_throughput
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     out, _, _ = finmme_outputs
     results = json.loads((out / "results.json").read_text())

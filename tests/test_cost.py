@@ -19,7 +19,7 @@ import finbench
 from finbench.core.requests import Choose, Generate, Prompt
 from finbench.runner.cost import cost_summary, with_costs
 from finbench.runner.engine import run_benchmark
-from finbench.api import make_config
+from finbench.app.api import make_config
 from finbench.core.types import Prediction
 
 LIMIT = 12

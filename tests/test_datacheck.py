@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from finbench.cli import app
-from finbench.datacheck import check_data, message_kind
+from finbench.app.datacheck import check_data, message_kind
 from finbench.offline import famma_synthetic
 from finbench.offline.finmtm_synthetic import write_folder
 

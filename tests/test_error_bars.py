@@ -165,7 +165,7 @@ def _write_run(folder, samples, name):
 
 
 def test_leaderboard_rows_carry_mde_and_its_reports_the_line(famma_questions, tmp_path):
-    from finbench import leaderboard
+    from finbench.app import leaderboard
 
     n = len(famma_questions)
     _write_run(tmp_path / "ref", _samples(famma_questions, np.arange(n) % 2 == 0), "ref")

@@ -411,7 +411,7 @@ def test_no_fast_paths_reaches_the_adapter_from_the_cli(tiny_qwen_dir, monkeypat
         captured.update(options)
         raise ValueError("captured")
 
-    monkeypatch.setattr("finbench.api.evaluate", evaluate)
+    monkeypatch.setattr("finbench.app.api.evaluate", evaluate)
     done = CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--no-fast-paths", "--no-progress"])
     assert done.exit_code == 2 and captured["fast_paths"] is False
     seen = []

@@ -141,7 +141,7 @@ def test_the_demo_data_is_in_the_official_layout(tmp_path):
 def test_the_full_public_set_reads_with_the_published_counts():
     done = cli("data", "check", "--benchmark", "fcmr", str(FULL))
     assert done.returncode == 0 and "2199 records" in done.stdout, done.stdout[-2000:]
-    from finbench.datacheck import check_data
+    from finbench.app.datacheck import check_data
 
     report = check_data("fcmr", FULL)
     assert report["n_errors"] == 0 and report["counts"]["difficulty"] == {"easy": 757, "medium": 728, "hard": 714}

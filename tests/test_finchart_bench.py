@@ -208,7 +208,7 @@ def test_the_full_public_set_reads_with_the_published_counts():
     done = cli("data", "check", "--benchmark", "finchart-bench", str(FULL))
     assert done.returncode == 0, done.stdout[-2000:]
     assert "7019 records" in done.stdout and "ok: every record loads" in done.stdout
-    from finbench.datacheck import check_data
+    from finbench.app.datacheck import check_data
 
     report = check_data("finchart-bench", FULL)
     assert report["n_errors"] == 0 and report["counts"]["task"] == {"MC": 2350, "TF": 2384, "QA": 2285}

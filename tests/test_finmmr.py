@@ -154,7 +154,7 @@ def test_score_predictions_cot_and_a_wrong_protocol(predictions_files):
 
 def _run(tiny_model, tiny_qwen_dir, tmp_path, protocol, data=REAL, **options):
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     config = make_config(model=str(tiny_qwen_dir), benchmark="finmmr", data=str(data), protocol=protocol,
                        out=str(tmp_path / protocol), device="cpu", dtype="float32", max_pixels=28 * 28 * 4,

@@ -345,7 +345,7 @@ def test_unsafe_mode_is_weaker_but_still_a_separate_limited_process(tmp_path):
 @jail
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
 def test_data_check_says_which_isolation_this_machine_gives():
-    from finbench.datacheck import check_data
+    from finbench.app.datacheck import check_data
 
     notes = check_data("finmmr", str(REAL / "validation" / "easy_validation.json"))["notes"]
     assert any(n.startswith("programs of --protocol pot run in: kernel jail: bubblewrap") for n in notes), notes

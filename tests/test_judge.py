@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from finbench.api import make_config
+from finbench.app.api import make_config
 from finbench.benchmarks import famma
 from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.models.inputs import ModelInputs
@@ -503,7 +503,7 @@ def test_a_finmtm_judge_whose_replies_parse_fills_the_dialogue_table_everywhere(
         for part in ("FinMTM dialogue sessions", "final = (0.5·turn + 0.5·session)×10", "65.00"):
             assert part in text, (where, part)
         assert "no judge reply could be read" not in text, where
-    from finbench.leaderboard import build  # and the leaderboard's dialogue headline, on its 0–100 scale
+    from finbench.app.leaderboard import build  # and the leaderboard's dialogue headline, on its 0–100 scale
 
     (row,) = build([tmp_path / "run"])["rows"]
     shown = {h["metric"]: h for h in row["headlines"]}

@@ -79,7 +79,7 @@ def _reply(name: str, questions: list):
 
 
 def _run(model, name: str, data: Path, out: Path, protocol: str):
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.runner.engine import run_benchmark
 
     config = make_config(model=model.source, benchmark=name, data=str(data), protocol=protocol, out=str(out),

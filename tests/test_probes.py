@@ -22,7 +22,7 @@ from finbench.studies.probe_items import language_code, none_of_the_above_text, 
 from finbench.runner.requests import build_requests
 from finbench.runner.studies import expand
 from finbench.scoring.probes import names_gold, option_matches, probe_summary
-from finbench.api import make_config
+from finbench.app.api import make_config
 from finbench.core.types import OPTION_LETTERS, Question
 
 LIMIT = 8
@@ -284,7 +284,7 @@ def test_both_probes_through_the_cli(probed, questions):
 def test_compare_and_sweep_show_the_probes(probed):
     from finbench.report.markdown import sweep_markdown
     from finbench.report.studies import compare_rows
-    from finbench.sweep import summarize
+    from finbench.app.sweep import summarize
 
     out, _, results, _ = probed
     summary = summarize([out, out], ["a", "b"], n_bootstrap=0)

@@ -115,7 +115,7 @@ def test_a_registered_study_runs_scores_reports_sweeps_and_compares_end_to_end(t
 
 
 def test_the_api_keywords_fill_runconfig_studies_and_results_json_keeps_them_flat():
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.studies import flat_config
     from finbench.studies.circular import STUDY as CIRCULAR
 

@@ -486,7 +486,7 @@ def test_a_relative_image_path_that_climbs_out_is_refused_and_absolute_ones_read
 
 def test_sweep_validation_uses_no_weights(tmp_path, tiny_qwen_dir):
     """`check_family` reads config.json only: a sweep is refused before any weights load."""
-    from finbench.sweep import plan_variants, validate_variants
+    from finbench.app.sweep import plan_variants, validate_variants
 
     weightless = tmp_path / "config-only"
     weightless.mkdir()

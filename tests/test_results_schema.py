@@ -34,7 +34,7 @@ def demo_data(tmp_path_factory):
 def test_a_run_of_every_benchmark_and_protocol_validates(name, protocol, demo_data, tiny_model, tmp_path):
     """report/results.schema.json: "One run's results" — of any registered benchmark, under any
     protocol it accepts (`Benchmark.protocol_names`)."""
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.report.schema import results_schema
     from finbench.runner.engine import run_benchmark
 

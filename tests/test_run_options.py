@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import typer.main
 
-from finbench.api import RUN_IDENTITY, make_config
+from finbench.app.api import RUN_IDENTITY, make_config
 from finbench.cli import app
 from finbench.config.run_options import RUN_OPTIONS, sweep_flags
 from finbench.studies import study_options

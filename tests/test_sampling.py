@@ -121,7 +121,7 @@ def test_greedy_samples_and_no_samples_are_refused_in_one_line(tiny_qwen_dir, sy
 
 def test_constrained_letters_are_asked_once_with_a_note(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     config = make_config(model=str(tiny_qwen_dir), benchmark="finmme", data=str(synthetic_parquet), limit=LIMIT,
                        out=str(tmp_path / "run"), dtype="float32", device="cpu", bootstrap=0, samples=3)
@@ -193,7 +193,7 @@ def test_thinking_samples_its_reasoning_only_when_asked(tmp_path_factory, synthe
 
     from finbench.models import load_model
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     thinker = load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)), dtype="float32",
                          device="cpu")
@@ -219,7 +219,7 @@ def test_a_mixed_run_samples_its_open_answers_only(tiny_model, tiny_qwen_dir, tm
     questions generated (sampled K times); a question without gold is sampled but not scored."""
     from finbench.offline import famma_synthetic
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", famma_synthetic.records(None))
     config = make_config(model=str(tiny_qwen_dir), benchmark="famma", data=str(path), limit=6, out=str(tmp_path / "run"),

@@ -45,7 +45,7 @@ def test_one_run_reads_config_json_once_and_checks_once(counted, tiny_qwen_dir, 
 
 def test_each_sweep_variant_reads_config_json_once_and_checks_once(counted, tiny_qwen_dir, synthetic_parquet,
                                                                    tmp_path):
-    from finbench.sweep import run_sweep
+    from finbench.app.sweep import run_sweep
     from finbench.config.specs import RunConfig
 
     base = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, device="cpu", bootstrap=0)

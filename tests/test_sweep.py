@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from finbench.cli import app
 from finbench.scoring.stats import distribution_comparison
-from finbench.sweep import flip_matrix, plan_variants
+from finbench.app.sweep import flip_matrix, plan_variants
 from finbench.config.specs import RunConfig
 
 

@@ -13,11 +13,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import finbench.sweep as sweep_module
+import finbench.app.sweep as sweep_module
 from finbench.cli import app
 from finbench.models.quant import MIN_QUANTIZED_SHARE, inspect_quantization, quantize_loaded
 from finbench.models.quant_share import planned_shares
-from finbench.sweep import run_sweep
+from finbench.app.sweep import run_sweep
 from finbench.config.specs import RunConfig
 
 

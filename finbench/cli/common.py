@@ -143,7 +143,7 @@ def stops_in_one_line() -> Iterator[None]:
 def run_and_report(work, verbose_tables: bool = False, notice: str | None = None) -> None:
     """Run, then print each run's compact summary (report/console.py); the last line of all
     repeats model · benchmark · protocol · headline score [CI] · n · errors."""
-    from finbench.api import MultiRunResult
+    from finbench.app.api import MultiRunResult
 
     with stops_in_one_line():
         try:

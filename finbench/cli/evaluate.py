@@ -66,7 +66,7 @@ def run(
     import shlex
     import sys
 
-    from finbench.api import benchmark_names, data_sources, evaluate
+    from finbench.app.api import benchmark_names, data_sources, evaluate
     from finbench.report.output import configure_output
 
     configure_output(progress, verbose)
@@ -94,7 +94,7 @@ def demo(
 ) -> None:
     """Build (once) a tiny random Qwen2.5-VL and synthetic data of a benchmark, then run the whole
     path offline: data loading, preprocessing, decoding, cache, judging, scoring, reports."""
-    from finbench.api import evaluate
+    from finbench.app.api import evaluate
     from finbench.offline.demo import demo_data, demo_model, demo_options, demos
     from finbench.runner.lock import folder_lock
     from finbench.report.output import configure_output
@@ -133,9 +133,9 @@ def sweep(
 ) -> None:
     """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
     and compare every variant against the first."""
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.report.output import configure_output
-    from finbench.sweep import parse_axis, run_sweep
+    from finbench.app.sweep import parse_axis, run_sweep
 
     configure_output(progress, verbose)
     with stops_in_one_line(), one_line_errors():

@@ -1,5 +1,5 @@
 """What `finbench score` and `finbench compare` print: the scoring of finished run folders
-(finbench/runs.py computes and writes; nothing here scores) drawn as rich tables
+(finbench/app/runs.py computes and writes; nothing here scores) drawn as rich tables
 (report/console.py), plus the lines under them. Imported only after the CLI's own checks, so that a
 refusal imports no torch."""
 
@@ -15,7 +15,7 @@ from finbench.core.encodable import write_text
 from finbench.report.console import as_console, print_comparison, print_scores
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.scoring.predictions import score_predictions
-from finbench.runs import compare_run_dirs, load_samples, score_run, write_json
+from finbench.app.runs import compare_run_dirs, load_samples, score_run, write_json
 
 
 def score_command(run_dir: Path, variant: str = OFFICIAL.name, n_bootstrap: int = 1000, seed: int = 0,

@@ -113,7 +113,7 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
     from finbench.report.html import write_report
 
     if (run_dir / "sweep.json").exists():
-        from finbench.sweep import write_sweep
+        from finbench.app.sweep import write_sweep
 
         with one_line_errors(str(run_dir)):
             write_sweep(run_dir, json.loads((run_dir / "sweep.json").read_text()))
@@ -140,7 +140,7 @@ def leaderboard(
     for run_dir in run_dirs:  # before the board's imports (torch): a mistyped folder is refused at once
         if not run_dir.exists():
             fail(f"{run_dir}: not a finbench run folder (no results.json), nor a folder of run folders")
-    from finbench.leaderboard import FORMATS, build, print_board, write
+    from finbench.app.leaderboard import FORMATS, build, print_board, write
 
     for path in out:
         if path.suffix not in FORMATS:

@@ -20,7 +20,7 @@ def data_check(
     """Validate a benchmark's data without a model: every record's fields, every image, and the
     counts per split, task or domain and question type. Exit code 0: clean; 1: some records or
     images would be per-sample errors; 2: the data cannot be read at all."""
-    from finbench.datacheck import check_data, print_check
+    from finbench.app.datacheck import check_data, print_check
 
     with one_line_errors():
         report = check_data(benchmark, path)

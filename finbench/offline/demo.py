@@ -75,7 +75,7 @@ def _refuse_other_results(benchmark: str, home: Path, out: Path, folder: Path, d
     its data path found by writing the data into a scratch folder first."""
     import tempfile
 
-    from finbench.api import make_config, refuse_other_results
+    from finbench.app.api import make_config, refuse_other_results
 
     with tempfile.TemporaryDirectory() as scratch:
         written, _ = demo.write(Path(scratch), n_items)

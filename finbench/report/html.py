@@ -204,7 +204,7 @@ def sweep_figures(summary: dict[str, Any]) -> dict[str, Any]:
 
 # ---- leaderboard ----------------------------------------------------------------------------
 def write_leaderboard_report(board: dict[str, Any], path: str | Path) -> Path:
-    """A self-contained, sortable leaderboard page (finbench/leaderboard.py builds `board`)."""
+    """A self-contained, sortable leaderboard page (finbench/app/leaderboard.py builds `board`)."""
     path = Path(path)
     benchmarks = list(dict.fromkeys(r["benchmark"] for r in board["rows"]))
     by_benchmark = []

@@ -1,6 +1,6 @@
 """A run served from the cache alone, without its model: the engine's replay mode.
 
-A sweep rerun whose model folder is gone (finbench/sweep.py) can still write its variant's
+A sweep rerun whose model folder is gone (finbench/app/sweep.py) can still write its variant's
 outputs from the answers an earlier run cached: those answers are keyed with the fingerprint of
 the weights that computed them, which cannot be recomputed without the weights, so it is taken
 from that run's results.json, with its thinking mode. The engine loads no model, computes

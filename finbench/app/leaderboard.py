@@ -135,7 +135,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
     from finbench.benchmarks import get_benchmark
     from finbench.scoring import compare_runs
-    from finbench.runs import load_samples
+    from finbench.app.runs import load_samples
     from finbench.studies import question_means
 
     folders = run_folders(paths)

@@ -209,7 +209,7 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
 def write_sweep(out: Path, summary: dict[str, Any]) -> None:
     from finbench.report.html import write_sweep_report
     from finbench.report.markdown import write_sweep_markdown
-    from finbench.runs import write_json
+    from finbench.app.runs import write_json
 
     write_json(Path(out) / SWEEP_FILE, summary)
     write_sweep_report(out, summary)
@@ -221,7 +221,7 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
     """The sweep's comparison from its run folders alone (no model, no cache)."""
     from finbench.scoring import compare_runs
     from finbench.scoring.api import _jsonable
-    from finbench.runs import load_samples, run_benchmark_of
+    from finbench.app.runs import load_samples, run_benchmark_of
     from finbench.scoring.stats import distribution_comparison
     from finbench.studies import headlines, question_means
 

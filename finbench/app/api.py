@@ -282,7 +282,7 @@ def score(run_dir: str | Path, *, variant: str | None = None, bootstrap: int = 0
     API returns values; `console` is accepted and unused)."""
     from finbench.benchmarks.metrics import OFFICIAL
 
-    from finbench.runs import score_run
+    from finbench.app.runs import score_run
 
     return score_run(Path(run_dir), variant or OFFICIAL.name, bootstrap, seed)[0]
 
@@ -291,7 +291,7 @@ def compare(run_dirs: Sequence[str | Path], *, out: str | Path | None = None, bo
             allow_mixed_protocols: bool = False, console: Any = None) -> dict[str, Any]:
     """Paired comparison of run folders against the first (see `finbench compare`); `out`: the JSON
     is written there too. Nothing is printed (`console` is accepted and unused)."""
-    from finbench.runs import compare_run_dirs, write_json
+    from finbench.app.runs import compare_run_dirs, write_json
 
     result = compare_run_dirs([Path(d) for d in run_dirs], bootstrap, seed, allow_mixed_protocols)
     if out is not None:
