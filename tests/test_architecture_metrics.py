@@ -16,7 +16,7 @@ import pytest
 from test_architecture import string_constants
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
-GENERIC = ("runner", "report", "cli", "app/api.py", "app/sweep.py", "app/leaderboard.py", "scoring/api.py", "scoring/stats.py",
+GENERIC = ("runner", "report", "cli", "app/api.py", "app/sweep.py", "app/leaderboard.py", "scoring/tables.py", "scoring/stats.py",
            "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py", "app/runs.py", "scoring/predictions.py", "benchmarks/scorer.py",
            "benchmarks/parts.py", "scoring/answers.py")
 # Study code (robustness, probes, repeated sampling) is moved into its own package by its own change;

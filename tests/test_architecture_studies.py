@@ -12,7 +12,7 @@ from pathlib import Path
 from test_architecture import docstring_ids
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
-GENERIC = ["runner", "report", "cli", "app/api.py", "app/sweep.py", "app/leaderboard.py", "scoring/api.py", "scoring/stats.py",
+GENERIC = ["runner", "report", "cli", "app/api.py", "app/sweep.py", "app/leaderboard.py", "scoring/tables.py", "scoring/stats.py",
            "app/runs.py", "scoring/predictions.py", "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py",
            "benchmarks/parts.py", "benchmarks/scorer.py", "scoring/__init__.py"]
 STUDY_NAMES = {"circular", "image_ablation", "image-ablation", "sampling", "probe", "probes", "permutations", "samples",
@@ -21,9 +21,9 @@ STUDY_NAMES = {"circular", "image_ablation", "image-ablation", "sampling", "prob
 HELP_KEYWORDS = {"help", "short_help", "epilog"}  # a flag's help text says what the flag does
 # the same words meaning something else than a study, each named with why
 ALLOWED = {
-    ("finbench/runner/keys.py", "rotation"), ("finbench/runner/keys.py", "probe"),  # request fields (finbench/
+    ("finbench/runner/keys.py", "rotation"), ("finbench/runner/keys.py", "probe"),  # request fields (finbench/core/
     ("finbench/runner/keys.py", "sampling"), ("finbench/runner/keys.py", "ablation"),  # requests.py): the cache key
-    ("finbench/runner/requests.py", "blank"), ("finbench/runner/requests.py", "noise"),  # Prompt.ablation rendered
+    ("finbench/runner/run_requests.py", "blank"), ("finbench/runner/run_requests.py", "noise"),  # Prompt.ablation rendered
     ("finbench/runner/outputs.py", "samples"),  # throughput: rows counted
     ("finbench/runner/timing.py", "samples"),
     ("finbench/runner/startup.py", "sampling"),  # --gen-kwargs sampling a family may refuse

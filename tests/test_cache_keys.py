@@ -2,7 +2,7 @@
 that moves code around (a module renamed, a type moved to another package) must not change one
 key, or every cached answer of every earlier run would be computed again. A key that changes on
 purpose (a new request field, a decoder change) is updated here in the same commit, with the reason
-(runner/keys.py `DECODER_VERSION`, runner/judge.py `JUDGE_PROMPT_VERSION`)."""
+(runner/keys.py `DECODER_VERSION`, runner/judge_step.py `JUDGE_PROMPT_VERSION`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from finbench.core.requests import Choose, Generate, Number, Prompt, Session, Turn, user_message
 from finbench.core.types import Question
-from finbench.runner.judge import judge_key
+from finbench.runner.judge_step import judge_key
 from finbench.runner.keys import request_payload, sample_key
 
 FINGERPRINT = {"source": "m", "dtype": "float32", "quant": "none", "weights": "abc123",

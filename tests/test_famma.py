@@ -19,7 +19,7 @@ from helpers import shared
 from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import famma, load_matching
 from finbench.offline import famma_synthetic as synthetic
-from finbench.runner.requests import render
+from finbench.runner.run_requests import render
 from finbench.scoring import score_samples
 from finbench.core.types import OPEN, SINGLE, Prediction
 

@@ -10,7 +10,7 @@ from helpers import finmme_record, png_bytes
 from PIL import Image
 
 from finbench.benchmarks import finmme
-from finbench.runner.requests import render
+from finbench.runner.run_requests import render
 from finbench.core.types import MULTI, NUMERICAL, SINGLE
 
 

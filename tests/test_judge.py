@@ -17,7 +17,7 @@ from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.models.inputs import ModelInputs
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
-from finbench.runner.judge import judge_run
+from finbench.runner.judge_step import judge_run
 from finbench.core.types import OPEN, Prediction, Question
 from finbench.config.specs import RunConfig
 
@@ -277,7 +277,7 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from finbench.models.judge import TextChatModel, load_judge
+    from finbench.models.judge_model import TextChatModel, load_judge
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -383,7 +383,7 @@ def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
 def test_the_judge_is_loaded_by_the_one_loader_on_the_rank_s_device(monkeypatch):
     """Under torchrun each rank's model is on its own GPU; the judge is loaded once, by rank 0 (the
     rank that gathers and judges), on that rank's device — not on `config.load.device` for all."""
-    from finbench.models import judge as judge_module
+    from finbench.models import judge_model as judge_module
     from finbench.runner import startup
     from finbench.runner.distributed import World
 

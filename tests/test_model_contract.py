@@ -20,7 +20,7 @@ from finbench.runner import preprocess
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.engine import Interrupted, run_benchmark
 from finbench.runner.loop import BatchLoop
-from finbench.runner.requests import build_requests, text_of
+from finbench.runner.run_requests import build_requests, text_of
 from finbench.runner.timing import StageTimer
 from finbench.config.specs import RunConfig
 

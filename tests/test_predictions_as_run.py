@@ -106,7 +106,7 @@ def _score(name: str, data: Path, answers: dict[str, str], folder: Path, protoco
 
 def _same(run: pd.DataFrame, given: dict, scored: dict, name: str) -> None:
     """Equal per-question scores and equal numbers of the rule (the run's and the command's)."""
-    from finbench.scoring.api import build_table
+    from finbench.scoring.tables import build_table
     from finbench.scoring.stats import point_estimates
 
     table = build_table(run, get_benchmark(name))

@@ -19,9 +19,9 @@ from finbench.offline import famma_synthetic
 from finbench.core.requests import Choose, Generate
 from finbench.runner.keys import request_payload
 from finbench.studies.probe_items import language_code, none_of_the_above_text, with_none_of_the_above
-from finbench.runner.requests import build_requests
+from finbench.runner.run_requests import build_requests
 from finbench.runner.studies import expand
-from finbench.scoring.probes import names_gold, option_matches, probe_summary
+from finbench.scoring.probe_scores import names_gold, option_matches, probe_summary
 from finbench.app.api import make_config
 from finbench.core.types import OPTION_LETTERS, Question
 
@@ -304,7 +304,7 @@ def test_bad_probes_fail_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parque
 
 
 def test_a_negated_chinese_answer_does_not_name_the_option():
-    from finbench.scoring.probes import names_gold, option_matches
+    from finbench.scoring.probe_scores import names_gold, option_matches
 
     assert option_matches("是的，是这样", "是") and option_matches("答案：是", "是")
     assert not option_matches("不是", "是") and not option_matches("并非如此，没有增长", "增长")

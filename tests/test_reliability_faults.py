@@ -453,7 +453,7 @@ def test_binary_text_columns_are_decoded_never_shown_as_bytes(tmp_path):
     (question,) = famma.load_questions(tmp_path / "b.parquet")
     assert question.error is None and question.text == "How much?" and question.fields["context"] == "Sales: 5."
     assert question.id == "b1" and question.fields["gold_text"] == "5"
-    from finbench.runner.requests import first_prompt
+    from finbench.runner.run_requests import first_prompt
 
     prompt = first_prompt(famma.request(question, "constrained"))
     assert "b'" not in json.dumps(prompt.messages)

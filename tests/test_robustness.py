@@ -24,7 +24,7 @@ from finbench.core.requests import Choose
 from finbench.runner.engine import run_benchmark
 from finbench.runner.keys import request_payload, sample_key
 from finbench.runner.preprocess import decode_images
-from finbench.runner.requests import build_requests, render
+from finbench.runner.run_requests import build_requests, render
 from finbench.runner.studies import expand
 from finbench.scoring.robustness import answer_disagreements, circular_summary, majority_baselines
 from finbench.app.api import make_config

@@ -132,7 +132,7 @@ def test_constrained_letters_are_asked_once_with_a_note(tiny_model, tiny_qwen_di
 
 def test_the_summary_scores_each_sample_by_the_rule_and_compares_extracted_answers(sampled):
     """Hand-built answers on the run's own questions: the numbers follow from the table above."""
-    from finbench.scoring.sampling import sampling_summary
+    from finbench.scoring.sampling_scores import sampling_summary
 
     root, _, _, _ = sampled
     base = pd.read_parquet(root / "k3" / "samples.parquet")
@@ -245,7 +245,7 @@ def test_compare_of_sampled_runs_uses_the_per_question_means(sampled, tmp_path):
     import numpy as np
 
     from finbench.cli.score_commands import compare_command
-    from finbench.scoring.sampling import per_question_means
+    from finbench.scoring.sampling_scores import per_question_means
 
     root, _, _, _ = sampled
     samples = pd.read_parquet(root / "k3" / "samples.parquet")

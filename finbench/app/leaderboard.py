@@ -181,7 +181,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
 def _sharing(base: int, others: list[int], frames: dict[int, Any], spec: Any) -> tuple[list[int], list[int]]:
     """(the runs that share a scored question with the reference, those that share none): each run
     is compared with the reference on the questions its benchmark's rule scored in both."""
-    from finbench.scoring.api import build_table
+    from finbench.scoring.tables import build_table
 
     ids = {i: set(build_table(frame, spec).ids.tolist()) for i, frame in frames.items()}
     return [i for i in others if ids[i] & ids[base]], [i for i in others if not ids[i] & ids[base]]

@@ -19,7 +19,7 @@ import pandas as pd
 
 from finbench.core.encodable import write_text
 from finbench.scoring import compare_runs, score_samples
-from finbench.scoring.api import _jsonable
+from finbench.scoring.tables import _jsonable
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.scoring.stats import distribution_comparison
 from finbench.core.types import RESULTS_FILE

@@ -220,7 +220,7 @@ def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int =
               axes: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """The sweep's comparison from its run folders alone (no model, no cache)."""
     from finbench.scoring import compare_runs
-    from finbench.scoring.api import _jsonable
+    from finbench.scoring.tables import _jsonable
     from finbench.app.runs import load_samples, run_benchmark_of
     from finbench.scoring.stats import distribution_comparison
     from finbench.studies import headlines, question_means
@@ -282,7 +282,7 @@ def _domain_sensitivity(dfs: Sequence[pd.DataFrame], names: Sequence[str], bench
     """Per-domain accuracy of every run on the questions they all share (official correctness)."""
     import torch
 
-    from finbench.scoring.api import per_question_correct
+    from finbench.scoring.tables import per_question_correct
     from finbench.scoring.stats import domain_sensitivity
 
     field = benchmark.domain_field

@@ -1,5 +1,5 @@
 """A benchmark's request with the settings of one run (`for_run`): below the runner and the
-studies, which both build requests (runner/requests.py `build_requests`; a study's rotated or
+studies, which both build requests (runner/run_requests.py `build_requests`; a study's rotated or
 probed items, finbench/studies/)."""
 
 from __future__ import annotations

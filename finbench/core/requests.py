@@ -1,7 +1,7 @@
 """Requests as data: what a benchmark asks of a model for one question, under one protocol.
 
 A benchmark turns each question into ONE request (`Benchmark.request`); the runner adds the run's
-settings (system prompt, budgets, sampling, thinking: `runner/requests.py`), dispatches on the
+settings (system prompt, budgets, sampling, thinking: `runner/run_requests.py`), dispatches on the
 request's type and keys the cache on the request itself (`runner/keys.py`), so nothing that can
 change an answer stays out of the key. Four types, one per way of answering:
 

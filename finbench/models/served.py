@@ -245,7 +245,7 @@ class ServedModel:
 
         body = generation_settings(max_new_tokens, sampling)
         rows = inputs["finbench_rows"]
-        # a sampled row's seed is drawn from the run's seed stream (finbench/sampling.py has made it
+        # a sampled row's seed is drawn from the run's seed stream (finbench/models/sampled_decoding.py has made it
         # current), one per row: a rerun with the same --seed asks the server for the same samples
         first = int(torch.randint(0, 2**31 - len(rows), (1,))) if body["temperature"] > 0 else None
         seeded = [{**body, "seed": first + k} if first is not None else body for k in range(len(rows))]

@@ -8,7 +8,7 @@ import re
 import time
 from typing import Any, Sequence
 
-from finbench.runner.requests import model_request
+from finbench.runner.run_requests import model_request
 from finbench.benchmarks.base import Benchmark
 from finbench.core.types import Question
 

@@ -181,7 +181,7 @@ def delta_text(row: dict[str, Any]) -> str:
 
 
 def bootstrap_label(scores: dict[str, Any]) -> str:
-    """What the headline CIs are, as every report names them (scoring/api.py `score_samples`'
+    """What the headline CIs are, as every report names them (scoring/tables.py `score_samples`'
     `bootstrap`): '95% CI (percentile bootstrap ×1000, clusters resampled)'; 'CI' without one."""
     found = scores.get("bootstrap") or {}
     if not found:

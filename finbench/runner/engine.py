@@ -53,13 +53,13 @@ from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.compute import compute, gather_ranks
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.defaults import size_to_device
-from finbench.runner.judge import Judged, judge_run
+from finbench.runner.judge_step import Judged, judge_run
 from finbench.runner.keys import model_arguments, sample_key
 from finbench.runner.lock import folder_lock
 from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, read_answer
 from finbench.runner.outputs import OutputsError, samples_table, score, write_outputs
 from finbench.runner.replay import Replay
-from finbench.runner.requests import build_requests, constrained, shared_requests, unreadable
+from finbench.runner.run_requests import build_requests, constrained, shared_requests, unreadable
 from finbench.runner.results import results_json
 from finbench.runner.run_state import RunState
 from finbench.runner.runlog import RunLog

@@ -27,8 +27,8 @@ from finbench.runner.copy_ahead import CopyAhead
 from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
-from finbench.runner.requests import batch_kind, first_prompt, n_options, render, text_of, thinking
-from finbench.sampling import SeedStreams, seed_of
+from finbench.runner.run_requests import batch_kind, first_prompt, n_options, render, text_of, thinking
+from finbench.models.sampled_decoding import SeedStreams, seed_of
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
@@ -234,7 +234,7 @@ class BatchLoop:
         return out
 
     def _generate(self, request: Generate | Session, inputs: Any) -> tuple[list[str], list[int]]:
-        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed: its stream (finbench/sampling.py)
+        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed: its stream (finbench/models/sampled_decoding.py)
         with self.streams.use(seed_of(request.sampling)):
             if sampling:
                 return self.model.generate(inputs, request.max_new_tokens, sampling)

@@ -134,8 +134,8 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
 
 
 def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
-    """The --judge adapter (judge.py: the run's `model` if the same; served.py: a URL); None without one, off rank 0."""
-    from finbench.models.judge import load_judge
+    """The --judge adapter (judge_model.py: the run's `model` if the same; served.py: a URL); None without one, off rank 0."""
+    from finbench.models.judge_model import load_judge
     from finbench.runner.distributed import World, rank_device
 
     world = world or World()

@@ -54,7 +54,7 @@ def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes
     `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
     Returns the rebuilt inputs (`ModelInputs.extend`) and one `Reasoning`
     per row. With budget 0 nothing is generated: the block is closed at once. `sampling`
-    (temperature, top_p, top_k; --samples > 1 only, finbench/sampling.py) samples the reasoning
+    (temperature, top_p, top_k; --samples > 1 only, finbench/models/sampled_decoding.py) samples the reasoning
     instead of taking the argmax."""
     tags = model.thinking_token_ids()
     if tags is None:

@@ -13,7 +13,7 @@ declares its metrics (benchmarks/metrics.py); None: the one the table names in i
 A name, or a table that names no benchmark, is an error: no benchmark's rule is a default.
 
 Correctness is always recomputed from answer / gold / tolerance (FinMME, FinMTM, FAMMA choice items)
-so a stale `correct` column can never leak into a score. The code lives in `scoring/api.py` (the
+so a stale `correct` column can never leak into a score. The code lives in `scoring/tables.py` (the
 dispatch and statistics), `finmme.py` / `famma.py` / `finmtm.py` (each benchmark's rule, ending in
 its `SCORER`, which the benchmark's contract names: finbench/benchmarks/base.py) and `stats.py`;
 this package only hands the names on, each imported when first asked for (`__getattr__`).
@@ -34,7 +34,7 @@ def __getattr__(name: str) -> Any:
     import finbench.scoring.famma
     import finbench.scoring.finmme
     import finbench.scoring.finmtm
-    from finbench.scoring.api import (CI_LEVEL, breakdowns, build_table, calibration_summary, compare_runs,
+    from finbench.scoring.tables import (CI_LEVEL, breakdowns, build_table, calibration_summary, compare_runs,
                                       per_question_correct, score_samples)
     from finbench.benchmarks.scorer import Scorer
     from finbench.scoring.stats import option_prob_matrix

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from finbench.core.encodable import text_frame, write_text
-from finbench.scoring.api import build_table, score_samples
+from finbench.scoring.tables import build_table, score_samples
 from finbench.scoring.stats import str_column
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.core.types import DEFAULT_PROTOCOL, Question

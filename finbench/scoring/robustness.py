@@ -37,7 +37,7 @@ import torch
 
 from finbench.kernels.bitmask import letters_to_mask, masks_to_letters
 from finbench.kernels.segments import factorize
-from finbench.scoring.api import _jsonable, per_question_correct, score_samples
+from finbench.scoring.tables import _jsonable, per_question_correct, score_samples
 from finbench.scoring.stats import error_mask, float_column, str_column
 from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 

@@ -3,7 +3,7 @@ choice item asked again with its gold option's text replaced by "None of the abo
 control that replaces a wrong option), or without its options as free text — does the model read
 the item, or remember its answer? Which items each probe asks and why others are not probed:
 studies/probe_items.py; the open-ended answers matched to the gold text by rule, or with --judge by
-the generic yes/no judge below (`OPEN_ENDED_JUDGING`); scored in scoring/probes.py."""
+the generic yes/no judge below (`OPEN_ENDED_JUDGING`); scored in scoring/probe_scores.py."""
 
 from __future__ import annotations
 
@@ -128,12 +128,12 @@ class Probes(Study):
 
     def rescore(self, rows: Any, config: RunConfig) -> Any:
         """The open-ended rows' free answers matched to the gold text (or judged)."""
-        from finbench.scoring.probes import probe_verdicts
+        from finbench.scoring.probe_scores import probe_verdicts
 
         return probe_verdicts(rows, rows["correct"], bool(config.judging.judge))
 
     def summary(self, found: StudyRows) -> dict[str, Any]:
-        from finbench.scoring.probes import probe_summary
+        from finbench.scoring.probe_scores import probe_summary
 
         return probe_summary(found.samples, found.rows, self.value(found.config), found.state or {},
                              bool(found.config.judging.judge))

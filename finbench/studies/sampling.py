@@ -9,7 +9,7 @@ free generation (`Generate`: official protocols, open answers) and sessions — 
 before a constrained answer (sampled with the same settings, only with --samples > 1: `adjust`; a
 run without it reasons greedily as always). A constrained letter or number read from the logits
 without thinking is deterministic: it is asked once (one note). How each seed draws its own random
-stream: finbench/sampling.py. Scored in scoring/sampling.py.
+stream: finbench/models/sampled_decoding.py. Scored in scoring/sampling_scores.py.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Sampling(Study):
         """A thinking block before a constrained answer sampled with the run's settings and seed
         (sample 0); one that has its sampling already (a sample j) as it is."""
         from finbench.core.requests import Choose, Number
-        from finbench.sampling import sampled_settings, with_seed
+        from finbench.models.sampled_decoding import sampled_settings, with_seed
 
         if not (isinstance(request, (Choose, Number)) and request.think_budget is not None) or request.sampling:
             return request
@@ -79,7 +79,7 @@ class Sampling(Study):
                think_budget: int | None, notes: list[str]) -> Expanded:
         """Samples 1…K−1 of every sampled request. Raises ValueError (a start-up line) when the
         run's generation is greedy: its K samples would be K copies."""
-        from finbench.sampling import repeatable, sampled_settings, with_seed
+        from finbench.models.sampled_decoding import repeatable, sampled_settings, with_seed
 
         k = self.value(config)
         if k <= 1:
@@ -105,7 +105,7 @@ class Sampling(Study):
         return Expanded(out)
 
     def summary(self, found: StudyRows) -> dict[str, Any]:
-        from finbench.scoring.sampling import sampling_summary
+        from finbench.scoring.sampling_scores import sampling_summary
 
         k = self.value(found.config)
         frames = sample_frames(found.samples, found.rows, [v.base for v in found.variants],
@@ -113,7 +113,7 @@ class Sampling(Study):
         return sampling_summary(frames, found.benchmark, k)
 
     def question_means(self, samples: Any, rows: Any, benchmark: Any) -> Any:
-        from finbench.scoring.sampling import per_question_means
+        from finbench.scoring.sampling_scores import per_question_means
 
         return per_question_means(samples, rows, benchmark)
 

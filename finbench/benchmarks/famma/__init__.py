@@ -14,7 +14,7 @@ Two protocols:
 
 The package, read in the order the data flows: `texts` (official prompts, labels, limits),
 `record` (one record → Question), `loader` (records → Questions, the official groups),
-`prompts` (requests), `extraction` (answers from the grouped JSON), `judge` (rule and LLM judges).
+`prompts` (requests), `extraction` (answers from the grouped JSON), `verdicts` (rule and LLM judges).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.famma.extraction import (_lenient_json, answer, extract_official, parse_grouped_response,
                                                   reply_form)
-from finbench.benchmarks.famma.judge import judge_requests, read_judgement, rule_judgement, rule_verdict
+from finbench.benchmarks.famma.verdicts import judge_requests, read_judgement, rule_judgement, rule_verdict
 from finbench.benchmarks.famma.loader import REQUIRED_COLUMNS, load_questions
 from finbench.benchmarks.famma.prompts import fill_template, official_prompt, open_prompt, request
 from finbench.benchmarks.famma.record import answer_text, image_bytes, record_to_question

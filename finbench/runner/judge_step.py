@@ -6,7 +6,7 @@ says (its `Benchmark`: benchmarks/base.py) what its rules conclude (`rule_judgem
 whose prompts name the question's images where the official judge sees them — FinMTM's and
 MME-Finance's) and how its replies are read back — or, for a question the caller maps in
 `judging` (a study's variant judged its own way: finbench/studies/), by that `Judging`. The judge is any local model
-adapter (models/judge.py, loaded by runner/startup.py on the rank's device): a vision-language
+adapter (models/judge_model.py, loaded by runner/startup.py on the rank's device): a vision-language
 model of any supported family, shown the images, or a text-only causal LM, shown the text alone
 and labelled so (`text_only` in the summary and each row's details).
 

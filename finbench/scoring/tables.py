@@ -243,7 +243,7 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: B
                  ) -> dict[str, Any]:
     """Paired comparison of runs; the first run is the baseline. `means` (one per run, None for a
     run without --samples): each sampled question's mean score over its K samples by id
-    (scoring/sampling.py `per_question_means`), used for the clustered paired difference in place
+    (scoring/sampling_scores.py `per_question_means`), used for the clustered paired difference in place
     of sample 0's score.
 
     Each run is compared with the baseline on the questions THOSE TWO both scored (`n` of its

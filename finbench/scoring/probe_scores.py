@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from finbench.kernels.segments import factorize
-from finbench.scoring.api import _jsonable
+from finbench.scoring.tables import _jsonable
 from finbench.scoring.clustered import paired_difference
 from finbench.scoring.stats import error_mask, float_column, str_column
 from finbench.core.types import OPTION_LETTERS

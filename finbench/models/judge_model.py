@@ -1,5 +1,5 @@
 """The `--judge` model: any local chat model that judges open answers, as a model adapter
-(models/contract.py) like any other, answered through the one batch loop (runner/judge.py). A
+(models/contract.py) like any other, answered through the one batch loop (runner/judge_step.py). A
 vision-language checkpoint of any supported family (DeepSeek-VL2 included) is loaded through its
 family adapter (`load_model`) and is shown the images the benchmark's judge requests name; a
 text-only causal LM is a `TextChatModel`: the generic adapter over `AutoTokenizer` +

@@ -32,7 +32,7 @@ import torch
 
 from finbench.kernels.bitmask import to_str_array
 from finbench.kernels.segments import MISSING_LABEL, factorize
-from finbench.scoring.api import _clusters, _group_frame, _jsonable, build_table
+from finbench.scoring.tables import _clusters, _group_frame, _jsonable, build_table
 from finbench.scoring.clustered import repeated_sampling
 
 if TYPE_CHECKING:
