@@ -185,7 +185,8 @@ def test_every_capabilities_field_is_read_somewhere():
 def test_every_benchmark_and_family_stands_behind_its_contract(tiny_model):
     from finbench.benchmarks import BENCHMARKS
     from finbench.benchmarks.base import Benchmark
-    from finbench.models import FAMILIES, Capabilities, ModelAdapter
+    from finbench.models.contract import Capabilities, ModelAdapter
+    from finbench.models.families import FAMILIES
     from finbench.benchmarks.scorer import resolved
     from finbench.scoring.stats import Scorer
 

@@ -99,7 +99,7 @@ def test_a_penalty_and_a_subset_count_come_from_the_declaration():
 
 def test_scoring_refuses_a_name_and_a_table_that_names_no_benchmark():
     from finbench.benchmarks import get_benchmark
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     rows = pd.DataFrame({"id": ["a", "b"], "kind": ["single", "single"], "gold": ["A", "B"], "answer": ["A", "A"],
                          "error": ["", ""]})

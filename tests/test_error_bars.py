@@ -16,7 +16,7 @@ from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import BENCHMARKS, load_matching
 from finbench.benchmarks.base import cluster_key
 from finbench.runner.outputs import samples_table, score
-from finbench.scoring import compare_runs, per_question_correct, score_samples
+from finbench.scoring.tables import compare_runs, per_question_correct, score_samples
 from finbench.scoring.clustered import MDE_FACTOR, clustered_se
 from finbench.core.types import Prediction, Question
 

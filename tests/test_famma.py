@@ -20,7 +20,7 @@ from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import famma, load_matching
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.run_requests import render
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 from finbench.core.types import OPEN, SINGLE, Prediction
 
 # five real records (bench-script tests/test_data, Apache-2.0; see fixtures/famma/SOURCE.md)

@@ -18,7 +18,7 @@ from helpers import cli, shared
 
 from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import fcmr
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 
 REAL = shared("data", "fcmr")
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="../shared/data/fcmr (30 real items) is absent")

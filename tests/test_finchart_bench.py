@@ -19,7 +19,7 @@ from helpers import cli, shared
 
 from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import finchart_bench
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 
 REAL = shared("data", "finchart-bench")
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finchart-bench (60 real items) is absent")

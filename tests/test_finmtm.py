@@ -15,7 +15,7 @@ import pytest
 from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import finmtm, load_matching
 from finbench.runner.run_requests import render
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 from finbench.core.types import MULTI, OPEN, SINGLE, Prediction
 
 

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from finbench.benchmarks import get_benchmark
 from finbench.cli import app
 from finbench.runner.engine import run_benchmark
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 from finbench.config.specs import RunConfig
 
 

@@ -18,7 +18,7 @@ from finbench.benchmarks import get_benchmark
 from finbench.benchmarks import mme_finance
 from finbench.cli import app
 from finbench.offline import mme_finance_synthetic as synthetic
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 from finbench.core.types import OPEN, SINGLE
 
 

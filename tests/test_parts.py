@@ -15,7 +15,7 @@ import pytest
 from test_scoring_other import famma_frame
 
 from finbench.benchmarks import get_benchmark
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 from finbench.scoring.finmtm import extra_scores
 
 

@@ -12,7 +12,7 @@ from helpers import cli
 from scripted import Scripted
 
 from finbench.benchmarks import fcmr, finchart_bench, get_benchmark
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 
 
 # ---- item 1: FCMR -----------------------------------------------------------------------------------

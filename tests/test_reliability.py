@@ -174,7 +174,7 @@ def test_corpus_results_count_every_error_and_keep_ids_unique(corpus_run):
 
 
 def test_record_without_a_domain_is_left_out_of_F_as_eval_py_does(tmp_path):
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     records = [_record("d0", answer="A"), _record("d1", answer="B"), _record("d2", knowledge_domain="Bonds"),
                _record("d3", knowledge_domain=None, answer="D")]
@@ -609,7 +609,7 @@ def _eval_py_check(item: dict, model_answer: str) -> bool:
     ({"question_type": "single_choice", "answer": "B"}, "**Answer:** B"),
 ])
 def test_official_judging_equals_eval_py_on_unusual_records(item, output):
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     record = _record("u0", **item, **({"options": []} if item["question_type"] == "numerical" else
                                        {"options": ["x", "y", "z", "w", "v"]}))

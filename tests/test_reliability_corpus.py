@@ -509,7 +509,7 @@ BINARY_REPLY_FORMS = {"是": "是", "否": "否", "是。": "是", "否。": "�
 def test_every_binary_reply_form_counts_as_the_fork_counts_it(reply, reads):
     import pandas as pd
 
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     rows = pd.DataFrame([{"id": f"{gold}", "kind": "single", "gold": gold, "answer": reply, "options": ["是", "否"],
                           "option_probs": [], "error": "", "language": "zh"} for gold in ("A", "B")])

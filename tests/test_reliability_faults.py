@@ -65,7 +65,7 @@ def test_an_options_string_that_is_not_a_list_is_an_error(raw):
 def test_metadata_files_of_a_save_to_disk_folder_do_not_change_the_score(tmp_path):
     import datasets
 
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     records = [_finmme(f"m{i}", answer="ABCD"[i % 4]) for i in range(5)]
     folder = tmp_path / "saved"

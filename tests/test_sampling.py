@@ -15,7 +15,7 @@ import torch
 
 import finbench
 from finbench.benchmarks import get_benchmark
-from finbench.scoring import per_question_correct
+from finbench.scoring.tables import per_question_correct
 
 LIMIT = 4
 TOKENS = "6"  # generated tokens per answer: the tiny model's text is noise, only its randomness matters

@@ -19,7 +19,8 @@ from finbench.kernels.bootstrap import (
     percentile_ci,
     resample_indices,
 )
-from finbench.scoring import compare_runs, finmme, score_samples
+from finbench.scoring import finmme
+from finbench.scoring.tables import compare_runs, score_samples
 from finbench.scoring.stats import (
     ScoreTable,
     bootstrap_cis,

@@ -134,7 +134,7 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
 def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> dict[str, Any]:
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
     from finbench.benchmarks import get_benchmark
-    from finbench.scoring import compare_runs
+    from finbench.scoring.tables import compare_runs
     from finbench.app.runs import load_samples
     from finbench.studies import question_means
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 
 from finbench.core.encodable import write_text
-from finbench.scoring import compare_runs, score_samples
+from finbench.scoring.tables import compare_runs, score_samples
 from finbench.scoring.tables import _jsonable
 from finbench.benchmarks.metrics import OFFICIAL
 from finbench.scoring.stats import distribution_comparison

@@ -219,7 +219,7 @@ def write_sweep(out: Path, summary: dict[str, Any]) -> None:
 def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int = 1000, seed: int = 0,
               axes: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """The sweep's comparison from its run folders alone (no model, no cache)."""
-    from finbench.scoring import compare_runs
+    from finbench.scoring.tables import compare_runs
     from finbench.scoring.tables import _jsonable
     from finbench.app.runs import load_samples, run_benchmark_of
     from finbench.scoring.stats import distribution_comparison

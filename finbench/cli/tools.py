@@ -94,7 +94,7 @@ def list_models() -> None:
     (hub ids) of each architecture."""
     from rich.table import Table
 
-    from finbench.models import FAMILIES
+    from finbench.models.families import FAMILIES
 
     table = Table("family", "model_type", "thinking", "quantization", "max images", "device preprocess",
                   "FLOP count")

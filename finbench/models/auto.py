@@ -1,6 +1,6 @@
 """The generic family (`--family auto`): any vision-language checkpoint transformers loads with
 `AutoModelForImageTextToText` + `AutoProcessor`, chosen for every `model_type` no specific family
-claims (models/__init__.py `family_for`).
+claims (models/families.py `family_for`).
 
 What differs from the specific families' adapter (models/base.py):
 - compute goes through the model's own generation code, not its decoder stack: the prefill and

@@ -22,7 +22,9 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
     if model is not None and model.source == source:
         return model
     check_judge_source(source)
-    from finbench.models import load_model, read_checkpoint, refusal
+    from finbench.models import load_model
+    from finbench.models.families import read_checkpoint
+    from finbench.models.contract import refusal
 
     try:  # a vision-language family finbench knows (from config.json's model_type, read once)
         checkpoint = read_checkpoint(source)

@@ -70,7 +70,7 @@ def _confidence(question: Question, p: Prediction) -> float:
 
 def score(samples: Any, benchmark: Benchmark, n_bootstrap: int, seed: int) -> dict[str, Any]:
     """results.json's scores under `benchmark`'s rule (its `Benchmark`); `samples` gains the recomputed per-question `correct` column."""
-    from finbench.scoring import per_question_correct, score_samples
+    from finbench.scoring.tables import per_question_correct, score_samples
 
     scores = score_samples(samples, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed)
     samples["correct"] = per_question_correct(samples, benchmark=benchmark)

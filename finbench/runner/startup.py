@@ -83,7 +83,8 @@ def check_family(config: RunConfig, model: Any = None) -> Any:
     read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
     if is_served(config.model) and model is None:  # a server's model: its options were checked with the rest
         return None
-    from finbench.models import read_checkpoint, refusal
+    from finbench.models.families import read_checkpoint
+    from finbench.models.contract import refusal
     from finbench.models.base import resolve_device
     from finbench.models.quant import quant_refusal
 

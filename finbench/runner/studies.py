@@ -97,7 +97,7 @@ class Studies:
                judged_columns: Mapping[str, Sequence[Any]]) -> Any:
         """The variants table, scored: the benchmark's verdicts, then each study's own rescoring of
         its rows."""
-        from finbench.scoring import per_question_correct
+        from finbench.scoring.tables import per_question_correct
 
         n = self.n_base
         table = samples_table(self.questions[n:], {j: predictions[n + j] for j in range(len(self.variants))}, keys[n:])
