@@ -10,8 +10,7 @@ from collections import Counter
 import pytest
 
 import finbench
-from finbench import models
-from finbench.models import quant_checkpoint
+from finbench.models import contract, quant_checkpoint
 from finbench.runner import startup
 
 
@@ -31,7 +30,7 @@ def counted(monkeypatch):
 
     wrap(quant_checkpoint, "read_config_json", key=lambda source: str(source))
     wrap(startup, "validate")
-    wrap(models, "refusal")
+    wrap(contract, "refusal")
     return counts
 
 

@@ -25,11 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from finbench.benchmarks import BENCHMARKS, get_benchmark, load_matching
+from finbench.benchmarks.metrics import OFFICIAL
 # RUN_IDENTITY: what makes a run folder's results another run's (the options declared `identity`:
 # another model, data or protocol); the rest (limit, filters, batching, budgets, devices) reruns it
-from finbench.config.run_options import RUN_IDENTITY
+from finbench.config.run_options import RUN_IDENTITY, coerce
 from finbench.core.types import DEFAULT_BENCHMARK, RESULTS_FILE
 from finbench.config.specs import RunConfig
+from finbench.report.format import declared_parts, run_headlines
+from finbench.runner import startup  # by module: a test stands in for its loader
+from finbench.runner.lock import folder_lock
+from finbench.studies import all_studies, study_options, study_settings
 
 SUMMARY_FILE = "summary.json"
 
@@ -37,7 +43,6 @@ SUMMARY_FILE = "summary.json"
 @dataclass
 class MultiRunResult:
     """Runs of several benchmarks sharing one loaded model; `summary` is also SUMMARY_FILE."""
-
     out_dir: Path
     runs: dict[str, Any]  # benchmark name → RunResult
     summary: dict[str, Any]
@@ -60,9 +65,6 @@ def make_config(model: str, benchmark: str = DEFAULT_BENCHMARK, **options: Any) 
     """A RunConfig from flat keyword options, each coerced as its declaration says
     (finbench/config/run_options.py; a study's option, e.g. `permutations=3`, as its Study declares it:
     finbench/studies); an unknown option is one clear TypeError."""
-    from finbench.config.run_options import coerce
-    from finbench.studies import study_options, study_settings
-
     studied = {o.name for o in study_options()}
     known = (set(RunConfig.flat(model).record()) | studied) - {"model", "benchmark"}
     unknown = sorted(set(options) - known - {"studies"})
@@ -80,8 +82,6 @@ def data_sources(values: Sequence[str], names: Sequence[str]) -> str | dict[str,
             raise ValueError(f"data: {value!r} is not a path or hub id")
         value = str(value)
         name, sep, source = value.partition("=")
-        if sep:  # the registry only for BENCHMARK=SOURCE
-            from finbench.benchmarks import BENCHMARKS
         if sep and name.strip().lower() in BENCHMARKS:
             pairs[name.strip().lower()] = source
         elif len(values) == 1 and len(names) == 1:
@@ -131,9 +131,6 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
     `out/<name>/`, `out/summary.json` holds their scores (headline, CIs, the parts scored apart),
     and a `MultiRunResult` is returned; `data` may then be a mapping benchmark → source. An `out`
     holding another run's results is refused unless `overwrite` (see `RUN_IDENTITY`)."""
-    from finbench.runner.lock import folder_lock
-    from finbench.runner.startup import validate
-
     names = benchmark_names(benchmark)
     if isinstance(data, (list, tuple)):
         data = data_sources(data, names)
@@ -150,7 +147,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
         command = f"finbench.evaluate({arguments})"
     if len(names) == 1:
         config = make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out), **options)
-        validate(config)  # before torch is imported: a bad option is refused at once
+        startup.validate(config)  # before torch is imported: a bad option is refused at once
         refuse_other_results(config, overwrite)
         with folder_lock(Path(out)):  # a second run into the folder is refused here, before torch loads
             _starting(console, source, loaded, names)
@@ -161,7 +158,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
     configs = {name: make_config(source, name, data=_data_for(data, name, single=False),
                                  out=str(Path(out) / name), **options) for name in names}
     for config in configs.values():  # every bad option before the model is loaded
-        validate(config)
+        startup.validate(config)
         refuse_other_results(config, overwrite)
     with folder_lock(Path(out)):  # summary.json's folder: one multi-benchmark run at a time
         return _evaluate_each(source, loaded, configs, show_progress, console, command, Path(out))
@@ -174,14 +171,13 @@ def _evaluate_each(source: str, loaded: Any, configs: Mapping[str, RunConfig], s
     _starting(console, source, loaded, names)
     from finbench.runner.distributed import world_from_env
     from finbench.runner.engine import run_benchmark
-    from finbench.runner.startup import load_for_run
 
     for name, config in configs.items():  # and every unusable data set before the first benchmark runs
         _check_data(name, config)
     loaded_with = None
     if loaded is None:  # the one loader: device map, the rank's device and every loading option
         loaded_with = next(iter(configs.values()))
-        loaded = load_for_run(loaded_with, world_from_env())
+        loaded = startup.load_for_run(loaded_with, world_from_env())
     runs = {name: run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
                                 validated=True, loaded_with=loaded_with) for name, config in configs.items()}
     if any(run.samples is None for run in runs.values()):  # a data-parallel rank other than 0
@@ -225,8 +221,6 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     agent, with n, CIs and `part_scales`), the breakdowns (n, accuracy, Wilson CI), and what the
     console prints beside them: the robustness studies (`studies`), the majority and prior
     baselines (`baselines`), the label balance of the choice items (`label_balance`) and the calibration (`calibration`, `selective`)."""
-    from finbench.report.format import declared_parts, run_headlines
-
     scores = results["scores"]
     headline = run_headlines(scores, also=())[0]  # headline_score's, with the top of its scale (`full`)
     full = headline.pop("full") or 100.0
@@ -242,7 +236,6 @@ def run_summary(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
              for part in declared_parts(scores.get("benchmark")) if scores.get(part.name)}
     if parts:
         entry["part_scales"] = parts
-    from finbench.studies import all_studies
 
     entry["studies"] = {s.block: results[s.block] for s in all_studies() if results.get(s.block)}
     entry["baselines"] = results.get("majority_baseline")
@@ -256,8 +249,6 @@ def _check_data(name: str, config: RunConfig) -> None:
     """Read one question of a benchmark's data (with the run's filters): a data set that cannot be
     read, or that nothing matches, is a start-up error naming the benchmark, not an error found
     after the benchmarks before it have run."""
-    from finbench.benchmarks import get_benchmark, load_matching
-
     try:
         load_matching(get_benchmark(name), config.data, 1, config.domains, config.question_types)
     except (ValueError, OSError) as err:
@@ -280,8 +271,6 @@ def score(run_dir: str | Path, *, variant: str | None = None, bootstrap: int = 0
     """Re-score a finished run folder from its samples.parquet (no model needed) under `variant`
     (None: the official rule); also writes RUN_DIR/scores_<variant>.json. Nothing is printed (the
     API returns values; `console` is accepted and unused)."""
-    from finbench.benchmarks.metrics import OFFICIAL
-
     from finbench.app.runs import score_run
 
     return score_run(Path(run_dir), variant or OFFICIAL.name, bootstrap, seed)[0]

@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.benchmarks import get_benchmark
 from finbench.core.encodable import open_text, write_text
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
@@ -38,6 +39,9 @@ from finbench.report.format import (also_text, delta_text, headline_label, inter
                                     run_headlines)
 from finbench.benchmarks.metrics import ACCURACY
 from finbench.core.types import RESULTS_FILE
+from finbench.report.html import write_leaderboard_report
+from finbench.report.markdown import leaderboard_markdown
+from finbench.studies import question_means
 
 FORMATS = (".csv", ".md", ".html")
 MARK = "*"  # the one mark: the paired difference's clustered interval excludes 0
@@ -51,8 +55,6 @@ COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "ben
 
 
 def _declared(benchmark: str) -> Any:
-    from finbench.benchmarks import get_benchmark
-
     try:
         return get_benchmark(benchmark)
     except ValueError:
@@ -133,10 +135,8 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
 
 def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> dict[str, Any]:
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
-    from finbench.benchmarks import get_benchmark
     from finbench.scoring.tables import compare_runs
     from finbench.app.runs import load_samples
-    from finbench.studies import question_means
 
     folders = run_folders(paths)
     names = _names(folders)
@@ -232,11 +232,8 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     if path.suffix == ".csv":
         return to_csv(board, path)
     if path.suffix == ".md":
-        from finbench.report.markdown import leaderboard_markdown
-
         write_text(path, leaderboard_markdown(board))
         return path
-    from finbench.report.html import write_leaderboard_report
 
     return write_leaderboard_report(board, path)
 

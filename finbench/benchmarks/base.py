@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from finbench.benchmarks.recognise import Recognise, anything
+from finbench.benchmarks.records import data_files
 from finbench.core.judging import NO_JUDGING, Judgement, Judging
 from finbench.core.requests import Prompt, Request, user_message
 from finbench.benchmarks.scorer import Scorer, ScorerModule
@@ -42,8 +43,6 @@ def as_decoded(rule: str, images: Sequence[Any]) -> list[Any]:
 
 def record_files(source: Any) -> list[Path]:
     """Default data files of a local source: those the shared loader prologue reads."""
-    from finbench.benchmarks.records import data_files
-
     return data_files(source)
 
 

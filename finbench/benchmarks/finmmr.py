@@ -32,6 +32,7 @@ from finbench.core.requests import Generate, Number, Prompt, Request, system_mes
 from finbench.benchmarks.finmmr_rule import get_acc, outcome_value, valid_extraction
 from finbench.benchmarks.scorer import ScorerModule
 from finbench.core.types import NUMERICAL, Prediction, Question
+from finbench.sandbox import run_programs, storable
 
 NAME = "finmmr"
 HUB_ID = "addictedLL/FinMMR"  # a GitHub repository: FinMMR is read from local files only
@@ -286,7 +287,6 @@ def rule_judgements(questions: Sequence[Question], predictions: Sequence[Predict
     if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
         return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
                          else "answer") for q, p in zip(questions, predictions)]
-    from finbench.sandbox import run_programs, storable
 
     out: list[Judgement] = []
     programs = [extract_program(p.generated_text or p.answer) for p in predictions]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from finbench.benchmarks import get_benchmark
 import finbench.config.option_checks as checks
 from finbench.config.options import Option
 from finbench.core.sources import SERVED_READINGS
@@ -131,8 +132,6 @@ RUN_IDENTITY = tuple(option.name for option in RUN_OPTIONS if option.identity)
 
 
 def _think_budget_protocol(config: RunConfig) -> None:
-    from finbench.benchmarks import get_benchmark  # the registry (torch-free)
-
     if config.decode.think_budget > 0 and config.protocol not in get_benchmark(config.benchmark).constrained_protocols:
         raise ValueError("--think-budget applies to the constrained protocol (official generates freely)")
 

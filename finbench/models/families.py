@@ -4,7 +4,7 @@ checkpoint's config.json once into a `Checkpoint` record (its family adapter by 
 own quantization); the start-up checks (runner/startup.py) and `load_model` (models/__init__.py)
 share that record. A `model_type` no family claims goes to the generic family (`--family auto`);
 one the installed transformers cannot load fails at start-up with one line. Importing this module
-imports every family, so torch and transformers: the torch-free commands never do."""
+imports every family, so torch: the torch-free commands never do."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from typing import Any
 from finbench.models.auto import AutoVLM, architecture_refusal
 from finbench.models.base import HFVisionLanguageModel
 from finbench.models.contract import Capabilities
+import finbench.models.quant_checkpoint as quant_checkpoint  # by module: a test counts its reads of config.json
 from finbench.models.deepseek_vl2 import DeepSeekVL2
 from finbench.models.internvl import InternVL
-from finbench.models.quant_checkpoint import described_quantization, read_config_json
 from finbench.models.qwen2_5_vl import Qwen25VL
 from finbench.models.qwen3_5 import Qwen35
 from finbench.models.qwen3_vl import Qwen3VL
@@ -73,7 +73,7 @@ def read_checkpoint(source: str, family: str | None = None) -> Checkpoint:
         raise ValueError(f"cannot load model {source!r}: no such folder (and not a hub id of the form owner/name)")
     # config.json's own model_type first: families outside transformers (deepseek_vl_v2) are
     # unknown to AutoConfig.
-    config = read_config_json(source)
+    config = quant_checkpoint.read_config_json(source)
     model_type = (config or {}).get("model_type")
     if model_type is None:
         try:
@@ -81,7 +81,8 @@ def read_checkpoint(source: str, family: str | None = None) -> Checkpoint:
         except (OSError, ValueError) as err:
             raise ValueError(f"cannot load model {source!r}: not a local folder with a config.json and not "
                              f"a hub id available offline ({str(err).splitlines()[0]})") from None
-    return Checkpoint(source, family_for(model_type, family), model_type, described_quantization(config))
+    declared = quant_checkpoint.described_quantization(config)
+    return Checkpoint(source, family_for(model_type, family), model_type, declared)
 
 
 def family_of(source: str) -> tuple[type[HFVisionLanguageModel], str]:

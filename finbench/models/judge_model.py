@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import finbench.models as models  # by module: a test stands in for its loader
 from finbench.models.base import HFVisionLanguageModel, resolve_device, resolve_dtype, weights_digest
-from finbench.models.contract import Capabilities
+from finbench.models.contract import Capabilities, refusal
 from finbench.models.inputs import ModelInputs
 from finbench.core.sources import check_judge_source  # torch-free: start-up checks --judge with it
+from finbench.models.families import read_checkpoint
 
 
 def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: Any = None) -> Any:
@@ -22,9 +24,6 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
     if model is not None and model.source == source:
         return model
     check_judge_source(source)
-    from finbench.models import load_model
-    from finbench.models.families import read_checkpoint
-    from finbench.models.contract import refusal
 
     try:  # a vision-language family finbench knows (from config.json's model_type, read once)
         checkpoint = read_checkpoint(source)
@@ -35,7 +34,7 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
                           prequantized=checkpoint.declared.label if checkpoint.declared else None)
         if refused:
             raise ValueError(f"--judge {source}: {refused}")
-        return load_model(source, dtype=dtype, device=device, checkpoint=checkpoint)
+        return models.load_model(source, dtype=dtype, device=device, checkpoint=checkpoint)
     try:
         from transformers import AutoConfig
 

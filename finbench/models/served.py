@@ -37,13 +37,13 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
-from finbench.models.contract import Capabilities, ModelUnavailable
+from finbench.models.contract import Capabilities, GenerationInterrupted, ModelUnavailable
 from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
 from finbench.models.served_bodies import (TOP_LOGPROBS, ServedRow, decision_body, generation_settings,
                                           logprobs_body, logprobs_of_letters, option_logprobs, prompt_part_text,
                                           served_row)
-from finbench.models.served_client import ClientSettings, ServedClient, ServedError
+from finbench.models.served_client import ClientSettings, Interrupted, ServedClient, ServedError
 from finbench.core.types import OPTION_LETTERS, SINGLE, ModelRequest
 
 CHAT_PATH = "/chat/completions"
@@ -240,9 +240,6 @@ class ServedModel:
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
         """Free text of each row from /v1/chat/completions: greedy (temperature 0) unless `sampling`
         gives a temperature. Ctrl-C keeps the rows that had finished (`GenerationInterrupted`)."""
-        from finbench.models.contract import GenerationInterrupted
-        from finbench.models.served_client import Interrupted
-
         body = generation_settings(max_new_tokens, sampling)
         rows = inputs["finbench_rows"]
         # a sampled row's seed is drawn from the run's seed stream (finbench/models/sampled_decoding.py has made it

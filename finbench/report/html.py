@@ -37,6 +37,7 @@ from finbench.report.plots import (breakdown_figure, flip_figure, headline_figur
                                    stages_figure, tradeoff_figure)
 from finbench.benchmarks.metrics import ACCURACY
 from finbench.core.types import OPTION_LETTERS
+from finbench.report.markdown import write_markdown
 
 MAX_BROWSER_ROWS = 5000  # beyond this the page gets slow; the rest is in samples.parquet
 TEMPLATES = Path(__file__).parent / "templates"
@@ -61,8 +62,6 @@ def _script_json(payload: Any) -> str:
 def write_report(run_dir: str | Path) -> Path:
     """Render RUN_DIR/report.html (and RUN_DIR/report.md) from the run's results and samples."""
     import pandas as pd
-
-    from finbench.report.markdown import write_markdown
 
     run_dir = Path(run_dir)
     results = json.loads((run_dir / "results.json").read_text())

@@ -154,7 +154,7 @@ class PredictionCache:
             "SELECT sha256 FROM file_digests WHERE path = ? AND size = ? AND mtime_ns = ?", key).fetchone()
         if row:
             return row[0]
-        from finbench.models.base import file_sha256
+        from finbench.models.identity import file_sha256
 
         digest = file_sha256(path)
         try:

@@ -28,7 +28,8 @@ from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
 from finbench.runner.run_requests import batch_kind, first_prompt, n_options, render, text_of, thinking
-from finbench.models.sampled_decoding import SeedStreams, seed_of
+from finbench.config.run_settings import seed_of
+from finbench.models.sampled_decoding import SeedStreams
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput

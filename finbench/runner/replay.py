@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finbench.benchmarks import get_benchmark
 from finbench.core.types import RESULTS_FILE
 from finbench.config.specs import RunConfig
 
@@ -40,8 +41,6 @@ class Replay:
     def think_budget(self, config: RunConfig) -> int | None:
         """The thinking budget of the run's constrained requests, as runner/startup.py
         `think_budget_for` decides it for a loaded model, here from the recorded thinking block."""
-        from finbench.benchmarks import get_benchmark
-
         if config.protocol not in get_benchmark(config.benchmark).constrained_protocols:
             return None
         if self.thinking is None:

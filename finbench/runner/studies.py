@@ -27,6 +27,7 @@ from finbench.studies import active_studies, all_studies, flat_config
 from finbench.studies.base import Study, StudyRows, Variant
 from finbench.core.types import Prediction, Question
 from finbench.config.specs import RunConfig
+from finbench.scoring.tables import per_question_correct
 
 __all__ = ["Studies", "Variant", "expand", "flat_config"]
 
@@ -97,8 +98,6 @@ class Studies:
                judged_columns: Mapping[str, Sequence[Any]]) -> Any:
         """The variants table, scored: the benchmark's verdicts, then each study's own rescoring of
         its rows."""
-        from finbench.scoring.tables import per_question_correct
-
         n = self.n_base
         table = samples_table(self.questions[n:], {j: predictions[n + j] for j in range(len(self.variants))}, keys[n:])
         for column, values in judged_columns.items():

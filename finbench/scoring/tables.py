@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.benchmarks import get_benchmark
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
 from finbench.scoring.balance import label_balance
@@ -46,7 +47,6 @@ def table_benchmark(benchmark: Benchmark | None, df: pd.DataFrame) -> Benchmark:
         raise ValueError("the samples table names no benchmark (no `benchmark` column): give its Benchmark"
                          if not named else f"the samples table names several benchmarks ({', '.join(named)}): "
                                            "score each apart")
-    from finbench.benchmarks import get_benchmark  # the one registry of benchmarks and their scorers
 
     return get_benchmark(named[0])
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from finbench.benchmarks.declared import metric_label
 from finbench.config.options import Option
-from finbench.core.requests import IMAGE_ABLATIONS
+from finbench.core.requests import IMAGE_ABLATIONS, Session
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import kept, pct, ratio
 from finbench.core.types import Question
@@ -31,8 +32,6 @@ def check_names(flag: str, kind: str, given: Sequence[str], known: Sequence[str]
 
 def _label(benchmark: str | None, key: str) -> str:
     """The label the benchmark's scorer declares for its metric `key` (benchmarks/declared.py)."""
-    from finbench.benchmarks.declared import metric_label
-
     return metric_label(benchmark, key)
 
 
@@ -48,8 +47,6 @@ class ImageAblation(Study):
                think_budget: int | None, notes: list[str]) -> Expanded:
         """A variant per mode of every item that shows an image; a "none" variant's question
         carries no image, so none is decoded."""
-        from finbench.core.requests import Session
-
         modes = self.value(config)
         if not modes:
             return Expanded()

@@ -5,10 +5,11 @@ Sample 0 is the run's own request (seed `--seed`); sample j = 1…K−1 is the s
 seed + j in its sampling settings, so each sample is a field-for-field request of its own: its own
 cache key, and its own batch kind (samples of one seed batch together). Which requests are sampled:
 free generation (`Generate`: official protocols, open answers) and sessions — they carry
-`--gen-kwargs` sampling settings (finbench/config/run_settings.py `for_run`) — and a thinking block's reasoning
-before a constrained answer (sampled with the same settings, only with --samples > 1: `adjust`; a
-run without it reasons greedily as always). A constrained letter or number read from the logits
-without thinking is deterministic: it is asked once (one note). How each seed draws its own random
+`--gen-kwargs` sampling settings (finbench/config/run_settings.py `for_run`) — and a thinking
+block's reasoning before a constrained answer (sampled with the same settings, only with
+--samples > 1: `adjust`; a run without it reasons greedily as always). A constrained letter or
+number read from the logits without thinking is deterministic: it is asked once (one note). The
+settings with their seeds: finbench/config/run_settings.py; how each seed draws its own random
 stream: finbench/models/sampled_decoding.py. Scored in scoring/sampling_scores.py.
 """
 
@@ -18,10 +19,12 @@ from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from finbench.config.options import Option
+from finbench.config.run_settings import repeatable, sampled_settings, with_seed
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
 from finbench.core.types import Question
 from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose, Number
 
 COLUMNS = ["n", "mean ×100", "95% CI (clustered) ×100", "maj@k ×100", "pass@k ×100", "agreement ×100",
            "unparsed samples"]
@@ -67,9 +70,6 @@ class Sampling(Study):
     def adjust(self, request: Any, config: RunConfig) -> Any:
         """A thinking block before a constrained answer sampled with the run's settings and seed
         (sample 0); one that has its sampling already (a sample j) as it is."""
-        from finbench.core.requests import Choose, Number
-        from finbench.models.sampled_decoding import sampled_settings, with_seed
-
         if not (isinstance(request, (Choose, Number)) and request.think_budget is not None) or request.sampling:
             return request
         settings = sampled_settings(config)
@@ -79,8 +79,6 @@ class Sampling(Study):
                think_budget: int | None, notes: list[str]) -> Expanded:
         """Samples 1…K−1 of every sampled request. Raises ValueError (a start-up line) when the
         run's generation is greedy: its K samples would be K copies."""
-        from finbench.models.sampled_decoding import repeatable, sampled_settings, with_seed
-
         k = self.value(config)
         if k <= 1:
             return Expanded()
