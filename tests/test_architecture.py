@@ -272,3 +272,44 @@ def test_no_cli_module_is_over_300_lines_and_the_entry_point_is_the_package():
     from finbench.cli import app
 
     assert {c.name or c.callback.__name__ for c in app.registered_commands} >= {"run", "demo", "score", "leaderboard"}
+
+
+def _house():
+    """scripts/house.py, the plan of the house read with `ast` (rooms, arrows, the counts below)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("house", PACKAGE.parent / "scripts" / "house.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MAX_FUNCTION_LEVEL_IMPORTS = 80  # each keeps torch or a heavy library from a command that does not need it
+MAX_LOOSE_MODULES = 3  # beside finbench/__init__.py and __main__.py: the rest lives in a wing
+
+
+def test_the_house_keeps_its_wings_and_imports_from_where_things_live():
+    """No module answers look-ups with a module `__getattr__` but the package's face (finbench/__init__.py:
+    its subpackages as attributes); at most three modules lie loose at the top of finbench/ (the
+    deprecated aliases); and few imports of finbench modules are made inside functions."""
+    house = _house()
+    assert house.module_getattrs() == ["finbench"]
+    assert len(house.loose_modules()) <= MAX_LOOSE_MODULES, house.loose_modules()
+    lazy = house.function_level_imports()
+    assert len(lazy) <= MAX_FUNCTION_LEVEL_IMPORTS, "\n".join(f"{m}:{n}" for m, n in lazy)
+
+
+def test_the_house_plan_sees_lazy_imports_getattr_and_loose_modules(tmp_path):
+    house = _house()
+    package = tmp_path / "finbench"
+    (package / "wing").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "loose.py").write_text("def __getattr__(name):\n    from finbench.wing import a\n    return a\n")
+    (package / "wing" / "__init__.py").write_text("")
+    (package / "wing" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                           "    from finbench import loose\ndef f():\n    import finbench.loose\n"
+                                           "    import json\n")
+    assert house.function_level_imports(package) == [("finbench.loose", 2), ("finbench.wing.a", 5)]
+    assert house.module_getattrs(package) == ["finbench.loose"] and house.loose_modules(package) == ["loose"]
+    assert house.arrows(package) == {("finbench.loose", "finbench.wing", True): 1,
+                                     ("finbench.wing", "finbench.loose", True): 1}
