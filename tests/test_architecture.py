@@ -291,7 +291,8 @@ MAX_LOOSE_MODULES = 3  # beside finbench/__init__.py and __main__.py: the rest l
 def test_the_house_keeps_its_wings_and_imports_from_where_things_live():
     """No module answers look-ups with a module `__getattr__` but the package's face (finbench/__init__.py:
     its subpackages as attributes); at most three modules lie loose at the top of finbench/ (the
-    deprecated aliases); and few imports of finbench modules are made inside functions."""
+    Python API's face, api.py, and two deprecated aliases); and few imports of finbench modules are
+    made inside functions."""
     house = _house()
     assert house.module_getattrs() == ["finbench"]
     assert len(house.loose_modules()) <= MAX_LOOSE_MODULES, house.loose_modules()
