@@ -189,7 +189,7 @@ def test_every_benchmark_and_family_stands_behind_its_contract(tiny_model):
     from finbench.models.contract import Capabilities, ModelAdapter
     from finbench.models.families import FAMILIES
     from finbench.benchmarks.scorer import resolved
-    from finbench.scoring.stats import Scorer
+    from finbench.benchmarks.scorer import Scorer
 
     assert {"finmme", "famma", "finmtm", "mme-finance", "finmmr"} <= set(BENCHMARKS)  # a new one needs no edit here
     for name, benchmark in BENCHMARKS.items():

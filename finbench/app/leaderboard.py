@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from finbench.benchmarks import get_benchmark
+from finbench.benchmarks.declared import metric_label
+from finbench.benchmarks.metrics import ACCURACY
 from finbench.core.encodable import open_text, write_text
+from finbench.core.types import RESULTS_FILE
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
-from finbench.report.format import (also_text, delta_text, headline_label, interval_text, metric_label, power_line,
-                                    run_headlines)
-from finbench.benchmarks.metrics import ACCURACY
-from finbench.core.types import RESULTS_FILE
+from finbench.report.format import also_text, delta_text, headline_label, interval_text, power_line, run_headlines
 from finbench.report.html import write_leaderboard_report
 from finbench.report.markdown import leaderboard_markdown
 from finbench.studies import question_means

@@ -29,23 +29,21 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
+from finbench.core.types import ModelRequest
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
-import finbench.models.static_decode as static_decode
+from finbench.models.compile import compile_language_model, compile_vision_blocks
 from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.fast_paths import FastPaths, last_real, right_aligned
-# the decode helpers and the loading functions live in their own files; named here for the families
-from finbench.models.generation import (DECODE_ATTENTION_CUDA, DecodeState, cache_of, decode_attention,  # noqa: F401
-                                        finished_rows, generated_counts, hf_generate, interrupted, last_tokens)
-from finbench.models.inputs import ModelInputs, pinned  # noqa: F401
-from finbench.models.identity import file_sha256, fingerprint_of, weights_digest  # noqa: F401
-from finbench.models.loading import attention_implementation, load_auto, resolve_device, resolve_dtype  # noqa: F401
+from finbench.models.flops import flops_from_batch
+from finbench.models.generation import DecodeState, cache_of, decode_attention, hf_generate, interrupted
+from finbench.models.identity import fingerprint_of
+from finbench.models.inputs import ModelInputs
+from finbench.models.loading import load_auto
 from finbench.models.padding import pad_gemm_widths
 from finbench.models.part_timing import PartClock
-from finbench.models.tokens import end_token_ids, reserved_token_ids, single_token_ids, stop_token_ids
-from finbench.core.types import ModelRequest
-from finbench.models.compile import compile_language_model, compile_vision_blocks
-from finbench.models.flops import flops_from_batch
 from finbench.models.quant import storage_bytes
+import finbench.models.static_decode as static_decode
+from finbench.models.tokens import end_token_ids, reserved_token_ids, single_token_ids, stop_token_ids
 
 
 # LM-head rows a constrained decoder projects onto (letters in two spellings, separator, ends):

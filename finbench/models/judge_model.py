@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import finbench.models as models  # by module: a test stands in for its loader
-from finbench.models.base import HFVisionLanguageModel, resolve_device, resolve_dtype, weights_digest
-from finbench.models.contract import Capabilities, refusal
-from finbench.models.inputs import ModelInputs
 from finbench.core.sources import check_judge_source  # torch-free: start-up checks --judge with it
+import finbench.models as models  # by module: a test stands in for its loader
+from finbench.models.base import HFVisionLanguageModel
+from finbench.models.contract import Capabilities, refusal
 from finbench.models.families import read_checkpoint
+from finbench.models.identity import weights_digest
+from finbench.models.inputs import ModelInputs
+from finbench.models.loading import resolve_device, resolve_dtype
 
 
 def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: Any = None) -> Any:

@@ -8,10 +8,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from finbench.benchmarks.declared import (declared_parts, declared_scorer, metric_label, metric_labels,  # noqa: F401
-                                          metric_of, penalties)
+from finbench.benchmarks.declared import declared_parts, declared_scorer, metric_of
 from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, Metric
-from finbench.core.formatting import pct  # noqa: F401 — the reports' number format, below the studies that share it
 
 if TYPE_CHECKING:
     from finbench.benchmarks.parts import Part

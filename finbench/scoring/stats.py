@@ -17,12 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
-from finbench.kernels.segments import factorize, segment_sum, weighted_segment_sums
 from finbench.benchmarks.metrics import ACCURACY
-from finbench.benchmarks.scorer import Scorer  # the contract, torch-free; named here too, where it always was
 from finbench.core.types import OPTION_LETTERS, SINGLE
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
+from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
+from finbench.kernels.segments import factorize, segment_sum, weighted_segment_sums
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 _STR = np.frompyfunc(str, 1, 1)

@@ -13,15 +13,16 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks import get_benchmark
+from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, SCORE
+from finbench.benchmarks.scorer import Scorer
+from finbench.core.types import OPTION_LETTERS, SINGLE
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
 from finbench.scoring.balance import label_balance
 from finbench.scoring.clustered import clustered_summary, paired_difference, verdict
-from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, SCORE
-from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
+from finbench.scoring.stats import (ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column, wilson_interval)
-from finbench.core.types import OPTION_LETTERS, SINGLE
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
