@@ -16,8 +16,8 @@ from helpers import cli
 from helpers import run_cli as finbench_cli
 
 import finbench
-from finbench.runner.engine import run_benchmark
 from finbench.config.specs import RunConfig
+from finbench.runner.engine import run_benchmark
 
 FAMMA_MOCK = Path(__file__).parent / "fixtures" / "famma" / "mock.json"
 

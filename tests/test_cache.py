@@ -14,9 +14,9 @@ from finbench.core.requests import (
     Turn,
     user_message,
 )
+from finbench.core.types import Prediction, Question
 from finbench.runner.cache import PredictionCache
 from finbench.runner.keys import sample_key
-from finbench.core.types import Prediction, Question
 
 FINGERPRINT = {"source": "m", "dtype": "float32", "quant": "none", "processor": {"max_pixels": 12544}}
 QUESTION = Question(id="q1", benchmark="finmme", kind="single", text="Which?", options=("a", "b"), gold="A",

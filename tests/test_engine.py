@@ -12,9 +12,9 @@ import pytest
 import torch
 from helpers import finmme_request
 
+from finbench.config.specs import RunConfig
 from finbench.report.schema import SAMPLE_COLUMNS
 from finbench.runner.engine import run_benchmark
-from finbench.config.specs import RunConfig
 
 LIMIT = 24
 

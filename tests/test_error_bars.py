@@ -12,13 +12,12 @@ import pytest
 import torch
 from scipy.stats import t as student_t
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import BENCHMARKS, load_matching
+from finbench.benchmarks import BENCHMARKS, get_benchmark, load_matching
 from finbench.benchmarks.base import cluster_key
-from finbench.runner.outputs import samples_table, score
-from finbench.scoring.tables import compare_runs, per_question_correct, score_samples
-from finbench.scoring.clustered import MDE_FACTOR, clustered_se
 from finbench.core.types import Prediction, Question
+from finbench.runner.outputs import samples_table, score
+from finbench.scoring.clustered import MDE_FACTOR, clustered_se
+from finbench.scoring.tables import compare_runs, per_question_correct, score_samples
 
 
 def _statsmodels_se(y: np.ndarray, groups: np.ndarray) -> float:

@@ -16,8 +16,7 @@ import pandas as pd
 import pytest
 from helpers import cli, shared
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import fcmr
+from finbench.benchmarks import fcmr, get_benchmark
 from finbench.scoring.tables import score_samples
 
 REAL = shared("data", "fcmr")

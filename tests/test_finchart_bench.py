@@ -17,8 +17,7 @@ import pandas as pd
 import pytest
 from helpers import cli, shared
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import finchart_bench
+from finbench.benchmarks import finchart_bench, get_benchmark
 from finbench.scoring.tables import score_samples
 
 REAL = shared("data", "finchart-bench")

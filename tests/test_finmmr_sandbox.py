@@ -32,9 +32,9 @@ import pytest
 
 from helpers import shared
 from finbench.benchmarks import finmmr
-from finbench.sandbox import Limits, isolation, run_programs
 from finbench.benchmarks.finmmr_rule import get_acc, outcome_value
 from finbench.core.types import Prediction
+from finbench.sandbox import Limits, isolation, run_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = shared("data", "finmmr")

@@ -12,11 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import finmtm, load_matching
+from finbench.benchmarks import finmtm, get_benchmark, load_matching
+from finbench.core.types import MULTI, OPEN, SINGLE, Prediction
 from finbench.runner.run_requests import render
 from finbench.scoring.tables import score_samples
-from finbench.core.types import MULTI, OPEN, SINGLE, Prediction
 
 
 def png(color) -> bytes:

@@ -13,13 +13,13 @@ import torch
 
 from finbench.app.api import make_config
 from finbench.benchmarks import famma
+from finbench.config.specs import RunConfig
+from finbench.core.types import OPEN, Prediction, Question
 from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.models.inputs import ModelInputs
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
 from finbench.runner.judge_step import judge_run
-from finbench.core.types import OPEN, Prediction, Question
-from finbench.config.specs import RunConfig
 
 
 class FakeJudge:

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from finbench.benchmarks import get_benchmark
 from finbench.cli import app
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
 from finbench.scoring.tables import score_samples
-from finbench.config.specs import RunConfig
 
 
 @pytest.fixture(scope="module")

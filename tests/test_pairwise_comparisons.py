@@ -10,8 +10,8 @@ import json
 import pytest
 from helpers import cli
 
-from finbench.runner.engine import run_benchmark
 from finbench.config.specs import RunConfig
+from finbench.runner.engine import run_benchmark
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,16 @@ import pytest
 from helpers import assert_refused_in_one_line
 
 import finbench
+from finbench.app.api import make_config
 from finbench.benchmarks import famma, finmme, finmtm
-from finbench.offline import famma_synthetic
 from finbench.core.requests import Choose, Generate
+from finbench.core.types import OPTION_LETTERS, Question
+from finbench.offline import famma_synthetic
 from finbench.runner.keys import request_payload
-from finbench.studies.probe_items import language_code, none_of_the_above_text, with_none_of_the_above
 from finbench.runner.run_requests import build_requests
 from finbench.runner.studies import expand
 from finbench.scoring.probe_scores import names_gold, option_matches, probe_summary
-from finbench.app.api import make_config
-from finbench.core.types import OPTION_LETTERS, Question
+from finbench.studies.probe_items import language_code, none_of_the_above_text, with_none_of_the_above
 
 LIMIT = 8
 

@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from finbench.app.api import make_config
 from finbench.benchmarks import mme_finance
 from finbench.core.requests import Generate
-from finbench.studies.probe_items import probe_variants, with_none_of_the_above
-from finbench.studies.probes import OPEN_ENDED_JUDGING, judge_verdict, open_ended_judge_requests
+from finbench.core.types import Prediction, Question
 from finbench.runner.run_requests import build_requests
 from finbench.scoring.probe_scores import names_gold, probe_summary, probe_verdicts
-from finbench.app.api import make_config
-from finbench.core.types import Prediction, Question
+from finbench.studies.probe_items import probe_variants, with_none_of_the_above
+from finbench.studies.probes import OPEN_ENDED_JUDGING, judge_verdict, open_ended_judge_requests
 from test_probes import factual_parquet, questions  # noqa: F401 — fixtures: items none-of-the-above probes
 
 LIMIT = 8

@@ -30,10 +30,9 @@ from helpers import finmme_record
 from helpers import png_bytes as _image
 from PIL import Image
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import finmme
-from finbench.runner.engine import run_benchmark
+from finbench.benchmarks import finmme, get_benchmark
 from finbench.config.specs import RunConfig
+from finbench.runner.engine import run_benchmark
 
 
 def _gif() -> bytes:

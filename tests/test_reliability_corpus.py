@@ -23,8 +23,8 @@ import pytest
 from PIL import Image
 
 from finbench.benchmarks import get_benchmark
-from finbench.runner.engine import run_benchmark
 from finbench.config.specs import RunConfig
+from finbench.runner.engine import run_benchmark
 
 ERROR, ANSWERED, UNSCORED = "error", "answered", "unscored"
 CONTEXT = 32768  # the tiny model's max_position_embeddings

@@ -26,12 +26,11 @@ from helpers import finmme_record as _finmme
 from helpers import png_bytes as _png
 from typer.testing import CliRunner
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import famma, finmme
+from finbench.benchmarks import famma, finmme, get_benchmark
 from finbench.cli import app
+from finbench.config.specs import RunConfig
 from finbench.runner.cache import PredictionCache
 from finbench.runner.engine import Stopped, run_benchmark
-from finbench.config.specs import RunConfig
 
 
 def _config(tiny_qwen_dir, data, out, **overrides) -> RunConfig:

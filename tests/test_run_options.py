@@ -13,8 +13,8 @@ import typer.main
 from finbench.app.api import RUN_IDENTITY, make_config
 from finbench.cli import app
 from finbench.config.run_options import RUN_OPTIONS, sweep_flags
-from finbench.studies import study_options
 from finbench.config.specs import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
+from finbench.studies import study_options
 
 # the fields that are not options of the table: the studies' (their own declarations) and start-up's record
 NOT_DECLARED = {"permutations", "image_ablation", "samples", "probes", "sized"}

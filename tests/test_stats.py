@@ -20,7 +20,6 @@ from finbench.kernels.bootstrap import (
     resample_indices,
 )
 from finbench.scoring import finmme
-from finbench.scoring.tables import compare_runs, score_samples
 from finbench.scoring.stats import (
     ScoreTable,
     bootstrap_cis,
@@ -31,6 +30,7 @@ from finbench.scoring.stats import (
     point_estimates,
     selective_curve,
 )
+from finbench.scoring.tables import compare_runs, score_samples
 
 LETTERS = "ABCDEFGHIJKLMN"
 

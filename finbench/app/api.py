@@ -30,8 +30,8 @@ from finbench.benchmarks.metrics import OFFICIAL
 # RUN_IDENTITY: what makes a run folder's results another run's (the options declared `identity`:
 # another model, data or protocol); the rest (limit, filters, batching, budgets, devices) reruns it
 from finbench.config.run_options import RUN_IDENTITY, coerce
-from finbench.core.types import DEFAULT_BENCHMARK, RESULTS_FILE
 from finbench.config.specs import RunConfig
+from finbench.core.types import DEFAULT_BENCHMARK, RESULTS_FILE
 from finbench.report.format import declared_parts, run_headlines
 from finbench.runner import startup  # by module: a test stands in for its loader
 from finbench.runner.lock import folder_lock

@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pandas as pd
 
 from finbench.benchmarks import get_benchmark
-from finbench.core.encodable import write_text
-from finbench.scoring.tables import compare_runs, score_samples
-from finbench.scoring.tables import _jsonable
 from finbench.benchmarks.metrics import OFFICIAL
-from finbench.scoring.stats import distribution_comparison
+from finbench.core.encodable import write_text
 from finbench.core.types import RESULTS_FILE
 from finbench.scoring.robustness import answer_disagreements
+from finbench.scoring.stats import distribution_comparison
+from finbench.scoring.tables import _jsonable, compare_runs, score_samples
 from finbench.studies import headlines, question_means
 
 if TYPE_CHECKING:

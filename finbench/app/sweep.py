@@ -41,8 +41,8 @@ from finbench.benchmarks.metrics import ACCURACY
 from finbench.config.specs import RunConfig
 from finbench.report.html import write_sweep_report
 from finbench.report.markdown import write_sweep_markdown
-from finbench.runner.lock import folder_lock
 from finbench.runner import startup  # by module: a test stands in for its loader
+from finbench.runner.lock import folder_lock
 from finbench.runner.replay import Replay
 from finbench.studies import headlines, question_means
 

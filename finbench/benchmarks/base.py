@@ -17,9 +17,9 @@ from typing import Any, Callable, Sequence
 
 from finbench.benchmarks.recognise import Recognise, anything
 from finbench.benchmarks.records import data_files
+from finbench.benchmarks.scorer import Scorer, ScorerModule
 from finbench.core.judging import NO_JUDGING, Judgement, Judging
 from finbench.core.requests import Prompt, Request, user_message
-from finbench.benchmarks.scorer import Scorer, ScorerModule
 from finbench.core.types import DEFAULT_PROTOCOL, PROTOCOLS, Prediction, Question
 
 

@@ -24,8 +24,8 @@ from typing import Any, Sequence
 from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_csv, select
-from finbench.core.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.benchmarks.scorer import ScorerModule
+from finbench.core.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.core.types import SINGLE, Question
 
 NAME = "fcmr"

@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_table, select
-from finbench.core.requests import Choose, Generate, Number, Prompt, Request, user_message
 from finbench.benchmarks.scorer import ScorerModule
+from finbench.core.requests import Choose, Generate, Number, Prompt, Request, user_message
 from finbench.core.types import NUMERICAL, SINGLE, Question
 
 NAME = "finchart-bench"

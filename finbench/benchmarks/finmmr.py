@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
+from finbench.benchmarks.finmmr_rule import get_acc, outcome_value, valid_extraction
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
+from finbench.benchmarks.scorer import ScorerModule
 from finbench.core.judging import Judging
 from finbench.core.requests import Generate, Number, Prompt, Request, system_message, user_message
-from finbench.benchmarks.finmmr_rule import get_acc, outcome_value, valid_extraction
-from finbench.benchmarks.scorer import ScorerModule
 from finbench.core.types import NUMERICAL, Prediction, Question
 from finbench.sandbox import run_programs, storable
 

@@ -8,18 +8,18 @@ from typing import Any, List, Optional
 import typer
 from rich.markup import escape
 
-from finbench.benchmarks import BENCHMARKS
 from finbench.app import api  # by module: a test stands in for api.evaluate
+from finbench.benchmarks import BENCHMARKS
 from finbench.cli.common import (comma_list, console, fail, home, one_line_errors, out_console, run_and_report,
                                  stops_in_one_line)
 from finbench.config.options import with_options
 from finbench.config.run_options import OPTIONS, run_flags, sweep_flags
-from finbench.studies import study_options  # the studies' flags (no torch: see finbench/studies)
 from finbench.core.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 from finbench.offline.demo import demo_data, demo_model, demo_options, demos
 from finbench.report.console import print_comparison
 from finbench.report.output import configure_output
 from finbench.runner.lock import folder_lock
+from finbench.studies import study_options  # the studies' flags (no torch: see finbench/studies)
 # importing the registry: every command starts without torch
 
 DEMO_NOTICE = ("[bold yellow]The demo model is a tiny RANDOM-WEIGHT Qwen2.5-VL built offline: its "

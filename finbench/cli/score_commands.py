@@ -11,12 +11,12 @@ from typing import Any, Sequence
 
 from rich.markup import escape
 
+from finbench.app.runs import compare_run_dirs, load_samples, score_run, write_json
+from finbench.benchmarks.metrics import OFFICIAL
 from finbench.core.encodable import write_text
 from finbench.report.console import as_console, print_comparison, print_scores
-from finbench.benchmarks.metrics import OFFICIAL
-from finbench.scoring.predictions import score_predictions
-from finbench.app.runs import compare_run_dirs, load_samples, score_run, write_json
 from finbench.scoring.agreement import agreement_lines, judge_agreement
+from finbench.scoring.predictions import score_predictions
 
 
 def score_command(run_dir: Path, variant: str = OFFICIAL.name, n_bootstrap: int = 1000, seed: int = 0,

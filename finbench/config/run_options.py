@@ -13,9 +13,9 @@ from typing import Any, Callable
 from finbench.benchmarks import get_benchmark
 import finbench.config.option_checks as checks
 from finbench.config.options import Option
+from finbench.config.specs import RunConfig
 from finbench.core.sources import SERVED_READINGS
 from finbench.core.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL
-from finbench.config.specs import RunConfig
 
 UNSAFE_SANDBOX_HELP = ("Where this machine gives neither the kernel jail nor Landlock for model-written programs "
                        "(FinMMR pot), run them anyway in plain limited processes (named in the results; default: "

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Sequence
 
-from finbench.core.requests import Choose, Generate, Number, Request, Session, system_message
 from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose, Generate, Number, Request, Session, system_message
 
 
 def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Request:

@@ -35,12 +35,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from finbench.core.types import ModelRequest
 from finbench.models.base import DecodeState, HFVisionLanguageModel
+from finbench.models.compaction import greedy_ids
 from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.generation import generated_counts
 from finbench.models.inputs import ModelInputs
-from finbench.core.types import ModelRequest
-from finbench.models.compaction import greedy_ids
 
 THINKING_SWITCH = "enable_thinking"  # the chat-template variable every thinking template here reads
 # (open tag, close tag) of the thinking blocks the released templates use; the close tag must be

@@ -15,9 +15,9 @@ from typing import Any
 from finbench.models.auto import AutoVLM, architecture_refusal
 from finbench.models.base import HFVisionLanguageModel
 from finbench.models.contract import Capabilities
-import finbench.models.quant_checkpoint as quant_checkpoint  # by module: a test counts its reads of config.json
 from finbench.models.deepseek_vl2 import DeepSeekVL2
 from finbench.models.internvl import InternVL
+import finbench.models.quant_checkpoint as quant_checkpoint  # by module: a test counts its reads of config.json
 from finbench.models.qwen2_5_vl import Qwen25VL
 from finbench.models.qwen3_5 import Qwen35
 from finbench.models.qwen3_vl import Qwen3VL

@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from finbench.models.library_logs import quiet_library_import
 from finbench.core.types import QUANT_CHOICES  # the names: checked at start-up without torch
+from finbench.models.library_logs import quiet_library_import
 import finbench.models.quant_checkpoint as quant_checkpoint
 from finbench.models.quant_checkpoint import DEQUANTIZED, serve_fp8_blocks
 

@@ -37,6 +37,7 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
+from finbench.core.types import OPTION_LETTERS, SINGLE, ModelRequest
 from finbench.models.contract import Capabilities, GenerationInterrupted, ModelUnavailable
 from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
@@ -44,7 +45,6 @@ from finbench.models.served_bodies import (TOP_LOGPROBS, ServedRow, decision_bod
                                           logprobs_body, logprobs_of_letters, option_logprobs, prompt_part_text,
                                           served_row)
 from finbench.models.served_client import ClientSettings, Interrupted, ServedClient, ServedError
-from finbench.core.types import OPTION_LETTERS, SINGLE, ModelRequest
 
 CHAT_PATH = "/chat/completions"
 DECISION_PATHS = ("/systemone", "/decisions")  # transformers serve and llama.cpp; SGLang

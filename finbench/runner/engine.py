@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from finbench.benchmarks import get_benchmark, load_matching
+from finbench.config.specs import RunConfig
+from finbench.core.types import Prediction
 from finbench.models.contract import ModelAdapter
 from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import plan_batches, too_long
@@ -59,14 +61,12 @@ from finbench.runner.lock import folder_lock
 from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, read_answer
 from finbench.runner.outputs import OutputsError, samples_table, score, write_outputs
 from finbench.runner.replay import Replay
-from finbench.runner.run_requests import build_requests, constrained, shared_requests, unreadable
 from finbench.runner.results import results_json
+from finbench.runner.run_requests import build_requests, constrained, shared_requests, unreadable
 from finbench.runner.run_state import RunState
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
 from finbench.runner.timing import StageTimer
-from finbench.core.types import Prediction
-from finbench.config.specs import RunConfig
 
 log = logging.getLogger("finbench")
 __all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "Stopped", "run_benchmark"]

@@ -32,18 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
+from finbench.config.specs import RunConfig
 from finbench.core.judging import Judging, rule_verdicts
-from finbench.models.contract import ModelAdapter
 from finbench.core.requests import Generate
+from finbench.core.types import Prediction, Question
+from finbench.models.contract import ModelAdapter
 from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.cost import prediction_rows, totals
-from finbench.runner.keys import request_payload
 from finbench.runner.defaults import size_to_device
+from finbench.runner.keys import request_payload
 from finbench.runner.loop import BatchLoop, first_rows
 from finbench.runner.preprocess import prefetch
 from finbench.runner.timing import StageTimer
-from finbench.core.types import Prediction, Question
-from finbench.config.specs import RunConfig
 
 JUDGE_PROMPT_VERSION = "judge-v2"  # bump when the way requests reach the judge changes
 

@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from finbench.config.specs import RunConfig
 from finbench.core.requests import Choose, Number, Request, Session
 from finbench.core.types import Question
-from finbench.config.specs import RunConfig
 
 # How the constrained decoders read the vocabulary (runner/decoding.py); bump when that changes.
 DECODER_VERSION = "letters bare+space; separator ','; ends eos, end of turn, newline"

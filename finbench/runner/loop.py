@@ -18,23 +18,23 @@ from typing import Any, Sequence
 import torch
 
 from finbench.benchmarks.base import Benchmark
+from finbench.config.run_settings import seed_of
+from finbench.config.specs import BatchSpec, RunConfig
 from finbench.core.encodable import encodable
+from finbench.core.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
+from finbench.core.types import Prediction, Question
 from finbench.models.contract import GenerationInterrupted, ModelAdapter
 from finbench.models.inputs import ModelInputs
-from finbench.core.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
+from finbench.models.sampled_decoding import SeedStreams
 from finbench.runner.batching import Item
 from finbench.runner.copy_ahead import CopyAhead
 from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
 from finbench.runner.run_requests import batch_kind, first_prompt, n_options, render, text_of, thinking
-from finbench.config.run_settings import seed_of
-from finbench.models.sampled_decoding import SeedStreams
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
-from finbench.core.types import Prediction, Question
-from finbench.config.specs import BatchSpec, RunConfig
 
 AUTO_BATCH_START = 64  # --batch-size auto starts here and halves on out-of-memory
 log = logging.getLogger("finbench")

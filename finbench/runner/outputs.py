@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Sequence
 from finbench.benchmarks import BENCHMARKS
 from finbench.benchmarks.base import cluster_key
 from finbench.core.encodable import encodable_frame, text_frame, write_text
-from finbench.runner.decoding import answer_confidence
-from finbench.runner.keys import model_identity
 from finbench.core.types import Prediction, Question
 from finbench.report import html  # by module: a test stands in for its writer
 from finbench.report.schema import SAMPLES_SCHEMA_VERSION
 from finbench.report.thumbnails import THUMBNAILS_FILE, write_thumbnails
+from finbench.runner.decoding import answer_confidence
+from finbench.runner.keys import model_identity
 from finbench.scoring.tables import per_question_correct, score_samples
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from finbench.benchmarks import get_benchmark
-from finbench.core.types import RESULTS_FILE
 from finbench.config.specs import RunConfig
+from finbench.core.types import RESULTS_FILE
 
 
 @dataclass(frozen=True)

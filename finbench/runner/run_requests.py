@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.core.requests import Choose, Number, Prompt, Request, Session
 from finbench.config.run_settings import for_run
-from finbench.core.types import MULTI, NUMERICAL, SINGLE, ModelRequest, Question
 from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose, Number, Prompt, Request, Session
+from finbench.core.types import MULTI, NUMERICAL, SINGLE, ModelRequest, Question
 from finbench.runner.keys import DECODER_VERSION, request_images
 from finbench.runner.preprocess import decode_images
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finbench.benchmarks import get_benchmark
-import finbench.models as models  # torch-free; by module: a test stands in for its loader
 from finbench.config.run_options import check_options as check_declared
-from finbench.sandbox import refuse_without_jail
+from finbench.config.specs import RunConfig
 from finbench.core.sources import check_sources, is_served
 from finbench.core.types import Question
-from finbench.config.specs import RunConfig
+import finbench.models as models  # torch-free; by module: a test stands in for its loader
+from finbench.sandbox import refuse_without_jail
 from finbench.studies import check_studies
 
 if TYPE_CHECKING:

@@ -19,15 +19,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from finbench.benchmarks.base import Benchmark
+from finbench.config.specs import RunConfig
 from finbench.core.judging import Judging
 from finbench.core.requests import Request
+from finbench.core.types import Prediction, Question
 from finbench.runner.outputs import samples_table
 from finbench.scoring.robustness import majority_baselines
+from finbench.scoring.tables import per_question_correct
 from finbench.studies import active_studies, all_studies, flat_config
 from finbench.studies.base import Study, StudyRows, Variant
-from finbench.core.types import Prediction, Question
-from finbench.config.specs import RunConfig
-from finbench.scoring.tables import per_question_correct
 
 __all__ = ["Studies", "Variant", "expand", "flat_config"]
 

@@ -26,9 +26,9 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
+from finbench.models.compaction import COMPACT_EVERY, greedy_ids
 from finbench.models.contract import ModelAdapter
 from finbench.models.inputs import ModelInputs
-from finbench.models.compaction import COMPACT_EVERY, greedy_ids
 
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
 

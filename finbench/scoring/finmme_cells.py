@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.core.types import OPTION_LETTERS
 from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
 from finbench.kernels.segments import (PARALLEL_MIN_ELEMENTS, arrow_strings, dictionary_encode_chunks, factorize,
                                        probe_labels)
 from finbench.scoring.finmme import KIND_TO_QUESTION_TYPE, MAX_CELL_DOMAINS, multi_answer_mask, official_cells
-from finbench.core.types import OPTION_LETTERS
 
 
 def encode_official_cells(domains: Any, question_types: Any, gold: Any,

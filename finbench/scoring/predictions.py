@@ -14,14 +14,14 @@ import numpy as np
 import pandas as pd
 
 from finbench.benchmarks import check_protocol
-from finbench.core.encodable import text_frame, write_text
-from finbench.scoring.tables import build_table, score_samples
-from finbench.scoring.stats import str_column
 from finbench.benchmarks.metrics import OFFICIAL
+from finbench.core.encodable import text_frame, write_text
 from finbench.core.judging import rule_verdicts
 from finbench.core.requests import Choose, is_generated
 from finbench.core.types import DEFAULT_PROTOCOL, Prediction, Question
 from finbench.sandbox import refuse_without_jail
+from finbench.scoring.stats import str_column
+from finbench.scoring.tables import build_table, score_samples
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark

@@ -35,12 +35,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 from finbench.kernels.bitmask import letters_to_mask, masks_to_letters
 from finbench.kernels.segments import factorize
-from finbench.scoring.tables import _jsonable, per_question_correct, score_samples
-from finbench.scoring.stats import error_mask, float_column, str_column
-from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 from finbench.scoring.answers import normalize_response, numeric_values
+from finbench.scoring.stats import error_mask, float_column, str_column
+from finbench.scoring.tables import _jsonable, per_question_correct, score_samples
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark

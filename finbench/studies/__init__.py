@@ -13,9 +13,9 @@ import importlib
 import os
 from typing import Any, Mapping
 
+from finbench.config.specs import RunConfig
 from finbench.studies import circular, image_ablation, probes, sampling
 from finbench.studies.base import Study
-from finbench.config.specs import RunConfig
 
 PLUGINS_ENV = "FINBENCH_STUDIES"
 STUDIES: dict[str, Study] = {}

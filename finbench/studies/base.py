@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
-from finbench.core.judging import Judging
 from finbench.config.options import Option
-from finbench.core.types import Question
 from finbench.config.specs import RunConfig
+from finbench.core.judging import Judging
+from finbench.core.types import Question
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,11 +13,11 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import names_other_options
 from finbench.config.options import Option
 from finbench.config.run_settings import for_run
-from finbench.studies.base import Column, Expanded, Study, StudyRows
-from finbench.studies.cells import pct
-from finbench.core.types import OPTION_LETTERS, Question
 from finbench.config.specs import RunConfig
 from finbench.core.requests import Choose
+from finbench.core.types import OPTION_LETTERS, Question
+from finbench.studies.base import Column, Expanded, Study, StudyRows
+from finbench.studies.cells import pct
 
 HEADLINE = ("k", "n", "base_accuracy", "circular_accuracy", "position_bias", "option_consistency")
 

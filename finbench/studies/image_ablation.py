@@ -11,11 +11,11 @@ from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.declared import metric_label
 from finbench.config.options import Option
+from finbench.config.specs import RunConfig
 from finbench.core.requests import IMAGE_ABLATIONS, Session
+from finbench.core.types import Question
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import kept, pct, ratio
-from finbench.core.types import Question
-from finbench.config.specs import RunConfig
 
 HEADLINE = ("n", "metric", "base_score", "score", "retained", "base_accuracy", "accuracy", "retained_accuracy")
 

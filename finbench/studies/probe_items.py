@@ -36,12 +36,12 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
-from finbench.core.requests import PROBES, Choose, Generate
 from finbench.config.run_settings import for_run
+from finbench.config.specs import RunConfig
+from finbench.core.requests import PROBES, Choose, Generate
+from finbench.core.types import OPTION_LETTERS, SINGLE, Question
 from finbench.scoring.probe_scores import normalized, numeric_option
 from finbench.studies.circular import raises
-from finbench.core.types import OPTION_LETTERS, SINGLE, Question
-from finbench.config.specs import RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
 NONE_OF_THE_ABOVE_CONTROL = "none-of-the-above-control"  # asked with every none-of-the-above probe

@@ -10,14 +10,14 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from finbench.core.judging import Judgement, Judging
 from finbench.config.options import Option
+from finbench.config.specs import RunConfig
+from finbench.core.judging import Judgement, Judging
 from finbench.core.requests import PROBES, Generate, Prompt, Request, user_message
+from finbench.core.types import OPTION_LETTERS, SINGLE, Prediction, Question
 from finbench.studies.base import Column, Expanded, Study, StudyRows, Variant
 from finbench.studies.cells import interval, pct, signed
 from finbench.studies.image_ablation import check_names
-from finbench.core.types import OPTION_LETTERS, SINGLE, Prediction, Question
-from finbench.config.specs import RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
 HEADLINE = ("n", "n_not_probed", "base_accuracy", "accuracy", "diff", "kept_when_right", "scored_by")

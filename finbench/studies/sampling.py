@@ -20,11 +20,11 @@ from typing import Any, Mapping, Sequence
 
 from finbench.config.options import Option
 from finbench.config.run_settings import repeatable, sampled_settings, with_seed
-from finbench.studies.base import Column, Expanded, Study, StudyRows
-from finbench.studies.cells import pct
-from finbench.core.types import Question
 from finbench.config.specs import RunConfig
 from finbench.core.requests import Choose, Number
+from finbench.core.types import Question
+from finbench.studies.base import Column, Expanded, Study, StudyRows
+from finbench.studies.cells import pct
 
 COLUMNS = ["n", "mean ×100", "95% CI (clustered) ×100", "maj@k ×100", "pass@k ×100", "agreement ×100",
            "unparsed samples"]
