@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from finbench.core.types import Prediction
+from finbench.models.identity import file_sha256
 
 log = logging.getLogger("finbench")
 
@@ -154,7 +155,6 @@ class PredictionCache:
             "SELECT sha256 FROM file_digests WHERE path = ? AND size = ? AND mtime_ns = ?", key).fetchone()
         if row:
             return row[0]
-        from finbench.models.identity import file_sha256
 
         digest = file_sha256(path)
         try:
