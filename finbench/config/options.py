@@ -2,7 +2,7 @@
 `sweep` says so, a `finbench sweep` flag or axis), an API keyword with its coercion, a start-up check
 and, where `identity` says so, part of what makes a run folder's results another run's.
 
-The command line, the API (`finbench.app.api.make_config`), start-up validation and the sweep read these
+The command line, the API (`finbench.api.make_config`), start-up validation and the sweep read these
 declarations; none of them restates an option. A study (finbench/studies/) declares its option the
 same way, so a study defined outside finbench gets its flag, keyword and check with no edit here.
 This module imports nothing heavy: the commands build their parameters from it before torch loads.

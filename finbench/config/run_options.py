@@ -1,9 +1,9 @@
-"""Every option of a run, declared once (finbench/config/options.py `Option`): its flag and help text for
-`finbench run` (and `finbench sweep` where `sweep`/`axis` says so), its API keyword and coercion
-(`finbench.app.api.make_config`), its start-up check (runner/startup.py `validate_options`), the
-RunConfig spec that holds it, and whether it is part of the run's identity (`RUN_IDENTITY`).
-Torch-free: the commands build their parameters from this table before anything heavy loads.
-The four robustness studies' options (runner/study_options.py) are declared by the commands."""
+"""Every option of a run, declared once (finbench/config/options.py `Option`): its flag and help
+text for `finbench run` (and `finbench sweep` where `sweep`/`axis` says so), its API keyword and
+coercion (`finbench.api.make_config`), its start-up check (runner/startup.py `validate_options`),
+the RunConfig spec that holds it (finbench/config/specs.py), and whether it is part of the run's
+identity (`RUN_IDENTITY`). Torch-free: the commands build their parameters from this table before
+anything heavy loads. Each study declares its own option in its file (finbench/studies/)."""
 
 from __future__ import annotations
 

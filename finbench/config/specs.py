@@ -112,7 +112,7 @@ class RunConfig:
     judging: JudgeSpec = JudgeSpec()
     unsafe_sandbox: bool = False  # model-written programs without a kernel jail where none can be built (finbench/sandbox)
     # the studies (finbench/studies/): more requests, same run. (option name, value) pairs, sorted,
-    # one per registered study (`finbench.app.api.make_config` fills them); a study reads its own with
+    # one per registered study (`finbench.api.make_config` fills them); a study reads its own with
     # `study.value(config)`, its option's default when absent
     studies: tuple[tuple[str, Any], ...] = ()
     sized: tuple[str, ...] = ()  # the settings start-up sized to the device (batch_size, token_budget, workers)
