@@ -1,8 +1,9 @@
 """finbench: offline benchmark runner for financial multimodal benchmarks on open VLMs.
 
-The public API is `finbench.evaluate`, `finbench.score` and `finbench.compare` (see finbench/api.py).
-The subpackages are attributes too — `finbench.models.load_model`, `finbench.benchmarks`,
-`finbench.scoring` — imported on first use, so `import finbench` stays light (no torch)."""
+The public API is `finbench.evaluate`, `finbench.score` and `finbench.compare`, and `finbench.api`
+(`make_config`, …; the code: finbench/app/api.py). The subpackages are attributes too —
+`finbench.models.load_model`, `finbench.benchmarks`, `finbench.scoring` — imported on first use, so
+`import finbench` stays light (no torch)."""
 
 from finbench.api import compare, evaluate, score
 from finbench.models.library_logs import keep_in_run_log

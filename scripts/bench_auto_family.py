@@ -24,7 +24,7 @@ def _run(model: str, family: str, data: Path, out: Path, device: str, batch_size
     """One evaluation without a cache: samples/s (the run's own throughput) and the answers."""
     import pandas as pd
 
-    from finbench.api import evaluate
+    from finbench.app.api import evaluate
 
     shutil.rmtree(out, ignore_errors=True)
     evaluate(model, "finmme", data=str(data), out=out, family=family, device=device, dtype="float32"

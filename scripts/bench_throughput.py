@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> float:
     from finbench.offline.tiny import make_tiny
     from finbench.offline.baseline import run_baseline
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     work = Path(tempfile.mkdtemp(prefix="finbench-bench-"))
     model_dir = args.model or str(make_tiny("qwen2.5-vl", work / "tiny-qwen2.5-vl"))

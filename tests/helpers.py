@@ -101,7 +101,7 @@ def finmme_request(question, images=None, protocol: str = "constrained", thinkin
 
     from finbench.benchmarks import finmme
     from finbench.runner.preprocess import decode_images
-    from finbench.runner.requests import first_prompt, render
+    from finbench.runner.run_requests import first_prompt, render
 
     prompt = first_prompt(finmme.request(question, protocol))
     images = decode_images(question) if images is None else list(images)

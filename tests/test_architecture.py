@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from generic_layers import GENERIC_LAYERS, generic_files
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
 RUNNER_MAX_LINES = 300
@@ -94,7 +95,7 @@ def test_no_import_cycles_anywhere_in_finbench():
 
 def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The module graph folded onto packages: each module counts as its first two name parts
-    (finbench.runner, finbench.scoring, …; a top-level module such as finbench.run_options is a
+    (finbench.runner, finbench.scoring, …; a top-level module such as finbench.config.run_options is a
     package of its own); imports inside one package are dropped."""
     def package(module: str) -> str:
         return ".".join(module.split(".")[:2])
@@ -136,7 +137,7 @@ def test_runner_never_probes_benchmarks_or_models():
     reaching into the Hugging Face module (`.model.model`, `.tokenizer`, `.processor`)."""
     probing = re.compile(r"\bhasattr\(|inspect\.signature|\.model\.model\b|model\.tokenizer\b|model\.processor\b")
     files = [*(PACKAGE / "runner").glob("*.py"), PACKAGE / "benchmarks" / "__init__.py",
-             PACKAGE / "benchmarks" / "base.py", PACKAGE / "api.py", PACKAGE / "sweep.py"]
+             PACKAGE / "benchmarks" / "base.py", PACKAGE / "app" / "api.py", PACKAGE / "app" / "sweep.py"]
     offenders = {f"{path.name}:{n}": line.strip() for path in files
                  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if probing.search(line)}
     assert offenders == {}
@@ -161,7 +162,7 @@ def test_nothing_outside_the_adapters_probes_an_adapter_with_getattr_or_hasattr(
     declares (models/contract.py). Inside models/ (where `model` is the Hugging Face module an
     adapter owns) and offline/ (tiny checkpoints built from transformers) the names mean modules."""
     files = [p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] not in ("models", "offline")]
-    assert PACKAGE / "runner" / "loop.py" in files and PACKAGE / "api.py" in files
+    assert PACKAGE / "runner" / "loop.py" in files and PACKAGE / "app" / "api.py" in files
     offenders = [f"{path.relative_to(PACKAGE)}:{node.lineno}" for path in files
                  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if _probes_an_adapter(node)]
     assert offenders == []
@@ -185,9 +186,10 @@ def test_every_capabilities_field_is_read_somewhere():
 def test_every_benchmark_and_family_stands_behind_its_contract(tiny_model):
     from finbench.benchmarks import BENCHMARKS
     from finbench.benchmarks.base import Benchmark
-    from finbench.models import FAMILIES, Capabilities, ModelAdapter
+    from finbench.models.contract import Capabilities, ModelAdapter
+    from finbench.models.families import FAMILIES
     from finbench.benchmarks.scorer import resolved
-    from finbench.scoring.stats import Scorer
+    from finbench.benchmarks.scorer import Scorer
 
     assert {"finmme", "famma", "finmtm", "mme-finance", "finmmr"} <= set(BENCHMARKS)  # a new one needs no edit here
     for name, benchmark in BENCHMARKS.items():
@@ -217,10 +219,6 @@ def test_docs_exist(doc):
     assert len((PACKAGE.parent / "docs" / doc).read_text(encoding="utf-8").splitlines()) > 20
 
 
-GENERIC_LAYERS = ("runner", "report", "scoring/api.py", "scoring/stats.py", "runs.py", "leaderboard.py",
-                  "sweep.py", "api.py", "cli")
-
-
 def docstring_ids(tree: ast.AST) -> set[int]:
     """ids of a module's docstring constants (module, class, function): prose, not code."""
     docstrings = set()
@@ -242,24 +240,22 @@ def string_constants(tree: ast.AST) -> list[ast.Constant]:
 
 def names_in_generic_layers(names: set[str]) -> list[str]:
     found = []
-    for place in GENERIC_LAYERS:
-        path = PACKAGE / place
-        for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
-            for node in string_constants(ast.parse(file.read_text(encoding="utf-8"))):
-                if node.value.strip().lower() in names:
-                    found.append(f"{file.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}")
+    for file in generic_files():
+        for node in string_constants(ast.parse(file.read_text(encoding="utf-8"))):
+            if node.value.strip().lower() in names:
+                found.append(f"{file.relative_to(PACKAGE)}:{node.lineno}: {node.value!r}")
     return found
 
 
 def test_no_registered_benchmark_is_named_in_the_generic_layers():
-    """The runner, reports, shared scoring, leaderboard, sweep, API and CLI know a benchmark only
-    by what its Benchmark and Scorer declare: no registered name (or its module spelling) appears
-    there as a string constant — a default, a branch, a dict key."""
+    """The generic layers (tests/generic_layers.py: the runner, reports, CLI, app/, config/, shared
+    scoring, …) know a benchmark only by what its Benchmark and Scorer declare: no registered name
+    (or its module spelling) appears there as a string constant — a default, a branch, a dict key."""
     from finbench.benchmarks import BENCHMARKS
 
     names = {spelling for name in BENCHMARKS for spelling in (name, name.replace("-", "_"))}
     assert {"finmme", "mme-finance", "mme_finance"} <= names
-    assert all((PACKAGE / place).exists() for place in GENERIC_LAYERS)
+    assert all((PACKAGE / place).exists() for place in GENERIC_LAYERS) and len(generic_files()) > 60
     assert names_in_generic_layers(names) == []
 
 
@@ -276,3 +272,45 @@ def test_no_cli_module_is_over_300_lines_and_the_entry_point_is_the_package():
     from finbench.cli import app
 
     assert {c.name or c.callback.__name__ for c in app.registered_commands} >= {"run", "demo", "score", "leaderboard"}
+
+
+def _house():
+    """scripts/house.py, the plan of the house read with `ast` (rooms, arrows, the counts below)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("house", PACKAGE.parent / "scripts" / "house.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MAX_FUNCTION_LEVEL_IMPORTS = 80  # each keeps torch or a heavy library from a command that does not need it
+MAX_LOOSE_MODULES = 3  # beside finbench/__init__.py and __main__.py: the rest lives in a wing
+
+
+def test_the_house_keeps_its_wings_and_imports_from_where_things_live():
+    """No module answers look-ups with a module `__getattr__` but the package's face (finbench/__init__.py:
+    its subpackages as attributes); at most three modules lie loose at the top of finbench/ (the
+    Python API's face, api.py, and two deprecated aliases); and few imports of finbench modules are
+    made inside functions."""
+    house = _house()
+    assert house.module_getattrs() == ["finbench"]
+    assert len(house.loose_modules()) <= MAX_LOOSE_MODULES, house.loose_modules()
+    lazy = house.function_level_imports()
+    assert len(lazy) <= MAX_FUNCTION_LEVEL_IMPORTS, "\n".join(f"{m}:{n}" for m, n in lazy)
+
+
+def test_the_house_plan_sees_lazy_imports_getattr_and_loose_modules(tmp_path):
+    house = _house()
+    package = tmp_path / "finbench"
+    (package / "wing").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "loose.py").write_text("def __getattr__(name):\n    from finbench.wing import a\n    return a\n")
+    (package / "wing" / "__init__.py").write_text("")
+    (package / "wing" / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                           "    from finbench import loose\ndef f():\n    import finbench.loose\n"
+                                           "    import json\n")
+    assert house.function_level_imports(package) == [("finbench.loose", 2), ("finbench.wing.a", 5)]
+    assert house.module_getattrs(package) == ["finbench.loose"] and house.loose_modules(package) == ["loose"]
+    assert house.arrows(package) == {("finbench.loose", "finbench.wing", True): 1,
+                                     ("finbench.wing", "finbench.loose", True): 1}

@@ -1,6 +1,6 @@
 """Metrics are declared where a rule is defined (benchmarks/metrics.py `Metric` and `Variant`, listed by
-each benchmark's `Scorer`): the generic layers — runner, reports, CLI, API, sweep, leaderboard and
-scoring's shared modules — read a metric's label, direction, scale and count from the declaration
+each benchmark's `Scorer`): the generic layers (tests/generic_layers.py: runner, reports, CLI, app/,
+config/, scoring's shared modules, …) read a metric's label, direction, scale and count from the declaration
 and never name a metric's key as a string constant (a default, a branch, a dict key, a set of
 penalties). The two metrics every rule has, accuracy and the per-question score, are the generic
 declarations `ACCURACY` and `SCORE`, referenced by their constant. Scoring never imports the
@@ -13,18 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from generic_layers import GENERIC_LAYERS, generic_files
 from test_architecture import string_constants
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
-GENERIC = ("runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
-           "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py", "runs.py", "scoring/predictions.py", "benchmarks/scorer.py",
-           "benchmarks/parts.py", "scoring/answers.py")
-# Study code (robustness, probes, repeated sampling) is moved into its own package by its own change;
-# its files are left out here until that package exists.
-STUDY_CODE = ("report/studies.py", "runner/studies.py", "runner/probes.py", "sampling.py")
 # (file, constant) pairs that are not a metric's key though they spell one, each with its reason.
 NOT_METRIC_KEYS = {
-    ("leaderboard.py", "score"): "the board's own column of each run's headline value (a CSV header)",
+    ("app/leaderboard.py", "score"): "the board's own column of each run's headline value (a CSV header)",
 }
 
 
@@ -46,15 +41,11 @@ def declared_keys() -> set[str]:
 
 def keys_in_generic_layers(keys: set[str], root: Path = PACKAGE) -> list[str]:
     found = []
-    for place in GENERIC:
-        path = root / place
-        for file in [path] if path.is_file() else sorted(path.rglob("*.py")):
-            relative = file.relative_to(root).as_posix()
-            if relative in STUDY_CODE:
-                continue
-            for node in string_constants(ast.parse(file.read_text(encoding="utf-8"))):
-                if node.value in keys and (relative, node.value) not in NOT_METRIC_KEYS:
-                    found.append(f"{relative}:{node.lineno}: {node.value!r}")
+    for file in generic_files(root):
+        relative = file.relative_to(root).as_posix()
+        for node in string_constants(ast.parse(file.read_text(encoding="utf-8"))):
+            if node.value in keys and (relative, node.value) not in NOT_METRIC_KEYS:
+                found.append(f"{relative}:{node.lineno}: {node.value!r}")
     return found
 
 
@@ -64,7 +55,7 @@ def test_the_declarations_name_the_metrics_the_generic_layers_used_to_list():
 
 
 def test_no_declared_metric_key_is_a_string_constant_in_the_generic_layers():
-    assert all((PACKAGE / place).exists() for place in GENERIC)
+    assert all((PACKAGE / place).exists() for place in GENERIC_LAYERS)
     assert keys_in_generic_layers(declared_keys()) == []
 
 
@@ -99,7 +90,7 @@ def test_a_penalty_and_a_subset_count_come_from_the_declaration():
 
 def test_scoring_refuses_a_name_and_a_table_that_names_no_benchmark():
     from finbench.benchmarks import get_benchmark
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     rows = pd.DataFrame({"id": ["a", "b"], "kind": ["single", "single"], "gold": ["A", "B"], "answer": ["A", "A"],
                          "error": ["", ""]})

@@ -1,25 +1,19 @@
-"""The generic layers know a protocol only by what the requests are (finbench/requests.py: Choose,
+"""The generic layers know a protocol only by what the requests are (finbench/core/requests.py: Choose,
 Number, Generate, Session) or by what a Benchmark declares (`protocol_names`, `program_protocols`,
 `thinking_protocols`): no string constant naming a protocol where a protocol is decided on in the
-runner, report, CLI, API, sweep, leaderboard or scoring's shared modules. Docstrings and help
-texts are not counted."""
+generic layers (tests/generic_layers.py: runner, report, CLI, app/, config/, scoring's shared
+modules, …). Docstrings and help texts are not counted."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+from generic_layers import generic_files
 from test_architecture import docstring_ids
 
 from finbench.benchmarks import BENCHMARKS
-from finbench.benchmarks.scorer import ScorerModule
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
-GENERIC = ("runner", "report", "cli", "cli.py", "api.py", "sweep.py", "leaderboard.py")
-# being moved out of the runner with the study registry (finbench/studies/), where its checks ask the
-# Benchmark's `constrained_protocols`
-MOVING = ("runner/study_options.py",)
-
-
 def protocol_names() -> set[str]:
     """Every protocol a registered benchmark accepts, and the names the runner once tested."""
     names = {"constrained", "official", "pot", "cot"}
@@ -27,17 +21,6 @@ def protocol_names() -> set[str]:
         names.update(benchmark.protocol_names)
         names.update(benchmark.program_protocols)
     return {name.lower() for name in names}
-
-
-def generic_files() -> list[Path]:
-    """The generic layers' files; of scoring/, every module that is not a benchmark's own scorer."""
-    own = {b.scorer.module.rpartition(".")[2] for b in BENCHMARKS.values() if isinstance(b.scorer, ScorerModule)}
-    own |= {f"{name}_cells" for name in own}  # a scorer's own helper module (finmme_cells)
-    files = [p for p in sorted((PACKAGE / "scoring").glob("*.py")) if p.stem not in own]
-    for place in GENERIC:
-        path = PACKAGE / place
-        files.extend([path] if path.is_file() else sorted(path.rglob("*.py")) if path.is_dir() else [])
-    return [path for path in files if path.relative_to(PACKAGE).as_posix() not in MOVING]
 
 
 def _excluded(tree: ast.AST) -> set[int]:

@@ -1,7 +1,7 @@
 """The generic layers name no study: a study's names (its `study` value, results.json key, option,
 probe, rotation or ablation modes) are string constants of its own file under finbench/studies/
-only. The runner, the reports, the command line, the API, the sweep, the leaderboard and
-scoring's shared modules loop over the registry (finbench/studies). Docstrings and help texts are
+only. The generic layers (tests/generic_layers.py: the runner, the reports, the command line,
+app/, config/, scoring's shared modules, …) loop over the registry (finbench/studies). Docstrings and help texts are
 not counted (read with `ast`, as the benchmark-name hook reads them); a constant "circular" (a
 default, a branch, a dict key) is."""
 
@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from generic_layers import generic_files
 from test_architecture import docstring_ids
 
 PACKAGE = Path(__file__).resolve().parent.parent / "finbench"
-GENERIC = ["runner", "report", "cli", "api.py", "sweep.py", "leaderboard.py", "scoring/api.py", "scoring/stats.py",
-           "runs.py", "scoring/predictions.py", "scoring/clustered.py", "scoring/agreement.py", "scoring/balance.py",
-           "benchmarks/parts.py", "benchmarks/scorer.py", "scoring/__init__.py"]
 STUDY_NAMES = {"circular", "image_ablation", "image-ablation", "sampling", "probe", "probes", "permutations", "samples",
                "none-of-the-above", "none-of-the-above-control", "open-ended", "rotation", "ablation", "sample",
                "blank", "noise", "--permutations", "--image-ablation", "--samples", "--probe"}
 HELP_KEYWORDS = {"help", "short_help", "epilog"}  # a flag's help text says what the flag does
 # the same words meaning something else than a study, each named with why
 ALLOWED = {
-    ("finbench/runner/keys.py", "rotation"), ("finbench/runner/keys.py", "probe"),  # request fields (finbench/
+    ("finbench/runner/keys.py", "rotation"), ("finbench/runner/keys.py", "probe"),  # request fields (finbench/core/
     ("finbench/runner/keys.py", "sampling"), ("finbench/runner/keys.py", "ablation"),  # requests.py): the cache key
-    ("finbench/runner/requests.py", "blank"), ("finbench/runner/requests.py", "noise"),  # Prompt.ablation rendered
+    ("finbench/runner/run_requests.py", "blank"), ("finbench/runner/run_requests.py", "noise"),  # Prompt.ablation rendered
     ("finbench/runner/outputs.py", "samples"),  # throughput: rows counted
     ("finbench/runner/timing.py", "samples"),
     ("finbench/runner/startup.py", "sampling"),  # --gen-kwargs sampling a family may refuse
@@ -42,14 +40,6 @@ def study_names_in(path: Path, root: Path = PACKAGE.parent) -> list[str]:
     return [f"{path.relative_to(root)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
             and node.value.strip().lower() in STUDY_NAMES]
-
-
-def generic_files(root: Path = PACKAGE) -> list[Path]:
-    files = []
-    for place in GENERIC:
-        path = root / place
-        files += [path] if path.is_file() else sorted(path.rglob("*.py")) if path.is_dir() else []
-    return files
 
 
 def test_no_generic_layer_names_a_study():

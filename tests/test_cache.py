@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from finbench.benchmarks import finmme
-from finbench.requests import (
+from finbench.core.requests import (
     Choose,
     Generate,
     Number,
@@ -14,9 +14,9 @@ from finbench.requests import (
     Turn,
     user_message,
 )
+from finbench.core.types import Prediction, Question
 from finbench.runner.cache import PredictionCache
 from finbench.runner.keys import sample_key
-from finbench.types import Prediction, Question
 
 FINGERPRINT = {"source": "m", "dtype": "float32", "quant": "none", "processor": {"max_pixels": 12544}}
 QUESTION = Question(id="q1", benchmark="finmme", kind="single", text="Which?", options=("a", "b"), gold="A",

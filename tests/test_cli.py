@@ -10,8 +10,8 @@ import pytest
 from helpers import cli as finbench
 from helpers import png_bytes, run_cli
 
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 
 def test_demo_runs_end_to_end_and_says_the_model_is_random(finmme_demo):

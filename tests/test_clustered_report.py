@@ -11,11 +11,11 @@ import math
 import pytest
 from rich.console import Console
 
+from finbench.config.specs import RunConfig
 from finbench.report.console import print_run
 from finbench.report.markdown import run_markdown
 from finbench.report.run_sections import clustered_line, clustered_section
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 
 @pytest.fixture(scope="module")

@@ -118,7 +118,7 @@ def test_only_the_vision_blocks_are_compiled(tiny_qwen_dir):
 
 def test_a_model_without_repeated_vision_blocks_runs_uncompiled_with_a_note(tiny_qwen_dir, synthetic_parquet,
                                                                            tmp_path, monkeypatch):
-    from finbench.api import evaluate
+    from finbench.app.api import evaluate
     from finbench.models import compile as compile_module
     from finbench.models import load_model
 
@@ -250,7 +250,7 @@ def test_only_the_language_model_s_norms_mlps_and_rotary_are_compiled(tiny_qwen_
 def test_compile_lm_without_a_compiler_fails_at_start_up_in_one_line(tiny_model, monkeypatch):
     from finbench.models import compile as compile_module
     from finbench.runner.startup import compile_parts
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     monkeypatch.setattr(compile_module, "compile_unavailable", lambda device: "no C++ compiler (test)")
     config = RunConfig.flat(model="m", compile_lm=True)

@@ -106,7 +106,7 @@ def test_a_rerun_takes_the_rate_of_this_folders_own_run_only(finmme_outputs, tmp
     from dataclasses import replace
 
     from finbench.runner.outputs import previous_throughput
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     out, _, _ = finmme_outputs
     results = json.loads((out / "results.json").read_text())
@@ -160,7 +160,7 @@ def test_a_breakdown_of_one_group_is_one_line_not_a_table():
     from rich.console import Console
     from test_scoring_other import famma_frame
 
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
     from finbench.report.console import print_scores
 
     frame = famma_frame(40, 3)
@@ -182,7 +182,7 @@ def test_a_run_of_agent_items_only_prints_no_table_of_dashes():
     from rich.console import Console
     from test_parts import agent_rows
 
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
     from finbench.report.console import print_scores
 
     scores = score_samples(pd.DataFrame(agent_rows(6, 1)), benchmark=get_benchmark("finmtm"), n_bootstrap=100)
@@ -211,7 +211,7 @@ def test_every_headline_metric_is_shown_x100_and_an_mme_finance_comparison_print
     from rich.console import Console
 
     from finbench.report.console import print_comparison, print_scores
-    from finbench.scoring import compare_runs, score_samples
+    from finbench.scoring.tables import compare_runs, score_samples
 
     first, second = binary_frame("AAAAAAAA"), binary_frame("ABABABAA")
     scores = score_samples(first, benchmark=get_benchmark("mme-finance"))
@@ -240,7 +240,7 @@ def test_famma_without_a_judge_says_how_many_answers_finbenchs_own_rules_scored(
     from test_scoring_other import famma_frame
 
     from finbench.report.markdown import run_markdown
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
     from finbench.report.console import print_scores
 
     frame = famma_frame(40, 5)
@@ -272,7 +272,7 @@ def test_mme_finance_small_sample_note_counts_the_binary_items_only():
     import pandas as pd
     from rich.console import Console
 
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
     from finbench.report.console import print_scores
 
     binary = binary_frame("ABAB")

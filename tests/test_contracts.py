@@ -14,9 +14,10 @@ from helpers import run_cli
 from test_famma import MOCK
 from test_finmtm import write_fixtures
 
+from finbench.config.specs import RunConfig
+from finbench.core.types import OPEN
 from finbench.offline import famma_synthetic
 from finbench.runner.engine import run_benchmark
-from finbench.types import OPEN, RunConfig
 
 
 def _run(tiny_model, tiny_qwen_dir, benchmark, data, out, **overrides):

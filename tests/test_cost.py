@@ -16,11 +16,11 @@ import pytest
 from PIL import Image
 
 import finbench
-from finbench.requests import Choose, Generate, Prompt
+from finbench.app.api import make_config
+from finbench.core.requests import Choose, Generate, Prompt
+from finbench.core.types import Prediction
 from finbench.runner.cost import cost_summary, with_costs
 from finbench.runner.engine import run_benchmark
-from finbench.api import make_config
-from finbench.types import Prediction
 
 LIMIT = 12
 COLUMNS = ("prompt_tokens", "image_tokens", "generated_tokens", "seconds")

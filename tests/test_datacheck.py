@@ -9,8 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from finbench.app.datacheck import check_data, message_kind
 from finbench.cli import app
-from finbench.datacheck import check_data, message_kind
 from finbench.offline import famma_synthetic
 from finbench.offline.finmtm_synthetic import write_folder
 

@@ -8,7 +8,7 @@ import copy
 
 import torch
 
-from finbench.models.base import DECODE_ATTENTION_CUDA
+from finbench.models.generation import DECODE_ATTENTION_CUDA
 
 
 def test_the_decode_attention_is_in_the_fingerprint_on_cuda_only(tiny_model):

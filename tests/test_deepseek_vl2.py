@@ -19,14 +19,9 @@ import torch
 from helpers import finmme_request, shared
 from PIL import Image
 
-from finbench.runner.decoding import (
-    AnswerVocabulary,
-    decode_multi,
-    decode_numerical,
-    decode_single,
-)
+from finbench.core.types import ModelRequest
+from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import decode_images
-from finbench.types import ModelRequest
 
 
 def _fixture_root() -> Path | None:
@@ -433,7 +428,7 @@ def test_a_hub_id_loads_from_the_offline_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     model = load_model("deepseek-ai/deepseek-vl2-tiny", dtype="float32", device="cpu")
     assert model.family == "deepseek-vl2" and model.source == "deepseek-ai/deepseek-vl2-tiny"
-    from finbench.models.base import weights_digest
+    from finbench.models.identity import weights_digest
 
     # the cache key hashes the snapshot's files, not the (unhashable) hub id
     assert model.fingerprint()["weights"] == weights_digest(str(snapshot)) != ""

@@ -14,10 +14,10 @@ from helpers import ENV as BASE_ENV
 from helpers import cache_rows as _rows
 from helpers import cli
 
+from finbench.config.specs import RunConfig
 from finbench.runner.batching import Item
 from finbench.runner.distributed import World, shard
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 ENV = {**BASE_ENV, "OMP_NUM_THREADS": "1"}
 

@@ -133,3 +133,26 @@ def test_readme_is_short_and_keeps_the_two_commands():
     for page in ("usage", "benchmarks", "studies", "quantization", "performance", "reliability",
                  "fidelity", "architecture", "statistics"):
         assert f"docs/{page}.md" in text
+
+
+# a path into finbench/ as the docs write it: whole (finbench/runner/keys.py) or from a wing (runner/keys.py)
+WINGS = "|".join(sorted(p.name for p in (ROOT / "finbench").iterdir() if p.is_dir() and p.name != "__pycache__"))
+PACKAGE_PATH = re.compile(rf"(?<![\w/.-])(?:finbench/)?(?:{WINGS})/[\w/]+\.(?:py|json|j2)\b|(?<![\w/.-])finbench/\w+\.py\b")
+
+
+def package_paths(text: str) -> set[str]:
+    return set(PACKAGE_PATH.findall(text))
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_every_finbench_file_the_docs_name_exists(path):
+    """A module moved or renamed (issue 51: the wings core/, config/, app/) leaves no stale path in
+    the README or docs/: every finbench/… file they name, whole or from its wing, is there."""
+    missing = sorted(p for p in package_paths(path.read_text(encoding="utf-8"))
+                     if not (ROOT / (p if p.startswith("finbench/") else f"finbench/{p}")).is_file())
+    assert missing == [], f"{path.name} names files that are not there: {missing}"
+
+
+def test_the_path_check_sees_whole_and_wing_paths():
+    text = "see finbench/runner/keys.py, `scoring/tables.py`, finbench/api.py and tests/test_x.py; a/runner/x.py"
+    assert package_paths(text) == {"finbench/runner/keys.py", "scoring/tables.py", "finbench/api.py"}

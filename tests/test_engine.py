@@ -12,9 +12,9 @@ import pytest
 import torch
 from helpers import finmme_request
 
+from finbench.config.specs import RunConfig
 from finbench.report.schema import SAMPLE_COLUMNS
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 LIMIT = 24
 
@@ -278,7 +278,7 @@ def test_the_joined_first_batch_equals_the_processor_s_batch_of_all_its_rows(tin
     from finbench.models.inputs import ModelInputs
     from finbench.models.qwen2_5_vl import Qwen25VL
     from finbench.runner.preprocess import decode_images
-    from finbench.runner.requests import first_prompt, render
+    from finbench.runner.run_requests import first_prompt, render
 
     model = Qwen25VL(tiny_model.model, tiny_model.processor, "tiny", fast_paths=FastPaths.everywhere())
     chosen = [q for q in questions if q.kind == "single"][:5]
@@ -337,7 +337,7 @@ def test_inputs_copied_ahead_on_a_side_stream_equal_a_plain_copy(tiny_qwen_dir, 
     from finbench.benchmarks import finmme
     from finbench.models import load_model
     from finbench.runner.loop import BatchLoop
-    from finbench.runner.requests import build_requests
+    from finbench.runner.run_requests import build_requests
     from finbench.runner.timing import StageTimer
 
     model = load_model(str(tiny_qwen_dir), dtype="float32", device="cuda")

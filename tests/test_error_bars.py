@@ -12,13 +12,12 @@ import pytest
 import torch
 from scipy.stats import t as student_t
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import BENCHMARKS, load_matching
+from finbench.benchmarks import BENCHMARKS, get_benchmark, load_matching
 from finbench.benchmarks.base import cluster_key
+from finbench.core.types import Prediction, Question
 from finbench.runner.outputs import samples_table, score
-from finbench.scoring import compare_runs, per_question_correct, score_samples
 from finbench.scoring.clustered import MDE_FACTOR, clustered_se
-from finbench.types import Prediction, Question
+from finbench.scoring.tables import compare_runs, per_question_correct, score_samples
 
 
 def _statsmodels_se(y: np.ndarray, groups: np.ndarray) -> float:
@@ -165,7 +164,7 @@ def _write_run(folder, samples, name):
 
 
 def test_leaderboard_rows_carry_mde_and_its_reports_the_line(famma_questions, tmp_path):
-    from finbench import leaderboard
+    from finbench.app import leaderboard
 
     n = len(famma_questions)
     _write_run(tmp_path / "ref", _samples(famma_questions, np.arange(n) % 2 == 0), "ref")

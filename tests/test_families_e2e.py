@@ -89,7 +89,7 @@ def test_answers_lie_within_each_items_options(family_run, e2e_gold):
 
 @pytest.mark.slow
 def test_results_carry_scores_and_throughput(family_run):
-    from finbench.models import FAMILIES
+    from finbench.models.families import FAMILIES
 
     family, out, done = family_run
     assert done.exit_code == 0, f"{family}: {done.output[-3000:]}"
@@ -109,7 +109,7 @@ def test_results_carry_scores_and_throughput(family_run):
 def test_undeclared_features_fail_at_start_up(family_run, e2e_data):
     """What a family does not declare (device preprocessing, a quantization mode) ends the run at
     start-up with one line and exit code 2, before any work."""
-    from finbench.models import FAMILIES
+    from finbench.models.families import FAMILIES
 
     family, out, _ = family_run
     declared = {f.family: f for f in FAMILIES}[ADAPTER.get(family, family)].capabilities
@@ -127,7 +127,7 @@ def test_undeclared_features_fail_at_start_up(family_run, e2e_data):
 
 
 def test_models_list_shows_what_each_family_declares():
-    from finbench.models import FAMILIES
+    from finbench.models.families import FAMILIES
 
     done = CliRunner().invoke(app, ["models", "list"], env={"COLUMNS": "250"})
     assert done.exit_code == 0, done.output

@@ -16,12 +16,11 @@ import pandas as pd
 import pytest
 from helpers import shared
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import famma, load_matching
+from finbench.benchmarks import famma, get_benchmark, load_matching
+from finbench.core.types import OPEN, SINGLE, Prediction
 from finbench.offline import famma_synthetic as synthetic
-from finbench.runner.requests import render
-from finbench.scoring import score_samples
-from finbench.types import OPEN, SINGLE, Prediction
+from finbench.runner.run_requests import render
+from finbench.scoring.tables import score_samples
 
 # five real records (bench-script tests/test_data, Apache-2.0; see fixtures/famma/SOURCE.md)
 MOCK = next((p for p in (Path(__file__).parent / "fixtures" / "famma" / "mock.json", shared("data", "famma", "mock.json"))

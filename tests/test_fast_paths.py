@@ -163,7 +163,7 @@ def odd_width_dir(tmp_path_factory):
 def test_a_padded_model_answers_as_the_unpadded_one(odd_width_dir, synthetic_parquet, tmp_path):
     from finbench.models.qwen2_5_vl import Qwen25VL
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     runs = {}
     for name, paths in (("reference", FastPaths.reference()), ("padded", FastPaths(pad_widths=True))):
@@ -411,7 +411,7 @@ def test_no_fast_paths_reaches_the_adapter_from_the_cli(tiny_qwen_dir, monkeypat
         captured.update(options)
         raise ValueError("captured")
 
-    monkeypatch.setattr("finbench.api.evaluate", evaluate)
+    monkeypatch.setattr("finbench.app.api.evaluate", evaluate)
     done = CliRunner().invoke(app, ["run", "--model", str(tiny_qwen_dir), "--no-fast-paths", "--no-progress"])
     assert done.exit_code == 2 and captured["fast_paths"] is False
     seen = []

@@ -16,9 +16,8 @@ import pandas as pd
 import pytest
 from helpers import cli, shared
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import fcmr
-from finbench.scoring import score_samples
+from finbench.benchmarks import fcmr, get_benchmark
+from finbench.scoring.tables import score_samples
 
 REAL = shared("data", "fcmr")
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="../shared/data/fcmr (30 real items) is absent")
@@ -141,7 +140,7 @@ def test_the_demo_data_is_in_the_official_layout(tmp_path):
 def test_the_full_public_set_reads_with_the_published_counts():
     done = cli("data", "check", "--benchmark", "fcmr", str(FULL))
     assert done.returncode == 0 and "2199 records" in done.stdout, done.stdout[-2000:]
-    from finbench.datacheck import check_data
+    from finbench.app.datacheck import check_data
 
     report = check_data("fcmr", FULL)
     assert report["n_errors"] == 0 and report["counts"]["difficulty"] == {"easy": 757, "medium": 728, "hard": 714}

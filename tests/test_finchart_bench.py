@@ -17,9 +17,8 @@ import pandas as pd
 import pytest
 from helpers import cli, shared
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import finchart_bench
-from finbench.scoring import score_samples
+from finbench.benchmarks import finchart_bench, get_benchmark
+from finbench.scoring.tables import score_samples
 
 REAL = shared("data", "finchart-bench")
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finchart-bench (60 real items) is absent")
@@ -208,7 +207,7 @@ def test_the_full_public_set_reads_with_the_published_counts():
     done = cli("data", "check", "--benchmark", "finchart-bench", str(FULL))
     assert done.returncode == 0, done.stdout[-2000:]
     assert "7019 records" in done.stdout and "ok: every record loads" in done.stdout
-    from finbench.datacheck import check_data
+    from finbench.app.datacheck import check_data
 
     report = check_data("finchart-bench", FULL)
     assert report["n_errors"] == 0 and report["counts"]["task"] == {"MC": 2350, "TF": 2384, "QA": 2285}

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from finbench.benchmarks import get_benchmark
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 
 
 def _rows():

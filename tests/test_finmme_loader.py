@@ -10,8 +10,8 @@ from helpers import finmme_record, png_bytes
 from PIL import Image
 
 from finbench.benchmarks import finmme
-from finbench.runner.requests import render
-from finbench.types import MULTI, NUMERICAL, SINGLE
+from finbench.core.types import MULTI, NUMERICAL, SINGLE
+from finbench.runner.run_requests import render
 
 
 def _record(**overrides):

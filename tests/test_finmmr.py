@@ -154,7 +154,7 @@ def test_score_predictions_cot_and_a_wrong_protocol(predictions_files):
 
 def _run(tiny_model, tiny_qwen_dir, tmp_path, protocol, data=REAL, **options):
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     config = make_config(model=str(tiny_qwen_dir), benchmark="finmmr", data=str(data), protocol=protocol,
                        out=str(tmp_path / protocol), device="cpu", dtype="float32", max_pixels=28 * 28 * 4,
@@ -252,7 +252,7 @@ def test_studies_leaderboard_and_compare_go_through_the_core(tiny_model, tiny_qw
 
 
 def test_the_judge_is_asked_for_cot_answers_only():
-    from finbench.types import NUMERICAL, Prediction, Question
+    from finbench.core.types import NUMERICAL, Prediction, Question
 
     question = Question(id="q", benchmark="finmmr", kind=NUMERICAL, text="How much?", gold="5", fields={"ground_truth": 5})
     cot = Prediction(id="q", answer="5", generated_text="3 + 2. Therefore, the answer is 5")

@@ -32,9 +32,9 @@ import pytest
 
 from helpers import shared
 from finbench.benchmarks import finmmr
-from finbench.sandbox import Limits, isolation, run_programs
 from finbench.benchmarks.finmmr_rule import get_acc, outcome_value
-from finbench.types import Prediction
+from finbench.core.types import Prediction
+from finbench.sandbox import Limits, isolation, run_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = shared("data", "finmmr")
@@ -345,7 +345,7 @@ def test_unsafe_mode_is_weaker_but_still_a_separate_limited_process(tmp_path):
 @jail
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
 def test_data_check_says_which_isolation_this_machine_gives():
-    from finbench.datacheck import check_data
+    from finbench.app.datacheck import check_data
 
     notes = check_data("finmmr", str(REAL / "validation" / "easy_validation.json"))["notes"]
     assert any(n.startswith("programs of --protocol pot run in: kernel jail: bubblewrap") for n in notes), notes
@@ -354,7 +354,7 @@ def test_data_check_says_which_isolation_this_machine_gives():
 @jail
 def test_a_pot_run_scores_failed_programs_as_the_official_eval_pot():
     """Through the benchmark: acc 0 and execution_rate 0 with the reason, for each failure."""
-    from finbench.types import NUMERICAL, Question
+    from finbench.core.types import NUMERICAL, Question
 
     question = Question(id="q", benchmark="finmmr", kind=NUMERICAL, text="?", gold="42", fields={"ground_truth": 42})
     outputs = ["```python\ndef solution():\n    return 42\n```", "    import os\n    os.kill(os.getppid(), 9)\n    return 42",

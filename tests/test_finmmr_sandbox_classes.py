@@ -35,8 +35,8 @@ import pytest
 
 from finbench.benchmarks import finmmr
 from finbench.benchmarks.finmmr_rule import get_acc, outcome_value
+from finbench.core.types import NUMERICAL, Prediction, Question
 from finbench.sandbox import Limits, run_programs
-from finbench.types import NUMERICAL, Prediction, Question
 from test_finmmr_sandbox import (BENIGN, FAST, GOLD, REAL, ROOT, _host_state, _jail_processes, _mode_or_skip,
                                  orphans_stay_ours)  # noqa: F401 — the fixture applies to this file too
 

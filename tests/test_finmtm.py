@@ -12,11 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import finmtm, load_matching
-from finbench.runner.requests import render
-from finbench.scoring import score_samples
-from finbench.types import MULTI, OPEN, SINGLE, Prediction
+from finbench.benchmarks import finmtm, get_benchmark, load_matching
+from finbench.core.types import MULTI, OPEN, SINGLE, Prediction
+from finbench.runner.run_requests import render
+from finbench.scoring.tables import score_samples
 
 
 def png(color) -> bytes:
@@ -331,7 +330,7 @@ def test_metric_functions_equal_metrics_py_restated():
 @pytest.mark.slow
 def test_finmtm_run_end_to_end(tiny_model, tiny_qwen_dir, fixture_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     seen = []
     original = tiny_model.prepare
@@ -371,7 +370,7 @@ def test_raw_output_does_not_depend_on_what_shares_the_batch(tiny_model, tiny_qw
     """An objective reply batched with a multi-turn session stays the reply as generated (it was
     wrapped in a JSON list, and then scored 0); a one-turn session is a list of one reply."""
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     outputs = {}
     for batch_size in (16, 1):

@@ -11,14 +11,15 @@ import pandas as pd
 import pytest
 import torch
 
-from finbench.api import make_config
+from finbench.app.api import make_config
 from finbench.benchmarks import famma
+from finbench.config.specs import RunConfig
+from finbench.core.types import OPEN, Prediction, Question
 from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.models.inputs import ModelInputs
 from finbench.offline import famma_synthetic as synthetic
 from finbench.runner.cache import PredictionCache
-from finbench.runner.judge import judge_run
-from finbench.types import OPEN, Prediction, Question, RunConfig
+from finbench.runner.judge_step import judge_run
 
 
 class FakeJudge:
@@ -228,7 +229,7 @@ def test_a_judge_call_that_fails_scores_its_item_zero_for_every_judged_benchmark
 
 def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     data = synthetic.write_early_json(tmp_path / "f.json", synthetic.records(None)[:2])
     config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
@@ -241,7 +242,7 @@ def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
 @pytest.mark.slow
 def test_tiny_judge_end_to_end_and_rerun_computes_nothing(tiny_model, tiny_qwen_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     data = synthetic.write_parquet(tmp_path / "famma.parquet", synthetic.records(None))
     config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
@@ -276,7 +277,7 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from finbench.models.judge import TextChatModel, load_judge
+    from finbench.models.judge_model import TextChatModel, load_judge
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen_dir)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -323,7 +324,7 @@ def test_a_vision_language_judge_is_shown_the_session_images_and_its_verdicts_ar
 
     from finbench.runner.engine import run_benchmark
     from finbench.runner.preprocess import decode_images
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     write_fixtures(tmp_path / "data")
     seen = _recording(tiny_model, monkeypatch)
@@ -382,7 +383,7 @@ def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
 def test_the_judge_is_loaded_by_the_one_loader_on_the_rank_s_device(monkeypatch):
     """Under torchrun each rank's model is on its own GPU; the judge is loaded once, by rank 0 (the
     rank that gathers and judges), on that rank's device — not on `config.load.device` for all."""
-    from finbench.models import judge as judge_module
+    from finbench.models import judge_model as judge_module
     from finbench.runner import startup
     from finbench.runner.distributed import World
 
@@ -502,7 +503,7 @@ def test_a_finmtm_judge_whose_replies_parse_fills_the_dialogue_table_everywhere(
         for part in ("FinMTM dialogue sessions", "final = (0.5·turn + 0.5·session)×10", "65.00"):
             assert part in text, (where, part)
         assert "no judge reply could be read" not in text, where
-    from finbench.leaderboard import build  # and the leaderboard's dialogue headline, on its 0–100 scale
+    from finbench.app.leaderboard import build  # and the leaderboard's dialogue headline, on its 0–100 scale
 
     (row,) = build([tmp_path / "run"])["rows"]
     shown = {h["metric"]: h for h in row["headlines"]}

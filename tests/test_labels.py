@@ -73,7 +73,7 @@ def test_summary_json_is_on_one_labelled_scale_with_studies_baselines_and_calibr
 
 
 def test_the_summary_entry_leaves_out_the_x100_copies_and_names_the_parts_scales(demos):
-    from finbench.api import run_summary
+    from finbench.app.api import run_summary
 
     root, _ = demos
     for name in ("finmtm", "mme-finance"):
@@ -90,7 +90,7 @@ def test_the_summary_entry_leaves_out_the_x100_copies_and_names_the_parts_scales
 def _printed(board: dict, width: int) -> str:
     from rich.console import Console
 
-    from finbench.leaderboard import print_board
+    from finbench.app.leaderboard import print_board
 
     console = Console(width=width, record=True, file=open("/dev/null", "w"))
     print_board(board, console)
@@ -98,7 +98,7 @@ def _printed(board: dict, width: int) -> str:
 
 
 def test_the_leaderboard_shows_each_benchmarks_declared_headlines(demos):
-    from finbench.leaderboard import build
+    from finbench.app.leaderboard import build
 
     root, _ = demos
     board = build([root / "finmtm", root / "mme-finance"])
@@ -137,7 +137,7 @@ def test_the_leaderboard_shows_each_benchmarks_declared_headlines(demos):
 
 
 def test_the_console_leaderboard_is_whole_at_80_columns(demos):
-    from finbench.leaderboard import build
+    from finbench.app.leaderboard import build
     from finbench.report.format import interval_text
 
     root, _ = demos

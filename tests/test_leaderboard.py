@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from finbench.benchmarks import get_benchmark
 from finbench.cli import app
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.scoring import score_samples
-from finbench.types import RunConfig
+from finbench.scoring.tables import score_samples
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def restated_holm_mcnemar(folders) -> list[float]:
 
 
 def test_one_row_per_run_with_its_numbers_and_paired_stars(three_runs):
-    from finbench.leaderboard import build
+    from finbench.app.leaderboard import build
 
     _, folders = three_runs
     board = build(folders)
@@ -98,7 +98,7 @@ def test_the_delta_cell_and_its_mark_judge_the_same_difference(three_runs):
     difference of the mean per-question score: two numbers in one cell. FinScore is a weighted
     score, not a per-question mean, so the cell now shows the difference its mark judges (`diff`,
     with its clustered interval), named by the headline metric it equals (FinMME: accuracy)."""
-    from finbench.leaderboard import build
+    from finbench.app.leaderboard import build
     from finbench.report.markdown import leaderboard_markdown
 
     _, folders = three_runs
@@ -165,7 +165,7 @@ def test_the_mark_is_the_interval_verdict_where_mcnemar_disagrees(three_runs, tm
     from rich.console import Console
     from scipy.stats import t
 
-    from finbench.leaderboard import build, print_board
+    from finbench.app.leaderboard import build, print_board
     from finbench.report.markdown import leaderboard_markdown
 
     _, folders = three_runs
@@ -203,7 +203,7 @@ def test_the_mark_is_the_interval_verdict_where_mcnemar_disagrees(three_runs, tm
 
 
 def test_the_leaderboard_plot_fits_with_long_run_names(three_runs):
-    from finbench.leaderboard import build
+    from finbench.app.leaderboard import build
     from finbench.report.html import leaderboard_figure
 
     _, folders = three_runs
@@ -224,6 +224,6 @@ def test_bad_leaderboard_input_is_one_line(three_runs, tmp_path):
         done = runner.invoke(app, ["leaderboard", *args])
         assert done.exit_code == 2 and message in done.output, (args, done.output)
     # a folder of run folders (a multi-benchmark or sweep folder) stands for the runs inside
-    from finbench.leaderboard import run_folders
+    from finbench.app.leaderboard import run_folders
 
     assert run_folders([folders[0].parent]) == sorted(folders)

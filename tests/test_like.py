@@ -21,8 +21,8 @@ from test_decoding import number_by_full_forwards
 from typer.testing import CliRunner
 
 from finbench.cli import app
+from finbench.core.types import OPTION_LETTERS
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
-from finbench.types import OPTION_LETTERS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qwen2.5-vl-7b-instruct"
 

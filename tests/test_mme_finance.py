@@ -11,12 +11,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import mme_finance
+from finbench.benchmarks import get_benchmark, mme_finance
 from finbench.cli import app
+from finbench.core.types import OPEN, SINGLE, Prediction
 from finbench.offline import mme_finance_synthetic as synthetic
-from finbench.scoring import score_samples
-from finbench.types import OPEN, SINGLE, Prediction
+from finbench.scoring.tables import score_samples
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +66,7 @@ def test_the_official_set_decides_binary_and_tsv_image_references_resolve(folder
     """MMfin/MMfin_CN items are judged whatever their answer (a bare "Yes" included); a short
     `image` field is the index of the row holding the image (VLMEvalKit), a list literal holds
     several; the data check and the run's data fingerprint read the TSVs."""
-    from finbench.datacheck import check_data
+    from finbench.app.datacheck import check_data
     from finbench.runner.provenance import data_fingerprint
 
     png = (folder / "images" / "MMfin" / "mmfin_000.png").read_bytes()
@@ -202,7 +201,7 @@ def test_the_judge_is_a_vision_language_model_shown_the_chart(tiny_model, tiny_q
     """Open items are judged by the --judge VLM with the official judge prompt and the item's image
     (text first, then the image, as the fork's judge call); scores 0–5, cached like answers."""
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     seen = []
     original = tiny_model.prepare
@@ -247,7 +246,7 @@ def test_an_answer_given_without_the_chart_is_still_judged_with_it(tiny_model, t
     """Image ablation `none` asks open items with no image; their answers are judged as the
     official judge would: shown the item's chart."""
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     seen = []
     original = tiny_model.prepare

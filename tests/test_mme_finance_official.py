@@ -14,12 +14,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import mme_finance
+from finbench.benchmarks import get_benchmark, mme_finance
 from finbench.cli import app
+from finbench.core.types import OPEN, SINGLE
 from finbench.offline import mme_finance_synthetic as synthetic
-from finbench.scoring import score_samples
-from finbench.types import OPEN, SINGLE
+from finbench.scoring.tables import score_samples
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,15 @@ import torch
 from helpers import finmme_request
 
 from finbench.benchmarks import finmme
+from finbench.config.specs import RunConfig
+from finbench.core.requests import Generate, Session, Turn
 from finbench.models.fast_paths import FastPaths
-from finbench.requests import Generate, Session, Turn
 from finbench.runner import preprocess
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.engine import Interrupted, run_benchmark
 from finbench.runner.loop import BatchLoop
-from finbench.runner.requests import build_requests, text_of
+from finbench.runner.run_requests import build_requests, text_of
 from finbench.runner.timing import StageTimer
-from finbench.types import RunConfig
 
 
 def _loop(model, questions, requests, tmp_path, **options):

@@ -14,9 +14,9 @@ from helpers import ENV as BASE_ENV
 from helpers import cache_rows, cli
 from served_server import free_port
 
+from finbench.config.specs import RunConfig
 from finbench.runner.distributed import World, shard_path
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 ENV = {**BASE_ENV, "OMP_NUM_THREADS": "1"}
 LIMIT = 16

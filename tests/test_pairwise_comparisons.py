@@ -10,8 +10,8 @@ import json
 import pytest
 from helpers import cli
 
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 
 @pytest.fixture(scope="module")

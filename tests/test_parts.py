@@ -15,8 +15,8 @@ import pytest
 from test_scoring_other import famma_frame
 
 from finbench.benchmarks import get_benchmark
-from finbench.scoring import score_samples
 from finbench.scoring.finmtm import extra_scores
+from finbench.scoring.tables import score_samples
 
 
 def session_rows(n: int, seed: int, judged: bool = True, errors: tuple[int, ...] = ()) -> list[dict]:

@@ -79,7 +79,7 @@ def _reply(name: str, questions: list):
 
 
 def _run(model, name: str, data: Path, out: Path, protocol: str):
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.runner.engine import run_benchmark
 
     config = make_config(model=model.source, benchmark=name, data=str(data), protocol=protocol, out=str(out),
@@ -106,7 +106,7 @@ def _score(name: str, data: Path, answers: dict[str, str], folder: Path, protoco
 
 def _same(run: pd.DataFrame, given: dict, scored: dict, name: str) -> None:
     """Equal per-question scores and equal numbers of the rule (the run's and the command's)."""
-    from finbench.scoring.api import build_table
+    from finbench.scoring.tables import build_table
     from finbench.scoring.stats import point_estimates
 
     table = build_table(run, get_benchmark(name))

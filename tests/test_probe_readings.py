@@ -9,7 +9,7 @@ import pytest
 from helpers import cli
 
 from finbench.benchmarks import get_benchmark
-from finbench.scoring.probes import names_gold, normalized
+from finbench.scoring.probe_scores import names_gold, normalized
 from finbench.studies.probe_items import equal_to_gold
 
 PERCENTS = ("5%", "6%", "7%", "8%")
@@ -62,8 +62,8 @@ def test_normalisation_keeps_signs_decimals_percent_and_thousands_separators():
 def test_the_none_of_the_above_probe_tests_the_demo_items_and_says_how_many(tmp_path):
     """FAMMA's demo items have signed options (-x % beside x %): the probe tests them, and its
     note states how many of the run's choice items it tests."""
-    from finbench.api import make_config
-    from finbench.runner.requests import build_requests
+    from finbench.app.api import make_config
+    from finbench.runner.run_requests import build_requests
     from finbench.studies.probe_items import probe_variants
 
     famma = get_benchmark("famma")

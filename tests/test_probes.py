@@ -14,16 +14,16 @@ import pytest
 from helpers import assert_refused_in_one_line
 
 import finbench
+from finbench.app.api import make_config
 from finbench.benchmarks import famma, finmme, finmtm
+from finbench.core.requests import Choose, Generate
+from finbench.core.types import OPTION_LETTERS, Question
 from finbench.offline import famma_synthetic
-from finbench.requests import Choose, Generate
 from finbench.runner.keys import request_payload
-from finbench.studies.probe_items import language_code, none_of_the_above_text, with_none_of_the_above
-from finbench.runner.requests import build_requests
+from finbench.runner.run_requests import build_requests
 from finbench.runner.studies import expand
-from finbench.scoring.probes import names_gold, option_matches, probe_summary
-from finbench.api import make_config
-from finbench.types import OPTION_LETTERS, Question
+from finbench.scoring.probe_scores import names_gold, option_matches, probe_summary
+from finbench.studies.probe_items import language_code, none_of_the_above_text, with_none_of_the_above
 
 LIMIT = 8
 
@@ -184,7 +184,7 @@ def test_finmtm_has_no_stem_without_its_options_and_counts_its_items_as_not_prob
 
 
 def test_base_requests_keep_their_keys():
-    from finbench.requests import Prompt, user_message
+    from finbench.core.requests import Prompt, user_message
     from finbench.runner.keys import sample_key
 
     question = _question()
@@ -284,7 +284,7 @@ def test_both_probes_through_the_cli(probed, questions):
 def test_compare_and_sweep_show_the_probes(probed):
     from finbench.report.markdown import sweep_markdown
     from finbench.report.studies import compare_rows
-    from finbench.sweep import summarize
+    from finbench.app.sweep import summarize
 
     out, _, results, _ = probed
     summary = summarize([out, out], ["a", "b"], n_bootstrap=0)
@@ -304,7 +304,7 @@ def test_bad_probes_fail_at_start_up_in_one_line(tiny_qwen_dir, synthetic_parque
 
 
 def test_a_negated_chinese_answer_does_not_name_the_option():
-    from finbench.scoring.probes import names_gold, option_matches
+    from finbench.scoring.probe_scores import names_gold, option_matches
 
     assert option_matches("是的，是这样", "是") and option_matches("答案：是", "是")
     assert not option_matches("不是", "是") and not option_matches("并非如此，没有增长", "增长")

@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from finbench.app.api import make_config
 from finbench.benchmarks import mme_finance
-from finbench.requests import Generate
+from finbench.core.requests import Generate
+from finbench.core.types import Prediction, Question
+from finbench.runner.run_requests import build_requests
+from finbench.scoring.probe_scores import names_gold, probe_summary, probe_verdicts
 from finbench.studies.probe_items import probe_variants, with_none_of_the_above
 from finbench.studies.probes import OPEN_ENDED_JUDGING, judge_verdict, open_ended_judge_requests
-from finbench.runner.requests import build_requests
-from finbench.scoring.probes import names_gold, probe_summary, probe_verdicts
-from finbench.api import make_config
-from finbench.types import Prediction, Question
 from test_probes import factual_parquet, questions  # noqa: F401 — fixtures: items none-of-the-above probes
 
 LIMIT = 8
@@ -146,7 +146,7 @@ def test_a_judged_rerun_is_all_cache_hits_and_the_lines_name_the_judge(judged_ru
         "judge", "rule"}
     assert "scored by" in (out / "report.md").read_text()
     from finbench.report.studies import compare_rows
-    from finbench.sweep import summarize
+    from finbench.app.sweep import summarize
 
     summary = summarize([out, out], ["a", "b"], n_bootstrap=0)
     header, rows = compare_rows({v["name"]: v["studies"] for v in summary["variants"]})

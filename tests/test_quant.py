@@ -464,7 +464,8 @@ def test_checkpoint_labels_and_broken_configs(tmp_path, config, label):
 
 
 def test_families_that_load_unquantized_checkpoints_only_refuse_prequantized_ones():
-    from finbench.models import FAMILIES, refusal
+    from finbench.models.contract import refusal
+    from finbench.models.families import FAMILIES
     from finbench.models.contract import PREQUANTIZED
 
     for family in FAMILIES:

@@ -12,7 +12,7 @@ from helpers import cli
 from scripted import Scripted
 
 from finbench.benchmarks import fcmr, finchart_bench, get_benchmark
-from finbench.scoring import score_samples
+from finbench.scoring.tables import score_samples
 
 
 # ---- item 1: FCMR -----------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ def test_score_predictions_reads_no_control_character_as_right(tmp_path):
 def test_a_run_reads_no_control_character_as_right(tiny_model, tmp_path):
     """A run's official replies to the true/false items, "Result = [[ label ]]" with the gold label,
     right; the same with a NUL after the label, wrong."""
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.runner.engine import run_benchmark
 
     data, _ = get_benchmark("finchart-bench").demo.write(tmp_path / "data", None)

@@ -47,7 +47,7 @@ def test_no_file_under_finbench_knows_the_toy_study():
 
 
 def test_register_study_refuses_a_second_study_of_the_same_name_or_flag():
-    from finbench.options import Option
+    from finbench.config.options import Option
     from finbench.studies import STUDIES, register_study
     from finbench.studies.circular import STUDY as CIRCULAR
 
@@ -115,7 +115,7 @@ def test_a_registered_study_runs_scores_reports_sweeps_and_compares_end_to_end(t
 
 
 def test_the_api_keywords_fill_runconfig_studies_and_results_json_keeps_them_flat():
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.studies import flat_config
     from finbench.studies.circular import STUDY as CIRCULAR
 

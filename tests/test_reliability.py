@@ -30,10 +30,9 @@ from helpers import finmme_record
 from helpers import png_bytes as _image
 from PIL import Image
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import finmme
+from finbench.benchmarks import finmme, get_benchmark
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 
 def _gif() -> bytes:
@@ -174,7 +173,7 @@ def test_corpus_results_count_every_error_and_keep_ids_unique(corpus_run):
 
 
 def test_record_without_a_domain_is_left_out_of_F_as_eval_py_does(tmp_path):
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     records = [_record("d0", answer="A"), _record("d1", answer="B"), _record("d2", knowledge_domain="Bonds"),
                _record("d3", knowledge_domain=None, answer="D")]
@@ -609,7 +608,7 @@ def _eval_py_check(item: dict, model_answer: str) -> bool:
     ({"question_type": "single_choice", "answer": "B"}, "**Answer:** B"),
 ])
 def test_official_judging_equals_eval_py_on_unusual_records(item, output):
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     record = _record("u0", **item, **({"options": []} if item["question_type"] == "numerical" else
                                        {"options": ["x", "y", "z", "w", "v"]}))
@@ -780,7 +779,7 @@ def test_brackets_in_paths_and_values_reach_the_console_as_typed(good_parquet, t
 
 def test_an_undecodable_image_gives_the_same_message_every_run():
     from finbench.runner.preprocess import ImageError, decode_images
-    from finbench.types import Question
+    from finbench.core.types import Question
 
     messages = set()
     for _ in range(2):

@@ -23,8 +23,8 @@ import pytest
 from PIL import Image
 
 from finbench.benchmarks import get_benchmark
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 ERROR, ANSWERED, UNSCORED = "error", "answered", "unscored"
 CONTEXT = 32768  # the tiny model's max_position_embeddings
@@ -509,7 +509,7 @@ BINARY_REPLY_FORMS = {"是": "是", "否": "否", "是。": "是", "否。": "�
 def test_every_binary_reply_form_counts_as_the_fork_counts_it(reply, reads):
     import pandas as pd
 
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     rows = pd.DataFrame([{"id": f"{gold}", "kind": "single", "gold": gold, "answer": reply, "options": ["是", "否"],
                           "option_probs": [], "error": "", "language": "zh"} for gold in ("A", "B")])

@@ -26,12 +26,11 @@ from helpers import finmme_record as _finmme
 from helpers import png_bytes as _png
 from typer.testing import CliRunner
 
-from finbench.benchmarks import get_benchmark
-from finbench.benchmarks import famma, finmme
+from finbench.benchmarks import famma, finmme, get_benchmark
 from finbench.cli import app
+from finbench.config.specs import RunConfig
 from finbench.runner.cache import PredictionCache
 from finbench.runner.engine import Stopped, run_benchmark
-from finbench.types import RunConfig
 
 
 def _config(tiny_qwen_dir, data, out, **overrides) -> RunConfig:
@@ -65,7 +64,7 @@ def test_an_options_string_that_is_not_a_list_is_an_error(raw):
 def test_metadata_files_of_a_save_to_disk_folder_do_not_change_the_score(tmp_path):
     import datasets
 
-    from finbench.scoring import score_samples
+    from finbench.scoring.tables import score_samples
 
     records = [_finmme(f"m{i}", answer="ABCD"[i % 4]) for i in range(5)]
     folder = tmp_path / "saved"
@@ -453,7 +452,7 @@ def test_binary_text_columns_are_decoded_never_shown_as_bytes(tmp_path):
     (question,) = famma.load_questions(tmp_path / "b.parquet")
     assert question.error is None and question.text == "How much?" and question.fields["context"] == "Sales: 5."
     assert question.id == "b1" and question.fields["gold_text"] == "5"
-    from finbench.runner.requests import first_prompt
+    from finbench.runner.run_requests import first_prompt
 
     prompt = first_prompt(famma.request(question, "constrained"))
     assert "b'" not in json.dumps(prompt.messages)
@@ -486,7 +485,7 @@ def test_a_relative_image_path_that_climbs_out_is_refused_and_absolute_ones_read
 
 def test_sweep_validation_uses_no_weights(tmp_path, tiny_qwen_dir):
     """`check_family` reads config.json only: a sweep is refused before any weights load."""
-    from finbench.sweep import plan_variants, validate_variants
+    from finbench.app.sweep import plan_variants, validate_variants
 
     weightless = tmp_path / "config-only"
     weightless.mkdir()

@@ -10,9 +10,9 @@ import json
 import pandas as pd
 import pytest
 
+from finbench.app.api import make_config
 from finbench.runner.engine import run_benchmark
 from finbench.runner.replay import Replay
-from finbench.api import make_config
 
 
 def _config(tiny_qwen_dir, synthetic_parquet, out, limit):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -206,7 +206,7 @@ def test_a_rerun_served_from_the_cache_keeps_the_throughput(demo_run, tiny_model
 
 def test_sweep_report_opens_in_chromium(demo_run, tmp_path):
     """A sweep page built from two run folders alone (the second a perturbed copy)."""
-    from finbench.sweep import summarize, write_sweep
+    from finbench.app.sweep import summarize, write_sweep
 
     result, _ = demo_run
     a, b = tmp_path / "a", tmp_path / "b"
@@ -266,7 +266,7 @@ def wider_than_the_page(page: Path, workdir: Path, width: int = 1280) -> list[st
 def test_a_quantization_sweep_page_fits_1280_px(demo_run, tmp_path):
     """The widest page finbench writes: a sweep's quantization study (15 columns) with real-length
     labels — the format a variant ran as, what it quantized — must fit a 1280 px window."""
-    from finbench.sweep import summarize, write_sweep
+    from finbench.app.sweep import summarize, write_sweep
 
     result, _ = demo_run
     names = ["quant-none", "quant-int8wo", "quant-int4wo", "quant-8bit"]

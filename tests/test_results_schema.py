@@ -34,7 +34,7 @@ def demo_data(tmp_path_factory):
 def test_a_run_of_every_benchmark_and_protocol_validates(name, protocol, demo_data, tiny_model, tmp_path):
     """report/results.schema.json: "One run's results" — of any registered benchmark, under any
     protocol it accepts (`Benchmark.protocol_names`)."""
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.report.schema import results_schema
     from finbench.runner.engine import run_benchmark
 
@@ -49,7 +49,7 @@ def test_a_run_of_every_benchmark_and_protocol_validates(name, protocol, demo_da
 
 def test_reports_name_the_intervals_they_computed(tiny_qwen_dir, demo_data, tmp_path):
     """scoring/clustered.py: "intervals use the t quantile with G − 1 degrees of freedom, not the
-    normal one"; scoring/api.py: the headline CIs are percentile bootstrap intervals whose
+    normal one"; scoring/tables.py: the headline CIs are percentile bootstrap intervals whose
     resampled unit (`bootstrap.unit`) is the question or, where questions share a cluster, the
     cluster. Console, report.md and report.html say so."""
     from helpers import ENV, cli

@@ -17,18 +17,18 @@ import torch
 
 import finbench
 
+from finbench.app.api import make_config
 from finbench.benchmarks import famma, finmme, finmtm, get_benchmark
+from finbench.core.requests import Choose
+from finbench.core.types import OPTION_LETTERS
 from finbench.offline import famma_synthetic
 from finbench.report.schema import SAMPLE_COLUMNS, VARIANT_COLUMNS
-from finbench.requests import Choose
 from finbench.runner.engine import run_benchmark
 from finbench.runner.keys import request_payload, sample_key
 from finbench.runner.preprocess import decode_images
-from finbench.runner.requests import build_requests, render
+from finbench.runner.run_requests import build_requests, render
 from finbench.runner.studies import expand
 from finbench.scoring.robustness import answer_disagreements, circular_summary, majority_baselines
-from finbench.api import make_config
-from finbench.types import OPTION_LETTERS
 
 LIMIT = 8
 
@@ -459,7 +459,7 @@ def test_compare_constrained_with_official_lists_the_disagreements(studied, tiny
 
 def test_sweep_variants_carry_their_studies(studied, tmp_path):
     from finbench.report.markdown import sweep_markdown
-    from finbench.sweep import summarize
+    from finbench.app.sweep import summarize
 
     out, _, results, _ = studied
     summary = summarize([out, out], ["a", "b"], n_bootstrap=0)

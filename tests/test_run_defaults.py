@@ -117,8 +117,8 @@ def test_every_entry_point_sizes_its_settings_to_the_simulated_gpu(fake_cuda, mo
     given to start-up, which sizes it to the device: the same values through each, named in
     `sized`; a given setting is kept and not named."""
     import finbench
-    from finbench.sweep import run_sweep
-    from finbench.types import RunConfig
+    from finbench.app.sweep import run_sweep
+    from finbench.config.specs import RunConfig
 
     def cli(*args):
         def call():

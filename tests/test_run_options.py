@@ -1,4 +1,4 @@
-"""Issue 37 part 4: the run options are declared once (finbench/run_options.py) and everything else
+"""Issue 37 part 4: the run options are declared once (finbench/config/run_options.py) and everything else
 is generated from that table: `finbench run`'s and `finbench sweep`'s flags, `make_config`'s
 coercions, the start-up checks and RUN_IDENTITY. RunConfig is split into typed specs, and results.json
 still records it flat."""
@@ -10,11 +10,11 @@ import dataclasses
 import pytest
 import typer.main
 
-from finbench.api import RUN_IDENTITY, make_config
+from finbench.app.api import RUN_IDENTITY, make_config
 from finbench.cli import app
-from finbench.run_options import RUN_OPTIONS, sweep_flags
+from finbench.config.run_options import RUN_OPTIONS, sweep_flags
+from finbench.config.specs import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
 from finbench.studies import study_options
-from finbench.types import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
 
 # the fields that are not options of the table: the studies' (their own declarations) and start-up's record
 NOT_DECLARED = {"permutations", "image_ablation", "samples", "probes", "sized"}

@@ -15,7 +15,7 @@ import torch
 
 import finbench
 from finbench.benchmarks import get_benchmark
-from finbench.scoring import per_question_correct
+from finbench.scoring.tables import per_question_correct
 
 LIMIT = 4
 TOKENS = "6"  # generated tokens per answer: the tiny model's text is noise, only its randomness matters
@@ -121,7 +121,7 @@ def test_greedy_samples_and_no_samples_are_refused_in_one_line(tiny_qwen_dir, sy
 
 def test_constrained_letters_are_asked_once_with_a_note(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     config = make_config(model=str(tiny_qwen_dir), benchmark="finmme", data=str(synthetic_parquet), limit=LIMIT,
                        out=str(tmp_path / "run"), dtype="float32", device="cpu", bootstrap=0, samples=3)
@@ -132,7 +132,7 @@ def test_constrained_letters_are_asked_once_with_a_note(tiny_model, tiny_qwen_di
 
 def test_the_summary_scores_each_sample_by_the_rule_and_compares_extracted_answers(sampled):
     """Hand-built answers on the run's own questions: the numbers follow from the table above."""
-    from finbench.scoring.sampling import sampling_summary
+    from finbench.scoring.sampling_scores import sampling_summary
 
     root, _, _, _ = sampled
     base = pd.read_parquet(root / "k3" / "samples.parquet")
@@ -193,7 +193,7 @@ def test_thinking_samples_its_reasoning_only_when_asked(tmp_path_factory, synthe
 
     from finbench.models import load_model
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     thinker = load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)), dtype="float32",
                          device="cpu")
@@ -219,7 +219,7 @@ def test_a_mixed_run_samples_its_open_answers_only(tiny_model, tiny_qwen_dir, tm
     questions generated (sampled K times); a question without gold is sampled but not scored."""
     from finbench.offline import famma_synthetic
     from finbench.runner.engine import run_benchmark
-    from finbench.api import make_config
+    from finbench.app.api import make_config
 
     path = famma_synthetic.write_parquet(tmp_path / "release_basic.parquet", famma_synthetic.records(None))
     config = make_config(model=str(tiny_qwen_dir), benchmark="famma", data=str(path), limit=6, out=str(tmp_path / "run"),
@@ -245,7 +245,7 @@ def test_compare_of_sampled_runs_uses_the_per_question_means(sampled, tmp_path):
     import numpy as np
 
     from finbench.cli.score_commands import compare_command
-    from finbench.scoring.sampling import per_question_means
+    from finbench.scoring.sampling_scores import per_question_means
 
     root, _, _, _ = sampled
     samples = pd.read_parquet(root / "k3" / "samples.parquet")

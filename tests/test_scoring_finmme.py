@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from finbench.benchmarks import get_benchmark
-from finbench.scoring import finmme, finmme_cells, per_question_correct, score_samples
+from finbench.scoring import finmme, finmme_cells
 from finbench.scoring.stats import point_estimates
+from finbench.scoring.tables import per_question_correct, score_samples
 
 LETTERS = "ABCDEFGHIJKLMN"
 

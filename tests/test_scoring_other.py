@@ -13,7 +13,8 @@ import torch
 
 from finbench.benchmarks import get_benchmark
 from finbench.kernels.bitmask import letters_to_mask
-from finbench.scoring import finmtm, per_question_correct, score_samples
+from finbench.scoring import finmtm
+from finbench.scoring.tables import per_question_correct, score_samples
 
 LETTERS = "ABCDEFGHIJKLMN"
 

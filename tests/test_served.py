@@ -19,8 +19,8 @@ import pytest
 from helpers import ENV, cache_rows, cli, finmme_request
 from served_server import start_server
 
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.types import RunConfig
 
 pytestmark = pytest.mark.slow
 LIMIT = 8

@@ -86,7 +86,7 @@ def test_the_pure_checks_agree_with_the_loaders_names():
 
     from finbench.models.loading import resolve_dtype
     from finbench.models.quant import FORMATS
-    from finbench.types import DTYPE_NAMES, QUANT_CHOICES
+    from finbench.core.types import DTYPE_NAMES, QUANT_CHOICES
 
     for name in DTYPE_NAMES:
         assert isinstance(resolve_dtype(name, torch.device("cpu")), torch.dtype)

@@ -10,8 +10,7 @@ from collections import Counter
 import pytest
 
 import finbench
-from finbench import models
-from finbench.models import quant_checkpoint
+from finbench.models import contract, quant_checkpoint
 from finbench.runner import startup
 
 
@@ -31,7 +30,7 @@ def counted(monkeypatch):
 
     wrap(quant_checkpoint, "read_config_json", key=lambda source: str(source))
     wrap(startup, "validate")
-    wrap(models, "refusal")
+    wrap(contract, "refusal")
     return counts
 
 
@@ -45,8 +44,8 @@ def test_one_run_reads_config_json_once_and_checks_once(counted, tiny_qwen_dir, 
 
 def test_each_sweep_variant_reads_config_json_once_and_checks_once(counted, tiny_qwen_dir, synthetic_parquet,
                                                                    tmp_path):
-    from finbench.sweep import run_sweep
-    from finbench.types import RunConfig
+    from finbench.app.sweep import run_sweep
+    from finbench.config.specs import RunConfig
 
     base = RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=2, device="cpu", bootstrap=0)
     summary = run_sweep(base, {"dtype": ["float32", "bfloat16"]}, tmp_path / "sweep")

@@ -19,7 +19,7 @@ from finbench.kernels.bootstrap import (
     percentile_ci,
     resample_indices,
 )
-from finbench.scoring import compare_runs, finmme, score_samples
+from finbench.scoring import finmme
 from finbench.scoring.stats import (
     ScoreTable,
     bootstrap_cis,
@@ -30,6 +30,7 @@ from finbench.scoring.stats import (
     point_estimates,
     selective_curve,
 )
+from finbench.scoring.tables import compare_runs, score_samples
 
 LETTERS = "ABCDEFGHIJKLMN"
 

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from finbench.app.sweep import flip_matrix, plan_variants
 from finbench.cli import app
+from finbench.config.specs import RunConfig
 from finbench.scoring.stats import distribution_comparison
-from finbench.sweep import flip_matrix, plan_variants
-from finbench.types import RunConfig
 
 
 def _brute_force(ref: pd.DataFrame, var: pd.DataFrame, floor: float = 1e-12) -> dict:

@@ -13,12 +13,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import finbench.sweep as sweep_module
+import finbench.app.sweep as sweep_module
+from finbench.app.sweep import run_sweep
 from finbench.cli import app
+from finbench.config.specs import RunConfig
 from finbench.models.quant import MIN_QUANTIZED_SHARE, inspect_quantization, quantize_loaded
 from finbench.models.quant_share import planned_shares
-from finbench.sweep import run_sweep
-from finbench.types import RunConfig
 
 
 def _no_model(*args, **kwargs):

@@ -12,9 +12,9 @@ import pytest
 import torch
 from helpers import finmme_request, sharpened_tiny_dir
 
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
 from finbench.runner.thinking import AFTER_CLOSE, think
-from finbench.types import RunConfig
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@ run, and the model is left exactly as it was."""
 
 from __future__ import annotations
 
+from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
 from finbench.runner.timing import ModelParts
-from finbench.types import RunConfig
 
 
 def test_runs_report_vision_and_language_model_seconds(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path):

@@ -18,6 +18,7 @@ pytest.importorskip("torchvision")  # the processors' video halves need it in tr
 from PIL import Image  # noqa: E402
 from transformers import AutoModelForImageTextToText, AutoProcessor  # noqa: E402
 
+from finbench.core.types import OPTION_LETTERS  # noqa: E402
 from finbench.offline.bpe import TINY_MARKER, TINY_NOTE, check_tokenizer  # noqa: E402
 from finbench.offline.tiny import (  # noqa: E402
     TINY_FAMILIES,
@@ -25,7 +26,6 @@ from finbench.offline.tiny import (  # noqa: E402
     read_tiny_marker,
     tiny_family_available,
 )
-from finbench.types import OPTION_LETTERS  # noqa: E402
 
 EXPECTED_CLASSES = {
     "qwen2.5-vl": ("Qwen2_5_VLProcessor", "Qwen2_5_VLForConditionalGeneration"),

@@ -22,7 +22,7 @@ def test_every_table_writer_escapes_what_utf8_cannot_encode(tmp_path):
     """SPEC, Errors: "Bad input never stops a run and never disappears" — a reply, a program's
     result and a judge's reason holding a lone surrogate go into samples.parquet escaped, the
     rest of the row (its verdict) as it was."""
-    from finbench.encodable import text_frame
+    from finbench.core.encodable import text_frame
     from finbench.runner.outputs import write_samples
 
     frame = text_frame([{"id": "a", "answer": f"C{LONE}", "correct": 0.0, "raw_output": f"Result = [[ C{LONE} ]]",
@@ -42,7 +42,7 @@ def test_every_table_writer_escapes_what_utf8_cannot_encode(tmp_path):
 def surrogate_run(tmp_path_factory, tiny_model):
     """A FinChart-Bench official run whose replies hold lone surrogates: inside the label (wrong),
     after a right label (right)."""
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.runner.engine import run_benchmark
 
     root = tmp_path_factory.mktemp("surrogates")
@@ -112,7 +112,7 @@ def test_the_console_prints_such_text_escaped(surrogate_run, tiny_model, tmp_pat
     """`finbench compare` of a constrained run with the official one prints the official raw
     outputs where the answers differ — on a real process's stdout (whose encoding is strict), the
     lone surrogates escaped, not a UnicodeEncodeError traceback."""
-    from finbench.api import make_config
+    from finbench.app.api import make_config
     from finbench.runner.engine import run_benchmark
 
     data, out, _ = surrogate_run
@@ -133,7 +133,7 @@ def test_the_command_line_s_streams_escape_what_they_cannot_encode():
 
     from rich.console import Console
 
-    from finbench.encodable import escape_streams
+    from finbench.core.encodable import escape_streams
 
     stream = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
     with pytest.raises(UnicodeEncodeError):

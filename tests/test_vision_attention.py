@@ -205,7 +205,7 @@ def test_tiny_model_answers_identical_end_to_end(tiny_model, tiny_qwen_dir, synt
     answers, option probabilities within 1e-5, different fingerprints (so caches never mix)."""
     from finbench.models.qwen2_5_vl import Qwen25VL
     from finbench.runner.engine import run_benchmark
-    from finbench.types import RunConfig
+    from finbench.config.specs import RunConfig
 
     stock_model = Qwen25VL.load(str(tiny_qwen_dir), dtype="float32", device="cpu", vision_attention="stock")
     assert tiny_model.fingerprint()["attn_implementation"] == "sdpa+vision-packed"
@@ -261,7 +261,7 @@ def test_pixels_cast_in_the_worker_give_identical_hidden_states(tiny_qwen_dir):
     from PIL import Image
 
     from finbench.models import load_model
-    from finbench.types import ModelRequest
+    from finbench.core.types import ModelRequest
 
     model = load_model(str(tiny_qwen_dir), dtype="bfloat16", device="cpu")
     request = ModelRequest(messages=({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "A?"}]},),

@@ -18,12 +18,13 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.base import Benchmark, Demo
-from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
-from finbench.requests import Choose, Prompt, Request, user_message
 from finbench.benchmarks.metrics import Metric
 from finbench.benchmarks.parts import Part
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, str_column
-from finbench.types import SINGLE, Question
+from finbench.benchmarks.scorer import Scorer
+from finbench.core.requests import Choose, Prompt, Request, user_message
+from finbench.core.types import SINGLE, Question
+from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
+from finbench.scoring.stats import ScoreTable, error_mask, str_column
 
 NAME = "toybench"
 DATA_FILE = "toy.jsonl"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
+from finbench.config.options import Option
 from finbench.studies import register_study
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 
@@ -42,7 +42,7 @@ class Nudge(Study):
 
     def expand(self, benchmark: Any, questions: Sequence[Any], requests: Sequence[Any], config: Any,
                think_budget: int | None, notes: list[str]) -> Expanded:
-        from finbench.requests import Choose
+        from finbench.core.requests import Choose
 
         text = self.value(config)
         chosen = [i for i, r in enumerate(requests) if isinstance(r, Choose)]

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from finbench.benchmarks import famma, fcmr, finchart_bench, finmme, finmmr, finmtm, mme_finance
 from finbench.benchmarks.base import Benchmark
-from finbench.types import DEFAULT_BENCHMARK, Question
+from finbench.core.types import DEFAULT_BENCHMARK, Question
 
 BENCHMARKS: dict[str, Benchmark] = {}
 

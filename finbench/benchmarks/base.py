@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from finbench.benchmarks.recognise import Recognise, anything
-from finbench.judging import NO_JUDGING, Judgement, Judging
-from finbench.requests import Prompt, Request, user_message
+from finbench.benchmarks.records import data_files
 from finbench.benchmarks.scorer import Scorer, ScorerModule
-from finbench.types import DEFAULT_PROTOCOL, PROTOCOLS, Prediction, Question
+from finbench.core.judging import NO_JUDGING, Judgement, Judging
+from finbench.core.requests import Prompt, Request, user_message
+from finbench.core.types import DEFAULT_PROTOCOL, PROTOCOLS, Prediction, Question
 
 
 def stripped_text(question: Question, text: str, protocol: str) -> str:
@@ -42,8 +43,6 @@ def as_decoded(rule: str, images: Sequence[Any]) -> list[Any]:
 
 def record_files(source: Any) -> list[Path]:
     """Default data files of a local source: those the shared loader prologue reads."""
-    from finbench.benchmarks.records import data_files
-
     return data_files(source)
 
 
@@ -171,7 +170,7 @@ class Benchmark:
 
     - `load(source, limit, domains, question_types, notes)` → Questions (a bad record becomes a
       Question with `error`, unusable data one ValueError line);
-    - `request(question, protocol)` → the ONE request (finbench/requests.py) that question makes;
+    - `request(question, protocol)` → the ONE request (finbench/core/requests.py) that question makes;
     - `answer(question, text, protocol)` → the answer judged, from generated text (requests of
       type Generate or Session; choice and number answers come from the constrained decoders);
       `reply_form(text)` → whether a text given to `finbench score --predictions` is a reply in
@@ -180,7 +179,7 @@ class Benchmark:
       "[[ … ]]"; by default every text is read (a rule that reads its own readings unchanged);
     - `prepare_images(rule, images)` → the decoded images transformed by a prompt's `image_rule`;
     - `rule_judgement`, `judging` → open answers judged by rules and by a `--judge` model
-      (finbench/judging.py `Judging`: the requests — `Generate`, with the question's images where
+      (finbench/core/judging.py `Judging`: the requests — `Generate`, with the question's images where
       the official judge sees them — it must answer, and its replies read back); `rule_judgements(questions,
       predictions, protocol, unsafe_sandbox)`, when given, replaces `rule_judgement` with one call
       for the whole run (verdicts that are cheap only together: FinMMR's programs, run in the

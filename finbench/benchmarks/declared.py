@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks.metrics import Metric, undeclared
 from finbench.benchmarks.parts import Part
 from finbench.benchmarks.scorer import Scorer, resolved
@@ -16,7 +17,6 @@ def declared_scorer(benchmark: str | None) -> Scorer | None:
     variants); None for a score of a benchmark not registered here, shown under its own keys."""
     if not benchmark:
         return None
-    from finbench.benchmarks import get_benchmark
 
     try:
         return resolved(get_benchmark(str(benchmark)).scorer)

@@ -24,9 +24,9 @@ from typing import Any, Sequence
 from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_csv, select
-from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import SINGLE, Question
+from finbench.core.requests import Choose, Generate, Prompt, Request, user_message
+from finbench.core.types import SINGLE, Question
 
 NAME = "fcmr"
 HUB_ID = "HYU-NLP/FCMR"  # a GitHub repository: read from local files only

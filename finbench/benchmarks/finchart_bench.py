@@ -24,9 +24,9 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, read_table, select
-from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import NUMERICAL, SINGLE, Question
+from finbench.core.requests import Choose, Generate, Number, Prompt, Request, user_message
+from finbench.core.types import NUMERICAL, SINGLE, Question
 
 NAME = "finchart-bench"
 HUB_ID = "Tizzzzy/FinChart-Bench"  # a GitHub repository: read from local files only

@@ -23,11 +23,11 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import OPEN_INSTRUCTION, Benchmark, Demo, as_decoded
 from finbench.benchmarks.option_lists import parse_options
 from finbench.benchmarks.recognise import requires_columns
-from finbench.benchmarks.records import (RawRecord, as_text, local_file, missing_columns, open_table, readable_label, select,
-                                        skipped_note)
-from finbench.requests import Choose, Generate, Number, Prompt, Request, user_message
+from finbench.benchmarks.records import (RawRecord, as_text, local_file, missing_columns, open_table, readable_label,
+                                         select, skipped_note)
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, Question
+from finbench.core.requests import Choose, Generate, Number, Prompt, Request, user_message
+from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE, Question
 
 NAME = "finmme"
 HUB_ID = "luojunyu/FinMME"

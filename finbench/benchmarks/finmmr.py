@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark, Demo, Judgement, no_open_prompt, options_not_rendered
+from finbench.benchmarks.finmmr_rule import get_acc, outcome_value, valid_extraction
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, read_table, select
-from finbench.judging import Judging
-from finbench.requests import Generate, Number, Prompt, Request, system_message, user_message
-from finbench.benchmarks.finmmr_rule import get_acc, outcome_value, valid_extraction
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import NUMERICAL, Prediction, Question
+from finbench.core.judging import Judging
+from finbench.core.requests import Generate, Number, Prompt, Request, system_message, user_message
+from finbench.core.types import NUMERICAL, Prediction, Question
+from finbench.sandbox import run_programs, storable
 
 NAME = "finmmr"
 HUB_ID = "addictedLL/FinMMR"  # a GitHub repository: FinMMR is read from local files only
@@ -286,7 +287,6 @@ def rule_judgements(questions: Sequence[Question], predictions: Sequence[Predict
     if protocol != "pot":  # answers given without their text (score --predictions) were extracted elsewhere
         return [_verdict(p.answer, q, "number" if protocol == "constrained" else "rule" if p.generated_text
                          else "answer") for q, p in zip(questions, predictions)]
-    from finbench.sandbox import run_programs, storable
 
     out: list[Judgement] = []
     programs = [extract_program(p.generated_text or p.answer) for p in predictions]

@@ -31,10 +31,10 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.recognise import requires_columns
 from finbench.benchmarks.records import DataError, RawRecord, as_text, local_file, open_table, select
-from finbench.judging import Judging
-from finbench.requests import Choose, Generate, Prompt, Request, user_message
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import OPEN, SINGLE, Prediction, Question
+from finbench.core.judging import Judging
+from finbench.core.requests import Choose, Generate, Prompt, Request, user_message
+from finbench.core.types import OPEN, SINGLE, Prediction, Question
 
 NAME = "mme-finance"
 HUB_ID = "hithink-ai/MME-Finance"

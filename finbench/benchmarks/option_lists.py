@@ -10,7 +10,7 @@ import re
 from typing import Any, Iterable, Mapping
 
 from finbench.benchmarks.records import as_text
-from finbench.types import OPTION_LETTERS
+from finbench.core.types import OPTION_LETTERS
 
 _LETTER_PREFIX = re.compile(r"^\s*\(?([A-N])[\.\):：]\s*")
 

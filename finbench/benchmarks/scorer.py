@@ -37,7 +37,7 @@ def _same_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Scorer:
-    """A benchmark's scoring rule as `score_samples` and `compare_runs` call it (scoring/api.py):
+    """A benchmark's scoring rule as `score_samples` and `compare_runs` call it (scoring/tables.py):
     `build_table(df, variant=..., device=..., **options)` → ScoreTable; `summary(df, table,
     estimates)` → the rule's own fields of the score (counts, side scores); `group_frame(df)` →
     df with derived breakdown columns (e.g. FAMMA's arithmetic × language); `parts` → the parts

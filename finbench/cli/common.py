@@ -21,7 +21,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from finbench.encodable import escape_streams
+from finbench.app.api import MultiRunResult
+from finbench.core.encodable import escape_streams
+from finbench.report.console import last_line, print_run
 
 
 HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
@@ -143,14 +145,11 @@ def stops_in_one_line() -> Iterator[None]:
 def run_and_report(work, verbose_tables: bool = False, notice: str | None = None) -> None:
     """Run, then print each run's compact summary (report/console.py); the last line of all
     repeats model · benchmark · protocol · headline score [CI] · n · errors."""
-    from finbench.api import MultiRunResult
-
     with stops_in_one_line():
         try:
             result = work()
         except (ValueError, OSError, TypeError) as err:
             fail(str(err))
-    from finbench.report.console import last_line, print_run  # after the work: a refused run imports no torch
 
     runs = list(result.runs.values()) if isinstance(result, MultiRunResult) else [result]
     if any(one.samples is None for one in runs):  # a data-parallel rank other than 0: rank 0 reports

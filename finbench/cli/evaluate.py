@@ -8,12 +8,18 @@ from typing import Any, List, Optional
 import typer
 from rich.markup import escape
 
+from finbench.app import api  # by module: a test stands in for api.evaluate
+from finbench.benchmarks import BENCHMARKS
 from finbench.cli.common import (comma_list, console, fail, home, one_line_errors, out_console, run_and_report,
                                  stops_in_one_line)
-from finbench.options import with_options
-from finbench.run_options import OPTIONS, run_flags, sweep_flags
+from finbench.config.options import with_options
+from finbench.config.run_options import OPTIONS, run_flags, sweep_flags
+from finbench.core.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
+from finbench.offline.demo import demo_data, demo_model, demo_options, demos
+from finbench.report.console import print_comparison
+from finbench.report.output import configure_output
+from finbench.runner.lock import folder_lock
 from finbench.studies import study_options  # the studies' flags (no torch: see finbench/studies)
-from finbench.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 # importing the registry: every command starts without torch
 
 DEMO_NOTICE = ("[bold yellow]The demo model is a tiny RANDOM-WEIGHT Qwen2.5-VL built offline: its "
@@ -27,12 +33,9 @@ DEMO_SIZES_HELP = "How much synthetic data (what it counts, and its default, per
 
 class DemoCommand(typer.core.TyperCommand):
     """`demo --help` names every registered benchmark that has a demo and what --n-items counts for
-    each (its `Demo.sizes`), read from the registry only when help is asked for, so that the
-    command itself starts without importing it."""
+    each (its `Demo.sizes`), read from the registry when help is asked for."""
 
     def format_help(self, ctx, formatter) -> None:
-        from finbench.benchmarks import BENCHMARKS
-
         demos = {name: b.demo for name, b in BENCHMARKS.items() if b.demo is not None}
         names = list(demos)
         listed = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
@@ -51,7 +54,7 @@ OVERWRITE_HELP = ("Replace the results of another run (another model, benchmark,
                   "(default: refuse).")
 
 
-@with_options(lambda: run_flags() + study_options())  # every RunConfig option (finbench/run_options.py), every study's
+@with_options(lambda: run_flags() + study_options())  # every RunConfig option (finbench/config/run_options.py), every study's
 def run(
     benchmark: List[str] = typer.Option([DEFAULT_BENCHMARK], help=OPTIONS["benchmark"].help),
     data: List[str] = typer.Option([], help=OPTIONS["data"].help),
@@ -66,18 +69,15 @@ def run(
     import shlex
     import sys
 
-    from finbench.api import benchmark_names, data_sources, evaluate
-    from finbench.report.output import configure_output
-
     configure_output(progress, verbose)
     benchmark, model = comma_list(benchmark), options.pop("model")
     try:
-        sources = data_sources(data, benchmark_names(benchmark)) if data else None
+        sources = api.data_sources(data, api.benchmark_names(benchmark)) if data else None
     except ValueError as err:
         fail(str(err))
     command = shlex.join(["finbench", *sys.argv[1:]])
-    run_and_report(lambda: evaluate(model, benchmark, data=sources, overwrite=overwrite, show_progress=progress,
-                                    console=console, command=command, **options), verbose_tables)
+    run_and_report(lambda: api.evaluate(model, benchmark, data=sources, overwrite=overwrite, show_progress=progress,
+                                        console=console, command=command, **options), verbose_tables)
 
 
 def demo(
@@ -94,10 +94,6 @@ def demo(
 ) -> None:
     """Build (once) a tiny random Qwen2.5-VL and synthetic data of a benchmark, then run the whole
     path offline: data loading, preprocessing, decoding, cache, judging, scoring, reports."""
-    from finbench.api import evaluate
-    from finbench.offline.demo import demo_data, demo_model, demo_options, demos
-    from finbench.runner.lock import folder_lock
-    from finbench.report.output import configure_output
 
     configure_output(progress, verbose)
     benchmark = benchmark.strip().lower()
@@ -116,9 +112,9 @@ def demo(
     if wrote:
         console.print(f"generated synthetic {benchmark} data into {data_path}", markup=False)
     options = demo_options(benchmark, model_dir)
-    run_and_report(lambda: evaluate(str(model_dir), benchmark, data=str(data_path), batch_size=batch_size,
-                                    dtype="float32", device="cpu", out=out, overwrite=overwrite,
-                                    show_progress=progress, console=console, **options),
+    run_and_report(lambda: api.evaluate(str(model_dir), benchmark, data=str(data_path), batch_size=batch_size,
+                                        dtype="float32", device="cpu", out=out, overwrite=overwrite,
+                                        show_progress=progress, console=console, **options),
                    verbose_tables, notice=DEMO_NOTICE)  # once, above the last line: the score it qualifies
 
 
@@ -133,9 +129,7 @@ def sweep(
 ) -> None:
     """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
     and compare every variant against the first."""
-    from finbench.api import make_config
-    from finbench.report.output import configure_output
-    from finbench.sweep import parse_axis, run_sweep
+    from finbench.app.sweep import parse_axis, run_sweep
 
     configure_output(progress, verbose)
     with stops_in_one_line(), one_line_errors():
@@ -146,15 +140,13 @@ def sweep(
             raise ValueError("give either --model or --models, not both")
         axes = {"model": model_list, **{name: parse_axis(comma_list(options.pop(name)), OPTIONS[name].kind)
                                         for name in [o.name for o in sweep_flags() if o.axis]}}
-        base = make_config(model_list[0], **options)
+        base = api.make_config(model_list[0], **options)
         summary = run_sweep(base, axes, options["out"], show_progress=progress, console=console)
     print_sweep(summary, Path(options["out"]))
 
 
 def print_sweep(summary: dict[str, Any], out: Path) -> None:
     """The sweep's comparison, where it wrote it, and each variant that did not run (exit 1)."""
-    from finbench.report.console import print_comparison
-
     print_comparison({**summary["comparison"], "distributions": summary["distributions"],
                       "studies": {v["name"]: v.get("studies") or {} for v in summary["variants"]}}, console=out_console)
     out_console.print(f"wrote {out / 'sweep.json'}, {out / 'report.html'} and {out / 'report.md'}", markup=False)

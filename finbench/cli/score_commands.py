@@ -1,5 +1,5 @@
 """What `finbench score` and `finbench compare` print: the scoring of finished run folders
-(finbench/runs.py computes and writes; nothing here scores) drawn as rich tables
+(finbench/app/runs.py computes and writes; nothing here scores) drawn as rich tables
 (report/console.py), plus the lines under them. Imported only after the CLI's own checks, so that a
 refusal imports no torch."""
 
@@ -11,11 +11,12 @@ from typing import Any, Sequence
 
 from rich.markup import escape
 
-from finbench.encodable import write_text
-from finbench.report.console import as_console, print_comparison, print_scores
+from finbench.app.runs import compare_run_dirs, load_samples, score_run, write_json
 from finbench.benchmarks.metrics import OFFICIAL
+from finbench.core.encodable import write_text
+from finbench.report.console import as_console, print_comparison, print_scores
+from finbench.scoring.agreement import agreement_lines, judge_agreement
 from finbench.scoring.predictions import score_predictions
-from finbench.runs import compare_run_dirs, load_samples, score_run, write_json
 
 
 def score_command(run_dir: Path, variant: str = OFFICIAL.name, n_bootstrap: int = 1000, seed: int = 0,
@@ -61,8 +62,6 @@ def judge_agreement_command(run_dirs: Sequence[Path], out: Path | None = None, n
                             console: Any = None) -> dict[str, Any]:
     """`finbench judge-agreement RUN_A RUN_B`: print the agreement, and write its JSON to `out`
     when given (nothing is written into a run folder unasked, as `compare`)."""
-    from finbench.scoring.agreement import agreement_lines, judge_agreement
-
     run_dirs = [Path(d) for d in run_dirs]
     if len(run_dirs) != 2:
         raise ValueError("judge-agreement compares exactly two run folders")

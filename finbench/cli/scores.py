@@ -9,9 +9,12 @@ from typing import List, Optional
 
 import typer
 
+from finbench.app.leaderboard import FORMATS, build, print_board, write
+from finbench.benchmarks import check_protocol, get_benchmark
 from finbench.cli.common import console, fail, one_line_errors, out_console
-from finbench.run_options import UNSAFE_SANDBOX_HELP
-from finbench.types import DEFAULT_BENCHMARK
+from finbench.config.run_options import UNSAFE_SANDBOX_HELP
+from finbench.core.types import DEFAULT_BENCHMARK
+from finbench.report.html import write_report
 
 
 def score(
@@ -47,8 +50,6 @@ def score(
             score_command(run_dir, variant, bootstrap, seed, console=out_console)
         return
     if data is not None and predictions is not None:
-        from finbench.benchmarks import check_protocol, get_benchmark  # the registry imports no torch
-
         with one_line_errors():
             check_protocol(get_benchmark(benchmark), protocol)  # a typo refused before the scorer's imports
             from finbench.cli.score_commands import predictions_command
@@ -110,10 +111,8 @@ def _check_runs(run_dirs: List[Path], bootstrap: int) -> None:
 def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
     """(Re)build RUN_DIR/report.html and report.md from results.json and samples.parquet (or a
     sweep folder's from its sweep.json)."""
-    from finbench.report.html import write_report
-
     if (run_dir / "sweep.json").exists():
-        from finbench.sweep import write_sweep
+        from finbench.app.sweep import write_sweep
 
         with one_line_errors(str(run_dir)):
             write_sweep(run_dir, json.loads((run_dir / "sweep.json").read_text()))
@@ -140,7 +139,6 @@ def leaderboard(
     for run_dir in run_dirs:  # before the board's imports (torch): a mistyped folder is refused at once
         if not run_dir.exists():
             fail(f"{run_dir}: not a finbench run folder (no results.json), nor a folder of run folders")
-    from finbench.leaderboard import FORMATS, build, print_board, write
 
     for path in out:
         if path.suffix not in FORMATS:

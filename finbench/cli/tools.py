@@ -8,8 +8,13 @@ from typing import Optional
 
 import typer
 
+from finbench.app.datacheck import check_data, print_check
+from finbench.benchmarks import BENCHMARKS, describe
 from finbench.cli.common import fail, one_line_errors, out_console
-from finbench.types import DEFAULT_BENCHMARK
+from finbench.core.types import DEFAULT_BENCHMARK
+from finbench.offline.like import make_tiny_like
+from finbench.offline.tiny import TINY_FAMILIES, make_tiny
+from finbench.offline.tiny_quant import TINY_QUANT_FORMATS, make_tiny_quantized
 
 
 def data_check(
@@ -20,8 +25,6 @@ def data_check(
     """Validate a benchmark's data without a model: every record's fields, every image, and the
     counts per split, task or domain and question type. Exit code 0: clean; 1: some records or
     images would be per-sample errors; 2: the data cannot be read at all."""
-    from finbench.datacheck import check_data, print_check
-
     with one_line_errors():
         report = check_data(benchmark, path)
     print_check(report, out_console)
@@ -30,12 +33,10 @@ def data_check(
 
 
 class MakeTinyCommand(typer.core.TyperCommand):
-    """`make-tiny --help` lists the families; the list is read only when help is asked for, so that
-    every other command starts without importing the model package (torch: seconds)."""
+    """`make-tiny --help` lists the families the offline builders know (finbench/offline/tiny.py,
+    torch-free until a build starts), added to the help text when help is asked for."""
 
     def format_help(self, ctx, formatter) -> None:
-        from finbench.offline.tiny import TINY_FAMILIES
-
         if "Families:" not in (self.help or ""):
             self.help = f"{self.help}\n\nFamilies: {', '.join(TINY_FAMILIES)}."
         super().format_help(ctx, formatter)
@@ -55,9 +56,6 @@ def make_tiny_command(
                                         "size, shrink only widths and depths."),
 ) -> None:
     """Build a tiny random-weight model of a real architecture, offline, loadable like a checkpoint."""
-    from finbench.offline.tiny import TINY_FAMILIES, make_tiny
-    from finbench.offline.tiny_quant import TINY_QUANT_FORMATS
-
     if family not in TINY_FAMILIES:
         fail(f"unknown family {family!r}; available: {', '.join(TINY_FAMILIES)}")
     if quant is not None and quant not in TINY_QUANT_FORMATS:
@@ -68,8 +66,6 @@ def make_tiny_command(
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
         fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
     if like is not None:
-        from finbench.offline.like import make_tiny_like
-
         if thinking:
             fail("--thinking: with --like the chat template is the checkpoint's own")
         if quant is not None:
@@ -80,8 +76,6 @@ def make_tiny_command(
         return
     with one_line_errors():
         if quant is not None:
-            from finbench.offline.tiny_quant import make_tiny_quantized
-
             path = make_tiny_quantized(family, out_dir, quant, seed=seed)
         else:
             path = make_tiny(family, out_dir, seed=seed, thinking=thinking)
@@ -94,7 +88,7 @@ def list_models() -> None:
     (hub ids) of each architecture."""
     from rich.table import Table
 
-    from finbench.models import FAMILIES
+    from finbench.models.families import FAMILIES
 
     table = Table("family", "model_type", "thinking", "quantization", "max images", "device preprocess",
                   "FLOP count")
@@ -125,8 +119,6 @@ def list_models() -> None:
 
 def benchmarks() -> None:
     """Benchmarks finbench can run: data forms, protocols and metrics."""
-    from finbench.benchmarks import BENCHMARKS, describe
-
     for benchmark in BENCHMARKS.values():
         info = describe(benchmark)
         out_console.print(f"[bold]{info['name']}[/]: {info['title']} (hub: {info['hub']})")

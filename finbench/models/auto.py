@@ -1,6 +1,6 @@
 """The generic family (`--family auto`): any vision-language checkpoint transformers loads with
 `AutoModelForImageTextToText` + `AutoProcessor`, chosen for every `model_type` no specific family
-claims (models/__init__.py `family_for`).
+claims (models/families.py `family_for`).
 
 What differs from the specific families' adapter (models/base.py):
 - compute goes through the model's own generation code, not its decoder stack: the prefill and
@@ -35,11 +35,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from finbench.core.types import ModelRequest
 from finbench.models.base import DecodeState, HFVisionLanguageModel
+from finbench.models.compaction import greedy_ids
 from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.generation import generated_counts
 from finbench.models.inputs import ModelInputs
-from finbench.types import ModelRequest
 
 THINKING_SWITCH = "enable_thinking"  # the chat-template variable every thinking template here reads
 # (open tag, close tag) of the thinking blocks the released templates use; the close tag must be
@@ -278,8 +279,6 @@ class AutoVLM(HFVisionLanguageModel):
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
         """Free generation through the decoding loop (greedy, or sampled with a temperature > 0).
         Ctrl-C keeps no row: the loop holds its tokens until it returns."""
-        from finbench.models.compaction import greedy_ids
-
         stops = sorted(set(self.stop_token_ids()) | ({self.pad_token_id} if self.pad_token_id is not None else set()))
         sample = dict(sampling or {}) if float((sampling or {}).get("temperature") or 0) > 0 else None
         try:
@@ -289,8 +288,6 @@ class AutoVLM(HFVisionLanguageModel):
         return self.decode(new_tokens), generated_counts(new_tokens, stops)
 
     def generate_ids(self, inputs: Any, max_new_tokens: int, stop_token_ids: Sequence[int]) -> torch.Tensor:
-        from finbench.models.compaction import greedy_ids
-
         return greedy_ids(self, inputs, max_new_tokens, stop_token_ids)
 
     @torch.inference_mode()

@@ -29,20 +29,21 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
+from finbench.core.types import ModelRequest
 from finbench.kernels.option_logits import combine_spellings, masked_log_softmax, project_rows
-import finbench.models.static_decode as static_decode
+from finbench.models.compile import compile_language_model, compile_vision_blocks
 from finbench.models.contract import Capabilities, GenerationInterrupted
 from finbench.models.fast_paths import FastPaths, last_real, right_aligned
-# the decode helpers and the loading functions live in their own files; named here for the families
-from finbench.models.generation import (DECODE_ATTENTION_CUDA, DecodeState, cache_of, decode_attention,  # noqa: F401
-                                        finished_rows, generated_counts, hf_generate, interrupted, last_tokens)
-from finbench.models.inputs import ModelInputs, pinned  # noqa: F401
-from finbench.models.identity import file_sha256, fingerprint_of, weights_digest  # noqa: F401
-from finbench.models.loading import attention_implementation, load_auto, resolve_device, resolve_dtype  # noqa: F401
+from finbench.models.flops import flops_from_batch
+from finbench.models.generation import DecodeState, cache_of, decode_attention, hf_generate, interrupted
+from finbench.models.identity import fingerprint_of
+from finbench.models.inputs import ModelInputs
+from finbench.models.loading import load_auto
 from finbench.models.padding import pad_gemm_widths
 from finbench.models.part_timing import PartClock
+from finbench.models.quant import storage_bytes
+import finbench.models.static_decode as static_decode
 from finbench.models.tokens import end_token_ids, reserved_token_ids, single_token_ids, stop_token_ids
-from finbench.types import ModelRequest
 
 
 # LM-head rows a constrained decoder projects onto (letters in two spellings, separator, ends):
@@ -161,7 +162,6 @@ class HFVisionLanguageModel:
         that declares `flop_count`; None ("not counted") for the others."""
         if not self.capabilities.flop_count:
             return None
-        from finbench.models.flops import flops_from_batch
 
         return float(flops_from_batch(self.model.config, inputs["attention_mask"].sum(1), inputs.get("image_grid_thw"),
                                       lm_head_rows=PROJECTED_HEAD_ROWS)["total"])
@@ -383,8 +383,6 @@ class HFVisionLanguageModel:
     def compile_vision(self) -> dict[str, int]:
         """`--compile-vision`: torch.compile the vision tower's repeated blocks in place
         (models/compile.py); idempotent. Returns {block class: count}, {} when there are none."""
-        from finbench.models.compile import compile_vision_blocks
-
         if not self.compiled_blocks:
             self.compiled_blocks = compile_vision_blocks(self.model)
         return self.compiled_blocks
@@ -392,8 +390,6 @@ class HFVisionLanguageModel:
     def compile_language_model(self) -> dict[str, int]:
         """`--compile-lm`: torch.compile the language model's RMSNorm, MLP and rotary modules in place
         (models/compile.py); idempotent. {} when the adapter has no transformers language model."""
-        from finbench.models.compile import compile_language_model
-
         language_model = self._language_model()
         if not self.compiled_language_model and language_model is not None:
             self.compiled_language_model = compile_language_model(language_model)
@@ -402,8 +398,6 @@ class HFVisionLanguageModel:
     # ---- bookkeeping --------------------------------------------------------------------------
     def memory_footprint(self) -> int | None:  # bytes of the weights and buffers (quantized: what they store)
         if self.quant != "none":
-            from finbench.models.quant import storage_bytes
-
             return storage_bytes(self.model)
         return int(self.model.get_memory_footprint())
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import torch
 
 from finbench.kernels.compaction import compaction_due, live_rows, worth_compacting
-from finbench.sampling import next_tokens
+from finbench.models.sampled_decoding import next_tokens
 
 if TYPE_CHECKING:
     from finbench.models.contract import ModelAdapter
@@ -29,7 +29,7 @@ def greedy_ids(model: "ModelAdapter", inputs: Any, budget: int, stop_token_ids: 
     """Greedy token ids [B, ≤ budget] after each prompt of `inputs` (a prepared batch on the device),
     a row stopping at any of `stop_token_ids` (its later positions hold the pad token): the result
     of `generate_ids`. `every`: steps between compactions (0: never compact). `sampling`
-    (temperature > 0, top_p, top_k) draws each token instead (finbench/sampling.py `next_tokens`)."""
+    (temperature > 0, top_p, top_k) draws each token instead (finbench/models/sampled_decoding.py `next_tokens`)."""
     hidden, state = model.prefill(inputs)
     device = hidden.device
     head = model.output_rows(torch.arange(model.vocabulary_size(), device=device))

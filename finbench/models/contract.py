@@ -17,10 +17,10 @@ from typing import Any, Callable, ContextManager, Protocol, Sequence, runtime_ch
 
 import torch
 
+from finbench.core.types import MULTI, NUMERICAL, SINGLE, ModelRequest
 from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
 from finbench.models.quant import QUANT_CHOICES
-from finbench.types import MULTI, NUMERICAL, SINGLE, ModelRequest
 
 # a family that can load checkpoints shipped quantized (config.json's quantization_config) lists it
 PREQUANTIZED = "prequantized"

@@ -33,13 +33,14 @@ from typing import Any, ContextManager, Sequence
 import numpy as np
 import torch
 
-from finbench.models.base import (DecodeState, HFVisionLanguageModel, decode_attention, generated_counts, resolve_device,
-                                  resolve_dtype)
-from finbench.models.inputs import ModelInputs
-from finbench.models.part_timing import PartClock
+from finbench.core.types import ModelRequest
+from finbench.models.base import DecodeState, HFVisionLanguageModel, decode_attention
 from finbench.models.contract import Capabilities
 from finbench.models.deepseek_vl2_model import NEWLINE, SEPARATOR, DeepseekVL2Config, DeepseekVL2Model, load_checkpoint
-from finbench.types import ModelRequest
+from finbench.models.generation import generated_counts
+from finbench.models.inputs import ModelInputs
+from finbench.models.loading import resolve_device, resolve_dtype
+from finbench.models.part_timing import PartClock
 
 IMAGE_TOKEN = "<image>"
 BOS, EOS, PAD = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"

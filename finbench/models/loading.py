@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from finbench.models.quant import plan_quantization
+
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
@@ -50,8 +52,6 @@ def load_auto(cls: Any, source: str, *, dtype: str = "auto", device: str = "auto
     Quantization (`--quant`, or the checkpoint's own format `declared` in config.json, as read
     at start-up) follows models/quant.py's plan."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
-
-    from finbench.models.quant import plan_quantization
 
     target = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, target)

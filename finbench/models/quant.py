@@ -26,8 +26,10 @@ from typing import Any
 
 import torch
 
+from finbench.core.types import QUANT_CHOICES  # the names: checked at start-up without torch
 from finbench.models.library_logs import quiet_library_import
-from finbench.types import QUANT_CHOICES  # the names: checked at start-up without torch
+import finbench.models.quant_checkpoint as quant_checkpoint
+from finbench.models.quant_checkpoint import DEQUANTIZED, serve_fp8_blocks
 
 # the model parts a name belongs to (the families' module trees: Qwen-VL `model.visual`, InternVL-hf
 # `model.vision_tower` + `model.multi_modal_projector`, all `model.language_model` and `lm_head`)
@@ -341,8 +343,6 @@ class QuantPlan:
     def finish(self, model: torch.nn.Module, device: torch.device) -> tuple[str, dict[str, Any] | None]:
         """Quantize what is applied after loading, serve FP8 blocks, inspect; returns (label,
         report). A load whose label would not be true raises one ValueError line."""
-        from finbench.models.quant_checkpoint import DEQUANTIZED, serve_fp8_blocks
-
         if self.checkpoint is None and self.quant == "none":
             return "none", None
         fmt: dict[str, Any]
@@ -390,8 +390,6 @@ def plan_quantization(source: str, quant: str, device: torch.device, dtype: torc
     """The plan of a load, or one ValueError line when it cannot be honoured here (checked before
     any weights are read). `declared`: the checkpoint's own quantization as start-up read it from
     config.json (models/quant_checkpoint.py; `...`: read it here)."""
-    import finbench.models.quant_checkpoint as quant_checkpoint
-
     checkpoint = quant_checkpoint.declared_quantization(source) if declared is ... else declared
     refused = quant_refusal(source, quant, device, allow_dequantized, declared=checkpoint)
     if refused:
@@ -409,8 +407,6 @@ def quant_refusal(source: str, quant: str, device: torch.device, allow_dequantiz
                   declared: Any = ...) -> str | None:
     """Why this (model, --quant, device) cannot load as asked, in one line, from config.json alone
     (`declared` as read already, or `...`: read it here)."""
-    import finbench.models.quant_checkpoint as quant_checkpoint
-
     checkpoint = quant_checkpoint.declared_quantization(source) if declared is ... else declared
     if checkpoint is not None:
         if quant != "none":

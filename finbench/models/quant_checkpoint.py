@@ -62,7 +62,7 @@ class CheckpointQuant:
 def read_config_json(source: str) -> dict[str, Any] | None:
     """config.json of a local folder, or of a hub id in the local Hugging Face cache (offline, never
     a download), as a dict; None when neither is at hand or it is not a JSON object. The one reader
-    of a checkpoint's config.json (models/__init__.py `read_checkpoint` reads it once per load)."""
+    of a checkpoint's config.json (models/families.py `read_checkpoint` reads it once per load)."""
     path = Path(source) / "config.json"
     if not path.is_file() and not Path(source).exists():
         try:

@@ -2,7 +2,7 @@
 weights load: the family's module tree built from config.json on the meta device (no weights, no
 memory), walked with the rule the load applies (models/quant.py `would_quantize`) and counted as
 the loaded model's inspection counts (`inspect_quantization`). A sweep refuses every variant whose
-share is below `MIN_QUANTIZED_SHARE` in one message, before its first variant runs (finbench/sweep.py).
+share is below `MIN_QUANTIZED_SHARE` in one message, before its first variant runs (finbench/app/sweep.py).
 
 What the module tree cannot tell (a checkpoint that is not a transformers architecture, remote
 code) is left to the load, which inspects the real model and refuses there."""

@@ -25,12 +25,12 @@ from typing import Any, Sequence
 
 import torch
 
-from finbench.models.base import FINBENCH_KEYS, DecodeState, HFVisionLanguageModel, pinned
+from finbench.core.types import ModelRequest
+from finbench.models.base import FINBENCH_KEYS, DecodeState, HFVisionLanguageModel
 from finbench.models.contract import Capabilities
 from finbench.models.fast_paths import PATHS
-from finbench.models.inputs import ModelInputs
+from finbench.models.inputs import ModelInputs, pinned
 from finbench.models.vision_attention import install as install_vision_attention
-from finbench.types import ModelRequest
 
 
 IMAGE_PAD = "<|image_pad|>"

@@ -30,9 +30,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable
 
+from finbench.core.types import ModelRequest
 from finbench.models.contract import Capabilities
 from finbench.models.qwen3_vl import Qwen3VL
-from finbench.types import ModelRequest
 
 
 class Qwen35(Qwen3VL):

@@ -37,14 +37,14 @@ from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
-from finbench.models.contract import Capabilities, ModelUnavailable
+from finbench.core.types import OPTION_LETTERS, SINGLE, ModelRequest
+from finbench.models.contract import Capabilities, GenerationInterrupted, ModelUnavailable
 from finbench.models.inputs import ModelInputs
 from finbench.models.part_timing import PartClock
 from finbench.models.served_bodies import (TOP_LOGPROBS, ServedRow, decision_body, generation_settings,
                                           logprobs_body, logprobs_of_letters, option_logprobs, prompt_part_text,
                                           served_row)
-from finbench.models.served_client import ClientSettings, ServedClient, ServedError
-from finbench.types import OPTION_LETTERS, SINGLE, ModelRequest
+from finbench.models.served_client import ClientSettings, Interrupted, ServedClient, ServedError
 
 CHAT_PATH = "/chat/completions"
 DECISION_PATHS = ("/systemone", "/decisions")  # transformers serve and llama.cpp; SGLang
@@ -240,12 +240,9 @@ class ServedModel:
                  sampling: dict[str, Any] | None = None) -> tuple[list[str], list[int]]:
         """Free text of each row from /v1/chat/completions: greedy (temperature 0) unless `sampling`
         gives a temperature. Ctrl-C keeps the rows that had finished (`GenerationInterrupted`)."""
-        from finbench.models.contract import GenerationInterrupted
-        from finbench.models.served_client import Interrupted
-
         body = generation_settings(max_new_tokens, sampling)
         rows = inputs["finbench_rows"]
-        # a sampled row's seed is drawn from the run's seed stream (finbench/sampling.py has made it
+        # a sampled row's seed is drawn from the run's seed stream (finbench/models/sampled_decoding.py has made it
         # current), one per row: a rerun with the same --seed asks the server for the same samples
         first = int(torch.randint(0, 2**31 - len(rows), (1,))) if body["temperature"] > 0 else None
         seeded = [{**body, "seed": first + k} if first is not None else body for k in range(len(rows))]

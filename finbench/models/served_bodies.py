@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from finbench.core.types import OPTION_LETTERS, ModelRequest
 from finbench.models.served_client import ServedError
-from finbench.types import OPTION_LETTERS, ModelRequest
 
 TOP_LOGPROBS = 20  # the most vLLM and SGLang return by default (vLLM: --max-logprobs)
 MAX_ASSETS = 4  # images per System One request

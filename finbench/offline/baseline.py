@@ -8,9 +8,9 @@ import re
 import time
 from typing import Any, Sequence
 
-from finbench.runner.requests import model_request
 from finbench.benchmarks.base import Benchmark
-from finbench.types import Question
+from finbench.core.types import Question
+from finbench.runner.run_requests import model_request
 
 BASELINE_NEW_TOKENS = 32
 BASELINE_PATTERN = re.compile(r"(?i)Answer\s*:\s*([A-N](?:\s*,\s*[A-N])*|-?[\d.]+)")

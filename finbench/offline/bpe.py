@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from finbench.types import OPTION_LETTERS
+from finbench.core.types import OPTION_LETTERS
 
 TINY_MARKER = "finbench_tiny.json"
 TINY_NOTE = "random weights: outputs are chance level"

@@ -19,7 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from finbench.types import RESULTS_FILE
+from finbench.app.api import make_config, refuse_other_results
+from finbench.benchmarks import BENCHMARKS, get_benchmark
+from finbench.core.types import RESULTS_FILE
+from finbench.offline.tiny import make_tiny
+from finbench.runner.lock import folder_lock
 
 DEMO_MAX_NEW_TOKENS = 16  # a random model's free text is noise: a few tokens show the path
 DEMO_MODEL = "tiny-qwen2.5-vl"  # the demo's model, built once into FINBENCH_HOME (cli.demo)
@@ -27,8 +31,6 @@ DEMO_MODEL = "tiny-qwen2.5-vl"  # the demo's model, built once into FINBENCH_HOM
 
 def demos() -> list[str]:
     """The benchmarks that have a demo."""
-    from finbench.benchmarks import BENCHMARKS
-
     return [name for name, benchmark in BENCHMARKS.items() if benchmark.demo is not None]
 
 
@@ -37,9 +39,6 @@ def demo_model(home: Path, announce: Callable[[Path], None] = lambda folder: Non
     lock: a second process sharing the home waits, then reuses the build. Built beside its folder and
     renamed into place, so a build killed half way leaves no folder that looks finished."""
     import shutil
-
-    from finbench.offline.tiny import make_tiny
-    from finbench.runner.lock import folder_lock
 
     model_dir = home / DEMO_MODEL
     with folder_lock(home, "FINBENCH_HOME", wait=True):
@@ -61,8 +60,6 @@ def demo_data(benchmark: str, home: Path, out: Path, n_items: int | None = None,
     """(where the demo's data is, whether it was written now); written once per size. A demo
     whose run `out` would refuse (it holds another run's results, and not `overwrite`) raises
     that refusal here, before its data is written into OUT/data: a refusal writes nothing."""
-    from finbench.benchmarks import get_benchmark
-
     demo = get_benchmark(benchmark).demo
     folder = home if demo.in_home else out / "data"
     if not overwrite and not demo.in_home and (out / RESULTS_FILE).is_file():
@@ -75,8 +72,6 @@ def _refuse_other_results(benchmark: str, home: Path, out: Path, folder: Path, d
     its data path found by writing the data into a scratch folder first."""
     import tempfile
 
-    from finbench.api import make_config, refuse_other_results
-
     with tempfile.TemporaryDirectory() as scratch:
         written, _ = demo.write(Path(scratch), n_items)
         data = folder / written.relative_to(scratch)
@@ -88,8 +83,6 @@ def _refuse_other_results(benchmark: str, home: Path, out: Path, folder: Path, d
 
 def demo_options(benchmark: str, model_dir: Path) -> dict[str, Any]:
     """evaluate() options of the demo (FinMME's demo keeps the defaults it always had)."""
-    from finbench.benchmarks import get_benchmark
-
     demo = get_benchmark(benchmark).demo
     options: dict[str, Any] = {"max_new_tokens": DEMO_MAX_NEW_TOKENS} if demo.short_generation else {}
     if demo.self_judge:

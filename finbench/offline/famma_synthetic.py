@@ -18,6 +18,9 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from finbench.offline.charts import NUMERICAL, SINGLE
+from finbench.offline.finmme_synthetic import charts_context, synthetic_chart
+
 N_IMAGES = 7
 COLUMNS = ("idx", "question_id", "context", "question", "options", *(f"image_{n}" for n in range(1, N_IMAGES + 1)),
            "image_type", "answers", "explanation", "topic_difficulty", "question_type", "subfield", "language",
@@ -85,9 +88,6 @@ def chart_records(n_main: int = 12, seed: int = 0, start: int = 0) -> list[dict[
     with `<image_1>`, a multiple-choice sub-question and an open numerical one sharing it (the
     second without context or images of its own, as on the hub), cycling through languages,
     difficulties and subfields. Gold answers are read off each chart."""
-    from finbench.offline.charts import NUMERICAL, SINGLE
-    from finbench.offline.finmme_synthetic import charts_context, synthetic_chart
-
     out = []
     with charts_context():
         for k in range(n_main):

@@ -20,7 +20,8 @@ from finbench.offline.tiny_auto_texts import (GEMMA4_CHAT_TEMPLATE, GEMMA4_NAMED
                                               MINICPMV46_CHAT_TEMPLATE, MINICPMV46_NAMED, MINICPMV46_SPECIAL,
                                               MISTRAL3_CHAT_TEMPLATE, MISTRAL3_SPECIAL, SMOLVLM_CHAT_TEMPLATE,
                                               SMOLVLM_SPECIAL)
-from finbench.offline.tiny_families import _HEAD_DIM, _Built, _image_processor_class, _padded_vocab, _text_dims
+from finbench.offline.tiny_families import (_HEAD_DIM, _Built, _build_internvl, _image_processor_class, _padded_vocab,
+                                            _text_dims)
 
 PLAIN_WORDS = ("system", "user", "assistant", "model", "thought", "User", "Assistant")
 
@@ -110,8 +111,6 @@ def build_glm46v(hidden_size: int, max_pixels: int, vision_hidden: int) -> _Buil
 def build_internvl35(hidden_size: int, max_pixels: int, vision_hidden: int) -> _Built:
     """InternVL3.5 (`-hf`): the InternVL tiny build with a Qwen3 language model (head_dim, q/k norm)."""
     from transformers import InternVLConfig, InternVLForConditionalGeneration, Qwen3Config
-
-    from finbench.offline.tiny_families import _build_internvl
 
     built = _build_internvl(hidden_size, max_pixels, vision_hidden)
     old = built.model.config

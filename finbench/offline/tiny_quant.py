@@ -30,6 +30,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from finbench.models.library_logs import quiet_library_import
+from finbench.offline.bpe import TINY_MARKER
+from finbench.offline.tiny import make_tiny
+
 QUANT_HIDDEN = 256
 QUANT_VISION_HIDDEN = 128
 BLOCK = 128
@@ -51,8 +55,6 @@ _KEEP = ("lm_head", "visual", "vision_tower", "vision_model", "multi_modal_proje
 
 def make_tiny_quantized(family: str, out_dir: str | Path, fmt: str, seed: int = 0) -> Path:
     """Build a tiny `family` checkpoint into `out_dir` in quantization format `fmt`."""
-    from finbench.offline.tiny import make_tiny
-
     if fmt not in TINY_QUANT_FORMATS:
         raise ValueError(f"--quant {fmt}: tiny builds exist for {', '.join(TINY_QUANT_FORMATS)}")
     package = _PACKAGES.get(fmt.split("-")[0])
@@ -77,8 +79,6 @@ def make_tiny_quantized(family: str, out_dir: str | Path, fmt: str, seed: int = 
 
 
 def _mark(out: Path, fmt: str) -> None:
-    from finbench.offline.bpe import TINY_MARKER
-
     marker = out / TINY_MARKER
     meta = json.loads(marker.read_text(encoding="utf-8")) if marker.is_file() else {}
     meta["quant"] = {"format": fmt, "layout": TINY_QUANT_FORMATS[fmt]}
@@ -219,8 +219,6 @@ def _bnb(bits: int) -> Callable[[Path, Path], None]:
 def _torchao_int8wo(source: Path, out: Path) -> None:
     import torch
     from transformers import AutoModelForImageTextToText, TorchAoConfig
-
-    from finbench.models.library_logs import quiet_library_import
 
     with quiet_library_import():
         from torchao.quantization import Int8WeightOnlyConfig

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from finbench.report.format import pct
 from finbench.benchmarks.metrics import ACCURACY
+from finbench.core.formatting import pct
 
 LABELS = {"constant_baseline": "constant answer", "macro_recall": "macro-recall", "min_recall": "lowest label recall"}
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from finbench.benchmarks.metrics import ACCURACY, SCORE
 from finbench.report.balance import balance_line
 from finbench.report.format import (bootstrap_label, headline_score, metric_of, part_cells, plural, power_line,
                                      sampled_label, score_text, scored_by, scored_parts)
 from finbench.report.run_sections import clustered_line, cost_line
-from finbench.report.studies import baseline_line, study_lines
-from finbench.benchmarks.metrics import ACCURACY, SCORE
+from finbench.report.studies import baseline_line, compare_rows, study_lines
 
 MAX_ERROR_KINDS = 3  # error messages named on the errors line; results.json has them all
 RAW_METRICS = {"kl"}  # shown as they are; every other value printed is on 0–1 (a headline metric) and shown ×100
@@ -375,8 +375,6 @@ DISAGREEMENTS_SHOWN = 10  # rows of the console table (the JSON lists them all, 
 def _print_robustness(con: Any, result: dict[str, Any]) -> None:
     """The studies side by side, and the items where two protocols' answers differ."""
     from rich.table import Table
-
-    from finbench.report.studies import compare_rows
 
     header, rows = compare_rows(result["studies"]) if result.get("studies") else (["run"], [])
     shown = [0] + [i for i in range(1, len(header)) if any(row[i] != "–" for row in rows)]  # no column of dashes

@@ -8,10 +8,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from finbench.benchmarks.declared import (declared_parts, declared_scorer, metric_label, metric_labels,  # noqa: F401
-                                          metric_of, penalties)
+from finbench.benchmarks.declared import declared_parts, declared_scorer, metric_of
 from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, Metric
-from finbench.formatting import pct  # noqa: F401 — the reports' number format, below the studies that share it
 
 if TYPE_CHECKING:
     from finbench.benchmarks.parts import Part
@@ -181,7 +179,7 @@ def delta_text(row: dict[str, Any]) -> str:
 
 
 def bootstrap_label(scores: dict[str, Any]) -> str:
-    """What the headline CIs are, as every report names them (scoring/api.py `score_samples`'
+    """What the headline CIs are, as every report names them (scoring/tables.py `score_samples`'
     `bootstrap`): '95% CI (percentile bootstrap ×1000, clusters resampled)'; 'CI' without one."""
     found = scores.get("bootstrap") or {}
     if not found:

@@ -25,18 +25,21 @@ import re
 from pathlib import Path
 from typing import Any
 
-from finbench.encodable import write_text
-from finbench.report.format import (bootstrap_label, headline_score, metric_labels, num, part_cells, pct, penalties,
-                                    power_line, quantization_study, scored_by, scored_parts)
+from finbench.benchmarks.declared import metric_labels, penalties
+from finbench.benchmarks.metrics import ACCURACY
+from finbench.core.encodable import write_text
+from finbench.core.formatting import pct
+from finbench.core.types import OPTION_LETTERS
 from finbench.report.balance import balance_sections
-from finbench.report.run_sections import run_sections
-from finbench.report.studies import baseline_line, compare_rows, study_sections
-from finbench.report.thumbnails import read_thumbnails
+from finbench.report.format import (bootstrap_label, headline_score, num, part_cells, power_line, quantization_study,
+                                    scored_by, scored_parts)
+from finbench.report.markdown import write_markdown
 from finbench.report.plots import (breakdown_figure, flip_figure, headline_figure, kl_figure, leaderboard_figure,
                                    part_figure, png_uri, reasoning_figure, reliability_figure, selective_figure,
                                    stages_figure, tradeoff_figure)
-from finbench.benchmarks.metrics import ACCURACY
-from finbench.types import OPTION_LETTERS
+from finbench.report.run_sections import run_sections
+from finbench.report.studies import baseline_line, compare_rows, study_sections
+from finbench.report.thumbnails import read_thumbnails
 
 MAX_BROWSER_ROWS = 5000  # beyond this the page gets slow; the rest is in samples.parquet
 TEMPLATES = Path(__file__).parent / "templates"
@@ -61,8 +64,6 @@ def _script_json(payload: Any) -> str:
 def write_report(run_dir: str | Path) -> Path:
     """Render RUN_DIR/report.html (and RUN_DIR/report.md) from the run's results and samples."""
     import pandas as pd
-
-    from finbench.report.markdown import write_markdown
 
     run_dir = Path(run_dir)
     results = json.loads((run_dir / "results.json").read_text())
@@ -204,7 +205,7 @@ def sweep_figures(summary: dict[str, Any]) -> dict[str, Any]:
 
 # ---- leaderboard ----------------------------------------------------------------------------
 def write_leaderboard_report(board: dict[str, Any], path: str | Path) -> Path:
-    """A self-contained, sortable leaderboard page (finbench/leaderboard.py builds `board`)."""
+    """A self-contained, sortable leaderboard page (finbench/app/leaderboard.py builds `board`)."""
     path = Path(path)
     benchmarks = list(dict.fromkeys(r["benchmark"] for r in board["rows"]))
     by_benchmark = []

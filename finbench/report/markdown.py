@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from finbench.encodable import write_text
-from finbench.report.format import (also_text, bootstrap_label, delta_text, headline_score, interval_text, metric_label,
-                                    num, part_cells, pct, penalties, power_line, quantization_study, sampled_label,
-                                    score_text, scored_by, scored_parts)
-from finbench.report.balance import balance_sections
+from finbench.benchmarks.declared import metric_label, penalties
 from finbench.benchmarks.metrics import ACCURACY, SCORE
+from finbench.core.encodable import write_text
+from finbench.core.formatting import pct
+from finbench.report.balance import balance_sections
+from finbench.report.format import (also_text, bootstrap_label, delta_text, headline_score, interval_text, num,
+                                    part_cells, power_line, quantization_study, sampled_label, score_text, scored_by,
+                                    scored_parts)
 from finbench.report.run_sections import run_sections
 from finbench.report.studies import baseline_line, compare_rows, study_sections
 

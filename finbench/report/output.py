@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
+from finbench.models.library_logs import hub_into_run_log, keep_in_run_log, loguru_into_run_log
+
 
 def configure_output(progress: bool, verbose: bool) -> None:
     """Quiet by default: library warnings go to run.log and are shown once each, the quantization
@@ -52,8 +54,6 @@ is imported here."""
         warnings.simplefilter("always")  # every occurrence reaches run.log; the console filter keeps one
     logging.getLogger("py.warnings").addHandler(shown)
     if not verbose:
-        from finbench.models.library_logs import hub_into_run_log, keep_in_run_log, loguru_into_run_log
-
         shown.addFilter(_not_library_chatter)
         keep_in_run_log(QUIET_LOGGERS)  # their lines go to run.log (through finbench's log), not the console
         loguru_into_run_log()  # compressed-tensors logs through loguru

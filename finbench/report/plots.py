@@ -10,8 +10,9 @@ import io
 import math
 from typing import TYPE_CHECKING, Any
 
-from finbench.report.format import metric_label, pct, penalties
+from finbench.benchmarks.declared import metric_label, penalties
 from finbench.benchmarks.metrics import ACCURACY
+from finbench.core.formatting import pct
 
 if TYPE_CHECKING:
     from finbench.benchmarks.parts import Part

@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from finbench.report.format import metric_label, num, pct
+from finbench.benchmarks.declared import metric_label
+from finbench.core.formatting import pct
+from finbench.report.format import num
 
 
 def _ratio(value: Any) -> str:

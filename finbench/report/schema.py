@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from finbench.benchmarks import BENCHMARKS
 from finbench.studies import all_studies
 
 SAMPLES_SCHEMA_VERSION = "1.0"  # in the parquet file's metadata as `finbench.schema_version`
@@ -74,8 +75,6 @@ def results_schema() -> dict[str, Any]:
     now: `benchmark` (and `config.benchmark`) one of the registered benchmarks' names, `protocol`
     (and `config.protocol`) one of the protocols a registered benchmark accepts — generated from
     the registry, so a benchmark or protocol added there is valid without an edit here."""
-    from finbench.benchmarks import BENCHMARKS
-
     schema = json.loads(RESULTS_SCHEMA.read_text(encoding="utf-8"))
     names = sorted(BENCHMARKS)
     protocols = sorted({p for benchmark in BENCHMARKS.values() for p in benchmark.protocol_names})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from finbench.report.format import pct
+from finbench.core.formatting import pct
 from finbench.studies import all_studies
 
 BASELINE_NAMES = {"majority_answer": "majority answer", "always_a": "always A",

@@ -11,8 +11,8 @@ import io
 from pathlib import Path
 from typing import Any, Sequence
 
-from finbench.encodable import encodable
-from finbench.types import Question
+from finbench.core.encodable import encodable
+from finbench.core.types import Question
 
 THUMBNAILS_FILE = "thumbnails.parquet"
 MAX_THUMBNAILS = 200

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from finbench.types import Prediction
+from finbench.core.types import Prediction
+from finbench.models.identity import file_sha256
 
 log = logging.getLogger("finbench")
 
@@ -154,7 +155,6 @@ class PredictionCache:
             "SELECT sha256 FROM file_digests WHERE path = ? AND size = ? AND mtime_ns = ?", key).fetchone()
         if row:
             return row[0]
-        from finbench.models.base import file_sha256
 
         digest = file_sha256(path)
         try:

@@ -28,8 +28,8 @@ import dataclasses
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
-from finbench.requests import Choose, Request
-from finbench.types import Prediction
+from finbench.core.requests import Choose, Request
+from finbench.core.types import Prediction
 
 COST_COLUMNS = ("prompt_tokens", "image_tokens", "generated_tokens", "seconds")
 JUDGE_KIND = "judge"

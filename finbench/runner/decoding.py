@@ -21,10 +21,10 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
+from finbench.core.types import OPTION_LETTERS, Prediction
 from finbench.kernels.option_logits import combine_spellings, first_allowed, masked_log_softmax
 from finbench.models.contract import ModelAdapter
 from finbench.models.inputs import ModelInputs
-from finbench.types import OPTION_LETTERS, Prediction
 
 N_LETTERS = len(OPTION_LETTERS)
 DIGITS = "0123456789"

@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from finbench.sources import is_served
-from finbench.types import AUTO, RunConfig  # noqa: F401  (AUTO: --batch-size auto, named here too)
+from finbench.config.specs import RunConfig
+from finbench.core.sources import is_served
+from finbench.core.types import AUTO  # noqa: F401  (AUTO: --batch-size auto, named here too)
 
 # What the H200 check ran (benchmarks/results/gpu_check_h200.json): batch auto (64, halved on
 # out-of-memory), 98,304 tokens per batch on ~140 GiB and 8 preprocessing threads on 16 CPU cores.

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import torch
 
 from finbench.runner.batching import Item
+from finbench.runner.cache import PredictionCache
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,6 @@ def cached_everywhere(cache: Any, keys: Sequence[str], path: str | Path, world: 
 
 
 def _read(path: Path, keys: Sequence[str]) -> dict[str, Any]:
-    from finbench.runner.cache import PredictionCache
-
     other = PredictionCache(path)
     try:
         return other.get_many(keys)
@@ -98,8 +97,6 @@ def _read(path: Path, keys: Sequence[str]) -> dict[str, Any]:
 def merge(path: str | Path, rows: Sequence[tuple[str, Any]], world: World) -> None:
     """Over several nodes, rank 0 writes every answer of the run into the run folder's cache."""
     if world.nodes > 1 and world.main:
-        from finbench.runner.cache import PredictionCache
-
         merged = PredictionCache(path)
         try:
             merged.put_many(rows)

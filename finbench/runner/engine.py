@@ -1,7 +1,7 @@
 """One run: questions → requests → cached or computed predictions → samples, scores and reports.
 
 It knows neither the benchmark nor the model family: a `Benchmark` (benchmarks/base.py) turns
-each question into one request (finbench/requests.py), a model adapter (models/contract.py)
+each question into one request (finbench/core/requests.py), a model adapter (models/contract.py)
 answers it. `run_benchmark` is these steps in order, each a function over one `RunState`
 (runner/run_state.py). Order of work:
 1. start-up (runner/startup.py): check every option (once), take the run folder's lock (a second
@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from finbench.benchmarks import get_benchmark, load_matching
+from finbench.config.specs import RunConfig
+from finbench.core.types import Prediction
 from finbench.models.contract import ModelAdapter
 from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import plan_batches, too_long
@@ -53,19 +55,18 @@ from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.compute import compute, gather_ranks
 from finbench.runner.decoding import AnswerVocabulary
 from finbench.runner.defaults import size_to_device
-from finbench.runner.judge import Judged, judge_run
+from finbench.runner.judge_step import Judged, judge_run
 from finbench.runner.keys import model_arguments, sample_key
 from finbench.runner.lock import folder_lock
 from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, read_answer
 from finbench.runner.outputs import OutputsError, samples_table, score, write_outputs
 from finbench.runner.replay import Replay
-from finbench.runner.requests import build_requests, constrained, shared_requests, unreadable
 from finbench.runner.results import results_json
+from finbench.runner.run_requests import build_requests, constrained, shared_requests, unreadable
 from finbench.runner.run_state import RunState
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
 from finbench.runner.timing import StageTimer
-from finbench.types import Prediction, RunConfig
 
 log = logging.getLogger("finbench")
 __all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "Stopped", "run_benchmark"]

@@ -2,7 +2,7 @@
 
 A sample's key hashes the model as the cache knows it (its fingerprint), the benchmark's prompt
 version, the constrained decoders' reading of the vocabulary, and the whole request the question
-makes (finbench/requests.py): its type, prompt messages, the digests of the images it shows, and
+makes (finbench/core/requests.py): its type, prompt messages, the digests of the images it shows, and
 every setting it carries (options, budgets, sampling, thinking, system prompt). A setting that
 changes an answer is a field of the request, so it cannot stay out of the key. The gold answer and
 the grouping metadata are not in the request: fixing a gold label keeps the cache valid.
@@ -16,8 +16,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from finbench.requests import Choose, Number, Request, Session
-from finbench.types import Question, RunConfig
+from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose, Number, Request, Session
+from finbench.core.types import Question
 
 # How the constrained decoders read the vocabulary (runner/decoding.py); bump when that changes.
 DECODER_VERSION = "letters bare+space; separator ','; ends eos, end of turn, newline"

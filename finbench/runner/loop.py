@@ -1,7 +1,7 @@
 """The batch loop: token estimates for batching, preprocessing (in worker threads), and decoding
 each batch by its requests' type, with out-of-memory backoff and per-sample failure isolation.
 
-Dispatch is on the request type (finbench/requests.py), one decoder per batch kind: `Choose` → `decode_single` /
+Dispatch is on the request type (finbench/core/requests.py), one decoder per batch kind: `Choose` → `decode_single` /
 `decode_multi`, `Number` → `decode_numerical`, `Generate` → the adapter's `generate`, `Session` → turn by turn
 (runner/sessions.py). A request with a thinking budget first reasons (runner/thinking.py), then the same decoders.
 """
@@ -18,21 +18,23 @@ from typing import Any, Sequence
 import torch
 
 from finbench.benchmarks.base import Benchmark
-from finbench.encodable import encodable
+from finbench.config.run_settings import seed_of
+from finbench.config.specs import BatchSpec, RunConfig
+from finbench.core.encodable import encodable
+from finbench.core.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
+from finbench.core.types import Prediction, Question
 from finbench.models.contract import GenerationInterrupted, ModelAdapter
 from finbench.models.inputs import ModelInputs
-from finbench.requests import Choose, Generate, Number, Prompt, Request, Session, is_generated
+from finbench.models.sampled_decoding import SeedStreams
 from finbench.runner.batching import Item
 from finbench.runner.copy_ahead import CopyAhead
 from finbench.runner.cost import RowCounts, with_costs
 from finbench.runner.decoding import AnswerVocabulary, decode_multi, decode_numerical, decode_single
 from finbench.runner.preprocess import PreparedBatch, image_size, join_pieces, prepare_batch
-from finbench.runner.requests import batch_kind, first_prompt, n_options, render, text_of, thinking
-from finbench.sampling import SeedStreams, seed_of
+from finbench.runner.run_requests import batch_kind, first_prompt, n_options, render, text_of, thinking
 from finbench.runner.sessions import continue_sessions
 from finbench.runner.thinking import think
 from finbench.runner.timing import StageTimer, Throughput
-from finbench.types import BatchSpec, Prediction, Question, RunConfig
 
 AUTO_BATCH_START = 64  # --batch-size auto starts here and halves on out-of-memory
 log = logging.getLogger("finbench")
@@ -233,7 +235,7 @@ class BatchLoop:
         return out
 
     def _generate(self, request: Generate | Session, inputs: Any) -> tuple[list[str], list[int]]:
-        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed: its stream (finbench/sampling.py)
+        sampling = {k: v for k, v in request.sampling if k != "seed"}  # the seed: its stream (finbench/models/sampled_decoding.py)
         with self.streams.use(seed_of(request.sampling)):
             if sampling:
                 return self.model.generate(inputs, request.max_new_tokens, sampling)

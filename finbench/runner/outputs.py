@@ -15,10 +15,16 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from finbench.encodable import encodable_frame, text_frame, write_text
+from finbench.benchmarks import BENCHMARKS
+from finbench.benchmarks.base import cluster_key
+from finbench.core.encodable import encodable_frame, text_frame, write_text
+from finbench.core.types import Prediction, Question
+from finbench.report import html  # by module: a test stands in for its writer
+from finbench.report.schema import SAMPLES_SCHEMA_VERSION
+from finbench.report.thumbnails import THUMBNAILS_FILE, write_thumbnails
 from finbench.runner.decoding import answer_confidence
 from finbench.runner.keys import model_identity
-from finbench.types import Prediction, Question
+from finbench.scoring.tables import per_question_correct, score_samples
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -30,9 +36,6 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
     """One row per question; `cluster` is what the question's error bars cluster on (its
     benchmark's `cluster_field`, benchmarks/base.py `cluster_key`)."""
     import pandas as pd
-
-    from finbench.benchmarks import BENCHMARKS
-    from finbench.benchmarks.base import cluster_key
 
     fields = {name: BENCHMARKS[name].cluster_field if name in BENCHMARKS else "id" for name in {q.benchmark for q in questions}}
     rows = []
@@ -51,7 +54,7 @@ def samples_table(questions: Sequence[Question], predictions: dict[int, Predicti
             "sample_key": keys[index], "cluster": cluster_key(fields[question.benchmark], question),
             **dict(question.meta),
         })
-    table = text_frame(rows)  # a reply UTF-8 cannot encode is kept as it is (finbench/encodable.py)
+    table = text_frame(rows)  # a reply UTF-8 cannot encode is kept as it is (finbench/core/encodable.py)
     for column in ("prompt_tokens", "image_tokens", "generated_tokens"):  # integers, null where not counted
         if column in table:
             table[column] = table[column].astype("Int64")
@@ -70,8 +73,6 @@ def _confidence(question: Question, p: Prediction) -> float:
 
 def score(samples: Any, benchmark: Benchmark, n_bootstrap: int, seed: int) -> dict[str, Any]:
     """results.json's scores under `benchmark`'s rule (its `Benchmark`); `samples` gains the recomputed per-question `correct` column."""
-    from finbench.scoring import per_question_correct, score_samples
-
     scores = score_samples(samples, benchmark=benchmark, n_bootstrap=n_bootstrap, seed=seed)
     samples["correct"] = per_question_correct(samples, benchmark=benchmark)
     return scores
@@ -105,8 +106,6 @@ def write_samples(samples: Any, path: Path) -> None:
     """samples.parquet with its schema version in the file's metadata; write-then-rename."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from finbench.report.schema import SAMPLES_SCHEMA_VERSION
 
     try:
         table = pa.Table.from_pandas(samples, preserve_index=False)
@@ -146,9 +145,6 @@ def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants
     nothing (a note says so, and no older report stays beside the new results); a file that cannot
     be written (a full disk) leaves the previous outputs as they were and raises `OutputsError`
     naming it."""
-    from finbench.report.html import write_report
-    from finbench.report.thumbnails import THUMBNAILS_FILE, write_thumbnails
-
     for stale in out_dir.glob(f"{STAGING_PREFIX}*"):  # left by a killed run
         shutil.rmtree(stale, ignore_errors=True)
     staging = out_dir / f"{STAGING_PREFIX}{os.getpid()}"
@@ -167,7 +163,7 @@ def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants
             write_thumbnails(questions, staging / THUMBNAILS_FILE)
         writing = "report.html and report.md"
         try:
-            write_report(staging)
+            html.write_report(staging)
         except Exception as err:  # noqa: BLE001 — rendering, not the disk: the answers and scores still count
             if isinstance(err, OSError) and err.errno in DISK_ERRORS:
                 raise

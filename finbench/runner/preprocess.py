@@ -15,7 +15,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from finbench.types import Question
+from finbench.core.types import Question
+from finbench.models.inputs import ModelInputs
 
 log = logging.getLogger("finbench")
 MAX_IMAGE_PIXELS = 64_000_000  # larger images are rejected per sample instead of exhausting memory
@@ -128,8 +129,6 @@ def join_pieces(pieces: list[PreparedBatch], model: Any) -> list[PreparedBatch]:
     made: one forward of all its rows (`ModelInputs.join`, input ids padded with the model's pad
     token), pinned again for a CUDA model. Inputs that cannot be joined (keys whose rows a family
     does not declare, e.g. DeepSeek-VL2's tiles) stay pieces, each its own forward."""
-    from finbench.models.inputs import ModelInputs
-
     def joined(parts: list[Any]) -> Any:
         if not all(isinstance(part, ModelInputs) for part in parts):
             raise ValueError("the prepared batches are no ModelInputs")

@@ -20,6 +20,9 @@ from typing import Any, Callable
 
 import torch
 
+from finbench.benchmarks.records import data_files
+from finbench.runner.cache import PredictionCache
+
 RESULTS_SCHEMA_VERSION = "1.1"  # bump on any incompatible change of results.json (see report/results.schema.json;
 # 1.1: one `started`, provenance.started in ISO 8601 — the top-level float is gone)
 LIBRARIES = ("torch", "torchvision", "transformers", "accelerate", "bitsandbytes", "datasets", "pyarrow", "numpy",
@@ -66,8 +69,6 @@ def git_commit() -> str:
 def data_fingerprint(source: str | None, file_digest: Callable[[Path], str]) -> dict[str, Any]:
     """SHA-256 per local data file (remembered in the cache by path, size and mtime), or the hub
     id with the commit the local Hugging Face cache holds for it."""
-    from finbench.benchmarks.records import data_files
-
     if source is not None and Path(source).exists():
         try:
             files = {str(path): file_digest(path) for path in data_files(source)}
@@ -104,8 +105,6 @@ def device_name(device: torch.device) -> str:
 
 def cache_file_digest(config: Any) -> Callable[[Path], str]:
     """File digests for provenance, remembered in the run's cache (reopened: the run closed it)."""
-    from finbench.runner.cache import PredictionCache
-
     def digest(path: Path) -> str:
         location = Path(config.output.cache or Path(config.output.out) / "cache.sqlite")
         if not location.is_file():  # gone (the run folder removed?): never a fresh empty cache in its place

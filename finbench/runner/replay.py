@@ -1,6 +1,6 @@
 """A run served from the cache alone, without its model: the engine's replay mode.
 
-A sweep rerun whose model folder is gone (finbench/sweep.py) can still write its variant's
+A sweep rerun whose model folder is gone (finbench/app/sweep.py) can still write its variant's
 outputs from the answers an earlier run cached: those answers are keyed with the fingerprint of
 the weights that computed them, which cannot be recomputed without the weights, so it is taken
 from that run's results.json, with its thinking mode. The engine loads no model, computes
@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from finbench.types import RESULTS_FILE, RunConfig
+from finbench.benchmarks import get_benchmark
+from finbench.config.specs import RunConfig
+from finbench.core.types import RESULTS_FILE
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,6 @@ class Replay:
     def think_budget(self, config: RunConfig) -> int | None:
         """The thinking budget of the run's constrained requests, as runner/startup.py
         `think_budget_for` decides it for a loaded model, here from the recorded thinking block."""
-        from finbench.benchmarks import get_benchmark
-
         if config.protocol not in get_benchmark(config.benchmark).constrained_protocols:
             return None
         if self.thinking is None:

@@ -10,11 +10,11 @@ from typing import Any
 import torch
 
 from finbench.runner.cost import cost_summary
-from finbench.runner.judge import Judged
+from finbench.runner.judge_step import Judged
 from finbench.runner.loop import first_rows
 from finbench.runner.outputs import error_summary, previous_throughput
 from finbench.runner.provenance import RESULTS_SCHEMA_VERSION, cache_file_digest, provenance
-from finbench.runner.requests import decoding_summary
+from finbench.runner.run_requests import decoding_summary
 from finbench.runner.run_state import RunState
 from finbench.runner.timing import Throughput
 from finbench.studies import flat_config

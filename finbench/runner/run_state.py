@@ -10,9 +10,10 @@ from typing import Any, Callable
 import torch
 
 from finbench.benchmarks.base import Benchmark
-from finbench.requests import Request
+from finbench.config.specs import RunConfig
+from finbench.core.requests import Request
+from finbench.core.types import Prediction, Question
 from finbench.runner.replay import Replay
-from finbench.types import Prediction, Question, RunConfig
 
 
 @dataclass

@@ -6,7 +6,7 @@ import logging
 import logging.handlers
 from pathlib import Path
 
-from finbench.encodable import ENCODING, ERRORS
+from finbench.core.encodable import ENCODING, ERRORS
 
 log = logging.getLogger("finbench")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Sequence
 
-from finbench.requests import Prompt, Session
+from finbench.core.requests import Prompt, Session
 
 # (positions in the batch, their prompts) → (replies, generated token counts, errors), the replies
 # aligned with the positions (None where that position failed: its message is in errors)

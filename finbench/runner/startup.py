@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from finbench.benchmarks import get_benchmark
+from finbench.config.run_options import check_options as check_declared
+from finbench.config.specs import RunConfig
+from finbench.core.sources import check_sources, is_served
+from finbench.core.types import Question
+import finbench.models as models  # torch-free; by module: a test stands in for its loader
 from finbench.sandbox import refuse_without_jail
-from finbench.sources import is_served
-from finbench.types import Question, RunConfig
+from finbench.studies import check_studies
 
 if TYPE_CHECKING:
     from finbench.runner.distributed import World
@@ -54,11 +58,7 @@ def validate(config: RunConfig) -> None:
 def validate_options(config: RunConfig) -> None:
     """What the options and the registry of benchmarks decide, with no library imported (a sweep
     checks every variant's before any variant's library checks): each option's declared check and
-    those across options (finbench/run_options.py), the studies', a served model's (sources.py)."""
-    from finbench.run_options import check_options as check_declared
-    from finbench.studies import check_studies
-    from finbench.sources import check_sources
-
+    those across options (finbench/config/run_options.py), the studies', a served model's (sources.py)."""
     check_declared(config)
     check_studies(config)  # every registered study's option (finbench/studies/)
     check_sources(config)  # a served model's options, each only with a served --model or --judge
@@ -82,8 +82,9 @@ def check_family(config: RunConfig, model: Any = None) -> Any:
     read once (the `Checkpoint` returned, for the loader); with a loaded `model`, its capabilities."""
     if is_served(config.model) and model is None:  # a server's model: its options were checked with the rest
         return None
-    from finbench.models import read_checkpoint, refusal
-    from finbench.models.base import resolve_device
+    from finbench.models.families import read_checkpoint
+    from finbench.models.contract import refusal
+    from finbench.models.loading import resolve_device
     from finbench.models.quant import quant_refusal
 
     checkpoint = declared = None
@@ -115,7 +116,6 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     """The one loader: the model `config` names, with every loading option it holds, on this
     rank's device (with several ranks, `auto`/`cuda` means the rank's own GPU). `checkpoint`: the
     record `check_family(config)` returned already (a sweep checks every variant first), or None."""
-    from finbench.models import load_model
     from finbench.runner.distributed import World, rank_device
 
     if is_served(config.model):  # a URL: the served adapter (models/served.py) checks its options, loads nothing
@@ -123,18 +123,19 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     checkpoint = checkpoint or check_family(config)
     device = rank_device(config.load.device, world or World())
     template = Path(config.decode.chat_template).read_text(encoding="utf-8") if config.decode.chat_template else None
-    model = load_model(config.model, dtype=config.load.dtype, device=device, quant=config.load.quant,
-                       max_pixels=config.load.max_pixels, device_map=config.load.device_map,
-                       device_preprocess=config.load.device_preprocess, revision=config.load.revision,
-                       trust_remote_code=config.load.trust_remote_code, attn_implementation=config.load.attn_implementation,
-                       chat_template=template, quant_vision=config.load.quant_vision,
-                       allow_dequantized=config.load.allow_dequantized, fast_paths=config.load.fast_paths, checkpoint=checkpoint)
+    model = models.load_model(config.model, dtype=config.load.dtype, device=device, quant=config.load.quant,
+                              max_pixels=config.load.max_pixels, device_map=config.load.device_map,
+                              device_preprocess=config.load.device_preprocess, revision=config.load.revision,
+                              trust_remote_code=config.load.trust_remote_code,
+                              attn_implementation=config.load.attn_implementation, chat_template=template,
+                              quant_vision=config.load.quant_vision, allow_dequantized=config.load.allow_dequantized,
+                              fast_paths=config.load.fast_paths, checkpoint=checkpoint)
     return model
 
 
 def load_judge_for_run(config: RunConfig, world: World | None = None, model: Any = None) -> Any:
-    """The --judge adapter (judge.py: the run's `model` if the same; served.py: a URL); None without one, off rank 0."""
-    from finbench.models.judge import load_judge
+    """The --judge adapter (judge_model.py: the run's `model` if the same; served.py: a URL); None without one, off rank 0."""
+    from finbench.models.judge_model import load_judge
     from finbench.runner.distributed import World, rank_device
 
     world = world or World()

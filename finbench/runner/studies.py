@@ -19,13 +19,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from finbench.benchmarks.base import Benchmark
-from finbench.judging import Judging
-from finbench.requests import Request
+from finbench.config.specs import RunConfig
+from finbench.core.judging import Judging
+from finbench.core.requests import Request
+from finbench.core.types import Prediction, Question
 from finbench.runner.outputs import samples_table
 from finbench.scoring.robustness import majority_baselines
+from finbench.scoring.tables import per_question_correct
 from finbench.studies import active_studies, all_studies, flat_config
 from finbench.studies.base import Study, StudyRows, Variant
-from finbench.types import Prediction, Question, RunConfig
 
 __all__ = ["Studies", "Variant", "expand", "flat_config"]
 
@@ -96,8 +98,6 @@ class Studies:
                judged_columns: Mapping[str, Sequence[Any]]) -> Any:
         """The variants table, scored: the benchmark's verdicts, then each study's own rescoring of
         its rows."""
-        from finbench.scoring import per_question_correct
-
         n = self.n_base
         table = samples_table(self.questions[n:], {j: predictions[n + j] for j in range(len(self.variants))}, keys[n:])
         for column, values in judged_columns.items():

@@ -26,9 +26,9 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
+from finbench.models.compaction import COMPACT_EVERY, greedy_ids
 from finbench.models.contract import ModelAdapter
 from finbench.models.inputs import ModelInputs
-from finbench.models.compaction import COMPACT_EVERY, greedy_ids
 
 AFTER_CLOSE = "\n\n"  # what Qwen3 templates put between </think> and the answer
 
@@ -54,7 +54,7 @@ def think(model: ModelAdapter, inputs: ModelInputs, budget: int, answer_prefixes
     `inputs`: a prepared batch on the model's device whose prompts end inside the open block.
     Returns the rebuilt inputs (`ModelInputs.extend`) and one `Reasoning`
     per row. With budget 0 nothing is generated: the block is closed at once. `sampling`
-    (temperature, top_p, top_k; --samples > 1 only, finbench/sampling.py) samples the reasoning
+    (temperature, top_p, top_k; --samples > 1 only, finbench/models/sampled_decoding.py) samples the reasoning
     instead of taking the argmax."""
     tags = model.thinking_token_ids()
     if tags is None:

@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.benchmarks.metrics import ACCURACY
+from finbench.core.types import MULTI, SINGLE
 from finbench.kernels.segments import factorize
 from finbench.scoring.stats import str_column
-from finbench.benchmarks.metrics import ACCURACY
-from finbench.types import MULTI, SINGLE
 
 CHOICE_KINDS = (SINGLE, MULTI)
 ITEMS = "choice items (single and multi-answer), per answer type"

@@ -28,10 +28,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.benchmarks.scorer import Scorer
+from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 from finbench.kernels.bitmask import letters_to_mask, to_str_array
 from finbench.scoring.answers import numeric_values, numerical_correct
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
-from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
+from finbench.scoring.stats import ScoreTable, error_mask, first_present, float_column, str_column
 
 LABEL = "FAMMA accuracy (famma-bench/bench-script; per-question correctness)"
 CANONICAL_LETTERS = re.compile(r"^[A-N]*$")

@@ -17,7 +17,8 @@ import torch
 
 from finbench.benchmarks.fcmr import SETS
 from finbench.benchmarks.metrics import ACCURACY, Metric
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, letters_read, str_column
+from finbench.benchmarks.scorer import Scorer
+from finbench.scoring.stats import ScoreTable, error_mask, letters_read, str_column
 
 LABEL = "FCMR (exact match of the answer set, as the paper; per-statement accuracy beside it), HYU-NLP/FCMR"
 LETTERS = "ABCDEFGH"

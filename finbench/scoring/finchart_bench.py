@@ -23,7 +23,8 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.metrics import ACCURACY, Metric
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, letters_read, str_column
+from finbench.benchmarks.scorer import Scorer
+from finbench.scoring.stats import ScoreTable, error_mask, letters_read, str_column
 
 LABEL = "FinChart-Bench (README comparison: lower-cased label for MC/TF, exact float for QA), Tizzzzy/FinChart-Bench"
 TASKS = ("MC", "TF", "QA")

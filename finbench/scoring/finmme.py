@@ -39,13 +39,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.benchmarks.metrics import ACCURACY, OFFICIAL as OFFICIAL_RULE, Metric, Variant
+from finbench.benchmarks.scorer import Scorer
+from finbench.core.types import OPTION_LETTERS
 from finbench.kernels.bitmask import letters_to_mask, popcount
 from finbench.kernels.segments import factorize, joint_counts, parallel_chunk_sum
-from finbench.scoring.answers import normalize_response, numeric_values, numerical_correct, official_number  # noqa: F401 — FinMME's own rule, shared
-from finbench.benchmarks.metrics import ACCURACY, Metric, Variant
-from finbench.benchmarks.metrics import OFFICIAL as OFFICIAL_RULE
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, first_present, float_column, str_column
-from finbench.types import OPTION_LETTERS
+from finbench.scoring.answers import normalize_response, numeric_values, numerical_correct
+from finbench.scoring.stats import ScoreTable, error_mask, first_present, float_column, str_column
 
 OFFICIAL = "official"
 PAPER = "paper"

@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.core.types import OPTION_LETTERS
 from finbench.kernels.bitmask import letters_to_mask, popcount, to_str_array
-from finbench.kernels.segments import PARALLEL_MIN_ELEMENTS, factorize
+from finbench.kernels.segments import (PARALLEL_MIN_ELEMENTS, arrow_strings, dictionary_encode_chunks, factorize,
+                                       probe_labels)
 from finbench.scoring.finmme import KIND_TO_QUESTION_TYPE, MAX_CELL_DOMAINS, multi_answer_mask, official_cells
-from finbench.types import OPTION_LETTERS
 
 
 def encode_official_cells(domains: Any, question_types: Any, gold: Any,
@@ -39,8 +40,6 @@ def encode_official_cells(domains: Any, question_types: Any, gold: Any,
     another type) take the general path on their Python values, with None/NaN read as missing:
     no letters, no domain, never the text 'None' or 'nan'."""
     import pyarrow as pa
-
-    from finbench.kernels.segments import arrow_strings, dictionary_encode_chunks
 
     arrays = [arrow_strings(v) for v in (domains, question_types, gold)]
     if any(a is None for a in arrays):
@@ -99,8 +98,6 @@ def _encode_plain_cells(domain_arr: Any, type_arr: Any, gold_arr: Any,
     With threads (Arrow and numpy release the GIL) the two parts are separate work items, see
     `_CellJobs`. None when some row holds a domain the first rows lack (the caller then takes
     the general path)."""
-    from finbench.kernels.segments import probe_labels
-
     n = len(domain_arr)
     jobs = _CellJobs(domain_arr, _StringBuffers(type_arr), _StringBuffers(gold_arr), threads)
     if not jobs.parallel:

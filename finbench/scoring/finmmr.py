@@ -22,8 +22,9 @@ import torch
 
 from finbench.benchmarks.finmmr_rule import get_acc, truth_value, valid_extraction
 from finbench.benchmarks.metrics import ACCURACY, Metric
+from finbench.benchmarks.scorer import Scorer
 from finbench.sandbox import LANDLOCK_NOTE, UNSAFE_NOTE
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, str_column
+from finbench.scoring.stats import ScoreTable, error_mask, float_column, str_column
 
 LABEL = "FinMMR (accuracy and execution rate, get_acc within 0.2%), addictedLL/FinMMR"
 

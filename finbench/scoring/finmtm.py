@@ -44,12 +44,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bitmask import popcount
-from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
 from finbench.benchmarks.metrics import ACCURACY, Metric
 from finbench.benchmarks.parts import Part
-from finbench.scoring.stats import Scorer, ScoreTable, ci_dict, error_mask, float_column, str_column
-from finbench.types import MULTI, SINGLE
+from finbench.benchmarks.scorer import Scorer
+from finbench.core.types import MULTI, SINGLE
+from finbench.kernels.bitmask import popcount
+from finbench.kernels.bootstrap import bootstrap_segment_sums, percentile_ci
+from finbench.scoring.stats import ScoreTable, ci_dict, error_mask, float_column, str_column
 
 LABEL = "FinMTM objective (HiThink-Research/FinMTM Eq. 1; old protocol = exact set match)"
 OBJECTIVE_KINDS = (SINGLE, MULTI)

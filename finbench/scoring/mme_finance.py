@@ -27,8 +27,9 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.metrics import Metric
-from finbench.scoring.stats import Scorer, ScoreTable, error_mask, float_column, letters_read, str_column
-from finbench.types import OPEN, OPTION_LETTERS
+from finbench.benchmarks.scorer import Scorer
+from finbench.core.types import OPEN, OPTION_LETTERS
+from finbench.scoring.stats import ScoreTable, error_mask, float_column, letters_read, str_column
 
 LABEL = "MME-Finance (judge score ×20 for open items; binary accuracy and F1), HiThink-Research/MME-Finance"
 FULL_MARKS = 5.0

@@ -13,11 +13,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from finbench.encodable import text_frame, write_text
-from finbench.scoring.api import build_table, score_samples
-from finbench.scoring.stats import str_column
+from finbench.benchmarks import check_protocol
 from finbench.benchmarks.metrics import OFFICIAL
-from finbench.types import DEFAULT_PROTOCOL, Question
+from finbench.core.encodable import text_frame, write_text
+from finbench.core.judging import rule_verdicts
+from finbench.core.requests import Choose, is_generated
+from finbench.core.types import DEFAULT_PROTOCOL, Prediction, Question
+from finbench.sandbox import refuse_without_jail
+from finbench.scoring.stats import str_column
+from finbench.scoring.tables import build_table, score_samples
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -51,8 +55,6 @@ def read_as_run(benchmark: Benchmark, question: Question, text: str, protocol: s
     given; generated text is read by the benchmark's rule (`Benchmark.answer`) when it is a reply
     in the benchmark's documented form (`Benchmark.reply_form`), and taken as the answer the rule
     read — a run's own stored `answer` — when it is not."""
-    from finbench.requests import Choose, is_generated
-
     try:
         request = benchmark.request(question, protocol)
     except Exception:  # noqa: BLE001 — a question the benchmark cannot ask: its error is what is scored
@@ -79,7 +81,7 @@ def answers_frame(questions: Sequence[Question], answers: Mapping[str, str], ben
                      "raw_output": given, "letters": letters, "n_options": len(q.options),
                      "tolerance": math.nan if q.tolerance is None else q.tolerance,
                      "error": q.error or ("" if q.id in answers else "no prediction"), **dict(q.meta)})
-    return text_frame(rows)  # an answer UTF-8 cannot encode is kept as given (finbench/encodable.py)
+    return text_frame(rows)  # an answer UTF-8 cannot encode is kept as given (finbench/core/encodable.py)
 
 
 def score_predictions(benchmark: Benchmark, data: str, predictions: Path, variant: str = OFFICIAL.name,
@@ -94,9 +96,6 @@ def score_predictions(benchmark: Benchmark, data: str, predictions: Path, varian
     `protocol`: the protocol that produced the outputs (None: the default, constrained);
     `samples_out`: one JSON line per question saying what the rule read and whether it counted;
     `unsafe_sandbox`: programs run without a kernel jail where none can be built (else refused)."""
-    from finbench.benchmarks import check_protocol
-    from finbench.sandbox import refuse_without_jail
-
     check_protocol(benchmark, protocol)
     refuse_without_jail(protocol in benchmark.program_protocols, unsafe_sandbox, f"--protocol {protocol}")
     questions = benchmark.load(data)
@@ -122,11 +121,8 @@ def score_predictions(benchmark: Benchmark, data: str, predictions: Path, varian
 def with_rule_verdicts(df: pd.DataFrame, questions: Sequence[Any], benchmark: Benchmark, protocol: str,
                        unsafe_sandbox: bool = False) -> pd.DataFrame:
     """Answers given in a file (`score --predictions`), with the verdicts a run's rules add
-    (`rule_score`, `judge_details`: finbench/judging.py `rule_verdicts`, the reading a run gives —
+    (`rule_score`, `judge_details`: finbench/core/judging.py `rule_verdicts`, the reading a run gives —
     FinMMR's programs run in the sandbox, FAMMA's and FinMTM's rules judge their answers)."""
-    from finbench.judging import rule_verdicts
-    from finbench.types import Prediction
-
     ids = str_column(df, "id").tolist()
     answers = dict(zip(ids, str_column(df, "answer").tolist()))
     given = dict(zip(ids, str_column(df, "raw_output").tolist())) if "raw_output" in df.columns else {}

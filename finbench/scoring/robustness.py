@@ -35,11 +35,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.core.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
 from finbench.kernels.bitmask import letters_to_mask, masks_to_letters
 from finbench.kernels.segments import factorize
-from finbench.scoring.api import _jsonable, per_question_correct, score_samples
+from finbench.scoring.answers import normalize_response, numeric_values
 from finbench.scoring.stats import error_mask, float_column, str_column
-from finbench.types import MULTI, NUMERICAL, OPTION_LETTERS, SINGLE
+from finbench.scoring.tables import _jsonable, per_question_correct, score_samples
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -270,8 +271,6 @@ def read_answers(answers: Sequence[Any], kinds: Sequence[Any]) -> np.ndarray:
     is only letters and separators ('A, C' and 'AC' are one answer; markdown bold and LaTeX boxes
     removed as FinMME's judge does); for numerical items the number it holds (FinMME's reading:
     '8.81%' and '8.810' are one answer); else its case-folded, whitespace-collapsed text."""
-    from finbench.scoring.answers import normalize_response, numeric_values
-
     text = pd.Series(normalize_response(answers), dtype=object).str.strip()  # Python strings: any text a reply holds
     letters_only = text.str.upper().str.fullmatch(r"\(?[A-N](?:[\s,;/&、，]*[A-N])*\)?[\s,.;)]*").fillna(False)
     choice = pd.Series(np.isin(np.asarray(kinds, dtype=object), CHOICE_KINDS), index=text.index)

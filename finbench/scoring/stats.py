@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
-from finbench.kernels.segments import segment_sum, weighted_segment_sums
 from finbench.benchmarks.metrics import ACCURACY
-from finbench.benchmarks.scorer import Scorer  # the contract, torch-free; named here too, where it always was
+from finbench.core.types import OPTION_LETTERS, SINGLE
+from finbench.kernels.bitmask import letters_to_mask, single_bit_index
+from finbench.kernels.bootstrap import bootstrap_segment_sums, cluster_bootstrap_segment_sums, percentile_ci
+from finbench.kernels.segments import factorize, segment_sum, weighted_segment_sums
 
 Statistic = Callable[[torch.Tensor], dict[str, torch.Tensor]]
 _STR = np.frompyfunc(str, 1, 1)
@@ -362,10 +363,6 @@ def distribution_comparison(dfs: Sequence[pd.DataFrame], names: Sequence[str], g
     mean KL(reference ‖ run), top-1 agreement and mean shift of the gold option's probability,
     overall and per `group` value. Items: single-choice questions present in both runs, without
     an error in either, with option probabilities of the same length in both (renormalised)."""
-    from finbench.kernels.bitmask import letters_to_mask, single_bit_index
-    from finbench.kernels.segments import factorize
-    from finbench.types import OPTION_LETTERS, SINGLE
-
     ref = dfs[0].assign(_pos=np.arange(len(dfs[0])))
     out: dict[str, Any] = {"reference": names[0], "group": group, "floor": floor, "units": "KL in nats",
                            "items": "single-choice items with option probabilities in both runs, no error",
@@ -421,8 +418,6 @@ def domain_sensitivity(correct: torch.Tensor, domains: Sequence[Any], names: Seq
     run the reference), `domains` [N] labels. Per domain: n, each run's accuracy, each variant's
     change against the reference; domains ordered by their largest loss in any variant (first =
     most sensitive). One segment pass for all runs."""
-    from finbench.kernels.segments import factorize
-
     codes, labels = factorize(pd.Series(list(domains), dtype=object).astype(str))
     n_groups = len(labels)
     counts = torch.bincount(codes, minlength=n_groups).to(torch.float64)

@@ -13,9 +13,9 @@ import importlib
 import os
 from typing import Any, Mapping
 
+from finbench.config.specs import RunConfig
 from finbench.studies import circular, image_ablation, probes, sampling
 from finbench.studies.base import Study
-from finbench.types import RunConfig
 
 PLUGINS_ENV = "FINBENCH_STUDIES"
 STUDIES: dict[str, Study] = {}
@@ -58,7 +58,7 @@ def active_studies(config: RunConfig) -> list[Study]:
 
 
 def study_options(sweep: bool = False) -> list[Any]:
-    """The studies' options (`finbench.options.Option`); `sweep`: those `finbench sweep` takes."""
+    """The studies' options (`finbench.config.options.Option`); `sweep`: those `finbench sweep` takes."""
     return [study.option for study in STUDIES.values() if study.option.sweep or not sweep]
 
 

@@ -5,13 +5,13 @@ A study file (finbench/studies/circular.py is the model) defines one subclass of
 in `STUDY = ...`; finbench/studies/__init__.py registers it (`register_study`, also for a study
 defined outside finbench). A study declares:
 - `name`: the `study` column of variants.parquet; `key`: its block of results.json (default: name);
-- `option`: its `Option` (finbench/options.py): the `finbench run` flag, the `sweep` flag where
+- `option`: its `Option` (finbench/config/options.py): the `finbench run` flag, the `sweep` flag where
   `sweep=True`, the API keyword and the start-up check, all from this one declaration; the run's
   value is `study.value(config)` (RunConfig.studies, the option's default when absent);
 - `columns`: the variants.parquet columns it fills, each with its empty value (other studies'
   rows hold that);
 - `expand`: its variants of the run's questions — (Variant, question, request maker) triples;
-- `judging`: the `Judging` (finbench/judging.py) a judge model uses for one of its variants in
+- `judging`: the `Judging` (finbench/core/judging.py) a judge model uses for one of its variants in
   the benchmark's place (None: the benchmark's own);
 - `rescore`, `summary`: its rows of the variants table scored again where it scores its own way,
   and its results.json block; `headline`: the numbers `compare` and `sweep` show side by side;
@@ -26,15 +26,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Sequence
 
-from finbench.judging import Judging
-from finbench.options import Option
-from finbench.types import Question, RunConfig
+from finbench.config.options import Option
+from finbench.config.specs import RunConfig
+from finbench.core.judging import Judging
+from finbench.core.types import Question
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from finbench.benchmarks.base import Benchmark
-    from finbench.requests import Request
+    from finbench.core.requests import Request
 
 Maker = Callable[[], "Request"]  # builds a variant's request; what it raises is that variant's error
 

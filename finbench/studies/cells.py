@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from finbench.formatting import pct
+from finbench.core.formatting import pct
 
 __all__ = ["interval", "kept", "pct", "ratio", "signed"]
 

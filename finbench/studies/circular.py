@@ -10,10 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
+from finbench.benchmarks.base import names_other_options
+from finbench.config.options import Option
+from finbench.config.run_settings import for_run
+from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose
+from finbench.core.types import OPTION_LETTERS, Question
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
-from finbench.types import OPTION_LETTERS, Question, RunConfig
 
 HEADLINE = ("k", "n", "base_accuracy", "circular_accuracy", "position_bias", "option_consistency")
 
@@ -50,9 +54,6 @@ class Circular(Study):
                think_budget: int | None, notes: list[str]) -> Expanded:
         """A variant for every rotation of every rotatable choice item; the state is the number of
         choice items not rotated because an option names other options."""
-        from finbench.benchmarks.base import names_other_options
-        from finbench.requests import Choose
-
         k = self.value(config)
         choices = [i for i, r in enumerate(requests) if isinstance(r, Choose) and r.n_options >= 2]
         if k < 2:
@@ -89,8 +90,6 @@ class Circular(Study):
     def _rotations(self, benchmark: Any, questions: Sequence[Question], requests: Sequence[Any],
                    rotatable: Sequence[int], config: RunConfig, think_budget: int | None,
                    notes: list[str]) -> list[Any]:
-        from finbench.run_settings import for_run
-
         k, out, unchanged = self.value(config), [], 0
         for i in rotatable:
             base = requests[i]

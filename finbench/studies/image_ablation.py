@@ -1,7 +1,7 @@
 """Image ablation (`--image-ablation blank,noise,none`): every single-turn item that shows an image
 asked again with every image white (blank), uniform noise seeded by the image (noise) or removed
 from the prompt (none: no image part, no image decoded) — the prompt's `ablated`
-(finbench/requests.py). Scored in scoring/robustness.py `ablation_summary`: the headline score and
+(finbench/core/requests.py). Scored in scoring/robustness.py `ablation_summary`: the headline score and
 accuracy on the ablated items against the base run's on the same items (`retained`)."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
-from finbench.requests import IMAGE_ABLATIONS
+from finbench.benchmarks.declared import metric_label
+from finbench.config.options import Option
+from finbench.config.specs import RunConfig
+from finbench.core.requests import IMAGE_ABLATIONS, Session
+from finbench.core.types import Question
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import kept, pct, ratio
-from finbench.types import Question, RunConfig
 
 HEADLINE = ("n", "metric", "base_score", "score", "retained", "base_accuracy", "accuracy", "retained_accuracy")
 
@@ -30,8 +32,6 @@ def check_names(flag: str, kind: str, given: Sequence[str], known: Sequence[str]
 
 def _label(benchmark: str | None, key: str) -> str:
     """The label the benchmark's scorer declares for its metric `key` (benchmarks/declared.py)."""
-    from finbench.benchmarks.declared import metric_label
-
     return metric_label(benchmark, key)
 
 
@@ -47,8 +47,6 @@ class ImageAblation(Study):
                think_budget: int | None, notes: list[str]) -> Expanded:
         """A variant per mode of every item that shows an image; a "none" variant's question
         carries no image, so none is decoded."""
-        from finbench.requests import Session
-
         modes = self.value(config)
         if not modes:
             return Expanded()

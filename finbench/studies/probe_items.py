@@ -11,7 +11,7 @@ probe asks it, or why it is not probed. Does the model read the item, or remembe
   "approximately", 最) is answered by the next-best option (`superlative_or_approximate`), and an
   option equal in value to the gold (8.8 % and 0.088) still answers it (`option_equal_to_gold`).
 - `open-ended`: the same items asked without their options (the benchmark's `open_prompt`), as
-  free text; the answer is matched to the gold option's text by rule (scoring/probes.py), or,
+  free text; the answer is matched to the gold option's text by rule (scoring/probe_scores.py), or,
   with `--judge`, by the run's judge (studies/probes.py `OPEN_ENDED_JUDGING`: a generic yes/no
   prompt, its reply read by rule) in place of the benchmark's own judging of that row.
 
@@ -36,11 +36,12 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark, names_other_options
-from finbench.requests import PROBES, Choose, Generate
-from finbench.run_settings import for_run
-from finbench.scoring.probes import normalized, numeric_option
+from finbench.config.run_settings import for_run
+from finbench.config.specs import RunConfig
+from finbench.core.requests import PROBES, Choose, Generate
+from finbench.core.types import OPTION_LETTERS, SINGLE, Question
+from finbench.scoring.probe_scores import normalized, numeric_option
 from finbench.studies.circular import raises
-from finbench.types import OPTION_LETTERS, SINGLE, Question, RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
 NONE_OF_THE_ABOVE_CONTROL = "none-of-the-above-control"  # asked with every none-of-the-above probe

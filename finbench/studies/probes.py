@@ -3,20 +3,21 @@ choice item asked again with its gold option's text replaced by "None of the abo
 control that replaces a wrong option), or without its options as free text — does the model read
 the item, or remember its answer? Which items each probe asks and why others are not probed:
 studies/probe_items.py; the open-ended answers matched to the gold text by rule, or with --judge by
-the generic yes/no judge below (`OPEN_ENDED_JUDGING`); scored in scoring/probes.py."""
+the generic yes/no judge below (`OPEN_ENDED_JUDGING`); scored in scoring/probe_scores.py."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Mapping, Sequence
 
-from finbench.judging import Judgement, Judging
-from finbench.options import Option
-from finbench.requests import PROBES, Generate, Prompt, Request, user_message
+from finbench.config.options import Option
+from finbench.config.specs import RunConfig
+from finbench.core.judging import Judgement, Judging
+from finbench.core.requests import PROBES, Generate, Prompt, Request, user_message
+from finbench.core.types import OPTION_LETTERS, SINGLE, Prediction, Question
 from finbench.studies.base import Column, Expanded, Study, StudyRows, Variant
 from finbench.studies.cells import interval, pct, signed
 from finbench.studies.image_ablation import check_names
-from finbench.types import OPTION_LETTERS, SINGLE, Prediction, Question, RunConfig
 
 NONE_OF_THE_ABOVE_PROBE, OPEN_ENDED_PROBE = PROBES
 HEADLINE = ("n", "n_not_probed", "base_accuracy", "accuracy", "diff", "kept_when_right", "scored_by")
@@ -127,12 +128,12 @@ class Probes(Study):
 
     def rescore(self, rows: Any, config: RunConfig) -> Any:
         """The open-ended rows' free answers matched to the gold text (or judged)."""
-        from finbench.scoring.probes import probe_verdicts
+        from finbench.scoring.probe_scores import probe_verdicts
 
         return probe_verdicts(rows, rows["correct"], bool(config.judging.judge))
 
     def summary(self, found: StudyRows) -> dict[str, Any]:
-        from finbench.scoring.probes import probe_summary
+        from finbench.scoring.probe_scores import probe_summary
 
         return probe_summary(found.samples, found.rows, self.value(found.config), found.state or {},
                              bool(found.config.judging.judge))

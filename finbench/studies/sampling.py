@@ -5,11 +5,12 @@ Sample 0 is the run's own request (seed `--seed`); sample j = 1…K−1 is the s
 seed + j in its sampling settings, so each sample is a field-for-field request of its own: its own
 cache key, and its own batch kind (samples of one seed batch together). Which requests are sampled:
 free generation (`Generate`: official protocols, open answers) and sessions — they carry
-`--gen-kwargs` sampling settings (finbench/run_settings.py `for_run`) — and a thinking block's reasoning
-before a constrained answer (sampled with the same settings, only with --samples > 1: `adjust`; a
-run without it reasons greedily as always). A constrained letter or number read from the logits
-without thinking is deterministic: it is asked once (one note). How each seed draws its own random
-stream: finbench/sampling.py. Scored in scoring/sampling.py.
+`--gen-kwargs` sampling settings (finbench/config/run_settings.py `for_run`) — and a thinking
+block's reasoning before a constrained answer (sampled with the same settings, only with
+--samples > 1: `adjust`; a run without it reasons greedily as always). A constrained letter or
+number read from the logits without thinking is deterministic: it is asked once (one note). The
+settings with their seeds: finbench/config/run_settings.py; how each seed draws its own random
+stream: finbench/models/sampled_decoding.py. Scored in scoring/sampling_scores.py.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
-from finbench.options import Option
+from finbench.config.options import Option
+from finbench.config.run_settings import repeatable, sampled_settings, with_seed
+from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose, Number
+from finbench.core.types import Question
 from finbench.studies.base import Column, Expanded, Study, StudyRows
 from finbench.studies.cells import pct
-from finbench.types import Question, RunConfig
 
 COLUMNS = ["n", "mean ×100", "95% CI (clustered) ×100", "maj@k ×100", "pass@k ×100", "agreement ×100",
            "unparsed samples"]
@@ -66,9 +70,6 @@ class Sampling(Study):
     def adjust(self, request: Any, config: RunConfig) -> Any:
         """A thinking block before a constrained answer sampled with the run's settings and seed
         (sample 0); one that has its sampling already (a sample j) as it is."""
-        from finbench.requests import Choose, Number
-        from finbench.sampling import sampled_settings, with_seed
-
         if not (isinstance(request, (Choose, Number)) and request.think_budget is not None) or request.sampling:
             return request
         settings = sampled_settings(config)
@@ -78,8 +79,6 @@ class Sampling(Study):
                think_budget: int | None, notes: list[str]) -> Expanded:
         """Samples 1…K−1 of every sampled request. Raises ValueError (a start-up line) when the
         run's generation is greedy: its K samples would be K copies."""
-        from finbench.sampling import repeatable, sampled_settings, with_seed
-
         k = self.value(config)
         if k <= 1:
             return Expanded()
@@ -104,7 +103,7 @@ class Sampling(Study):
         return Expanded(out)
 
     def summary(self, found: StudyRows) -> dict[str, Any]:
-        from finbench.scoring.sampling import sampling_summary
+        from finbench.scoring.sampling_scores import sampling_summary
 
         k = self.value(found.config)
         frames = sample_frames(found.samples, found.rows, [v.base for v in found.variants],
@@ -112,7 +111,7 @@ class Sampling(Study):
         return sampling_summary(frames, found.benchmark, k)
 
     def question_means(self, samples: Any, rows: Any, benchmark: Any) -> Any:
-        from finbench.scoring.sampling import per_question_means
+        from finbench.scoring.sampling_scores import per_question_means
 
         return per_question_means(samples, rows, benchmark)
 

@@ -184,7 +184,7 @@ def quant_section(check: Check, quant: str) -> dict[str, Any]:
     import copy
 
     from finbench.models import load_model
-    from finbench.models.base import resolve_device
+    from finbench.models.loading import resolve_device
     from finbench.models.quant import QUANT_CHOICES, inspect_quantization, quant_unavailable, quantize_loaded
     from finbench.models.qwen2_5_vl import Qwen25VL
 

@@ -153,7 +153,7 @@ class Check:
         return adapter
 
     def run_config(self, name: str, n_items: int, **changes: Any) -> Any:
-        from finbench.types import RunConfig
+        from finbench.config.specs import RunConfig
 
         return RunConfig.flat(model=f"random:{self.args.model}", data=str(self.data), limit=n_items, bootstrap=0,
                          out=str(self.work / f"run-{name}"), **self.settings, **changes)

@@ -132,7 +132,7 @@ def think_section(check: Check) -> dict[str, Any]:
     from finbench.benchmarks import finmme
     from finbench.runner.decoding import AnswerVocabulary, decode_single
     from finbench.runner.preprocess import decode_images
-    from finbench.runner.requests import first_prompt, render
+    from finbench.runner.run_requests import first_prompt, render
     from finbench.runner.thinking import think
 
     adapter = getattr(check, "headline", None) or check.adapter(check.paths)

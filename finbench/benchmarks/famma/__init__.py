@@ -14,7 +14,7 @@ Two protocols:
 
 The package, read in the order the data flows: `texts` (official prompts, labels, limits),
 `record` (one record → Question), `loader` (records → Questions, the official groups),
-`prompts` (requests), `extraction` (answers from the grouped JSON), `judge` (rule and LLM judges).
+`prompts` (requests), `extraction` (answers from the grouped JSON), `verdicts` (rule and LLM judges).
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from __future__ import annotations
 from finbench.benchmarks.base import Benchmark, Demo
 from finbench.benchmarks.famma.extraction import (_lenient_json, answer, extract_official, parse_grouped_response,
                                                   reply_form)
-from finbench.benchmarks.famma.judge import judge_requests, read_judgement, rule_judgement, rule_verdict
 from finbench.benchmarks.famma.loader import REQUIRED_COLUMNS, load_questions
 from finbench.benchmarks.famma.prompts import fill_template, official_prompt, open_prompt, request
 from finbench.benchmarks.famma.record import answer_text, image_bytes, record_to_question
 from finbench.benchmarks.famma.texts import (DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID, JUDGE_MAX_NEW_TOKENS, METRICS,
                                              NAME, OFFICIAL_MAX_NEW_TOKENS, PROMPT_VERSION, PROTOCOLS)
+from finbench.benchmarks.famma.verdicts import judge_requests, read_judgement, rule_judgement, rule_verdict
 from finbench.benchmarks.recognise import requires_columns
-from finbench.judging import Judging
 from finbench.benchmarks.scorer import ScorerModule
-from finbench.types import Question
+from finbench.core.judging import Judging
+from finbench.core.types import Question
 
 __all__ = ["BENCHMARK", "Question", "answer", "answer_text", "extract_official", "fill_template", "image_bytes",
            "judge_requests", "load_questions", "official_prompt", "parse_grouped_response", "read_judgement",

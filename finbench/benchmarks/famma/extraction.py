@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
-from finbench.types import Question
+from finbench.core.types import Question
 
 
 def answer(question: Question, text: str, protocol: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.famma.record import Shared, _images, _label, _no_image, _text, record_to_question
 from finbench.benchmarks.famma.texts import HUB_ID, HUB_SPLIT, MULTIPLE_CHOICE, N_IMAGES, NAME
 from finbench.benchmarks.records import RawRecord, open_table, readable_label, select
-from finbench.types import OPEN, Question
+from finbench.core.types import OPEN, Question
 
 # Without these a file is not FAMMA data: one start-up line names the file and the columns.
 REQUIRED_COLUMNS = ("question", "question_type")

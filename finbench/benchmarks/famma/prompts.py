@@ -8,8 +8,8 @@ from typing import Any, Mapping
 
 from finbench.benchmarks.famma.texts import (ANSWER_PREFIX, CONSTRAINED_INSTRUCTIONS, OFFICIAL_MAX_NEW_TOKENS,
                                              OFFICIAL_QUESTION_TEMPLATE, PLACEHOLDER)
-from finbench.requests import Choose, Generate, Prompt, Request, image_part, text_part, user_message
-from finbench.types import MULTI, OPEN, Question
+from finbench.core.requests import Choose, Generate, Prompt, Request, image_part, text_part, user_message
+from finbench.core.types import MULTI, OPEN, Question
 
 
 def request(question: Question, protocol: str) -> Request:

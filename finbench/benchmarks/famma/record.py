@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.famma.texts import MISSING_ANSWERS, MULTIPLE_CHOICE, N_IMAGES, NAME, OPEN_QUESTION
 from finbench.benchmarks.option_lists import parse_options
 from finbench.benchmarks.records import RawRecord, as_text, local_file
-from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
+from finbench.core.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
 
 TEXT_FIELDS = ("question_id", "context", "question", "question_type", "explanation", "release")
 

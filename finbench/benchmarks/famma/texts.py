@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from finbench.types import MULTI, OPEN, SINGLE
+from finbench.core.types import MULTI, OPEN, SINGLE
 
 NAME = "famma"
 HUB_ID = "weaverbirdllm/famma"

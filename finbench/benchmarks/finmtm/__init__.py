@@ -14,23 +14,23 @@ and judged by `--judge`; agent items are replayed offline (recorded tool results
 and scored on their tool plan. Scoring lives in `finbench.scoring.finmtm`.
 
 The package, in the order the data flows: `texts` (official prompts and rubrics), `loader`
-(records → Questions), `prompts` (requests, answers), `judge` (judge calls, verdicts, the agent
+(records → Questions), `prompts` (requests, answers), `verdicts` (judge calls, verdicts, the agent
 replay).
 """
 
 from __future__ import annotations
 
 from finbench.benchmarks.base import Benchmark, Demo, no_open_prompt, options_not_rendered
-from finbench.benchmarks.finmtm.judge import (judge_requests, match_calls, parse_judge_json, read_judgement, replies,
-                                             rule_judgement, tool_calls, unique_calls)
 from finbench.benchmarks.finmtm.loader import canonical_gold, load_questions, recognise, record_to_question
 from finbench.benchmarks.finmtm.prompts import after_think, answer, extract_official, request
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, DOMAIN_FIELD, FORMS, GROUP_COLUMNS, HUB_ID,
                                               JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVELS, METRICS, NAME, OBJECTIVE,
                                               OFFICIAL_MAX_NEW_TOKENS, OPEN_ENDED_SYSTEM_PROMPT, PROMPT_VERSION,
                                               PROTOCOLS)
-from finbench.judging import Judging
+from finbench.benchmarks.finmtm.verdicts import (judge_requests, match_calls, parse_judge_json, read_judgement, replies,
+                                             rule_judgement, tool_calls, unique_calls)
 from finbench.benchmarks.scorer import ScorerModule
+from finbench.core.judging import Judging
 
 __all__ = ["AGENT", "BENCHMARK", "DIALOGUE", "JUDGE_FIELDS", "JUDGE_MAX_NEW_TOKENS", "LEVELS", "OBJECTIVE",
            "OPEN_ENDED_SYSTEM_PROMPT", "after_think", "answer", "canonical_gold", "extract_official",

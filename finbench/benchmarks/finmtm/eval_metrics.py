@@ -1,5 +1,5 @@
 """HiThink-Research/FinMTM @ 40557ba `finmtm_eval/metrics.py`, restated (torch-free): the
-capability and dialogue scores by which finbench/benchmarks/finmtm/judge.py reads the judge's
+capability and dialogue scores by which finbench/benchmarks/finmtm/verdicts.py reads the judge's
 replies, and the agent items' tool score (Eqs. 4–6)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, HUB_ID, HUB_SPLIT, NAME, OBJECTIVE, _OPTION_LINE)
 from finbench.benchmarks.recognise import columns_by_file, no_data_files
 from finbench.benchmarks.records import local_file, open_table, select
-from finbench.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
+from finbench.core.types import MULTI, OPEN, OPTION_LETTERS, SINGLE, Question
 
 
 # ---- loading ---------------------------------------------------------------------------------

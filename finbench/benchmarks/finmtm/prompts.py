@@ -7,8 +7,8 @@ import json
 from finbench.benchmarks.finmtm.texts import (AGENT, AGENT_OBSERVATION, AGENT_PROMPT, ANSWER_PREFIX,
                                               CONSTRAINED_INSTRUCTIONS, DIALOGUE, OFFICIAL_MAX_NEW_TOKENS,
                                               OPEN_ENDED_SYSTEM_PROMPT, THINK_CLOSE)
-from finbench.requests import Choose, Generate, Prompt, Request, Session, Turn, system_message, user_message
-from finbench.types import MULTI, Question
+from finbench.core.requests import Choose, Generate, Prompt, Request, Session, Turn, system_message, user_message
+from finbench.core.types import MULTI, Question
 
 
 def request(question: Question, protocol: str) -> Request:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from finbench.types import MULTI, SINGLE
+from finbench.core.types import MULTI, SINGLE
 
 NAME = "finmtm"
 HUB_ID = "HiThink-Research/FinMTM"

@@ -12,15 +12,17 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.benchmarks import get_benchmark
+from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, SCORE
+from finbench.benchmarks.scorer import Scorer
+from finbench.core.types import OPTION_LETTERS, SINGLE
 from finbench.kernels.bitmask import letters_to_mask, single_bit_index
 from finbench.kernels.segments import MISSING_LABEL, factorize, multi_column_counts_sums
 from finbench.scoring.balance import label_balance
 from finbench.scoring.clustered import clustered_summary, paired_difference, verdict
-from finbench.benchmarks.metrics import ACCURACY, OFFICIAL, SCORE
-from finbench.scoring.stats import (Scorer, ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
+from finbench.scoring.stats import (ScoreTable, answer_confidence_scores, bootstrap_cis, calibration, ci_dict,
                                     error_mask, flipped_ids, holm, mcnemar, option_prob_matrix, paired_bootstrap,
                                     point_estimates, selective_curve, str_column, wilson_interval)
-from finbench.types import OPTION_LETTERS, SINGLE
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -46,7 +48,6 @@ def table_benchmark(benchmark: Benchmark | None, df: pd.DataFrame) -> Benchmark:
         raise ValueError("the samples table names no benchmark (no `benchmark` column): give its Benchmark"
                          if not named else f"the samples table names several benchmarks ({', '.join(named)}): "
                                            "score each apart")
-    from finbench.benchmarks import get_benchmark  # the one registry of benchmarks and their scorers
 
     return get_benchmark(named[0])
 
@@ -243,7 +244,7 @@ def compare_runs(dfs: Sequence[pd.DataFrame], names: Sequence[str], benchmark: B
                  ) -> dict[str, Any]:
     """Paired comparison of runs; the first run is the baseline. `means` (one per run, None for a
     run without --samples): each sampled question's mean score over its K samples by id
-    (scoring/sampling.py `per_question_means`), used for the clustered paired difference in place
+    (scoring/sampling_scores.py `per_question_means`), used for the clustered paired difference in place
     of sample 0's score.
 
     Each run is compared with the baseline on the questions THOSE TWO both scored (`n` of its

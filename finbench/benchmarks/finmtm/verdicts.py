@@ -11,8 +11,8 @@ from finbench.benchmarks.finmtm.eval_metrics import (CAPABILITIES, clamp, dialog
 from finbench.benchmarks.finmtm.prompts import after_think
 from finbench.benchmarks.finmtm.texts import (AGENT, DIALOGUE, JUDGE_FIELDS, JUDGE_MAX_NEW_TOKENS, LEVEL_CHECKLISTS,
                                               SESSION_JUDGE_TEMPLATE, TURN_JUDGE_TEMPLATE)
-from finbench.requests import Generate, Prompt, Request, user_message
-from finbench.types import Question
+from finbench.core.requests import Generate, Prompt, Request, user_message
+from finbench.core.types import Question
 
 
 def replies(prediction: Any) -> list[str]:
@@ -59,7 +59,7 @@ def read_judgement(question: Question, prediction: Any, outputs: Sequence[str]) 
     the session 0, as turn_judge.py / session_judge.py do — but the official evaluator also marks
     such a session `evaluation_status: "error"`, and so does this reading: `parsed` is False and
     `unreadable` names the replies ("T2", "session"), so that the runner fails the session closed
-    (no judge score, counted and named: runner/judge.py) instead of keeping the 0-filled score."""
+    (no judge score, counted and named: runner/judge_step.py) instead of keeping the 0-filled score."""
     turn_scores, capabilities, unreadable = [], [], []
     for k, text in enumerate(outputs[:-1]):
         parsed = parse_judge_json(text)

@@ -1,4 +1,4 @@
-"""The parsers and start-up checks the run options' declarations (finbench/run_options.py) name:
+"""The parsers and start-up checks the run options' declarations (finbench/config/run_options.py) name:
 each turns or checks one option's value, with one ValueError line. Torch-free: every option is
 checked before any library loads (runner/startup.py `validate_options`)."""
 
@@ -9,7 +9,10 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from finbench.types import AUTO, DTYPE_NAMES, QUANT_CHOICES
+from finbench.benchmarks import get_benchmark
+from finbench.config.gen_kwargs import GENERATION_KEYS, parse_gen_kwargs
+from finbench.core.sources import check_judge_source, looks_like_path
+from finbench.core.types import AUTO, DTYPE_NAMES, QUANT_CHOICES
 
 DEVICE_NAME = re.compile(r"auto|(cpu|mps|cuda)(:\d+)?")
 DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
@@ -29,8 +32,6 @@ def generation_settings(value: Any) -> tuple[tuple[str, Any], ...]:
     """--gen-kwargs as RunConfig holds it, from a mapping, (key, value) pairs, or the command line's
     `max_new_tokens=64,temperature=0.7` (one string, or its comma-separated parts); anything else
     is one clear error."""
-    from finbench.gen_kwargs import parse_gen_kwargs
-
     if isinstance(value, str) or isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return parse_gen_kwargs(value if isinstance(value, str) else ",".join(value))
     if isinstance(value, Mapping):
@@ -62,8 +63,6 @@ def one_of(flag: str, choices: tuple[Any, ...], expected: str = "") -> Callable[
 
 
 def protocol(value: str, config: Any) -> None:
-    from finbench.benchmarks import get_benchmark  # the registry (its scorers are imported when scoring)
-
     names = get_benchmark(config.benchmark).protocol_names
     if value not in names:
         raise ValueError(f"--protocol {value}: expected one of {', '.join(names)}")
@@ -99,8 +98,6 @@ def chat_template(value: str | None, config: Any) -> None:
 
 
 def gen_kwargs(value: tuple[tuple[str, Any], ...], config: Any) -> None:
-    from finbench.gen_kwargs import GENERATION_KEYS
-
     for key, setting in value:
         if key not in GENERATION_KEYS:
             raise ValueError(f"--gen-kwargs: unknown key {key!r} (known: {', '.join(GENERATION_KEYS)})")
@@ -109,15 +106,11 @@ def gen_kwargs(value: tuple[tuple[str, Any], ...], config: Any) -> None:
 
 
 def data(value: str | None, config: Any) -> None:
-    from finbench.sources import looks_like_path
-
     if value is not None and not Path(value).exists() and looks_like_path(value, DATA_SUFFIXES):
         raise ValueError(f"--data {value}: no such file or folder")  # anything else is a hub id ("owner/name")
 
 
 def judge(value: str | None, config: Any) -> None:
-    from finbench.sources import check_judge_source
-
     check_judge_source(value)
 
 

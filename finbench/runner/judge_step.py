@@ -2,11 +2,11 @@
 
 The runner hands over every prediction once decoding is done. For each question the benchmark
 says (its `Benchmark`: benchmarks/base.py) what its rules conclude (`rule_judgement`) and, in its
-`judging` (finbench/judging.py), which requests the judge model must answer (`Generate` requests
+`judging` (finbench/core/judging.py), which requests the judge model must answer (`Generate` requests
 whose prompts name the question's images where the official judge sees them — FinMTM's and
 MME-Finance's) and how its replies are read back — or, for a question the caller maps in
 `judging` (a study's variant judged its own way: finbench/studies/), by that `Judging`. The judge is any local model
-adapter (models/judge.py, loaded by runner/startup.py on the rank's device): a vision-language
+adapter (models/judge_model.py, loaded by runner/startup.py on the rank's device): a vision-language
 model of any supported family, shown the images, or a text-only causal LM, shown the text alone
 and labelled so (`text_only` in the summary and each row's details).
 
@@ -32,17 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.judging import Judging, rule_verdicts
+from finbench.config.specs import RunConfig
+from finbench.core.judging import Judging, rule_verdicts
+from finbench.core.requests import Generate
+from finbench.core.types import Prediction, Question
 from finbench.models.contract import ModelAdapter
-from finbench.requests import Generate
 from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.cost import prediction_rows, totals
-from finbench.runner.keys import request_payload
 from finbench.runner.defaults import size_to_device
+from finbench.runner.keys import request_payload
 from finbench.runner.loop import BatchLoop, first_rows
 from finbench.runner.preprocess import prefetch
 from finbench.runner.timing import StageTimer
-from finbench.types import Prediction, Question, RunConfig
 
 JUDGE_PROMPT_VERSION = "judge-v2"  # bump when the way requests reach the judge changes
 
@@ -133,7 +134,7 @@ def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: 
 def _rule_verdicts(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
                    with_judge: bool, protocol: str, unsafe: bool, judging: Mapping[int, Any] | None,
                    rule_score: list[float], details: list[dict[str, Any]]) -> dict[int, list[Generate]]:
-    """The rules' verdicts into `rule_score` and `details` (finbench/judging.py `rule_verdicts`);
+    """The rules' verdicts into `rule_score` and `details` (finbench/core/judging.py `rule_verdicts`);
     returns what each question asks a judge model (`with_judge`). A malformed prediction is its
     question's judging error, and asks no judge."""
     scores, found = rule_verdicts(benchmark, questions, [predictions[i] for i in range(len(questions))], protocol,

@@ -1,6 +1,7 @@
-"""Sampled decoding: a request's sampling settings (`--gen-kwargs`, with its seed), the next token
-drawn as transformers draws it, and one random stream per seed — what the repeated-sampling study
-(finbench/studies/sampling.py) asks of the runner.
+"""Sampled decoding: the next token drawn as transformers draws it, and one random stream per
+seed — what the repeated-sampling study (finbench/studies/sampling.py) asks of the runner. A
+request's sampling settings (`--gen-kwargs`, with its seed) are the run's settings
+(finbench/config/run_settings.py `sampled_settings`, `with_seed`, `seed_of`).
 
 How the seed reaches the sampling: the batch loop (runner/loop.py) seeds torch's generator once
 with --seed, and the run's own samples draw from it exactly as without --samples. Every other seed
@@ -12,30 +13,9 @@ run without --samples on the same batches.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
 import torch
-
-from finbench.requests import Choose, Generate, Number, Request, Session
-from finbench.types import RunConfig
-
-
-def sampled_settings(config: RunConfig) -> dict[str, Any]:
-    """The run's sampling settings (`--gen-kwargs` without the budget), {} when decoding is greedy."""
-    generation = {k: v for k, v in config.decode.gen_kwargs if k != "max_new_tokens"}
-    return generation if float(generation.get("temperature") or 0) > 0 else {}
-
-
-def with_seed(sampling: Sequence[tuple[str, Any]], seed: int) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted({**dict(sampling), "seed": seed}.items()))
-
-
-def repeatable(request: Request | None) -> bool:
-    """Whether a request's answer is sampled, so worth asking again: generated text, or a thinking
-    block before a constrained answer."""
-    if isinstance(request, (Generate, Session)):
-        return True
-    return isinstance(request, (Choose, Number)) and request.think_budget is not None
 
 
 def next_tokens(logits: torch.Tensor, sampling: Mapping[str, Any]) -> torch.Tensor:
@@ -54,10 +34,6 @@ def next_tokens(logits: torch.Tensor, sampling: Mapping[str, Any]) -> torch.Tens
         ordered = ordered.masked_fill(probs.cumsum(-1) - probs > top_p, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, ordered)
     return torch.multinomial(logits.softmax(-1), 1)[:, 0]
-
-
-def seed_of(sampling: Sequence[tuple[str, Any]]) -> int | None:
-    return dict(sampling).get("seed")
 
 
 class SeedStreams:

@@ -1,19 +1,21 @@
-"""Every option of a run, declared once (finbench/options.py `Option`): its flag and help text for
-`finbench run` (and `finbench sweep` where `sweep`/`axis` says so), its API keyword and coercion
-(`finbench.api.make_config`), its start-up check (runner/startup.py `validate_options`), the
-RunConfig spec that holds it, and whether it is part of the run's identity (`RUN_IDENTITY`).
-Torch-free: the commands build their parameters from this table before anything heavy loads.
-The four robustness studies' options (runner/study_options.py) are declared by the commands."""
+"""Every option of a run, declared once (finbench/config/options.py `Option`): its flag and help
+text for `finbench run` (and `finbench sweep` where `sweep`/`axis` says so), its API keyword and
+coercion (`finbench.api.make_config`), its start-up check (runner/startup.py `validate_options`),
+the RunConfig spec that holds it (finbench/config/specs.py), and whether it is part of the run's
+identity (`RUN_IDENTITY`). Torch-free: the commands build their parameters from this table before
+anything heavy loads. Each study declares its own option in its file (finbench/studies/)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable
 
-import finbench.option_checks as checks
-from finbench.options import Option
-from finbench.sources import SERVED_READINGS
-from finbench.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL, RunConfig
+from finbench.benchmarks import get_benchmark
+import finbench.config.option_checks as checks
+from finbench.config.options import Option
+from finbench.config.specs import RunConfig
+from finbench.core.sources import SERVED_READINGS
+from finbench.core.types import DEFAULT_BENCHMARK, DEFAULT_PROTOCOL
 
 UNSAFE_SANDBOX_HELP = ("Where this machine gives neither the kernel jail nor Landlock for model-written programs "
                        "(FinMMR pot), run them anyway in plain limited processes (named in the results; default: "
@@ -130,8 +132,6 @@ RUN_IDENTITY = tuple(option.name for option in RUN_OPTIONS if option.identity)
 
 
 def _think_budget_protocol(config: RunConfig) -> None:
-    from finbench.benchmarks import get_benchmark  # the registry (torch-free)
-
     if config.decode.think_budget > 0 and config.protocol not in get_benchmark(config.benchmark).constrained_protocols:
         raise ValueError("--think-budget applies to the constrained protocol (official generates freely)")
 

@@ -31,13 +31,17 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from finbench.encodable import open_text, write_text
+from finbench.benchmarks import get_benchmark
+from finbench.benchmarks.declared import metric_label
+from finbench.benchmarks.metrics import ACCURACY
+from finbench.core.encodable import open_text, write_text
+from finbench.core.types import RESULTS_FILE
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
-from finbench.report.format import (also_text, delta_text, headline_label, interval_text, metric_label, power_line,
-                                    run_headlines)
-from finbench.benchmarks.metrics import ACCURACY
-from finbench.types import RESULTS_FILE
+from finbench.report.format import also_text, delta_text, headline_label, interval_text, power_line, run_headlines
+from finbench.report.html import write_leaderboard_report
+from finbench.report.markdown import leaderboard_markdown
+from finbench.studies import question_means
 
 FORMATS = (".csv", ".md", ".html")
 MARK = "*"  # the one mark: the paired difference's clustered interval excludes 0
@@ -51,8 +55,6 @@ COLUMNS = ("run", "model", "model_source", "quant", "thinking", "protocol", "ben
 
 
 def _declared(benchmark: str) -> Any:
-    from finbench.benchmarks import get_benchmark
-
     try:
         return get_benchmark(benchmark)
     except ValueError:
@@ -133,10 +135,8 @@ def _row(name: str, folder: Path, results: dict[str, Any]) -> dict[str, Any]:
 
 def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> dict[str, Any]:
     """The leaderboard of the runs `paths` stand for (see the module docstring), JSON-ready."""
-    from finbench.benchmarks import get_benchmark
-    from finbench.scoring import compare_runs
-    from finbench.runs import load_samples
-    from finbench.studies import question_means
+    from finbench.scoring.tables import compare_runs
+    from finbench.app.runs import load_samples
 
     folders = run_folders(paths)
     names = _names(folders)
@@ -181,7 +181,7 @@ def build(paths: Sequence[str | Path], reference: str | Path | None = None) -> d
 def _sharing(base: int, others: list[int], frames: dict[int, Any], spec: Any) -> tuple[list[int], list[int]]:
     """(the runs that share a scored question with the reference, those that share none): each run
     is compared with the reference on the questions its benchmark's rule scored in both."""
-    from finbench.scoring.api import build_table
+    from finbench.scoring.tables import build_table
 
     ids = {i: set(build_table(frame, spec).ids.tolist()) for i, frame in frames.items()}
     return [i for i in others if ids[i] & ids[base]], [i for i in others if not ids[i] & ids[base]]
@@ -232,11 +232,8 @@ def write(board: dict[str, Any], path: str | Path) -> Path:
     if path.suffix == ".csv":
         return to_csv(board, path)
     if path.suffix == ".md":
-        from finbench.report.markdown import leaderboard_markdown
-
         write_text(path, leaderboard_markdown(board))
         return path
-    from finbench.report.html import write_leaderboard_report
 
     return write_leaderboard_report(board, path)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from finbench.benchmarks import get_benchmark
+from finbench.sandbox import isolation
 
 MAX_IDS_SHOWN = 3  # ids named per error message
 MISSING = "(missing)"  # the count of records without the field (an unreadable record has none)
@@ -84,8 +85,6 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
             counts[field] = {**values, **({MISSING: missing} if missing else {})}
     n_errors = sum(1 for q in questions if q.error)
     if benchmark.program_protocols:  # which isolation its model-written programs would get here
-        from finbench.sandbox import isolation
-
         found = isolation()
         notes.append(f"programs of --protocol {', '.join(benchmark.program_protocols)} run in: " + (
             found.detail if found.mode == "jail" else f"{found.detail} (no kernel jail: {found.reason})"

@@ -1,13 +1,16 @@
-"""A benchmark's request with the settings of one run (`for_run`): below the runner and the
-studies, which both build requests (runner/requests.py `build_requests`; a study's rotated or
-probed items, finbench/studies/)."""
+"""A benchmark's request with the settings of one run (`for_run`), and a request's sampling
+settings with their seed (`sampled_settings`, `with_seed`, `seed_of`, `repeatable`: the
+repeated-sampling study's, finbench/studies/sampling.py): below the runner and the studies, which
+both build requests (runner/run_requests.py `build_requests`; a study's rotated, probed or sampled
+items, finbench/studies/)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Sequence
 
-from finbench.requests import Generate, Number, Request, Session, system_message
-from finbench.types import RunConfig
+from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose, Generate, Number, Request, Session, system_message
 
 
 def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Request:
@@ -31,3 +34,25 @@ def for_run(request: Request, config: RunConfig, think_budget: int | None) -> Re
     if isinstance(request, Number):
         return replace(request, prompt=prompt, budget=config.decode.numeric_budget, think_budget=think_budget, sampling=())
     return replace(request, prompt=prompt, think_budget=think_budget, sampling=())
+
+
+def sampled_settings(config: RunConfig) -> dict[str, Any]:
+    """The run's sampling settings (`--gen-kwargs` without the budget), {} when decoding is greedy."""
+    generation = {k: v for k, v in config.decode.gen_kwargs if k != "max_new_tokens"}
+    return generation if float(generation.get("temperature") or 0) > 0 else {}
+
+
+def with_seed(sampling: Sequence[tuple[str, Any]], seed: int) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted({**dict(sampling), "seed": seed}.items()))
+
+
+def repeatable(request: Request | None) -> bool:
+    """Whether a request's answer is sampled, so worth asking again: generated text, or a thinking
+    block before a constrained answer."""
+    if isinstance(request, (Generate, Session)):
+        return True
+    return isinstance(request, (Choose, Number)) and request.think_budget is not None
+
+
+def seed_of(sampling: Sequence[tuple[str, Any]]) -> int | None:
+    return dict(sampling).get("seed")

@@ -32,11 +32,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from finbench.core.types import OPTION_LETTERS
 from finbench.kernels.segments import factorize
-from finbench.scoring.api import _jsonable
 from finbench.scoring.clustered import paired_difference
 from finbench.scoring.stats import error_mask, float_column, str_column
-from finbench.types import OPTION_LETTERS
+from finbench.scoring.tables import _jsonable
 
 PROBE = "probe"  # the `study` column of variants.parquet
 OPEN_ENDED = "open-ended"  # the probe whose rows are scored here by rule (studies/probes.py)

@@ -1,4 +1,4 @@
-"""A benchmark's request made ready for one run: the run's settings added (finbench/run_settings.py
+"""A benchmark's request made ready for one run: the run's settings added (finbench/config/run_settings.py
 `for_run`), its batch kind, and its prompt rendered for the model adapter with the question's decoded images."""
 
 from __future__ import annotations
@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.requests import Choose, Number, Prompt, Request, Session
-from finbench.run_settings import for_run
-from finbench.types import ModelRequest, Question, RunConfig
+from finbench.config.run_settings import for_run
+from finbench.config.specs import RunConfig
+from finbench.core.requests import Choose, Number, Prompt, Request, Session
+from finbench.core.types import MULTI, NUMERICAL, SINGLE, ModelRequest, Question
+from finbench.runner.keys import DECODER_VERSION, request_images
+from finbench.runner.preprocess import decode_images
 
 
 def batch_kind(request: Request) -> str:
@@ -85,8 +88,6 @@ def text_of(prompt: Prompt, think: bool = False) -> ModelRequest:
 
 def model_request(benchmark: Benchmark, question: Question, protocol: str) -> ModelRequest:
     """What the model is shown first for `question` (images decoded here): for scripts and tests."""
-    from finbench.runner.preprocess import decode_images
-
     return render(benchmark, first_prompt(benchmark.request(question, protocol)), decode_images(question))
 
 
@@ -94,8 +95,6 @@ def decoding_summary(config: RunConfig, requests: Sequence[Request | None], thin
     """results.json's `decoding`: how many requests of each batch kind the run made (each kind
     names its decoder and budgets), and the run-wide settings they carry."""
     from collections import Counter
-
-    from finbench.runner.keys import DECODER_VERSION
 
     summary: dict[str, Any] = {"requests": dict(Counter(batch_kind(r) for r in requests if r is not None))}
     if constrained(requests):
@@ -114,8 +113,6 @@ def build_requests(benchmark: Benchmark, questions: Sequence[Question], config: 
     """Each question's one request, with the run's settings (None for a question that is an
     error already), and the errors of questions whose request cannot be made: a request that
     cannot be built, or one showing more images than the model's family takes."""
-    from finbench.runner.keys import request_images
-
     requests: list[Request | None] = []
     errors: dict[int, str] = {}
     for index, question in enumerate(questions):
@@ -149,8 +146,6 @@ def unreadable(model: Any, requests: list[Any], errors: dict[int, str], notes: l
     served model reads single choices at most) become their questions' errors, named in one note,
     before any is sent; a run with nothing left that it can read is refused in one line. A model
     that reads choices its own way (`Capabilities.choice_reading`) says so in a note."""
-    from finbench.types import MULTI, NUMERICAL, SINGLE
-
     def kind(request: Any) -> str | None:
         if isinstance(request, Choose):
             return MULTI if request.multi else SINGLE

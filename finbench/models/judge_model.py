@@ -1,5 +1,5 @@
 """The `--judge` model: any local chat model that judges open answers, as a model adapter
-(models/contract.py) like any other, answered through the one batch loop (runner/judge.py). A
+(models/contract.py) like any other, answered through the one batch loop (runner/judge_step.py). A
 vision-language checkpoint of any supported family (DeepSeek-VL2 included) is loaded through its
 family adapter (`load_model`) and is shown the images the benchmark's judge requests name; a
 text-only causal LM is a `TextChatModel`: the generic adapter over `AutoTokenizer` +
@@ -10,10 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from finbench.models.base import HFVisionLanguageModel, resolve_device, resolve_dtype, weights_digest
-from finbench.models.contract import Capabilities
+from finbench.core.sources import check_judge_source  # torch-free: start-up checks --judge with it
+import finbench.models as models  # by module: a test stands in for its loader
+from finbench.models.base import HFVisionLanguageModel
+from finbench.models.contract import Capabilities, refusal
+from finbench.models.families import read_checkpoint
+from finbench.models.identity import weights_digest
 from finbench.models.inputs import ModelInputs
-from finbench.sources import check_judge_source  # torch-free: start-up checks --judge with it
+from finbench.models.loading import resolve_device, resolve_dtype
 
 
 def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: Any = None) -> Any:
@@ -22,7 +26,6 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
     if model is not None and model.source == source:
         return model
     check_judge_source(source)
-    from finbench.models import load_model, read_checkpoint, refusal
 
     try:  # a vision-language family finbench knows (from config.json's model_type, read once)
         checkpoint = read_checkpoint(source)
@@ -33,7 +36,7 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
                           prequantized=checkpoint.declared.label if checkpoint.declared else None)
         if refused:
             raise ValueError(f"--judge {source}: {refused}")
-        return load_model(source, dtype=dtype, device=device, checkpoint=checkpoint)
+        return models.load_model(source, dtype=dtype, device=device, checkpoint=checkpoint)
     try:
         from transformers import AutoConfig
 

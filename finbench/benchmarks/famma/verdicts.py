@@ -11,8 +11,8 @@ from finbench.benchmarks.famma.prompts import fill_template
 from finbench.benchmarks.famma.record import _normal
 from finbench.benchmarks.famma.texts import (ABSOLUTE_TOLERANCE, JUDGE_MAX_NEW_TOKENS, OFFICIAL_JUDGE_OPTIONS_TYPE,
                                              OFFICIAL_JUDGE_TEMPLATE, RELATIVE_TOLERANCE)
-from finbench.requests import Generate, Prompt, Request, user_message
-from finbench.types import OPEN, OPTION_LETTERS, Question
+from finbench.core.requests import Generate, Prompt, Request, user_message
+from finbench.core.types import OPEN, OPTION_LETTERS, Question
 
 
 def rule_judgement(question: Question, prediction: Any) -> tuple[float | None, dict[str, Any]]:

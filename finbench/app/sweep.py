@@ -36,8 +36,15 @@ import numpy as np
 import pandas as pd
 from rich.markup import escape
 
+from finbench.benchmarks import get_benchmark, load_matching
 from finbench.benchmarks.metrics import ACCURACY
-from finbench.types import RunConfig
+from finbench.config.specs import RunConfig
+from finbench.report.html import write_sweep_report
+from finbench.report.markdown import write_sweep_markdown
+from finbench.runner import startup  # by module: a test stands in for its loader
+from finbench.runner.lock import folder_lock
+from finbench.runner.replay import Replay
+from finbench.studies import headlines, question_means
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -90,11 +97,8 @@ def _load_or_recorded(config: RunConfig, run_dir: Path, checkpoint: Any = None) 
     """(model, None): the model (the one loader: runner/startup.py, given the `checkpoint` record its
     check read); or (None, replay) when the model cannot be loaded but the variant's run folder
     records an earlier run: the run is then served from the cache alone (runner/replay.py)."""
-    from finbench.runner.replay import Replay
-    from finbench.runner.startup import load_for_run
-
     try:
-        return load_for_run(config, checkpoint=checkpoint), None
+        return startup.load_for_run(config, checkpoint=checkpoint), None
     except ValueError:
         if not (run_dir / "results.json").is_file():
             raise
@@ -110,16 +114,14 @@ def validate_variants(variants: Sequence[tuple[str, RunConfig]], out: Path) -> d
     quantized variant's share of the language model its format would quantize, from the module
     tree alone (models/quant_share.py): every variant below the load's threshold in one message.
     And the data, read once, before any variant's model loads."""
-    from finbench.runner.startup import check_family, validate, validate_options
-
     for _, config in variants:  # what the options alone decide, every variant's, before torch is imported
-        validate_options(config)
+        startup.validate_options(config)
     for _, config in variants:
-        validate(config)
+        startup.validate(config)
     checked = {}
     for name, config in variants:
         try:
-            checked[name] = check_family(config)
+            checked[name] = startup.check_family(config)
         except ValueError as err:
             if (out / name / "results.json").is_file() and not Path(config.model).expanduser().exists():
                 continue
@@ -134,8 +136,6 @@ def _check_data(config: RunConfig) -> None:
     """The sweep's data, read before any variant's model loads: a source that cannot be read (a hub
     set not in the local cache, offline) or that the filters leave empty is one line now, not an
     error after the first variant's model has loaded."""
-    from finbench.benchmarks import get_benchmark, load_matching
-
     load_matching(get_benchmark(config.benchmark), config.data, 1, config.domains, config.question_types)
 
 
@@ -160,7 +160,6 @@ def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, 
     variants = [(name, config.replaced(out=str(out / name), cache=str(cache)))
                 for name, config in plan_variants(base, axes)]
     checked = validate_variants(variants, out)  # once: run_benchmark does not validate them again
-    from finbench.runner.lock import folder_lock
 
     with folder_lock(out):  # one sweep per folder: a second is refused before any model loads
         return _run_variants(base, axes, out, variants, checked, show_progress, console)
@@ -207,9 +206,7 @@ def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, va
 
 
 def write_sweep(out: Path, summary: dict[str, Any]) -> None:
-    from finbench.report.html import write_sweep_report
-    from finbench.report.markdown import write_sweep_markdown
-    from finbench.runs import write_json
+    from finbench.app.runs import write_json
 
     write_json(Path(out) / SWEEP_FILE, summary)
     write_sweep_report(out, summary)
@@ -219,11 +216,9 @@ def write_sweep(out: Path, summary: dict[str, Any]) -> None:
 def summarize(run_dirs: Sequence[Path], names: Sequence[str], n_bootstrap: int = 1000, seed: int = 0,
               axes: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """The sweep's comparison from its run folders alone (no model, no cache)."""
-    from finbench.scoring import compare_runs
-    from finbench.scoring.api import _jsonable
-    from finbench.runs import load_samples, run_benchmark_of
+    from finbench.app.runs import load_samples, run_benchmark_of
+    from finbench.scoring.tables import _jsonable, compare_runs
     from finbench.scoring.stats import distribution_comparison
-    from finbench.studies import headlines, question_means
 
     run_dirs = [Path(d) for d in run_dirs]
     dfs = [load_samples(d) for d in run_dirs]
@@ -282,7 +277,7 @@ def _domain_sensitivity(dfs: Sequence[pd.DataFrame], names: Sequence[str], bench
     """Per-domain accuracy of every run on the questions they all share (official correctness)."""
     import torch
 
-    from finbench.scoring.api import per_question_correct
+    from finbench.scoring.tables import per_question_correct
     from finbench.scoring.stats import domain_sensitivity
 
     field = benchmark.domain_field

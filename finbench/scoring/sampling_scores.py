@@ -32,8 +32,8 @@ import torch
 
 from finbench.kernels.bitmask import to_str_array
 from finbench.kernels.segments import MISSING_LABEL, factorize
-from finbench.scoring.api import _clusters, _group_frame, _jsonable, build_table
 from finbench.scoring.clustered import repeated_sampling
+from finbench.scoring.tables import _clusters, _group_frame, _jsonable, build_table
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark

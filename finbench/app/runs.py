@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import pandas as pd
 
-from finbench.encodable import write_text
-from finbench.scoring import compare_runs, score_samples
-from finbench.scoring.api import _jsonable
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks.metrics import OFFICIAL
+from finbench.core.encodable import write_text
+from finbench.core.types import RESULTS_FILE
+from finbench.scoring.robustness import answer_disagreements
 from finbench.scoring.stats import distribution_comparison
-from finbench.types import RESULTS_FILE
+from finbench.scoring.tables import _jsonable, compare_runs, score_samples
+from finbench.studies import headlines, question_means
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -42,8 +44,6 @@ def load_samples(run_dir: Path) -> pd.DataFrame:
 def run_benchmark_of(df: pd.DataFrame, run_dir: Path | None = None) -> Benchmark:
     """The run's `Benchmark`: the one its samples' `benchmark` column names, else its results.json's;
     a run that names none is one ValueError line (never a default benchmark)."""
-    from finbench.benchmarks import get_benchmark
-
     name = ""
     if "benchmark" in df.columns:
         names = df["benchmark"].dropna().astype(str)
@@ -129,7 +129,6 @@ def compare_run_dirs(run_dirs: Sequence[Path], n_bootstrap: int = 1000, seed: in
     names = [d.name or str(d) for d in run_dirs]
     if len(set(names)) != len(names):
         names = [str(d) for d in run_dirs]
-    from finbench.studies import question_means
 
     benchmark = found.popitem()[1]
     means = [question_means(d, df, benchmark) for d, df in zip(run_dirs, dfs)]
@@ -170,9 +169,6 @@ def robustness_comparison(run_dirs: Sequence[Path], dfs: Sequence[pd.DataFrame],
     """`studies`: each run's robustness studies side by side (from its results.json); and, for each
     run made with another protocol than the baseline (constrained vs official), `disagreements`:
     the shared items whose answers differ, with the official raw output and which run is right."""
-    from finbench.scoring.robustness import answer_disagreements
-    from finbench.studies import headlines
-
     out: dict[str, Any] = {}
     summaries = {}
     for name, run_dir in zip(names, run_dirs):

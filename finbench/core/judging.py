@@ -1,8 +1,8 @@
 """What a `--judge` model is asked about an answer, and how its replies are read back: one typed
 pair of calls, declared by a benchmark (`Benchmark.judging`) for its own items and by a study
 (finbench/studies/) for the variants it judges its own way (the open-ended probe). The judge
-(runner/judge.py) calls nothing else. `rule_verdicts`: what a benchmark's own rules conclude of
-every answer — the one reading a run (runner/judge.py) and `score --predictions`
+(runner/judge_step.py) calls nothing else. `rule_verdicts`: what a benchmark's own rules conclude of
+every answer — the one reading a run (runner/judge_step.py) and `score --predictions`
 (scoring/predictions.py) both give."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from finbench.requests import Request
-from finbench.types import Prediction, Question
+from finbench.core.requests import Request
+from finbench.core.types import Prediction, Question
 
 Judgement = tuple[float | None, dict[str, Any]]  # (score, or None when there is nothing to judge; details)
 
