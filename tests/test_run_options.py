@@ -6,6 +6,8 @@ still records it flat."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -16,6 +18,7 @@ from finbench.config.run_options import RUN_OPTIONS, sweep_flags
 from finbench.config.specs import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
 from finbench.studies import study_options
 
+SNAPSHOT = json.loads((Path(__file__).parent / "fixtures" / "run_flags.json").read_text(encoding="utf-8"))
 # the fields that are not options of the table: the studies' (their own declarations) and start-up's record
 NOT_DECLARED = {"permutations", "image_ablation", "samples", "probes", "sized"}
 # results.json's "config" as it always was: these flat keys, no more, no fewer
@@ -105,3 +108,38 @@ def test_a_bad_declared_value_is_refused_by_its_declarations_check():
                              ({"quant_vision": True}, "--quant-vision applies with --quant")]:
         with pytest.raises(ValueError, match=message):
             validate_options(make_config("m", "finmme", **options))
+
+
+def _flags(command: str) -> dict[str, dict[str, object]]:
+    """Each parameter of a command as the snapshot holds it."""
+    flags = {}
+    for p in typer.main.get_command(app).commands[command].params:
+        default = list(p.default) if isinstance(p.default, (list, tuple)) else p.default
+        flags[p.name] = {"opts": list(p.opts), "secondary_opts": list(p.secondary_opts), "help": p.help,
+                         "default": default, "required": p.required, "multiple": p.multiple, "is_flag": p.is_flag,
+                         "type": p.bare_type()}
+    return flags
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_run_and_sweep_take_the_flags_they_always_took(command):
+    flags, pinned = _flags(command), SNAPSHOT[command]
+    lost = sorted(set(pinned) - set(flags))
+    assert not lost, f"`finbench {command}` lost (or renamed) {lost}"
+    new = {name: flags[name] for name in set(flags) - set(pinned)}
+    assert not new, f"a new flag of `finbench {command}`: add it to tests/fixtures/run_flags.json: {json.dumps(new)}"
+    changed = {name: {k: (v, flags[name][k]) for k, v in entry.items() if flags[name][k] != v}
+               for name, entry in pinned.items() if flags[name] != entry}
+    assert not changed, f"`finbench {command}` flags changed (pinned, now): {changed}"
+
+
+def test_make_config_takes_the_keywords_it_always_took():
+    with pytest.raises(TypeError) as refused:
+        make_config("m", "finmme", quantization="8bit")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("unknown option(s) quantization; known: ")
+    assert message.partition("; known: ")[2].split(", ") == SNAPSHOT["make_config"]
+
+
+def test_results_json_records_the_config_keys_it_always_recorded_in_their_order():
+    assert list(make_config("m").record()) == SNAPSHOT["record"]
