@@ -16,12 +16,15 @@ import pandas as pd
 import torch
 
 from finbench.benchmarks.fcmr import SETS
-from finbench.benchmarks.metrics import ACCURACY, Metric
+from finbench.benchmarks.metrics import ACCURACY, Metric, Variant
 from finbench.benchmarks.scorer import Scorer
 from finbench.scoring.stats import ScoreTable, error_mask, letters_read, str_column
 
 LABEL = "FCMR (exact match of the answer set, as the paper; per-statement accuracy beside it), HYU-NLP/FCMR"
 LETTERS = "ABCDEFGH"
+# FCMR publishes no prompt and no scorer: what the reports name as the rule says so, under either protocol
+RULE = Variant("official", "the paper's exact match of the set, on finbench's prompt and answer reading (FCMR "
+                           "publishes no prompt or scorer)")
 SET_MASKS = tuple(sum(1 << (int(k) - 1) for k in s.split(", ")) if s != "none" else 0 for s in SETS)
 
 
@@ -71,5 +74,5 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict) -> dict:
     return {"n_unreadable": table.info["n_unreadable"], "chance_accuracy": 1 / len(SETS)}
 
 
-SCORER = Scorer(build_table=build_table, summary=summary,
+SCORER = Scorer(build_table=build_table, summary=summary, variants=(RULE,),
                 metrics=(ACCURACY, Metric("statement_accuracy", "per-statement accuracy")))
