@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from finbench.benchmarks import get_benchmark
+from finbench.benchmarks import get_benchmark, refusal_of
 from finbench.sandbox import isolation
 
 MAX_IDS_SHOWN = 3  # ids named per error message
@@ -52,7 +52,7 @@ def message_kind(message: str) -> str:
 def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
     """The report (a JSON-ready dict); ValueError when the source cannot be read at all."""
     benchmark = get_benchmark(benchmark_name)
-    refusal = benchmark.recognise(source)  # another benchmark's data: "not FinMMR data", not a file of errors
+    refusal = refusal_of(benchmark, source)  # another benchmark's data: "not FinMMR data", not a file of errors
     if refusal:
         raise ValueError(refusal)
     local = Path(source).expanduser()
@@ -76,13 +76,7 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
     if splits:
         counts["split"] = dict(splits)
     counts["kind"] = dict(Counter(q.kind for q in questions))
-    for field in (benchmark.domain_field, *COUNT_FIELDS):
-        if field in counts:
-            continue
-        values = Counter(str(q.meta[field]) for q in questions if q.meta.get(field) is not None)
-        if values:
-            missing = len(questions) - sum(values.values())  # every record counted: those without it too
-            counts[field] = {**values, **({MISSING: missing} if missing else {})}
+    same = _count_fields(questions, (benchmark.domain_field, *COUNT_FIELDS), counts)
     n_errors = sum(1 for q in questions if q.error)
     if benchmark.program_protocols:  # which isolation its model-written programs would get here
         found = isolation()
@@ -94,7 +88,29 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
             "n_errors": n_errors, "errors": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in errors.items()},
             "n_images": n_images, "n_bad_images": sum(len(ids) for ids in bad_images.values()),
             "bad_images": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in bad_images.items()},
-            "counts": counts, "notes": notes, "ok": n_errors == 0 and not bad_images and len(questions) > 0}
+            "counts": counts, "same": same, "notes": notes,
+            "ok": n_errors == 0 and not bad_images and len(questions) > 0}
+
+
+def _count_fields(questions: list[Any], fields: tuple[str, ...], counts: dict[str, dict[str, int]]) -> dict[str, str]:
+    """Each field's counts into `counts` (a blank value counted as missing, never as a '' group);
+    returns field → the earlier field that holds the same value for every record (FCMR's
+    question_type is its difficulty), so that one table shows both."""
+    seen: dict[tuple[str, ...], str] = {}
+    same: dict[str, str] = {}
+    for field in fields:
+        if field in counts:
+            continue
+        column = tuple("" if q.meta.get(field) is None else str(q.meta[field]).strip() for q in questions)
+        values = Counter(value for value in column if value)
+        if not values:
+            continue
+        missing = len(questions) - sum(values.values())  # every record counted: those without it too
+        counts[field] = {**values, **({MISSING: missing} if missing else {})}
+        if column in seen:
+            same[field] = seen[column]
+        seen.setdefault(column, field)
+    return same
 
 
 def print_check(report: dict[str, Any], console: Any) -> None:
@@ -103,9 +119,13 @@ def print_check(report: dict[str, Any], console: Any) -> None:
     files = report["files"]
     console.print(f"{report['benchmark']}: {report['source']} — {len(files)} file{'s' * (len(files) != 1)}, "
                   f"{report['n_records']} records, {report['n_images']} images", markup=False, highlight=False)
+    same = report.get("same") or {}
     for name, values in report["counts"].items():
-        table = Table(title=f"by {name}")
-        table.add_column(name, overflow="fold")
+        if name in same:  # the same values as an earlier field: shown under its title
+            continue
+        alike = "".join(f" = {other}" for other, first in same.items() if first == name)
+        table = Table(title=f"by {name}{alike}")
+        table.add_column(f"{name}{alike}", overflow="fold")
         table.add_column("n", justify="right")
         for value, n in sorted(values.items(), key=lambda kv: (-kv[1], kv[0])):
             table.add_row(value, str(n))

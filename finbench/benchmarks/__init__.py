@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from finbench.benchmarks import famma, fcmr, finchart_bench, finmme, finmmr, finmtm, mme_finance
 from finbench.benchmarks.base import Benchmark
+from finbench.benchmarks.recognise import anything
 from finbench.core.types import DEFAULT_BENCHMARK, Question
 
 BENCHMARKS: dict[str, Benchmark] = {}
@@ -33,7 +34,7 @@ for _builtin in (finmme, famma, finmtm, mme_finance, finmmr, finchart_bench, fcm
     register(_builtin.BENCHMARK)
 
 __all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "check_protocol", "describe", "get_benchmark", "load_matching",
-           "register"]
+           "refusal_of", "register"]
 
 
 def get_benchmark(name: str) -> Benchmark:
@@ -47,6 +48,18 @@ def check_protocol(benchmark: Benchmark, protocol: str | None) -> None:
     """A --protocol the benchmark does not accept is one ValueError line (None: not given)."""
     if protocol is not None and protocol not in benchmark.protocol_names:
         raise ValueError(f"--protocol {protocol}: {benchmark.name} has {', '.join(benchmark.protocol_names)}")
+
+
+def refusal_of(benchmark: Benchmark, source: Any) -> str:
+    """`benchmark.recognise(source)` ("" when the source looks like its data), and, when it does
+    not, the registered benchmarks whose data it looks like, named as --benchmark takes them
+    (benchmarks that declare no recogniser take anything, so they are never named)."""
+    refusal = benchmark.recognise(source)
+    if not refusal:
+        return ""
+    alike = [b.name for b in BENCHMARKS.values()
+             if b is not benchmark and b.recognise is not anything and not b.recognise(source)]
+    return refusal + (f"; it looks like {' or '.join(alike)} data: --benchmark {alike[0]}" if alike else "")
 
 
 MAX_VALUES_SHOWN = 30  # filter values listed when nothing matched
@@ -76,6 +89,9 @@ def load_matching(benchmark: Benchmark, source: Any, limit: int | None, domains:
 
 def describe(benchmark: Benchmark) -> dict[str, str]:
     """One benchmark for `finbench benchmarks`."""
-    return {"name": benchmark.name, "title": benchmark.title, "hub": benchmark.hub_id,
+    where = (f"hub: {benchmark.hub_id}" if benchmark.hub_set else
+             f"no hub set: --data a checkout of the GitHub repository {benchmark.hub_id}")
+    return {"name": benchmark.name, "title": benchmark.title, "hub": benchmark.hub_id if benchmark.hub_set else "",
+            "where": where,
             "forms": "; ".join(benchmark.forms), "protocols": "; ".join(benchmark.protocols),
             "metrics": benchmark.metrics}

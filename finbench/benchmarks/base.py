@@ -168,6 +168,8 @@ class Demo:
 class Benchmark:
     """One benchmark as the rest of finbench sees it.
 
+    - `hub_id` → where its data is published: a hub data set, or (`hub_set=False`) a GitHub
+      repository read only from a local checkout (`finbench benchmarks` says which);
     - `load(source, limit, domains, question_types, notes)` → Questions (a bad record becomes a
       Question with `error`, unusable data one ValueError line);
     - `request(question, protocol)` → the ONE request (finbench/core/requests.py) that question makes;
@@ -250,6 +252,7 @@ class Benchmark:
     # the constant answer, macro-recall and the lowest per-label recall are computed per type
     answer_type_field: str = "kind"
     files: Callable[[Any], list[Path]] = record_files
+    hub_set: bool = True  # False: `hub_id` names a GitHub repository, read only from a local checkout (--data)
 
     @property
     def breakdown_column(self) -> str:

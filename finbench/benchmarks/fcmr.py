@@ -191,7 +191,7 @@ def answer(question: Question, text: str, protocol: str) -> str:
 
 
 BENCHMARK = Benchmark(
-    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
+    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, hub_set=False, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.fcmr"),
     load=load_questions, request=request, answer=answer, open_prompt=no_open_prompt, forms=FORMS, files=data_files,
     recognise=requires_columns("FCMR", REQUIRED, files=data_files),

@@ -197,7 +197,7 @@ def reply_form(text: str) -> bool:
 
 
 BENCHMARK = Benchmark(
-    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
+    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, hub_set=False, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS,
     scorer=ScorerModule("finbench.scoring.finchart_bench"), load=load_questions, request=request, answer=answer,
     reply_form=reply_form,

@@ -319,7 +319,7 @@ def read_judgement(question: Question, prediction: Prediction, replies: Sequence
 
 
 BENCHMARK = Benchmark(
-    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
+    name=NAME, title=__doc__.splitlines()[0], hub_id=HUB_ID, hub_set=False, domain_field=DOMAIN_FIELD, prompt_version=PROMPT_VERSION,
     official_max_new_tokens=OFFICIAL_MAX_NEW_TOKENS, group_columns=GROUP_COLUMNS, scorer=ScorerModule("finbench.scoring.finmmr"),
     load=load_questions, request=request, answer=answer, rule_judgements=rule_judgements,
     judging=Judging(judge_requests, read_judgement), rotate=options_not_rendered, open_prompt=no_open_prompt, forms=FORMS,

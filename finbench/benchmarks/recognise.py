@@ -88,6 +88,14 @@ def no_data_files(title: str, source: Any, files: Callable[[Any], Iterable[Path]
     return ""
 
 
+FILES_NAMED = 3  # a refusal names up to this many files; more are the source and their count
+
+
+def _named(source: Any, files: Sequence[Path]) -> str:
+    """The files a refusal speaks of: their paths, or the source and how many files it holds."""
+    return ", ".join(str(f) for f in files) if len(files) <= FILES_NAMED else f"{source} ({len(files)} data files)"
+
+
 def requires_columns(title: str, required: Sequence[str], *, any_of: Sequence[str] = (), per_file: bool = False,
                      files: Callable[[Any], Iterable[Path]] | None = None) -> Recognise:
     """A recogniser: the data has every `required` column and, when given, at least one of `any_of`
@@ -99,7 +107,7 @@ def requires_columns(title: str, required: Sequence[str], *, any_of: Sequence[st
             return missing_files
         by_file = columns_by_file(source, files)
         groups = ({str(f): c for f, c in by_file.items()} if per_file else
-                  {", ".join(str(f) for f in by_file): set().union(*by_file.values())} if by_file else {})
+                  {_named(source, by_file): set().union(*by_file.values())} if by_file else {})
         for where, have in groups.items():
             missing = [name for name in required if name not in have]
             if any_of and not have & set(any_of):

@@ -22,7 +22,7 @@ def _summary(command: object) -> str:
     return " ".join((command.__doc__ or "").strip().split("\n\n")[0].split())
 
 
-CLASSES = {evaluate.demo: evaluate.DemoCommand}  # a command whose help is read from the registry when asked for
+CLASSES = {evaluate.demo: evaluate.DemoCommand, evaluate.run: evaluate.ProtocolsCommand}  # a command whose help is read from the registry when asked for
 for command in (evaluate.run, evaluate.demo, scores.score, scores.compare, evaluate.sweep, scores.report,
                 scores.leaderboard):
     app.command(cls=CLASSES.get(command), short_help=_summary(command))(command)

@@ -26,7 +26,8 @@ from finbench.core.encodable import escape_streams
 from finbench.report.console import last_line, print_run
 
 
-HELP = "`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks."
+HELP = ("`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks, "
+        "judge-agreement.")
 
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -45,6 +46,28 @@ class DemoCommand(typer.core.TyperCommand):
             elif param.name == "n_items":
                 param.help = "How much synthetic data: " + ", ".join(d.sizes for d in demos.values()) + "."
         super().format_help(ctx, formatter)
+
+
+class ProtocolsCommand(typer.core.TyperCommand):
+    """`run --help` names every protocol a registered benchmark accepts, each
+    with the benchmarks that take it where not all do, read from the registry when help is asked for."""
+
+    def format_help(self, ctx, formatter) -> None:
+        for param in self.params:
+            if param.name == "protocol":
+                param.help = protocols_help()
+        super().format_help(ctx, formatter)
+
+
+def protocols_help() -> str:
+    """'constrained (every benchmark; the default), official (a, b), cot (c)': the registry's protocols."""
+    names = list(dict.fromkeys(p for b in BENCHMARKS.values() for p in b.protocol_names))
+    listed = []
+    for name in names:
+        takers = [n for n, b in BENCHMARKS.items() if name in b.protocol_names]
+        default = "; the default" if name == OPTIONS["protocol"].default else ""
+        listed.append(f"{name} ({'every benchmark' if len(takers) == len(BENCHMARKS) else ', '.join(takers)}{default})")
+    return f"{', '.join(listed)}. `finbench benchmarks` says what each does."
 
 
 PROGRESS_HELP = "Show progress bars (--no-progress: none at all, model loading included)."
@@ -129,10 +152,14 @@ def sweep(
 ) -> None:
     """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
     and compare every variant against the first."""
-    from finbench.app.sweep import parse_axis, run_sweep
-
     configure_output(progress, verbose)
-    with stops_in_one_line(), one_line_errors():
+    # a folder that exists is locked first, before the sweep's modules (numpy, pandas, torch) load:
+    # a second sweep into it is refused at once; run_sweep takes the same lock again (this thread
+    # holds it). A folder not there yet is no one's: run_sweep makes and locks it after the checks.
+    out = Path(options["out"])
+    with stops_in_one_line(), one_line_errors(), folder_lock(out) if out.is_dir() else contextlib.nullcontext():
+        from finbench.app.sweep import parse_axis, run_sweep
+
         model_list = parse_axis(comma_list(models)) or ([model] if model else [])
         if not model_list:
             raise ValueError("give --model or --models")

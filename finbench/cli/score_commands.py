@@ -33,7 +33,7 @@ def compare_command(run_dirs: Sequence[Path], out: Path | None = None, n_bootstr
     """Compare runs against the first (baseline); print tables, and write the JSON to `out` when
     given (nothing is written into a run folder unasked)."""
     result = compare_run_dirs(run_dirs, n_bootstrap, seed, allow_mixed_protocols)
-    print_comparison(result, console)
+    print_comparison({**result, "written_to": str(out) if out is not None else None}, console)
     names = result["runs"]
     for name, agreed in result["agreement"].items():
         largest = agreed["max_prob_diff"]

@@ -121,7 +121,7 @@ def benchmarks() -> None:
     """Benchmarks finbench can run: data forms, protocols and metrics."""
     for benchmark in BENCHMARKS.values():
         info = describe(benchmark)
-        out_console.print(f"[bold]{info['name']}[/]: {info['title']} (hub: {info['hub']})")
+        out_console.print(f"[bold]{info['name']}[/]: {info['title']} ({info['where']})")
         for label in ("forms", "protocols", "metrics"):
             if info[label]:
                 out_console.print(f"  {label}: {info[label]}", highlight=False)

@@ -398,5 +398,7 @@ def _print_robustness(con: Any, result: dict[str, Any]) -> None:
             table.add_row(item["id"], item["answers"][base], item["answers"][run], item["gold"], item["right"],
                           item["raw_output"][:60])
         if found["n_disagree"] > DISAGREEMENTS_SHOWN:
-            table.caption = f"first {DISAGREEMENTS_SHOWN}; all of them are in the comparison JSON"
+            kept = result.get("written_to")  # the comparison JSON, where one is written (compare --out)
+            table.caption = (f"first {DISAGREEMENTS_SHOWN}; all of them are in {kept}" if kept else
+                             f"first {DISAGREEMENTS_SHOWN} of {found['n_disagree']}; --out FILE writes them all")
         print_table(con, table)
