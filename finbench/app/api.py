@@ -150,7 +150,7 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
         startup.validate(config)  # before torch is imported: a bad option is refused at once
         refuse_other_results(config, overwrite)
         with folder_lock(Path(out)):  # a second run into the folder is refused here, before torch loads
-            _starting(console, source, loaded, names)
+            _starting(console, source, loaded, names, show_progress)
             from finbench.runner.engine import run_benchmark
 
             return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
@@ -168,7 +168,7 @@ def _evaluate_each(source: str, loaded: Any, configs: Mapping[str, RunConfig], s
                    command: str, out: Path) -> Any:
     """evaluate() of several benchmarks, their options checked: the model loaded once, each run."""
     names = list(configs)
-    _starting(console, source, loaded, names)
+    _starting(console, source, loaded, names, show_progress)
     from finbench.runner.distributed import world_from_env
     from finbench.runner.engine import run_benchmark
 
@@ -188,13 +188,15 @@ def _evaluate_each(source: str, loaded: Any, configs: Mapping[str, RunConfig], s
     return MultiRunResult(Path(out), runs, summary)
 
 
-def _starting(console: Any, source: str, loaded: Any, names: Sequence[str]) -> None:
-    """The command's first progress line, once its options are checked and before torch, the data
-    and the model load (seconds on a cold start): what it is loading (rank 0 alone). On a terminal
-    only: a pipe or a log gets a refusal as its one line, and the results as before."""
+def _starting(console: Any, source: str, loaded: Any, names: Sequence[str], show_progress: bool) -> None:
+    """The command's first progress line, once its options are checked and its folder locked, and
+    before torch, the data and the model load (seconds, even for a run served from the cache): what
+    it is loading (rank 0 alone). On a terminal, and in a pipe where progress is shown (the
+    progress lines follow there too); --no-progress leaves a refusal as a pipe's one line."""
     import os
 
-    if console is not None and getattr(console, "is_terminal", False) and os.environ.get("RANK", "0") == "0":
+    shown = show_progress or getattr(console, "is_terminal", False)
+    if console is not None and shown and os.environ.get("RANK", "0") == "0":
         what = "the data" if loaded is not None else f"{source} and the data"
         console.print(f"loading {what} of {', '.join(names)} …", markup=False, highlight=False)
 

@@ -62,7 +62,7 @@ from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, read_a
 from finbench.runner.outputs import OutputsError, samples_table, score, write_outputs
 from finbench.runner.replay import Replay
 from finbench.runner.results import results_json
-from finbench.runner.run_requests import build_requests, constrained, shared_requests, unreadable
+from finbench.runner.run_requests import build_requests, constrained, setting_notes, shared_requests, unreadable
 from finbench.runner.run_state import RunState
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
@@ -134,6 +134,7 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
         run.judge = startup.load_judge_for_run(config, world)
     max_images = run.model.capabilities.max_images if run.model is not None else None
     requests, request_errors = build_requests(run.benchmark, questions, config, run.think_budget, max_images)
+    run.notes.extend(setting_notes(config, requests))  # a generation setting resolved or unused: one line each
     if run.model is not None:
         unreadable(run.model, requests, request_errors, run.notes)  # e.g. a served model's sets and numbers
     # the robustness studies' variants after the run's questions (runner/studies.py)

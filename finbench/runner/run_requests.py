@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from finbench.benchmarks.base import Benchmark
 from finbench.config.run_settings import for_run
 from finbench.config.specs import RunConfig
-from finbench.core.requests import Choose, Number, Prompt, Request, Session
+from finbench.core.requests import Choose, Generate, Number, Prompt, Request, Session
 from finbench.core.types import MULTI, NUMERICAL, SINGLE, ModelRequest, Question
 from finbench.runner.keys import DECODER_VERSION, request_images
 from finbench.runner.preprocess import decode_images
@@ -106,6 +106,25 @@ def decoding_summary(config: RunConfig, requests: Sequence[Request | None], thin
     if config.decode.gen_kwargs:
         summary["generation"] = dict(config.decode.gen_kwargs)
     return summary
+
+
+def setting_notes(config: RunConfig, requests: Sequence[Request | None]) -> list[str]:
+    """One line for each generation setting the run resolves between two flags or cannot apply,
+    never silently: `--gen-kwargs max_new_tokens` over `--max-new-tokens`; sampling settings where
+    no request generates text (choices and numbers are read from the logits, and a thinking step
+    before them reasons greedily)."""
+    notes = []
+    generation = dict(config.decode.gen_kwargs)
+    budget, flag = generation.get("max_new_tokens"), config.decode.max_new_tokens
+    if budget is not None and flag is not None and budget != flag:
+        notes.append(f"--gen-kwargs max_new_tokens={budget} is the generation budget; --max-new-tokens {flag} is "
+                     "not used (give one of them)")
+    sampling = {k: v for k, v in generation.items() if k != "max_new_tokens"}
+    if sampling and not any(isinstance(r, (Generate, Session)) for r in requests):
+        shown = ",".join(f"{k}={v}" for k, v in sampling.items())
+        notes.append(f"--gen-kwargs {shown} has no effect: no question of this run generates text (--protocol "
+                     f"{config.protocol} reads its answers from the logits)")
+    return notes
 
 
 def build_requests(benchmark: Benchmark, questions: Sequence[Question], config: RunConfig, think_budget: int | None,

@@ -1,0 +1,165 @@
+"""What a new user reads must be true (issue 55, items 1, 7 and 11): FCMR's rule is said to be
+finbench's prompt and reading (FCMR publishes neither); `compare` without --out points to no file it
+did not write; `finbench benchmarks` tells a GitHub repository from a hub set; `run --help` names
+every protocol; the command summary names every command; `data check` shows one breakdown once
+and a blank value as missing; another benchmark's data is refused naming whose data it looks like."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import ENV, cli
+
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+needs_shared = pytest.mark.skipif(not (SHARED / "fcmr").exists() or not (SHARED / "finmmr").exists(),
+                                  reason="../shared/data is absent")
+WIDE = {**ENV, "COLUMNS": "250"}
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---- item 1: FCMR's rule is finbench's prompt and reading, following the paper ---------------------------
+@pytest.mark.parametrize("protocol", ["official", "constrained"])
+def test_an_fcmr_run_says_its_prompt_and_reading_are_finbenchs_not_an_official_rule(tiny_qwen_dir, tmp_path, protocol):
+    from finbench.benchmarks import get_benchmark
+
+    data, _ = get_benchmark("fcmr").demo.write(tmp_path / "data", None)
+    out = tmp_path / "run"
+    done = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "fcmr", "--data", str(data), "--protocol", protocol,
+               "--limit", "2", "--max-new-tokens", "2", "--out", str(out), "--device", "cpu", "--dtype", "float32",
+               "--bootstrap", "0", "--no-progress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for text in (done.stdout, (out / "report.md").read_text()):
+        text = _flat(text)
+        assert "official rule" not in text, text
+        assert ("the paper's exact match of the set, on finbench's prompt and answer reading (FCMR publishes no "
+                "prompt or scorer)") in text, text
+
+
+# ---- item 7: compare's caption, the benchmarks' list, run --help, the command summary -------------------
+def test_compare_without_out_names_no_unwritten_file_and_with_out_names_the_one_written(
+        tiny_qwen_dir, synthetic_parquet, tmp_path):
+    runs = []
+    for protocol in ("constrained", "official"):
+        runs.append(tmp_path / protocol)
+        done = cli("run", "--model", str(tiny_qwen_dir), "--data", str(synthetic_parquet), "--limit", "24",
+                   "--protocol", protocol, "--max-new-tokens", "2", "--out", str(runs[-1]), "--device", "cpu",
+                   "--dtype", "float32", "--bootstrap", "0", "--no-progress")
+        assert done.returncode == 0, done.stderr[-3000:]
+    base = ["compare", *map(str, runs), "--allow-mixed-protocols", "--bootstrap", "0"]
+    unwritten = cli(*base, env=None)
+    assert unwritten.returncode == 0, unwritten.stderr[-3000:]
+    text = _flat(unwritten.stdout)
+    assert "answers differ" in text and "first 10 of " in text, text  # more than ten: the caption is shown
+    assert "comparison JSON" not in text and "--out FILE writes them all" in text
+    written = tmp_path / "comparison.json"
+    done = cli(*base, "--out", str(written))
+    assert done.returncode == 0 and written.is_file()
+    assert f"all of them are in {written}" in _flat(done.stdout.replace("\n", ""))
+    assert json.loads(written.read_text())["disagreements"]
+
+
+def test_the_benchmarks_list_says_a_github_repository_is_no_hub_set():
+    from finbench.benchmarks import BENCHMARKS
+
+    done = cli("benchmarks", env=None)
+    assert done.returncode == 0
+    text = _flat(done.stdout)
+    for name, benchmark in BENCHMARKS.items():
+        try:  # what `run` does without --data: a benchmark without a hub set says so
+            benchmark.load(None, 1)
+            hub = True
+        except ValueError as err:
+            hub = "no hub set" not in str(err)
+        except Exception:  # noqa: BLE001 — offline: the hub set cannot be read here, but there is one
+            hub = True
+        if hub:
+            assert f"(hub: {benchmark.hub_id})" in text, name
+        else:
+            assert f"hub: {benchmark.hub_id}" not in text, name
+            assert f"(no hub set: --data a checkout of the GitHub repository {benchmark.hub_id})" in text, name
+
+
+def test_run_help_names_every_protocol_of_every_benchmark():
+    from finbench.benchmarks import BENCHMARKS
+
+    done = cli("run", "--help", env=WIDE)
+    assert done.returncode == 0
+    text = _flat(done.stdout.replace("│", " "))
+    section = text[text.index("--protocol"):][:600]
+    for name, benchmark in BENCHMARKS.items():
+        for protocol in benchmark.protocol_names:
+            assert protocol in section, (name, protocol, section)
+    assert "cot (finmmr)" in section and "official (finmme, famma" in section
+
+
+def test_the_command_summary_names_every_command():
+    from finbench.cli import app
+    from finbench.cli.common import HELP
+
+    names = [c.name or c.callback.__name__ for c in app.registered_commands] + [g.name for g in app.registered_groups]
+    assert "judge-agreement" in names
+    missing = [name for name in names if name not in HELP]
+    assert not missing, missing
+
+
+# ---- item 7: data check shows a breakdown once, a blank value as missing ------------------------------
+@needs_shared
+def test_data_check_shows_two_fields_with_the_same_values_once():
+    done = cli("data", "check", "--benchmark", "fcmr", str(SHARED / "fcmr"), env=WIDE)
+    assert done.returncode == 0, done.stderr
+    titles = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith("by ")]
+    assert "by question_type = difficulty" in titles and "by difficulty" not in titles, titles
+    assert len(titles) == len(set(titles))
+
+
+@needs_shared
+def test_data_check_counts_a_blank_value_as_missing_not_as_an_empty_group(tmp_path):
+    from finbench.app.datacheck import MISSING, check_data
+
+    root = tmp_path / "finmmr"
+    (root / "validation").mkdir(parents=True)
+    (root / "images").symlink_to((SHARED / "finmmr" / "images").resolve())
+    records = json.loads((SHARED / "finmmr" / "validation" / "easy_validation.json").read_text())
+    for record in records[:3]:
+        record["subfield"] = ""
+    (root / "validation" / "easy_validation.json").write_text(json.dumps(records, ensure_ascii=False))
+    report = check_data("finmmr", root)
+    subfields = report["counts"]["subfield"]
+    assert "" not in subfields and subfields[MISSING] >= 3, subfields
+    done = cli("data", "check", "--benchmark", "finmmr", str(root), env=WIDE)
+    assert done.returncode == 0 and "''" not in done.stdout
+
+
+# ---- item 11: another benchmark's data named -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory):
+    from finbench.benchmarks import BENCHMARKS, get_benchmark
+
+    root = tmp_path_factory.mktemp("demo-data")
+    return {name: get_benchmark(name).demo.write(root / name, 2 if name != "finmme" else 8)[0] for name in BENCHMARKS}
+
+
+def test_data_given_to_another_benchmark_is_refused_naming_the_benchmark_it_looks_like(demo_data):
+    for benchmark, other in itertools.permutations(demo_data, 2):
+        done = cli("data", "check", "--benchmark", benchmark, str(demo_data[other]))
+        assert done.returncode == 2, (benchmark, other, done.stdout)
+        lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        assert len(lines) == 1, lines
+        assert _flat(done.stderr).endswith(f"it looks like {other} data: --benchmark {other}"), (benchmark, other)
+
+
+@needs_shared
+def test_a_refusal_names_the_folder_and_its_count_of_files_not_each_file(tmp_path):
+    done = cli("data", "check", "--benchmark", "finmme", str(SHARED / "finmmr"))
+    assert done.returncode == 2
+    text = _flat(done.stderr)
+    assert f"{SHARED / 'finmmr'} (9 data files): not FinMME data" in text, text
+    assert "easy_validation.json" not in text
+    assert text.endswith("it looks like finmmr data: --benchmark finmmr")
