@@ -4,7 +4,6 @@ at once, every 5 % and at least every EVERY_S seconds — and writes the same li
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -40,7 +39,10 @@ def test_lines_come_every_five_percent_and_on_a_rhythm_while_nothing_finishes(mo
     monkeypatch.setattr(progress, "EVERY_S", 0.2)  # a batch that takes long: the rhythm goes on without it
     console = Console(file=io.StringIO(), force_terminal=False, width=200)
     with progress.progress(True, 10, console):
-        time.sleep(3.5)
+        # the rhythm's lines come while nothing finishes: waited for as events (a loaded machine
+        # delays the ticker, it does not stop it), never counted in a fixed sleep
+        while len(console.file.getvalue().splitlines()) < 4:
+            time.sleep(0.05)
     said = console.file.getvalue().splitlines()
     assert len(said) >= 4 and all(text.startswith("evaluating: 0/10 (0%)") for text in said), said
 
@@ -58,27 +60,26 @@ def test_no_progress_prints_nothing_but_run_log_still_gets_the_lines(caplog):
 
 
 @pytest.mark.slow
-def test_a_demo_with_stdout_piped_prints_its_first_progress_line_within_15_s(tmp_path, tiny_qwen_dir):
+def test_a_demo_with_stdout_piped_prints_its_progress_lines_as_it_goes(tmp_path, tiny_qwen_dir):
+    """Measured as the order of events in the one pipe (stdout and stderr together), never as wall
+    time: the first progress line comes before any result line, so it was not held back to the end;
+    that a command's first line comes before torch loads is tests/test_first_line.py's."""
     home = tmp_path / "home"
     home.mkdir()
-    (home / "tiny-qwen2.5-vl").symlink_to(tiny_qwen_dir)  # built already: the run is what is timed
+    (home / "tiny-qwen2.5-vl").symlink_to(tiny_qwen_dir)  # built already
     out = tmp_path / "demo"
-    started = time.monotonic()
     process = subprocess.Popen([sys.executable, "-m", "finbench.cli", "demo", "--n-items", "24", "--out", str(out)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**ENV, "FINBENCH_HOME": str(home)})
-    seen: list[tuple[float, str]] = []
-    reader = threading.Thread(target=lambda: seen.extend((time.monotonic() - started, text.rstrip("\n"))
-                                                          for text in process.stdout))
+    seen: list[tuple[int, str]] = []
+    reader = threading.Thread(target=lambda: seen.extend(enumerate(text.rstrip("\n") for text in process.stdout)))
     reader.start()
     process.wait(timeout=600)
     reader.join()
     assert process.returncode == 0, "\n".join(text for _, text in seen)
     progress = [(at, text) for at, text in seen if LINE.match(text)]
-    # 15 s where the machine has a core to spare; stretched by how oversubscribed it is otherwise
-    # (eight test runs sharing two cores: start-up is importing torch and transformers, CPU-bound)
-    load = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
-    assert progress and progress[0][0] < 15 * load, (load, seen[:10])
+    results = [at for at, text in seen if text.startswith(("wrote ", "errors: "))]
+    assert progress and results and progress[0][0] < min(results), seen[:20]
     assert progress[0][1].startswith("evaluating: 0/24 (0%)")  # said when evaluation starts, not at its end
     assert progress[-1][1].startswith("evaluating: 24/24 (100%)")
     logged = [text.split(" finbench ", 1)[1] for text in (out / "run.log").read_text().splitlines()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ENV, cache_rows, cli, run_cli
+from helpers import ENV, cache_rows, cli
 
 HOLD = """
 import sys, time
@@ -57,12 +57,16 @@ def test_a_second_run_into_the_same_folder_is_refused_in_one_line_and_the_first_
     args = _run_args(tiny_qwen_dir, synthetic_parquet, out, "--limit", "24", "--batch-size", "1")
     first = _start(args)
     _wait_for(lambda: (out / ".finbench.owner").is_file(), first)
-    started = time.monotonic()
-    second = run_cli(*args, timeout=60)
-    seconds = time.monotonic() - started
+    # refused at once, measured as what happened before the refusal — Python's own record of the
+    # imports (-X importtime): no torch, so no model — never as seconds a loaded machine can stretch
+    second = subprocess.run([sys.executable, "-X", "importtime", "-m", "finbench.cli", *args], capture_output=True,
+                            text=True, env=ENV, timeout=600)
+    imports = [text for text in second.stderr.splitlines() if text.startswith("import time:")]
     assert first.poll() is None, "the first run ended before the second was refused: the test proves nothing"
-    assert second.returncode == 2 and seconds < 5, (seconds, second.stderr)
-    line = _one_error_line(second.stdout + second.stderr)
+    assert second.returncode == 2 and imports, second.stderr[-2000:]
+    assert not [text for text in imports if text.rstrip().endswith(("| torch", "| transformers"))], \
+        "the second run imported torch before it was refused"
+    line = _one_error_line(second.stdout + "\n".join(t for t in second.stderr.splitlines() if t not in imports))
     assert f"--out {out} is in use by another finbench run (pid {first.pid}, started " in line
     _, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stderr
