@@ -163,3 +163,15 @@ def test_a_refusal_names_the_folder_and_its_count_of_files_not_each_file(tmp_pat
     assert f"{SHARED / 'finmmr'} (9 data files): not FinMME data" in text, text
     assert "easy_validation.json" not in text
     assert text.endswith("it looks like finmmr data: --benchmark finmmr")
+
+
+# ---- item 14: the README says what Chromium adds to the tests and how to get it -------------------------
+def test_the_readme_says_what_chromium_adds_to_the_tests_and_how_to_get_it():
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    section = _flat(readme[readme.index("Run the tests:"):readme.index("Python ≥ 3.10.")])
+    users = sorted(f"tests/{path.name}" for path in (root / "tests").glob("test_*.py") if path.name != Path(__file__).name
+                   and ("open_page(" in path.read_text() or "_chromium()" in path.read_text()))
+    assert users and all(user in section for user in users), (users, section)
+    assert "Chromium" in section and "apt-get install -y chromium" in section
+    assert "FINBENCH_REQUIRE_CHROMIUM" in section and "skip" in section
