@@ -15,6 +15,7 @@ from finbench.runner import distributed
 from finbench.runner.cache import CacheWriteError
 from finbench.runner.loop import BatchInterrupted
 from finbench.runner.preprocess import prefetch
+from finbench.runner.pixel_hint import pixel_hint
 from finbench.runner.progress import progress
 from finbench.runner.run_state import RunState
 from finbench.runner.stops import Interrupted, stopped
@@ -35,7 +36,8 @@ def compute(run: RunState, show_progress: bool, console: Any) -> None:
     mine = {item.index for item in run.items}
     try:
         n_followers = sum(len(run.followers.get(i, ())) for i in mine)  # answered with their leader
-        with progress(show_progress, len(run.items) + n_followers, console) as advance, parts:
+        hint = pixel_hint(run.model, run.device, run.questions, run.items) if run.model is not None else None
+        with progress(show_progress, len(run.items) + n_followers, console, hint) as advance, parts:
             for prepared in prefetch(run.batches, loop.prepare, workers=config.batching.workers, depth=config.batching.workers + 1,
                                      ahead=loop.copy_ahead, join=loop.join):
                 if run.first_batch_wait is None:  # the pipeline fill: nothing for the model to do yet

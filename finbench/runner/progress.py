@@ -20,17 +20,20 @@ from typing import Any, Callable, Iterator
 log = logging.getLogger("finbench")
 EVERY_S = 10.0  # a line at least this often while samples are being answered
 STEP = 0.05  # and one each time another 5 % of the samples is done
+LONG_S = 600.0  # a time left at least this long brings the run's hint, once (runner/pixel_hint.py)
 
 
 @contextlib.contextmanager
-def progress(show: bool, total: int, console: Any) -> Iterator[Callable[[int], None]]:
+def progress(show: bool, total: int, console: Any,
+             hint: Callable[[float], str] | None = None) -> Iterator[Callable[[int], None]]:
     """`advance(n)` after each batch: a bar with the running samples/s on a terminal (`show`), else
-    plain lines on `console` (`show`) — and the lines in run.log either way."""
+    plain lines on `console` (`show`) — and the lines in run.log either way. `hint(seconds_left)`:
+    a line said once, the first time the time left is `LONG_S` or more (runner/pixel_hint.py)."""
     if total == 0:
         yield lambda n: None
         return
     bar = show and console is not None and getattr(console, "is_terminal", False) and sys.stdout.isatty()
-    with plain_lines(total, console if show and not bar else None) as said:
+    with plain_lines(total, console if show and not bar else None, hint, console if show else None) as said:
         if not bar:
             yield said
             return
@@ -66,22 +69,33 @@ def _duration(seconds: float) -> str:
 
 
 @contextlib.contextmanager
-def plain_lines(total: int, console: Any) -> Iterator[Callable[[int], None]]:
+def plain_lines(total: int, console: Any, hint: Callable[[float], str] | None = None,
+                hint_console: Any = None) -> Iterator[Callable[[int], None]]:
     """`advance(n)`; a line at once, on each `STEP` of `total` and after `EVERY_S` without one, to
-    run.log and (when given) `console`."""
+    run.log and (when given) `console`; `hint`'s line once, to run.log and `hint_console`."""
     started = time.perf_counter()
     step = max(1, math.ceil(total * STEP))
     lock = threading.Lock()
     stop = threading.Event()
     state = {"done": 0, "last": started}
+    hinted: list[str] = []
 
     def say() -> None:
         with lock:
             state["last"] = time.perf_counter()
-            text = line(state["done"], total, state["last"] - started)
+            done, seconds = state["done"], state["last"] - started
+            text = line(done, total, seconds)
+            left = (total - done) * seconds / done if 0 < done < total else 0.0
+            extra = hint(left) if hint is not None and not hinted and left >= LONG_S else ""
+            if extra:
+                hinted.append(extra)
         log.info("%s", text)
         if console is not None:
             console.print(text, markup=False, highlight=False)
+        if extra:
+            log.info("%s", extra)
+            if hint_console is not None:
+                hint_console.print(extra, markup=False, highlight=False)
 
     def keep_rhythm() -> None:
         while not stop.wait(1.0):
