@@ -119,22 +119,22 @@ def test_data_check_shows_two_fields_with_the_same_values_once():
     assert len(titles) == len(set(titles))
 
 
-@needs_shared
-def test_data_check_counts_a_blank_value_as_missing_not_as_an_empty_group(tmp_path):
+def test_data_check_shows_no_empty_group_for_a_missing_column_or_a_blank_value(synthetic_parquet, tmp_path):
+    import pandas as pd
+
     from finbench.app.datacheck import MISSING, check_data
 
-    root = tmp_path / "finmmr"
-    (root / "validation").mkdir(parents=True)
-    (root / "images").symlink_to((SHARED / "finmmr" / "images").resolve())
-    records = json.loads((SHARED / "finmmr" / "validation" / "easy_validation.json").read_text())
-    for record in records[:3]:
-        record["subfield"] = ""
-    (root / "validation" / "easy_validation.json").write_text(json.dumps(records, ensure_ascii=False))
-    report = check_data("finmmr", root)
-    subfields = report["counts"]["subfield"]
-    assert "" not in subfields and subfields[MISSING] >= 3, subfields
-    done = cli("data", "check", "--benchmark", "finmmr", str(root), env=WIDE)
-    assert done.returncode == 0 and "''" not in done.stdout
+    frame = pd.read_parquet(synthetic_parquet).head(12).drop(columns=["asset_class"])  # a column the data lacks
+    frame.loc[:2, "chart_type"] = ""  # and a blank value in another
+    path = tmp_path / "finmme.parquet"
+    frame.to_parquet(path)
+    report = check_data("finmme", path)
+    assert "asset_class" not in report["counts"], report["counts"]  # nothing to count: no table of one blank group
+    charts = report["counts"]["chart_type"]
+    assert "" not in charts and charts[MISSING] == 3, charts
+    done = cli("data", "check", "--benchmark", "finmme", str(path), env=WIDE)
+    assert done.returncode == 0 and "by asset_class" not in done.stdout
+    assert "column 'asset_class' is missing from the data" in " ".join(done.stdout.split())
 
 
 # ---- item 11: another benchmark's data named -------------------------------------------------------------

@@ -4,7 +4,9 @@ Outside a terminal — stdout piped (`| tee`), nohup, a CI log, a notebook cell 
 nothing until the end, so the run says where it is in plain lines instead: one when evaluation
 starts, then one every `EVERY_S` seconds or `STEP` of the total, whichever comes first —
 done/total, samples/s, the time left. The same lines go to run.log on every run (a terminal's
-bar leaves no trace there), and a thread keeps the rhythm while a long batch runs.
+bar leaves no trace there), and a thread keeps the rhythm while a long batch runs. A run may bring
+one hint, said once when the time left first reaches `LONG_S` (on a CPU, what a smaller
+--max-pixels would give: runner/pixel_hint.py).
 """
 
 from __future__ import annotations
