@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from finbench.benchmarks import get_benchmark
+from finbench.benchmarks import BENCHMARKS, data_option_names, get_benchmark
 import finbench.config.option_checks as checks
 from finbench.config.options import Option
 from finbench.config.specs import RunConfig
@@ -47,6 +47,11 @@ RUN_OPTIONS: list[Option] = [
     Option("data", None, "Local data file/folder or hub id (default: the benchmark's hub set); with several "
            "benchmarks, BENCHMARK=SOURCE, repeatable.", parse=str, check=checks.data, identity=True, run=False,
            sweep=True, sweep_help="Local data file/folder or hub id."),
+    Option("data_spec", None, "A YAML file naming which of the data's columns hold what (the question, options, "
+           "answer, images, breakdowns; benchmarks that read one: `finbench benchmarks`, docs/own-data.md).",
+           parse=str, check=checks.existing_file("--spec"), identity=True, sweep=True, flag="--spec"),
+    Option("image_root", None, "The folder the data's relative image paths are read from (besides the data file's "
+           "own folder).", parse=str, check=checks.existing_folder("--image-root"), identity=True, sweep=True),
     Option("limit", None, "Evaluate only the first N questions (after filters).", int,
            check=checks.at_least("--limit", 1), sweep=True, sweep_help="Evaluate only the first N questions."),
     Option("domains", (), "Keep only this knowledge domain (repeatable).", many=True, commas=False, flag="--domain"),
@@ -141,8 +146,17 @@ def _quant_vision_quant(config: RunConfig) -> None:
         raise ValueError("--quant-vision applies with --quant (8bit, 4bit, int8wo, int4wo, fp8)")
 
 
+def _data_options_read(config: RunConfig) -> None:
+    """A data option (--spec, --image-root) the run's benchmark does not read is refused, never ignored."""
+    benchmark = get_benchmark(config.benchmark)
+    for name in data_option_names():
+        if config.option(name) is not None and name not in benchmark.data_options:
+            readers = [b.name for b in BENCHMARKS.values() if name in b.data_options]
+            raise ValueError(f"{OPTIONS[name].cli_flag}: {benchmark.name} does not read it (read by: {', '.join(readers)})")
+
+
 # what one option's declaration cannot check alone; the served options' own are sources.py `check_sources`
-CROSS_CHECKS: list[Callable[[RunConfig], None]] = [_think_budget_protocol, _quant_vision_quant]
+CROSS_CHECKS: list[Callable[[RunConfig], None]] = [_think_budget_protocol, _quant_vision_quant, _data_options_read]
 
 
 def run_flags() -> list[Option]:

@@ -101,6 +101,9 @@ class RunConfig:
     model: str
     benchmark: str = DEFAULT_BENCHMARK
     data: str | None = None
+    # read beside --data by the benchmarks that declare them (Benchmark.data_options): a column spec, an image folder
+    data_spec: str | None = None
+    image_root: str | None = None
     protocol: str = DEFAULT_PROTOCOL
     limit: int | None = None
     domains: tuple[str, ...] = ()
