@@ -13,6 +13,10 @@ from helpers import cli
 # a benchmark added to finbench is added here (test_every_built_in_benchmark_is_fed_the_others_data)
 TITLES = {"finmme": "FinMME", "famma": "FAMMA", "finmtm": "FinMTM", "mme-finance": "MME-Finance", "finmmr": "FinMMR",
           "finchart-bench": "FinChart-Bench", "fcmr": "FCMR"}
+# benchmarks of a user's own plain file (benchmarks/custom): no format is another benchmark's, so they
+# are given every other benchmark's demo data apart (refused in at most two lines naming a file and
+# a row), and their demo data is given to every other benchmark as any benchmark's is
+OWN_FILES = ("custom",)
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +25,8 @@ def demo_data(tmp_path_factory):
     from finbench.benchmarks import get_benchmark
 
     root = tmp_path_factory.mktemp("demo-data")
-    return {name: get_benchmark(name).demo.write(root / name, 2 if name != "finmme" else 8)[0] for name in TITLES}
+    return {name: get_benchmark(name).demo.write(root / name, 2 if name != "finmme" else 8)[0]
+            for name in (*TITLES, *OWN_FILES)}
 
 
 @pytest.fixture()
@@ -37,7 +42,8 @@ def no_model(monkeypatch):
     monkeypatch.setattr(finbench.runner.startup, "load_for_run", loads)
 
 
-@pytest.mark.parametrize("benchmark, other", [pair for pair in itertools.permutations(TITLES, 2)])
+@pytest.mark.parametrize("benchmark, other", [*itertools.permutations(TITLES, 2),
+                                              *itertools.product(TITLES, OWN_FILES)])
 def test_a_run_given_another_benchmarks_demo_data_is_refused_in_one_line_before_any_model_loads(
         benchmark, other, demo_data, tiny_qwen_dir, tmp_path, no_model):
     out = tmp_path / "run"
@@ -50,14 +56,26 @@ def test_a_run_given_another_benchmarks_demo_data_is_refused_in_one_line_before_
     assert not out.exists()
 
 
+@pytest.mark.parametrize("own, other", itertools.product(OWN_FILES, TITLES))
+def test_a_run_of_your_own_file_given_a_benchmarks_demo_data_is_refused_before_any_model_loads(
+        own, other, demo_data, tiny_qwen_dir, tmp_path, no_model):
+    out = tmp_path / "run"
+    done = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", own, "--data", str(demo_data[other]),
+               "--out", str(out), "--device", "cpu", "--no-progress")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert 1 <= len(lines) <= 2 and lines[0].startswith("error:"), lines
+    assert not out.exists()
+
+
 def test_every_built_in_benchmark_is_fed_the_others_data():
     from finbench.benchmarks import BENCHMARKS
 
     built_in = {name for name, b in BENCHMARKS.items() if b.load.__module__.startswith("finbench.")}
-    assert built_in <= set(TITLES), f"add {built_in - set(TITLES)} to TITLES: its recogniser is untested"
+    assert built_in <= {*TITLES, *OWN_FILES}, f"add {built_in - set(TITLES)} to TITLES: its recogniser is untested"
 
 
-@pytest.mark.parametrize("benchmark", TITLES)
+@pytest.mark.parametrize("benchmark", (*TITLES, *OWN_FILES))
 def test_each_benchmark_recognises_its_own_demo_data(benchmark, demo_data):
     from finbench.benchmarks import get_benchmark
 

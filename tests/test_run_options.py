@@ -18,9 +18,10 @@ from finbench.studies import study_options
 
 # the fields that are not options of the table: the studies' (their own declarations) and start-up's record
 NOT_DECLARED = {"permutations", "image_ablation", "samples", "probes", "sized"}
-# results.json's "config" as it always was: these flat keys, no more, no fewer
+# results.json's "config": these flat keys, no more, no fewer (data_spec and image_root: read beside --data by
+# the benchmarks that declare them, benchmarks/custom)
 RECORDED = ["model", "served_model", "api_key_env", "in_flight", "request_timeout", "served_thinking",
-            "served_reading", "judge_served_model", "benchmark", "data", "protocol", "limit", "domains",
+            "served_reading", "judge_served_model", "benchmark", "data", "data_spec", "image_root", "protocol", "limit", "domains",
             "question_types", "batch_size", "token_budget", "workers", "dtype", "device", "device_map", "family",
             "quant", "quant_vision", "allow_dequantized", "max_new_tokens", "numeric_budget", "max_pixels",
             "device_preprocess", "compile_vision", "compile_lm", "profile", "fast_paths", "out", "cache", "seed",
@@ -40,7 +41,8 @@ def test_every_option_field_of_run_config_has_exactly_one_declaration_in_its_spe
         assert SPEC_OF.get(option.name, "") == option.spec, option.name
     assert set(SPEC_OF) == {f.name for spec in SPECS.values() for f in dataclasses.fields(spec)}
     renamed = {o.name: o.cli_flag for o in RUN_OPTIONS if o.cli_flag != "--" + o.name.replace("_", "-")}
-    assert renamed == {"domains": "--domain", "question_types": "--question-type"}  # the flags as they always were
+    assert renamed == {"domains": "--domain", "question_types": "--question-type",  # the flags as they always were
+                       "data_spec": "--spec"}
 
 
 def test_every_declared_option_is_a_run_flag_with_its_help_and_default():
@@ -66,8 +68,8 @@ def test_sweep_flags_are_exactly_the_sweep_and_axis_options_and_its_own():
 
 def test_run_identity_is_the_options_declared_identity():
     assert RUN_IDENTITY == tuple(o.name for o in RUN_OPTIONS if o.identity)
-    assert set(RUN_IDENTITY) == {"model", "revision", "benchmark", "data", "protocol", "quant", "dtype",
-                                 "think_budget", "judge", "chat_template", "system_prompt"}
+    assert set(RUN_IDENTITY) == {"model", "revision", "benchmark", "data", "data_spec", "image_root", "protocol", "quant",
+                                 "dtype", "think_budget", "judge", "chat_template", "system_prompt"}
 
 
 def test_make_config_coerces_each_option_once_and_rejects_an_unknown_one_in_one_line():

@@ -1,12 +1,13 @@
 """Benchmarks: one file each, each ending in `BENCHMARK = Benchmark(...)` (the contract in
 `benchmarks/base.py`), registered here with `register`, in the one place a built-in benchmark is
 added (docs/adding-a-benchmark.md); a benchmark defined outside finbench registers itself with the
-same call, in a module that finbench imports for it, as it imports the studies' (studies/__init__.py):
+same call, or is the `BENCHMARK` of a module finbench imports for it (registered then), as the
+studies' are (studies/__init__.py):
 
 - the modules named by the FINBENCH_BENCHMARKS environment variable (comma-separated), imported
   with the registry, at the end of this module;
 - the Python entry points of the group `finbench.benchmarks` of installed packages (each names a
-  module, or a `Benchmark`), read the first time a name is not found among those registered and
+  module or a `Benchmark`), read the first time a name is not found among those registered and
   when every benchmark is listed (`all_benchmarks`): reading the installed packages' metadata
   costs tens of milliseconds, which a command that names a built-in benchmark never pays.
 
@@ -63,10 +64,17 @@ def entry_point_plugins() -> tuple[str, ...]:
         except Exception as err:  # noqa: BLE001 — a broken plugin is one line naming it, not a traceback
             raise ValueError(f"entry point {entry.name} = {entry.value} ({ENTRY_POINTS}): cannot be loaded: "
                              f"{type(err).__name__}: {err}") from None
-        if isinstance(found, Benchmark):
-            register(found)
+        plugin(found)
         loaded.append(entry.name)
     return tuple(loaded)
+
+
+def plugin(found: Any) -> None:
+    """Register what a plugin names: a `Benchmark`, or a module's `BENCHMARK` (a module that
+    registered its own already is left as it is: `register` takes the same benchmark twice)."""
+    benchmark = found if isinstance(found, Benchmark) else getattr(found, "BENCHMARK", None)
+    if isinstance(benchmark, Benchmark):
+        register(benchmark)
 
 
 def all_benchmarks() -> list[Benchmark]:
@@ -138,4 +146,4 @@ def describe(benchmark: Benchmark) -> dict[str, str]:
 
 
 for _module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
-    importlib.import_module(_module)  # registers its benchmark (`register`), as FINBENCH_STUDIES' modules do
+    plugin(importlib.import_module(_module))  # its BENCHMARK, or what it registered itself

@@ -5,7 +5,8 @@ is in the cache key):
   prefill;
 - a multi-answer item → `Choose(multi=True)`: greedy set decoding of ascending letters;
 - a number → `Number`: decoding inside the number grammar, judged exactly and within the row's tolerance;
-- an open answer → `Generate` (`OPEN_MAX_NEW_TOKENS`, `--max-new-tokens` overrides it): its first
+- an open answer → `Generate` (`OPEN_MAX_NEW_TOKENS`, `--max-new-tokens` overrides it), its reply
+  not begun with an answer prefix (a served model continues none: `transformers serve`): its first
   line, matched to the gold after normalisation (case, spaces, a final full stop), or by `--judge`.
 
 The question's `<image k>` placeholders put image k where they stand (the text around them is kept);
@@ -65,18 +66,18 @@ def _body(question: Question) -> str:
     return text + INSTRUCTIONS.get(question.kind, INSTRUCTIONS["single"]).format(unit=unit)
 
 
-def prompt(question: Question, body: str | None = None) -> Prompt:
+def prompt(question: Question, body: str | None = None, prefix: str = ANSWER_PREFIX) -> Prompt:
     parts, order = _content(question, _body(question) if body is None else body)
-    return Prompt(messages=({"role": "user", "content": parts},), images=order, answer_prefix=ANSWER_PREFIX)
+    return Prompt(messages=({"role": "user", "content": parts},), images=order, answer_prefix=prefix)
 
 
 def request(question: Question, protocol: str) -> Request:
     """The one request a row makes, by its type."""
+    if question.kind == OPEN:
+        return Generate(prompt(question, prefix=""), max_new_tokens=OPEN_MAX_NEW_TOKENS)
     shown = prompt(question)
     if question.kind == NUMERICAL:
         return Number(shown)
-    if question.kind == OPEN:
-        return Generate(shown, max_new_tokens=OPEN_MAX_NEW_TOKENS)
     return Choose(shown, n_options=len(question.options), multi=question.kind == MULTI)
 
 
@@ -87,9 +88,11 @@ def open_prompt(question: Question) -> Prompt:
 
 
 def rendered(question: Question) -> str:
-    """The prompt as text, an image shown as <image> (for `finbench data check`)."""
-    parts = prompt(question).messages[0]["content"]
-    return "".join("<image>" if part["type"] == "image" else part["text"] for part in parts) + f"\n{ANSWER_PREFIX}"
+    """The prompt as text, an image shown as <image>, then the answer prefix (for `finbench data check`)."""
+    shown = request(question, "constrained")
+    parts = shown.prompt.messages[0]["content"]
+    text = "".join("<image>" if part["type"] == "image" else part["text"] for part in parts)
+    return text + (f"\n{shown.prompt.answer_prefix}" if shown.prompt.answer_prefix else "")
 
 
 def answer(question: Question, text: str, protocol: str) -> str:

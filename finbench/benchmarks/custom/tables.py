@@ -98,8 +98,9 @@ def _read_json(file: Path, lines: bool) -> tuple[list[str], list[dict[str, Any]]
 
     if not file.read_bytes().strip():
         return [], []
-    frame = pd.read_json(file, lines=lines, orient="records", dtype=False, convert_dates=False,
-                         convert_axes=False, encoding="utf-8")
+    # values as JSON gives them: no type or date inference (pandas 3 says so with dtype=False alone)
+    dates = {} if int(pd.__version__.split(".")[0]) >= 3 else {"convert_dates": False, "keep_default_dates": False}
+    frame = pd.read_json(file, lines=lines, orient="records", dtype=False, convert_axes=False, encoding="utf-8", **dates)
     if not lines and not isinstance(frame, pd.DataFrame):
         raise DataError(f"{file}: cannot be read as {FORMATS['.json']}: not a list of objects")
     return _frame_rows(frame)
