@@ -31,126 +31,75 @@ def _csv(folder, name, header, rows):
 
 
 FOUR = json.dumps(["10", "20", "30", "40"])
+HEADER = ["id", "question", "options", "answer"]
+WITH_IMAGE = [*HEADER, "image"]
 
 
-def bad_empty_csv(folder):
-    path = folder / "empty.csv"
-    folder.mkdir(parents=True, exist_ok=True)
-    path.write_text("id,question,options,answer\n")
-    return path, None, "no rows (read as CSV"
-
-
-def bad_empty_jsonl(folder):
-    path = folder / "empty.jsonl"
-    folder.mkdir(parents=True, exist_ok=True)
-    path.write_text("")
-    return path, None, "no rows (read as JSON lines"
-
-
-def bad_missing_question(folder):
-    path = _csv(folder, "noq.csv", ["id", "questions", "options", "answer"], [["q1", "What?", FOUR, "A"]])
-    return path, None, "no 'question' column (columns: 'id', 'questions', 'options', 'answer'); nearest: 'questions'"
-
-
-def bad_duplicate_ids(folder):
-    rows = [["q1", "What?", FOUR, "A"], ["q2", "Why?", FOUR, "B"], ["q2", "Who?", FOUR, "C"]]
-    return _csv(folder, "dup.csv", ["id", "question", "options", "answer"], rows), "'q2'", "duplicate id"
-
-
-def bad_gold_not_an_option(folder):
-    rows = [["q1", "What?", FOUR, "A"], ["q7", "Why?", FOUR, "E"]]
-    return _csv(folder, "gold.csv", ["id", "question", "options", "answer"], rows), "'q7'", \
-        "gold 'E' is not among the 4 options (A–D)"
-
-
-def bad_gold_an_unknown_text(folder):
-    rows = [["q1", "What?", FOUR, "fifty"]]
-    return _csv(folder, "text.csv", ["id", "question", "options", "answer"], rows), "'q1'", \
-        "gold 'fifty' is not among the 4 options"
-
-
-def bad_gold_ambiguous(folder):
-    rows = [["q3", "What?", json.dumps(["Yes", "no", "YES "]), "yes"]]
-    return _csv(folder, "ambiguous.csv", ["id", "question", "options", "answer"], rows), "'q3'", \
-        "gold 'yes' is the text of options A, C: ambiguous"
-
-
-def bad_one_option(folder):
-    rows = [["q4", "What?", json.dumps(["only"]), "A"]]
-    return _csv(folder, "one.csv", ["id", "question", "options", "answer"], rows), "'q4'", "1 option: an item has 2–14"
-
-
-def bad_fifteen_options(folder):
-    rows = [["q5", "What?", json.dumps([str(k) for k in range(15)]), "A"]]
-    return _csv(folder, "many.csv", ["id", "question", "options", "answer"], rows), "'q5'", \
-        "15 options: an item has 2–14"
-
-
-def bad_option_gap(folder):
-    rows = [["q6", "What?", "1", "", "3", "A"]]
-    return _csv(folder, "gap.csv", ["id", "question", "A", "B", "C", "answer"], rows), "'q6'", \
-        "option column 'B' is empty but 'C' is not"
-
-
-def bad_missing_image(folder):
-    rows = [["q8", "What?", FOUR, "A", "charts/nowhere.png"]]
-    return _csv(folder, "image.csv", ["id", "question", "options", "answer", "image"], rows), "'q8'", \
-        "image file 'charts/nowhere.png' does not exist"
-
-
-def bad_unreadable_image(folder):
-    folder.mkdir(parents=True, exist_ok=True)
+def _broken_png(folder):
     (folder / "broken.png").write_bytes(b"\x89PNG but not really an image")
-    rows = [["q9", "What?", FOUR, "A", "broken.png"]]
-    return _csv(folder, "unreadable.csv", ["id", "question", "options", "answer", "image"], rows), "'q9'", \
-        "image 'broken.png' does not decode as an image"
 
 
-def bad_http_image(folder):
-    rows = [["q10", "What?", FOUR, "A", "https://example.com/chart.png"]]
-    return _csv(folder, "http.csv", ["id", "question", "options", "answer", "image"], rows), "'q10'", \
-        "is a URL: finbench runs offline — download the images and give their folder with --image-root"
+def _placeholder_row() -> list[str]:
+    return ["q12", "Compare <image 1> with <image 2>.", FOUR, "B",
+            "data:image/png;base64," + base64.b64encode(png()).decode()]
 
 
-def bad_numeric_gold(folder):
-    rows = [["q11", "How much?", "about five", "abs=0.5"]]
-    return _csv(folder, "number.csv", ["id", "question", "answer", "tolerance"], rows), "'q11'", \
-        "numeric gold 'about five' is not a number"
+# name: (file, header, rows, the row it names (None: the file alone), the refusal, what to write beside it)
+CASES = {
+    "empty_csv": ("empty.csv", HEADER, [], None, "no rows (read as CSV", None),
+    "missing_question": ("noq.csv", ["id", "questions", "options", "answer"], [["q1", "What?", FOUR, "A"]], None,
+                         "no 'question' column (columns: 'id', 'questions', 'options', 'answer'); nearest: 'questions'",
+                         None),
+    "duplicate_ids": ("dup.csv", HEADER, [["q1", "What?", FOUR, "A"], ["q2", "Why?", FOUR, "B"],
+                                          ["q2", "Who?", FOUR, "C"]], "'q2'", "duplicate id", None),
+    "gold_not_an_option": ("gold.csv", HEADER, [["q1", "What?", FOUR, "A"], ["q7", "Why?", FOUR, "E"]], "'q7'",
+                           "gold 'E' is not among the 4 options (A–D)", None),
+    "gold_an_unknown_text": ("text.csv", HEADER, [["q1", "What?", FOUR, "fifty"]], "'q1'",
+                             "gold 'fifty' is not among the 4 options", None),
+    "gold_ambiguous": ("ambiguous.csv", HEADER, [["q3", "What?", json.dumps(["Yes", "no", "YES "]), "yes"]], "'q3'",
+                       "gold 'yes' is the text of options A, C: ambiguous", None),
+    "one_option": ("one.csv", HEADER, [["q4", "What?", json.dumps(["only"]), "A"]], "'q4'",
+                   "1 option: an item has 2–14", None),
+    "fifteen_options": ("many.csv", HEADER, [["q5", "What?", json.dumps([str(k) for k in range(15)]), "A"]], "'q5'",
+                        "15 options: an item has 2–14", None),
+    "option_gap": ("gap.csv", ["id", "question", "A", "B", "C", "answer"], [["q6", "What?", "1", "", "3", "A"]], "'q6'",
+                   "option column 'B' is empty but 'C' is not", None),
+    "missing_image": ("image.csv", WITH_IMAGE, [["q8", "What?", FOUR, "A", "charts/nowhere.png"]], "'q8'",
+                      "image file 'charts/nowhere.png' does not exist", None),
+    "unreadable_image": ("unreadable.csv", WITH_IMAGE, [["q9", "What?", FOUR, "A", "broken.png"]], "'q9'",
+                         "image 'broken.png' does not decode as an image", _broken_png),
+    "http_image": ("http.csv", WITH_IMAGE, [["q10", "What?", FOUR, "A", "https://example.com/chart.png"]], "'q10'",
+                   "is a URL: finbench runs offline — download the images and give their folder with --image-root",
+                   None),
+    "numeric_gold": ("number.csv", ["id", "question", "answer", "tolerance"],
+                     [["q11", "How much?", "about five", "abs=0.5"]], "'q11'", "numeric gold 'about five' is not a number",
+                     None),
+    "placeholder": ("placeholder.csv", WITH_IMAGE, [_placeholder_row()], "'q12'",
+                    "the question names <image 2> but the row has 1 image", None),
+}
+ROW_CASES = [name for name, case in CASES.items() if case[3] is not None]
 
 
-def bad_placeholder(folder):
-    image = "data:image/png;base64," + base64.b64encode(png()).decode()
-    rows = [["q12", "Compare <image 1> with <image 2>.", FOUR, "B", image]]
-    return _csv(folder, "placeholder.csv", ["id", "question", "options", "answer", "image"], rows), "'q12'", \
-        "the question names <image 2> but the row has 1 image"
-
-
-BAD = (bad_empty_csv, bad_empty_jsonl, bad_missing_question, bad_duplicate_ids, bad_gold_not_an_option,
-       bad_gold_an_unknown_text, bad_gold_ambiguous, bad_one_option, bad_fifteen_options, bad_option_gap,
-       bad_missing_image, bad_unreadable_image, bad_http_image, bad_numeric_gold, bad_placeholder)
-
-
-@pytest.fixture()
-def no_model(monkeypatch):
-    """Loading a model fails the test: a refusal must come before."""
-    import finbench.models
-    import finbench.runner.startup
-
-    def loads(*args, **kwargs):
-        raise AssertionError("a model was loaded before the data was refused")
-
-    monkeypatch.setattr(finbench.models, "load_model", loads)
-    monkeypatch.setattr(finbench.runner.startup, "load_for_run", loads)
+def write(name: str, folder):
+    """(the bad file, the row it names, the refusal) of case `name`; `empty_jsonl`: a 0-byte JSONL."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if name == "empty_jsonl":
+        (folder / "empty.jsonl").write_text("")
+        return folder / "empty.jsonl", None, "no rows (read as JSON lines"
+    file, header, rows, row, message, beside = CASES[name]
+    if beside is not None:
+        beside(folder)
+    return _csv(folder, file, header, rows), row, message
 
 
 def _lines(done) -> list[str]:
     return [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("write", BAD, ids=[w.__name__[4:] for w in BAD])
+@pytest.mark.parametrize("name", [*CASES, "empty_jsonl"])
 def test_a_bad_file_is_refused_in_two_lines_naming_the_file_and_row_before_any_model_loads(
-        write, tiny_qwen_dir, tmp_path, no_model):
-    path, row, message = write(tmp_path / "data")
+        name, tiny_qwen_dir, tmp_path, no_model):
+    path, row, message = write(name, tmp_path / "data")
     out = tmp_path / "run"
     done = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "custom", "--data", str(path), "--out", str(out),
                "--device", "cpu", "--no-progress")
@@ -163,10 +112,9 @@ def test_a_bad_file_is_refused_in_two_lines_naming_the_file_and_row_before_any_m
     assert not out.exists()  # no run folder, no results.json
 
 
-@pytest.mark.parametrize("write", [w for w in BAD if w not in (bad_empty_csv, bad_empty_jsonl, bad_missing_question)],
-                         ids=lambda w: w.__name__[4:])
-def test_data_check_lists_the_problem_by_row(write, tmp_path):
-    path, row, message = write(tmp_path / "data")
+@pytest.mark.parametrize("name", ROW_CASES)
+def test_data_check_lists_the_problem_by_row(name, tmp_path):
+    path, row, message = write(name, tmp_path / "data")
     done = cli("data", "check", "--benchmark", "custom", str(path))
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     listed = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith(f"{path}, row {row}")]
@@ -176,7 +124,7 @@ def test_data_check_lists_the_problem_by_row(write, tmp_path):
 def test_several_problems_are_refused_with_the_first_and_a_count(tmp_path, tiny_qwen_dir, no_model):
     rows = [["q1", "What?", FOUR, "Z"], ["q2", "Why?", FOUR, "B"], ["q2", "Who?", FOUR, "C"],
             ["q3", "How?", json.dumps(["x"]), "A"]]
-    path = _csv(tmp_path, "three.csv", ["id", "question", "options", "answer"], rows)
+    path = _csv(tmp_path, "three.csv", HEADER, rows)
     done = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "custom", "--data", str(path),
                "--out", str(tmp_path / "run"), "--device", "cpu")
     lines = _lines(done)

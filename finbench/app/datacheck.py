@@ -20,7 +20,6 @@ resolved, rendered prompts) and every problem by row; the data options it reads 
 
 from __future__ import annotations
 
-import io
 import re
 from collections import Counter
 from pathlib import Path
@@ -28,26 +27,13 @@ from typing import Any, Mapping
 
 from finbench.benchmarks import data_source, get_benchmark
 from finbench.benchmarks.base import Inspection, questions_digest
+from finbench.benchmarks.records import image_problem
 from finbench.sandbox import isolation
 
 MAX_IDS_SHOWN = 3  # ids named per error message
 MISSING = "(missing)"  # the count of records without the field (an unreadable record has none)
 COUNT_FIELDS = ("task", "domain", "subfield", "question_type", "level", "language", "difficulty", "asset_class",
                 "chart_type", "gold_status")
-
-
-def image_problem(data: bytes) -> str:
-    """'' when the bytes are an image PIL can read (header and size), else why not."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
-        with Image.open(io.BytesIO(data)) as image:
-            width, height = image.size
-    except Exception as err:  # noqa: BLE001 — any failure is this image's problem
-        return f"{type(err).__name__}: {str(err)[:120]}"
-    return "" if width > 0 and height > 0 else f"empty image ({width}×{height})"
 
 
 def message_kind(message: str) -> str:

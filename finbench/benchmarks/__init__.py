@@ -19,11 +19,11 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from importlib import metadata
 from typing import Any, Callable, Mapping, Sequence
 
 from finbench.benchmarks import custom, famma, fcmr, finchart_bench, finmme, finmmr, finmtm, mme_finance
 from finbench.benchmarks.base import Benchmark, DataSource
+from finbench.core.plugins import load_entry_points
 from finbench.core.types import DEFAULT_BENCHMARK, Question
 
 PLUGINS_ENV = "FINBENCH_BENCHMARKS"
@@ -56,17 +56,8 @@ __all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "all_benchmarks", "ch
 @functools.cache
 def entry_point_plugins() -> tuple[str, ...]:
     """Import (once) what the installed packages declare in the entry-point group `finbench.benchmarks`:
-    a module that registers its benchmark, or a `Benchmark` (registered here). The names loaded."""
-    loaded = []
-    for entry in metadata.entry_points(group=ENTRY_POINTS):
-        try:
-            found = entry.load()
-        except Exception as err:  # noqa: BLE001 — a broken plugin is one line naming it, not a traceback
-            raise ValueError(f"entry point {entry.name} = {entry.value} ({ENTRY_POINTS}): cannot be loaded: "
-                             f"{type(err).__name__}: {err}") from None
-        plugin(found)
-        loaded.append(entry.name)
-    return tuple(loaded)
+    a module (its `BENCHMARK`, or what it registered itself) or a `Benchmark`. The names loaded."""
+    return load_entry_points(ENTRY_POINTS, plugin)
 
 
 def plugin(found: Any) -> None:

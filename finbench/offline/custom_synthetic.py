@@ -124,17 +124,19 @@ def write_general_vmcq_jsonl(folder: Path) -> Path:
     return path
 
 
+def _shaped(options: Any, image_column: str, image: Any) -> list[dict[str, Any]]:
+    """Every row as a record with its options as `options(texts or None)` writes them and its
+    image(s) under `image_column` as `image(k)` writes them."""
+    return [{**_record(k, row), "options": options(row[2]), image_column: image(k)} for k, row in enumerate(ROWS)]
+
+
 def write_json_list(folder: Path) -> Path:
     """A JSON list: options as a Python list in text, a set answer as a list, images as a list."""
     folder.mkdir(parents=True, exist_ok=True)
-    records = []
-    for k, row in enumerate(ROWS):
-        record = _record(k, row)
-        record["options"] = repr(list(record["options"])) if record["options"] else None
-        if row[0] == "m2":
-            record["answer"] = ["B", "D"]
-        record["images"] = ["data:image/png;base64," + b64(png(k))]
-        records.append(record)
+    records = _shaped(lambda o: repr(list(o)) if o else None, "images",
+                      lambda k: ["data:image/png;base64," + b64(png(k))])
+    for record in records:
+        record["answer"] = ["B", "D"] if record["id"] == "m2" else record["answer"]
     path = folder / "questions.json"
     path.write_text(json.dumps(records, ensure_ascii=False), encoding="utf-8")
     return path
@@ -146,12 +148,7 @@ def write_parquet(folder: Path) -> Path:
     import pyarrow.parquet as pq
 
     folder.mkdir(parents=True, exist_ok=True)
-    records = []
-    for k, row in enumerate(ROWS):
-        record = _record(k, row)
-        record["options"] = list(record["options"] or [])
-        record["image"] = {"bytes": png(k), "path": f"chart{k}.png"}
-        records.append(record)
+    records = _shaped(lambda o: list(o or []), "image", lambda k: {"bytes": png(k), "path": f"chart{k}.png"})
     path = folder / "questions.parquet"
     pq.write_table(pa.Table.from_pylist(records), path)
     return path

@@ -16,10 +16,10 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from importlib import metadata
 from typing import Any, Mapping
 
 from finbench.config.specs import RunConfig
+from finbench.core.plugins import load_entry_points
 from finbench.studies import circular, image_ablation, probes, sampling
 from finbench.studies.base import Study
 
@@ -58,17 +58,13 @@ __all__ = ["STUDIES", "Study", "active_studies", "all_studies", "check_studies",
 def entry_point_studies() -> tuple[str, ...]:
     """Import (once) what the installed packages declare in the entry-point group `finbench.studies`:
     a module that registers its study, or a `Study` (registered here). The names loaded."""
-    loaded = []
-    for entry in metadata.entry_points(group=ENTRY_POINTS):
-        try:
-            found = entry.load()
-        except Exception as err:  # noqa: BLE001 — a broken plugin is one line naming it, not a traceback
-            raise ValueError(f"entry point {entry.name} = {entry.value} ({ENTRY_POINTS}): cannot be loaded: "
-                             f"{type(err).__name__}: {err}") from None
-        if isinstance(found, Study):
-            register_study(found)
-        loaded.append(entry.name)
-    return tuple(loaded)
+    return load_entry_points(ENTRY_POINTS, _study_plugin)
+
+
+def _study_plugin(found: Any) -> None:
+    """A `Study` an entry point names is registered; a module registered its own on import."""
+    if isinstance(found, Study):
+        register_study(found)
 
 
 def all_studies() -> list[Study]:

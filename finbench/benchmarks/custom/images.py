@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.custom.cells import RowProblem, list_value
 from finbench.benchmarks.custom.tables import blank, cell_text
+from finbench.benchmarks.records import image_problem
 
 ROW_REFERENCE_MAX = 64  # VLMEvalKit: an image value this short is another row's index
 PLACEHOLDER = re.compile(r"<image[ _](\d+)>", re.IGNORECASE)
@@ -38,20 +38,6 @@ def references(value: Any) -> list[Any]:
         return [v for v in listed if not blank(v)] if listed is not None else [value]
     listed = list_value(value)
     return [v for v in listed if not blank(v)] if listed is not None else [value]
-
-
-def decoded_problem(data: bytes) -> str:
-    """'' when PIL reads the bytes as an image (header, every byte verified, a size), else why not."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
-        with Image.open(io.BytesIO(data)) as image:
-            width, height = image.size
-    except Exception as err:  # noqa: BLE001 — any failure is this image's problem
-        return f"{type(err).__name__}: {str(err)[:100]}"
-    return "" if width > 0 and height > 0 else f"an empty image ({width}×{height})"
 
 
 def _text_bytes(text: str, folders: Sequence[Path], by_id: Mapping[str, Any], depth: int) -> bytes:
@@ -106,7 +92,7 @@ def row_images(row: Mapping[str, Any], columns: Sequence[str], folders: Sequence
     for column in columns:
         for value in references(row.get(column)):
             data = _one(value, folders, by_id)
-            problem = decoded_problem(data)
+            problem = image_problem(data)
             if problem:
                 shown = cell_text(value) if not isinstance(value, (bytes, bytearray, Mapping)) else f"in {column!r}"
                 raise RowProblem(f"image {shown[:80]!r} does not decode as an image ({problem})")
