@@ -47,7 +47,7 @@ def test_a_run_given_another_benchmarks_demo_data_is_refused_in_one_line_before_
     assert f"not {TITLES[benchmark]} data — " in " ".join(stderr.split())
 
 
-@pytest.mark.parametrize("own, other", itertools.product(OWN_FILES, TITLES))
+@pytest.mark.parametrize("own, other", list(itertools.product(OWN_FILES, TITLES)))
 def test_a_run_of_your_own_file_given_a_benchmarks_demo_data_is_refused_before_any_model_loads(
         own, other, demo_data, tiny_qwen_dir, tmp_path, no_model):
     lines, _ = _refused(own, demo_data[other], tiny_qwen_dir, tmp_path / "run")
