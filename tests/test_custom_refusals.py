@@ -159,7 +159,7 @@ def test_spec_and_image_root_are_refused_for_a_benchmark_that_does_not_read_them
                "--out", str(tmp_path / "run"))
     assert done.returncode == 2 and _lines(done) == ["error: --spec: finmme does not read it (read by: custom)"]
     done = cli("data", "check", "--benchmark", "finmme", str(tmp_path), "--image-root", str(tmp_path))
-    assert done.returncode == 2 and "image_root: finmme does not read it" in done.stderr
+    assert done.returncode == 2 and _lines(done) == ["error: --image-root: finmme does not read it (read by: custom)"]
     done = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", "custom", "--data", str(spec),
                "--spec", str(tmp_path / "nowhere.yaml"), "--out", str(tmp_path / "run"))
     assert done.returncode == 2 and f"--spec {tmp_path / 'nowhere.yaml'}: no such file" in done.stderr

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 from finbench.benchmarks import data_source, get_benchmark
 from finbench.benchmarks.base import Inspection, questions_digest
 from finbench.benchmarks.records import image_problem
+from finbench.config.run_options import check_data_options
 from finbench.sandbox import isolation
 
 MAX_IDS_SHOWN = 3  # ids named per error message
@@ -48,9 +49,7 @@ def check_data(benchmark_name: str, source: str | Path, options: Mapping[str, An
     the data options given (name → value; a benchmark reads those it declares)."""
     benchmark = get_benchmark(benchmark_name)
     given = {name: value for name, value in (options or {}).items() if value is not None}
-    unread = sorted(set(given) - set(benchmark.data_options))
-    if unread:
-        raise ValueError(f"{', '.join(unread)}: {benchmark.name} does not read it")
+    check_data_options(benchmark.name, given.get)
     local = Path(source).expanduser()
     named, source = str(source), data_source(benchmark, str(local) if local.exists() else str(source), given)
     if benchmark.inspect is not None:

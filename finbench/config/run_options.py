@@ -39,13 +39,18 @@ def _quant_vision_quant(config: RunConfig) -> None:
         raise ValueError("--quant-vision applies with --quant (8bit, 4bit, int8wo, int4wo, fp8)")
 
 
-def _data_options_read(config: RunConfig) -> None:
-    """A data option (--spec, --image-root) the run's benchmark does not read is refused, never ignored."""
-    benchmark = get_benchmark(config.benchmark)
+def check_data_options(benchmark_name: str, option: Callable[[str], Any]) -> None:
+    """A data option (--spec, --image-root) the benchmark does not read is refused, never ignored
+    (`option`: the value given of each option name; `finbench run` and `finbench data check` alike)."""
+    benchmark = get_benchmark(benchmark_name)
     for name in data_option_names():
-        if config.option(name) is not None and name not in benchmark.data_options:
+        if option(name) is not None and name not in benchmark.data_options:
             readers = [b.name for b in BENCHMARKS.values() if name in b.data_options]
             raise ValueError(f"{OPTIONS[name].cli_flag}: {benchmark.name} does not read it (read by: {', '.join(readers)})")
+
+
+def _data_options_read(config: RunConfig) -> None:
+    check_data_options(config.benchmark, config.option)
 
 
 # what one option's declaration cannot check alone; the served options' own are sources.py `check_sources`
