@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from finbench.benchmarks import BENCHMARKS, get_benchmark, load_matching
+from finbench.benchmarks import BENCHMARKS, data_source, get_benchmark, load_matching
 from finbench.benchmarks.metrics import OFFICIAL
 # RUN_IDENTITY: what makes a run folder's results another run's (the options declared `identity`:
 # another model, data or protocol); the rest (limit, filters, batching, budgets, devices) reruns it
@@ -250,7 +250,9 @@ def _check_data(name: str, config: RunConfig) -> None:
     read, or that nothing matches, is a start-up error naming the benchmark, not an error found
     after the benchmarks before it have run."""
     try:
-        load_matching(get_benchmark(name), config.data, 1, config.domains, config.question_types)
+        benchmark = get_benchmark(name)
+        load_matching(benchmark, data_source(benchmark, config.data, config.option), 1, config.domains,
+                      config.question_types)
     except (ValueError, OSError) as err:
         raise ValueError(str(err) if str(err).startswith(f"{name}: ") else f"{name}: {err}") from None
 

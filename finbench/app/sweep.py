@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from rich.markup import escape
 
-from finbench.benchmarks import get_benchmark, load_matching
+from finbench.benchmarks import data_source, get_benchmark, load_matching
 from finbench.benchmarks.metrics import ACCURACY
 from finbench.config.specs import RunConfig
 from finbench.report.html import write_sweep_report
@@ -136,7 +136,9 @@ def _check_data(config: RunConfig) -> None:
     """The sweep's data, read before any variant's model loads: a source that cannot be read (a hub
     set not in the local cache, offline) or that the filters leave empty is one line now, not an
     error after the first variant's model has loaded."""
-    load_matching(get_benchmark(config.benchmark), config.data, 1, config.domains, config.question_types)
+    benchmark = get_benchmark(config.benchmark)
+    load_matching(benchmark, data_source(benchmark, config.data, config.option), 1, config.domains,
+                  config.question_types)
 
 
 def _refuse_unquantizable(variants: Sequence[tuple[str, RunConfig]]) -> None:

@@ -9,24 +9,30 @@ from typing import Optional
 import typer
 
 from finbench.app.datacheck import check_data, print_check
-from finbench.benchmarks import BENCHMARKS, describe
+from finbench.benchmarks import all_benchmarks, data_option_names, describe
 from finbench.cli.common import fail, one_line_errors, out_console
+from finbench.config.options import with_options
+from finbench.config.run_options import OPTIONS
 from finbench.core.types import DEFAULT_BENCHMARK
 from finbench.offline.like import make_tiny_like
 from finbench.offline.tiny import TINY_FAMILIES, make_tiny
 from finbench.offline.tiny_quant import TINY_QUANT_FORMATS, make_tiny_quantized
 
 
+@with_options(lambda: [OPTIONS[name] for name in data_option_names()])  # --spec, --image-root: as `run` reads them
 def data_check(
     path: str = typer.Argument(..., help="A local copy of the data (file or folder), or a hub id in the local "
                                "Hugging Face cache."),
     benchmark: str = typer.Option(DEFAULT_BENCHMARK, help="Benchmark whose format the data is in."),
+    options: dict = None,
 ) -> None:
     """Validate a benchmark's data without a model: every record's fields, every image, and the
-    counts per split, task or domain and question type. Exit code 0: clean; 1: some records or
-    images would be per-sample errors; 2: the data cannot be read at all."""
+    counts per split, task or domain and question type; for a file of your own (--benchmark custom),
+    the schema it resolved, three rendered prompts and every problem by row. Exit code 0: clean;
+    1: some records or images would be per-sample errors (a custom file: rows a run refuses); 2:
+    the data cannot be read at all."""
     with one_line_errors():
-        report = check_data(benchmark, path)
+        report = check_data(benchmark, path, options)
     print_check(report, out_console)
     if not report["ok"]:
         raise typer.Exit(1)
@@ -119,7 +125,7 @@ def list_models() -> None:
 
 def benchmarks() -> None:
     """Benchmarks finbench can run: data forms, protocols and metrics."""
-    for benchmark in BENCHMARKS.values():
+    for benchmark in all_benchmarks():
         info = describe(benchmark)
         out_console.print(f"[bold]{info['name']}[/]: {info['title']} (hub: {info['hub']})")
         for label in ("forms", "protocols", "metrics"):

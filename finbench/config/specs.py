@@ -168,6 +168,14 @@ class RunConfig:
     data: str | None = option(None, "Local data file/folder or hub id (default: the benchmark's hub set); with "
                               "several benchmarks, BENCHMARK=SOURCE, repeatable.", parse=str, check=checks.data,
                               identity=True, run=False, sweep=True, sweep_help="Local data file/folder or hub id.")
+    # read beside --data by the benchmarks that declare them (Benchmark.data_options): a column spec, an image folder
+    data_spec: str | None = option(None, "A YAML file naming which of the data's columns hold what (the question, "
+                                   "options, answer, images, breakdowns; benchmarks that read one: `finbench "
+                                   "benchmarks`, docs/own-data.md).", parse=str, check=checks.existing_file("--spec"),
+                                   identity=True, sweep=True, flag="--spec")
+    image_root: str | None = option(None, "The folder the data's relative image paths are read from (besides the "
+                                    "data file's own folder).", parse=str,
+                                    check=checks.existing_folder("--image-root"), identity=True, sweep=True)
     protocol: str = option(DEFAULT_PROTOCOL, "constrained (logit-based) or official (generate + extract).",
                            check=checks.protocol, identity=True)
     limit: int | None = option(None, "Evaluate only the first N questions (after filters).",

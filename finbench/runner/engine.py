@@ -45,7 +45,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
-from finbench.benchmarks import get_benchmark, load_matching
+from finbench.benchmarks import data_source, get_benchmark, load_matching
 from finbench.config.specs import RunConfig
 from finbench.core.types import Prediction
 from finbench.models.contract import ModelAdapter
@@ -124,8 +124,8 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
                    RunLog(), replay=replay)
     if took_over:
         log.warning("%s", took_over)
-    questions = load_matching(run.benchmark, config.data, config.limit, config.domains, config.question_types,
-                              run.notes)
+    source = data_source(run.benchmark, config.data, config.option)  # with --spec, --image-root where it reads them
+    questions = load_matching(run.benchmark, source, config.limit, config.domains, config.question_types, run.notes)
     questions = startup.mark_duplicate_ids(questions, run.notes)
     if replay is None:
         _load_models(run, model, loaded_with)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from finbench.benchmarks.base import questions_digest
 from finbench.runner.cost import cost_summary
 from finbench.runner.judge_step import Judged
 from finbench.runner.loop import first_rows
@@ -44,10 +45,18 @@ def results_json(run: RunState, judged: Judged, scores: dict[str, Any], samples:
         "errors": error_summary(samples),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "platform": platform.platform()},
-        "provenance": provenance(config, run.started, run.device, cache_file_digest(config), command),  # ISO 8601
+        "provenance": _provenance(run, command),
         "seconds": time.time() - run.started,
         **studied,  # majority_baseline; with studies: circular, image_ablation, variants
     }
+
+
+def _provenance(run: RunState, command: str | None) -> dict[str, Any]:
+    """Where the result came from (ISO 8601 start, the data files' digests), with the content digest
+    of the questions evaluated (rows and image bytes: benchmarks/base.py `questions_digest`)."""
+    found = provenance(run.config, run.started, run.device, cache_file_digest(run.config), command)
+    found["data"]["content"] = questions_digest(run.questions[:run.study.n_base])
+    return found
 
 
 def throughput(run: RunState, judged: Judged) -> dict[str, Any]:
