@@ -220,15 +220,16 @@ def test_the_docs_config_examples_are_configs_of_their_commands():
             if named:
                 path = Path("/nonexistent") / named.group(2)
                 document = yaml.safe_load(block)
-                shared, entries = _plan_text(plan, path, group.commands[named.group(1)].params, document)
+                command = group.commands[named.group(1)]
+                shared, entries = _plan_text(plan, path, command, document)
                 assert shared or entries, (page.name, block)
                 checked += 1
     assert checked >= 4  # a single-GPU run, a quantization sweep, thinking vs instruct, a runs: list
 
 
-def _plan_text(plan, path, params, document):
+def _plan_text(plan, path, command, document):
     """`plan` of a document as if read from `path` (the docs' files exist only on the page)."""
     from unittest import mock
 
     with mock.patch("finbench.cli.config_file.read_file", return_value=dict(document)):
-        return plan(str(path), params, {})
+        return plan(str(path), command.params, command.declared(), {})

@@ -5,15 +5,16 @@ Configuration errors (unknown model, missing path, impossible quantization) end 
 start-up with one clear line and exit code 2; per-sample problems never stop a run.
 
 One module per command group: `evaluate` (run, demo, sweep; `config_file`: their --config),
-`scores` (score, compare, report, leaderboard, judge-agreement), `track` (track), `tools` (data check, models,
-benchmarks); `common` holds the apps, the consoles and how a command ends. The commands are registered below, in the order `finbench --help` lists them.
+`scores` (score, compare, report, leaderboard, judge-agreement), `track` (track), `tools` (data
+check, models, benchmarks); `common` holds the apps, the consoles and how a command ends. The
+commands are registered below, in the order `finbench --help` lists them.
 """
 
 from __future__ import annotations
 
 from finbench.cli import evaluate, scores, tools, track
 from finbench.cli.common import app, data_app, models_app
-from finbench.cli.config_file import ConfigCommand
+from finbench.cli.config_file import config_command
 
 
 
@@ -24,7 +25,8 @@ def _summary(command: object) -> str:
 
 
 # a command whose help is read from the registry when asked for; those that take --config FILE
-CLASSES = {evaluate.demo: evaluate.DemoCommand, evaluate.run: ConfigCommand, evaluate.sweep: ConfigCommand}
+CLASSES = {evaluate.demo: evaluate.DemoCommand, evaluate.run: config_command(evaluate.run_takes),
+           evaluate.sweep: config_command(evaluate.sweep_takes)}
 for command in (evaluate.run, evaluate.demo, scores.score, scores.compare, evaluate.sweep, scores.report,
                 scores.leaderboard, track.track):
     app.command(cls=CLASSES.get(command), short_help=_summary(command))(command)

@@ -1,18 +1,22 @@
 """`--config FILE` on `finbench run` and `finbench sweep`: a command's options from a YAML or TOML
 file (config/files.py reads it).
 
-A file's keys are the command's own options, as `--help` lists them (the flag without its dashes,
-or the option's name; dashes or underscores), each value checked against that option's declared
+A file's keys are the command's options, as `--help` lists them (the flag without its dashes, or
+the option's name; dashes or underscores). A run option's key is typed by its one declaration, the
+`Option` of its RunConfig field (config/run_options.py `run_options()`) or of its study, the same
+the command's flag is built from (`ConfigCommand.declared`); the command's own parameters
+(--benchmark, --progress, --track, …) by their annotations. Each value is checked against that
 type (true/false, an integer, a number, text, or a list for an option that takes several) before
-anything runs; a value then goes where the command line's would, so its declaration coerces and
-checks it, as for a flag. A flag given on the command line overrides the file (the file's values
-are the command's defaults: click's `default_map`). An unknown key or a value of the wrong type is
-one line naming the key and the nearest option, before any model loads.
+anything runs, then goes where the command line's would, so the declaration's `parse` and `check`
+coerce and check it, as for a flag. A flag given on the command line overrides the file (the
+file's values are the command's defaults: click's `default_map`). An unknown key or a value of the
+wrong type is one line naming the key and the nearest option (difflib), before any model loads.
 
 A `runs:` list runs the command once per entry, in order, each entry's keys over the file's others
 (the shared defaults), each into its own folder: its own `out`, else a folder under the file's
-`out` named by the entry's own settings (`OUT/protocol-official_max_new_tokens-2`: `entry_folder`). A failed entry is reported and the next one runs; the exit code is 1 unless all
-succeeded. Every entry is checked before the first runs.
+`out` named by the entry's own settings (`OUT/protocol-official_max_new_tokens-2`: `entry_folder`).
+A failed entry is reported and the next one runs; the exit code is 1 unless all succeeded. Every
+entry is checked before the first runs.
 
 A command returns a document (a mapping) instead of running when asked to `--print-config`:
 printed here as YAML, one `runs:` list for several.
@@ -23,39 +27,56 @@ from __future__ import annotations
 import difflib
 import re
 import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import typer
 
 from finbench.cli.common import console, fail
 from finbench.config.files import RUNS, dump, read_file
+from finbench.config.options import Option
 
 OWN = ("config", "print_config", "help")  # the command's parameters a file does not set
 KINDS = {bool: "true or false", int: "an integer", float: "a number", str: "text"}
 
 
-def _kind(param: Any) -> type:
-    """The value type of a command's parameter (of one item, for an option that takes several)."""
-    descriptor = getattr(param, "type_descriptor", None)
-    if descriptor is not None:  # typer's own click: the annotation
-        hint = descriptor.annotation
-        if typing.get_origin(hint) in (list, tuple):
-            hint = typing.get_args(hint)[0]
-        given = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
-        return given[0] if given[0] in KINDS else str
-    return {"integer": int, "float": float, "boolean": bool}.get(getattr(param.type, "name", ""), str)
+@dataclass(frozen=True)
+class Key:
+    """What a file's key sets: the command's parameter `name`, the value type of one item
+    (`kind`), and whether it takes several (`many`)."""
+
+    name: str
+    kind: type
+    many: bool
 
 
-def spellings(params: Sequence[Any]) -> dict[str, Any]:
-    """Each way a file may name a parameter (its name, its long flags; dashes or underscores) → it."""
-    found = {}
+def _own_key(param: Any) -> Key:
+    """A parameter the command declares itself (--benchmark, --progress, --track, …), typed by its
+    annotation (typer's parameters keep it)."""
+    hint = param.type_descriptor.annotation
+    many = typing.get_origin(hint) in (list, tuple)
+    if many:
+        hint = typing.get_args(hint)[0]
+    given = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
+    return Key(param.name, given[0] if given[0] in KINDS else str, many)
+
+
+def spellings(params: Sequence[Any], declared: Sequence[Option]) -> dict[str, Key]:
+    """Each way a file may name one of the command's parameters (its name, its long flags; dashes or
+    underscores) → its Key. A declared option (`declared`: the RunConfig fields' and the studies'
+    `Option`s the command takes, finbench/config/run_options.py) is typed by its declaration; the
+    rest are the command's own parameters."""
+    options = {option.name: option for option in declared}
+    found: dict[str, Key] = {}
     for param in params:
         if param.name in OWN or not param.expose_value:
             continue
+        option = options.get(param.name)
+        key = Key(param.name, option.kind, option.many) if option is not None else _own_key(param)
         names = [param.name, *(o[2:] for o in param.opts if o.startswith("--"))]
         for name in names:
-            found[name] = found[name.replace("_", "-")] = found[name.replace("-", "_")] = param
+            found[name] = found[name.replace("_", "-")] = found[name.replace("-", "_")] = key
     return found
 
 
@@ -73,14 +94,14 @@ def _scalar(kind: type, value: Any) -> Any:
     return str(Path(text).expanduser()) if text == "~" or text.startswith("~/") else text
 
 
-def file_value(param: Any, value: Any) -> Any:
-    """The file's `value` for `param` as the command line would give it; TypeError if it is not one.
+def file_value(key: Key, value: Any) -> Any:
+    """The file's `value` for `key` as the command line would give it; TypeError if it is not one.
     null leaves the option's default. A list option takes a list, one value, or a mapping (as the
     command line's KEY=VALUE items, e.g. gen_kwargs or BENCHMARK=SOURCE data)."""
     if value is None:
         return None
-    kind = _kind(param)
-    if param.multiple:
+    kind = key.kind
+    if key.many:
         if isinstance(value, Mapping):
             value = [f"{key}={str(item).lower() if isinstance(item, bool) else item}" for key, item in value.items()]
         items = value if isinstance(value, list) else [value]
@@ -95,28 +116,29 @@ def file_value(param: Any, value: Any) -> Any:
     return converted
 
 
-def file_options(where: str, given: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, Any]:
+def file_options(where: str, given: Mapping[str, Any], known: Mapping[str, Key]) -> dict[str, Any]:
     """{parameter name: value} of one mapping of a file; one ValueError line for an unknown key
     (naming the nearest option), a key given twice, or a value of the wrong type."""
     values: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     for key, value in given.items():
-        param = known.get(str(key))
-        if param is None:
+        found = known.get(str(key))
+        if found is None:
             nearest = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.0)
             hint = f"; the nearest option is {nearest[0]!r}" if nearest else ""
             raise ValueError(f"{where}: unknown key {key!r}{hint} (the keys are the command's options: --help)")
-        if param.name in spelled:
-            raise ValueError(f"{where}: {param.name} is given twice (as {spelled[param.name]!r} and {key!r})")
-        spelled[param.name] = str(key)
+        if found.name in spelled:
+            raise ValueError(f"{where}: {found.name} is given twice (as {spelled[found.name]!r} and {key!r})")
+        spelled[found.name] = str(key)
         try:
-            values[param.name] = file_value(param, value)
+            values[found.name] = file_value(found, value)
         except TypeError as err:
             raise ValueError(f"{where}: {key}: {err}") from None
     return values
 
 
-def plan(path: str, params: Sequence[Any], given: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+def plan(path: str, params: Sequence[Any], declared: Sequence[Option],
+         given: Mapping[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
     """(the file's options, each `runs:` entry's options or None): every entry checked, each with
     its own folder. `given`: what the command line gives (its --out would put every entry into one
     folder: refused with `runs:`)."""
@@ -126,7 +148,7 @@ def plan(path: str, params: Sequence[Any], given: Mapping[str, Any]) -> tuple[di
     except ValueError as err:  # its line starts with the file's path
         raise ValueError(f"--config {err}") from None
     runs = document.pop(RUNS, None)
-    known = spellings(params)
+    known = spellings(params, declared)
     shared = file_options(where, document, known)
     if runs is None:
         return shared, None
@@ -163,14 +185,18 @@ def entry_folder(own: Mapping[str, Any]) -> str:
 
 class ConfigCommand(typer.core.TyperCommand):
     """A command that takes `--config FILE` (its options' defaults from the file, or a `runs:` list
-    run entry by entry) and prints the document it returns (`--print-config`)."""
+    run entry by entry) and prints the document it returns (`--print-config`). `declared`: the
+    declared options the command takes (what its `with_options` gives it), by which a file's keys
+    are typed; `config_command` makes the class of one command."""
+
+    declared: Callable[[], list[Option]] = staticmethod(lambda: [])
 
     def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
         given, original = self._given(info_name, args, parent), list(args)  # parsing consumes `args`
         if given.get("config") is None:
             return super().make_context(info_name, args, parent, **extra)
         try:
-            shared, entries = plan(given["config"], self.params, given)
+            shared, entries = plan(given["config"], self.params, self.declared(), given)
         except ValueError as err:
             fail(str(err))
         if entries is None:
@@ -224,3 +250,8 @@ class ConfigCommand(typer.core.TyperCommand):
             message = err.format_message() if hasattr(err, "format_message") else f"{type(err).__name__}: {err}"
             console.print(f"error: {title}: {message}", markup=False, highlight=False)
             return None, 1
+
+
+def config_command(declared: Callable[[], list[Option]]) -> type[ConfigCommand]:
+    """The ConfigCommand class of a command whose declared options are `declared()`."""
+    return type("ConfigCommand", (ConfigCommand,), {"declared": staticmethod(declared)})

@@ -14,7 +14,7 @@ from finbench.benchmarks import BENCHMARKS
 from finbench.app.track import EXPERIMENT, tracker
 from finbench.cli.common import (comma_list, console, fail, home, one_line_errors, out_console, run_and_report,
                                  stops_in_one_line)
-from finbench.config.options import with_options
+from finbench.config.options import Option, with_options
 from finbench.config.run_options import OPTIONS, run_flags, sweep_flags
 from finbench.core.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 from finbench.offline.demo import demo_data, demo_model, demo_options, demos
@@ -66,7 +66,17 @@ SWEEP_TRACK_HELP = ("Record the finished sweep in an experiment tracker, as `fin
                     "child per variant. mlflow:URI, e.g. mlflow:sqlite:///runs/mlflow.db (the [track] extra).")
 
 
-@with_options(lambda: run_flags() + study_options())  # every RunConfig option (finbench/config/run_options.py), every study's
+def run_takes() -> list[Option]:
+    """`finbench run`'s declared options: every RunConfig option it takes (config/run_options.py), every study's."""
+    return run_flags() + study_options()
+
+
+def sweep_takes() -> list[Option]:
+    """`finbench sweep`'s declared options: its options and axes, the studies every variant runs."""
+    return sweep_flags() + study_options(sweep=True)
+
+
+@with_options(run_takes)  # a --config file's keys are typed by the same declarations (cli/config_file.py)
 def run(
     benchmark: List[str] = typer.Option([DEFAULT_BENCHMARK], help=OPTIONS["benchmark"].help),
     data: List[str] = typer.Option([], help=OPTIONS["data"].help),
@@ -139,7 +149,7 @@ def demo(
                    verbose_tables, notice=DEMO_NOTICE)  # once, above the last line: the score it qualifies
 
 
-@with_options(lambda: sweep_flags() + study_options(sweep=True))  # a sweep's options and axes, the studies every variant runs
+@with_options(sweep_takes)
 def sweep(
     model: Optional[str] = typer.Option(None, help="Hub id or local folder of the model (or use --models)."),
     models: List[str] = typer.Option([], help="Comma-separated (or repeated) models, e.g. instruct,thinking "
@@ -185,7 +195,7 @@ def track_folders(target: tuple[str, str], folders: list[Any]) -> None:
     except (ValueError, OSError) as err:
         retry = shlex.join(["finbench", "track", *map(str, folders), "--to", to, "--uri", uri])
         console.print(f"[bold red]error:[/] not tracked: {escape(str(err))} — the run is complete; retry with "
-                      f"`{escape(retry)}`")
+                      f"`{escape(retry)}`", emoji=False)
         raise typer.Exit(1) from None
     for line in lines:
         console.print(line, markup=False, highlight=False)
