@@ -52,7 +52,7 @@ def _expected_metrics(results: dict) -> dict[str, float]:
     scores = results["scores"]
     expected = {f"scores.{key}": scores[key] for key in scores["headline"] if _number(scores[key])}
     expected["headline"] = scores[scores["primary"]]
-    for key, interval in scores["ci"].items():
+    for key, interval in (scores.get("ci") or {}).items():  # none without bootstrap resamples
         expected.update({f"scores.ci.{key}.{end}": interval[end] for end in ("low", "high")
                          if _number(interval.get(end))})
     for field, groups in scores["breakdowns"].items():

@@ -34,7 +34,8 @@ out_console = Console()
 
 
 def fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {escape(message)}")  # paths and values may hold [brackets]
+    # paths and values may hold [brackets] and :codes: ("--track wandb:x:" is no emoji)
+    console.print(f"[bold red]error:[/] {escape(message)}", emoji=False)
     raise typer.Exit(2)
 
 
