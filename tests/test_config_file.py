@@ -153,6 +153,7 @@ BAD_FILES = [  # (file name, its text, extra arguments, what the one line says)
     ("typo.yaml", "model: m\nquantt: 8bit\n", [], "typo.yaml: unknown key 'quantt'; the nearest option is 'quant'"),
     ("typo.yaml", "model: m\nthink-budgett: 2\n", [], "unknown key 'think-budgett'; the nearest option is "
                                                      "'think-budget'"),
+    ("typo.yaml", "model: m\nquantization: 8bit\n", [], "unknown key 'quantization'; the nearest option is 'quant' "),
     ("type.yaml", "model: m\nlimit: ten\n", [], "type.yaml: limit: expected an integer, got 'ten'"),
     ("type.yaml", "model: m\nlimit: 2.5\n", [], "limit: expected an integer, got 2.5"),
     ("type.yaml", "model: m\nfast_paths: 1\n", [], "fast_paths: expected true or false, got 1"),

@@ -124,8 +124,8 @@ def file_options(where: str, given: Mapping[str, Any], known: Mapping[str, Key])
     for key, value in given.items():
         found = known.get(str(key))
         if found is None:
-            nearest = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.0)
-            hint = f"; the nearest option is {nearest[0]!r}" if nearest else ""
+            near = nearest(str(key), list(known))
+            hint = f"; the nearest option is {near!r}" if near else ""
             raise ValueError(f"{where}: unknown key {key!r}{hint} (the keys are the command's options: --help)")
         if found.name in spelled:
             raise ValueError(f"{where}: {found.name} is given twice (as {spelled[found.name]!r} and {key!r})")
@@ -135,6 +135,15 @@ def file_options(where: str, given: Mapping[str, Any], known: Mapping[str, Key])
         except TypeError as err:
             raise ValueError(f"{where}: {key}: {err}") from None
     return values
+
+
+def nearest(key: str, names: Sequence[str]) -> str | None:
+    """The option name nearest `key`: among the names it starts with or that start with it (a
+    longer or shorter spelling: `quantization` → `quant`, not `quant_vision`), else among all,
+    the most similar (difflib)."""
+    affixed = [name for name in names if key.startswith(name) or name.startswith(key)]
+    found = difflib.get_close_matches(key, affixed or names, n=1, cutoff=0.0)
+    return found[0] if found else None
 
 
 def plan(path: str, params: Sequence[Any], declared: Sequence[Option],

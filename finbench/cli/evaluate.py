@@ -57,13 +57,15 @@ OVERWRITE_HELP = ("Replace the results of another run (another model, benchmark,
 CONFIG_HELP = ("A YAML or TOML file of this command's options: each key an option below (dashes or underscores); a "
                "flag given here overrides the file. A `runs:` list runs each entry into its own folder, the file's other "
                "keys shared (docs/config.md).")
-PRINT_CONFIG_HELP = "Print the resolved options as YAML (what the run folder's config.yaml holds) and stop: nothing runs."
+PRINT_CONFIG_HELP = ("Print the resolved options as YAML (what the run folder's config.yaml holds) and stop: "
+                     "nothing runs.")
 TRACK_HELP = ("Record the finished run in an experiment tracker, as `finbench track` does: mlflow:URI, e.g. "
-              "mlflow:sqlite:///runs/mlflow.db (the [track] extra).")
+              "mlflow:sqlite:///runs/mlflow.db (the optional `track` extra).")
 SWEEP_PRINT_CONFIG_HELP = ("Print the resolved options as YAML (what the sweep folder's config.yaml holds) and stop: "
                            "nothing runs.")
 SWEEP_TRACK_HELP = ("Record the finished sweep in an experiment tracker, as `finbench track` does: one parent run, a "
-                    "child per variant. mlflow:URI, e.g. mlflow:sqlite:///runs/mlflow.db (the [track] extra).")
+                    "child per variant. mlflow:URI, e.g. mlflow:sqlite:///runs/mlflow.db (the optional `track` "
+                    "extra).")
 
 
 def run_takes() -> list[Option]:

@@ -10,7 +10,7 @@ import typer
 from finbench.app.track import EXPERIMENT, TARGETS, track as record
 from finbench.cli.common import one_line_errors, out_console
 
-TO_HELP = f"The tracker: {', '.join(TARGETS)} (the [track] extra)."
+TO_HELP = f"The tracker: {', '.join(TARGETS)} (the optional `track` extra)."
 URI_HELP = ("Its store: sqlite:///PATH/mlflow.db (its artifacts go beside it, into mlartifacts/), another database, "
             "or a tracking server's http(s)://HOST:PORT; never a ./mlruns folder.")
 
