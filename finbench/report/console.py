@@ -73,7 +73,7 @@ def throughput_line(results: dict[str, Any]) -> str:
 
 def files_line(out_dir: Path) -> str:
     """Where the files went: 'wrote OUT/results.json, samples.parquet, … (in OUT)'."""
-    names = [n for n in ("results.json", "samples.parquet", "report.html", "report.md", "run.log")
+    names = [n for n in ("results.json", "samples.parquet", "report.html", "report.md", "config.yaml", "run.log")
              if (Path(out_dir) / n).exists()]
     return f"wrote {Path(out_dir) / names[0]}, {', '.join(names[1:])}" if names else f"wrote nothing in {out_dir}"
 
