@@ -59,7 +59,7 @@ def text_only(request: Generate) -> Generate:
     return dataclasses.replace(request, prompt=request.prompt.without_images())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judged:
     """Per-question judging columns for samples.parquet, and a summary for results.json."""
 
