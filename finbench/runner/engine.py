@@ -228,8 +228,8 @@ def _judge(run: Started, computed: Computed) -> Judged:
     try:
         with run.timer.stage("judge"):
             judged = judge_run(run.benchmark, study.judged_questions(), computed.predictions, run.loaded.judge, cache,
-                               config.judging.judge or "", config.judging.judge_max_new_tokens, config, config.protocol,
-                               study.judging())
+                               config.judging, config.batching, protocol=config.protocol,
+                               unsafe_sandbox=config.unsafe_sandbox, judging=study.judging())
         cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
         raise stopped(err, computed.saved, len(run.questions)) from None
