@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
@@ -73,6 +73,9 @@ from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
 from finbench.runner.timing import StageTimer
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 log = logging.getLogger("finbench")
 __all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "Stopped", "run_benchmark"]
 
@@ -84,7 +87,7 @@ class RunResult:
 
     out_dir: Path
     results: dict[str, Any]
-    samples: Any  # pandas.DataFrame
+    samples: pd.DataFrame | None  # None on a rank other than 0 (its share is in `results`)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.results, self.samples))
