@@ -36,8 +36,9 @@ RUN_OPTIONS: list[Option] = [
            check=checks.request_timeout),
     Option("served_thinking", False, "Ask a served model to think (chat_template_kwargs enable_thinking; off by "
            "default, as finbench renders hybrid models).", bool, spec=LOAD),
-    Option("served_reading", "auto", "How a served model's choices are read: auto (logprobs on vLLM and SGLang, else "
-           "the decision endpoint), logprobs or decision.", spec=LOAD,
+    Option("served_reading", "auto", "How a served model's choices are read: auto (the first reading a start-up probe "
+           "finds working: token logprobs on vLLM, top logprobs on SGLang, else the decision endpoint), logprobs or "
+           "decision (docs/scale.md).", spec=LOAD,
            check=checks.one_of("--served-reading", SERVED_READINGS, ", ".join(SERVED_READINGS))),
     Option("family", None, "Model family (`finbench models list`); auto: the generic one. Default: the family of the "
            "checkpoint's model_type, else auto.", spec=LOAD),

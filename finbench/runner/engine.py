@@ -62,7 +62,7 @@ from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, read_a
 from finbench.runner.outputs import OutputsError, samples_table, score, write_outputs
 from finbench.runner.replay import Replay
 from finbench.runner.results import results_json
-from finbench.runner.run_requests import build_requests, constrained, shared_requests, unreadable
+from finbench.runner.run_requests import build_requests, constrained, read_by, shared_requests, unreadable
 from finbench.runner.run_state import RunState
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
@@ -135,7 +135,7 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
     max_images = run.model.capabilities.max_images if run.model is not None else None
     requests, request_errors = build_requests(run.benchmark, questions, config, run.think_budget, max_images)
     if run.model is not None:
-        unreadable(run.model, requests, request_errors, run.notes)  # e.g. a served model's sets and numbers
+        unreadable(run.model, requests, run.notes)  # e.g. a served model's sets and numbers: refused in one line
     # the robustness studies' variants after the run's questions (runner/studies.py)
     run.study = studies.expand(run.benchmark, questions, requests, request_errors, config, run.think_budget, run.notes)
     run.questions, run.requests = run.study.questions, run.study.requests  # the run's, then its variants'
@@ -230,6 +230,7 @@ def _score_and_write(run: RunState, judged: Judged, command: str | None) -> RunR
     """Scores, then samples.parquet, variants.parquet, results.json and the reports written together."""
     config, study = run.config, run.study
     samples = samples_table(run.questions[:study.n_base], run.predictions, run.keys)
+    samples["read_by"] = read_by(run.requests[:study.n_base], run.fingerprint.get("read_by"))
     for column, values in judged.columns.items():
         samples[column] = values[:study.n_base]
     scores = score(samples, run.benchmark, config.output.bootstrap, config.output.seed)
