@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> float:
 
     from finbench.benchmarks import finmme
     from finbench.offline.finmme_synthetic import write_parquet
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.offline.tiny import make_tiny
     from finbench.offline.baseline import run_baseline
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> float:
     work = Path(tempfile.mkdtemp(prefix="finbench-bench-"))
     model_dir = args.model or str(make_tiny("qwen2.5-vl", work / "tiny-qwen2.5-vl"))
     data = args.data or str(write_parquet(work / "finmme.parquet", n_items=args.n_items))
-    model = load_model(model_dir, dtype=args.dtype, device=args.device)
+    model = load_model(model_dir, LoadSpec(dtype=args.dtype, device=args.device))
     questions = finmme.load_questions(data, limit=args.n_items)
     print(f"model {model_dir} ({model.device}, {model.dtype}), {len(questions)} questions, "
           f"torch threads {torch.get_num_threads()}")

@@ -43,9 +43,10 @@ def finmme_demo(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_qwen_dir):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    return load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    return load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +67,7 @@ def other_family(request, tmp_path_factory):
     """Sharpened tiny models of the other families, loaded through `load_model`: InternVL (plain
     rotary positions), Qwen3-VL (M-RoPE, DeepStack), Qwen3-VL-MoE (routed experts) and Qwen3.5
     (hybrid linear/full attention: a recurrent state beside the KV cache)."""
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    return load_model(str(sharpened_tiny_dir(tmp_path_factory, request.param)), dtype="float32", device="cpu")
+    return load_model(str(sharpened_tiny_dir(tmp_path_factory, request.param)), LoadSpec(dtype="float32", device="cpu"))

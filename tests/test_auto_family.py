@@ -42,6 +42,7 @@ def test_every_item_answered_and_constrained_probabilities_equal_a_plain_forward
     """All 40 items under constrained and official with no error; batch 8 (the CPU default) equals
     batch 1; the first single-choice items' option probabilities equal the plain forward's."""
     from finbench.benchmarks import finmme
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
     arch, model_dir = arch_dir
@@ -56,7 +57,7 @@ def test_every_item_answered_and_constrained_probabilities_equal_a_plain_forward
     assert list(batched["answer"]) == list(one_by_one["answer"])
     assert_same_probabilities(batched, one_by_one)
 
-    model = load_model(str(model_dir), dtype="float32", device="cpu", family="auto")
+    model = load_model(str(model_dir), LoadSpec(dtype="float32", device="cpu", family="auto"))
     questions = {q.id: q for q in finmme.load_questions(finmme40)}
     singles = constrained[constrained["kind"] == "single"].head(3)
     assert len(singles) == 3

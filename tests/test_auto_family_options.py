@@ -140,11 +140,12 @@ def test_decoding_loop_equals_transformers_generate_and_survives_dropping_rows(a
     from helpers import finmme_request
 
     from finbench.benchmarks import finmme
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.models.base import DecodeState
     from finbench.models.compaction import greedy_ids
 
-    model = load_model(str(sharpened_tiny_dir(tmp_path_factory, arch)), dtype="float32", device="cpu")
+    model = load_model(str(sharpened_tiny_dir(tmp_path_factory, arch)), LoadSpec(dtype="float32", device="cpu"))
     requests = [finmme_request(q, protocol="official") for q in finmme.load_questions(finmme40)[:4]]
     inputs = model.to_device(model.prepare(requests))
     free = greedy_ids(model, inputs, 8, [-1], every=0)

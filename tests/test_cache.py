@@ -100,12 +100,14 @@ def test_rows_round_trip_and_survive_reopening(tmp_path):
 def test_real_adapter_fingerprint_tracks_dtype_and_max_pixels(tiny_model, tiny_qwen_dir):
     """The keys above are only as good as the fingerprint: it must change when the model is
     loaded in another dtype or with another pixel cap, and stay put otherwise."""
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
     base = tiny_model.fingerprint()
-    same = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu").fingerprint()
-    bf16 = load_model(str(tiny_qwen_dir), dtype="bfloat16", device="cpu").fingerprint()
-    capped = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu", max_pixels=28 * 28 * 8).fingerprint()
+    same = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu")).fingerprint()
+    bf16 = load_model(str(tiny_qwen_dir), LoadSpec(dtype="bfloat16", device="cpu")).fingerprint()
+    capped = load_model(str(tiny_qwen_dir),
+                        LoadSpec(dtype="float32", device="cpu", max_pixels=28 * 28 * 8)).fingerprint()
     assert _key(fingerprint=same) == _key(fingerprint=base)
     assert _key(fingerprint=bf16) != _key(fingerprint=base)
     assert _key(fingerprint=capped) != _key(fingerprint=base)

@@ -93,9 +93,10 @@ def test_bad_configuration_is_one_line_and_exit_code_2(tmp_path, synthetic_parqu
 def test_models_make_tiny_writes_a_loadable_checkpoint(tmp_path):
     done = finbench("models", "make-tiny", "qwen2.5-vl", str(tmp_path / "tiny"))
     assert done.returncode == 0, done.stderr[-3000:]
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    model = load_model(str(tmp_path / "tiny"), dtype="float32", device="cpu")
+    model = load_model(str(tmp_path / "tiny"), LoadSpec(dtype="float32", device="cpu"))
     assert model.family == "qwen2.5-vl" and json.loads((tmp_path / "tiny" / "finbench_tiny.json").read_text())["seed"] == 0
     unknown = finbench("models", "make-tiny", "gpt-5", str(tmp_path / "x"))
     assert unknown.returncode == 2 and "unknown family" in unknown.stderr

@@ -34,10 +34,11 @@ def test_live_rows_and_select_rows_keep_the_running_rows_of_batch_tensors_only()
 
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    return load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)), dtype="float32",
-                      device="cpu")
+    return load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)),
+                      LoadSpec(dtype="float32", device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +104,14 @@ def test_thinking_with_compaction_gives_the_same_reasoning_and_answers(thinker, 
 def test_compaction_narrows_a_hybrid_linear_attention_cache_exactly(family, tmp_path, monkeypatch):
     """Qwen3.5's cache also carries linear-attention states (conv and recurrent): narrowed by
     transformers' own batch gather, the loop still equals the plain one and generate."""
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.models.base import DecodeState
     from finbench.offline.tiny import make_tiny, tiny_family_available
 
     if not tiny_family_available(family):
         pytest.skip(f"this transformers has no {family}")
-    model = load_model(str(make_tiny(family, tmp_path / family)), dtype="float32", device="cpu")
+    model = load_model(str(make_tiny(family, tmp_path / family)), LoadSpec(dtype="float32", device="cpu"))
     encoded = model.tokenizer(["hello there how are", "a much longer prompt with more words", "short one"],
                               padding=True, return_tensors="pt")
     inputs = {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}

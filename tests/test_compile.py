@@ -105,9 +105,10 @@ def test_the_fingerprint_says_what_was_compiled(eager_and_compiled):
 
 @needs_compiler
 def test_only_the_vision_blocks_are_compiled(tiny_qwen_dir):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    model = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
     compiled = model.compile_vision()
     depth = model.model.config.vision_config.depth
     assert compiled == {"Qwen2_5_VLVisionBlock": depth}
@@ -120,9 +121,10 @@ def test_a_model_without_repeated_vision_blocks_runs_uncompiled_with_a_note(tiny
                                                                            tmp_path, monkeypatch):
     from finbench.app.api import evaluate
     from finbench.models import compile as compile_module
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    model = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
     monkeypatch.setattr(compile_module, "repeated_block_classes", lambda model: set())  # nothing declared
     result = evaluate(model, "finmme", data=str(synthetic_parquet), out=tmp_path / "run", limit=4, bootstrap=0,
                       compile_vision=True)
@@ -230,9 +232,10 @@ def test_a_compiled_language_model_gives_the_eager_answers(eager_and_lm_compiled
 
 @needs_compiler
 def test_only_the_language_model_s_norms_mlps_and_rotary_are_compiled(tiny_qwen_dir):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    model = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
     layers = model.model.config.text_config.num_hidden_layers
     compiled = model.compile_language_model()
     assert compiled == {"Qwen2_5_VLRMSNorm": 2 * layers + 1, "Qwen2MLP": layers, "Qwen2_5_VLRotaryEmbedding": 1,
@@ -270,10 +273,11 @@ def test_the_compiled_rotary_runs_only_inside_the_language_model_that_asked_for_
     import sys
 
     from finbench.models import compile as compile_module
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    compiled_model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
-    eager_model = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    compiled_model = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
+    eager_model = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
     ids = compiled_model.tokenizer(["a short prompt", "a longer prompt with a few more words"], padding=True,
                                    return_tensors="pt")
     inputs = {"input_ids": ids["input_ids"], "attention_mask": ids["attention_mask"]}
@@ -289,7 +293,7 @@ def test_the_compiled_rotary_runs_only_inside_the_language_model_that_asked_for_
     used: list[str] = []  # which rotary each model's attention calls: a counting stand-in for the compiler
     monkeypatch.setattr(compile_module.torch, "compile",
                         lambda function, **kw: lambda *a, **k: used.append("compiled") or function(*a, **k))
-    counted = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    counted = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
     counted_lm = counted.model.model.language_model
     compile_module.compile_rotary(counted_lm)
     counted.prefill(dict(inputs))

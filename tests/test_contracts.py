@@ -88,8 +88,8 @@ def test_every_loading_path_goes_through_one_loader_with_device_map_and_the_rank
     class Stop(Exception):
         pass
 
-    def recording_loader(source, **options):
-        calls.append((source, options))
+    def recording_loader(source, spec, **resolved):
+        calls.append((source, spec, resolved))
         raise Stop
 
     monkeypatch.setattr(finbench.models, "load_model", recording_loader)
@@ -101,10 +101,10 @@ def test_every_loading_path_goes_through_one_loader_with_device_map_and_the_rank
         finbench.evaluate(str(tiny_qwen_dir), "finmme,famma", data={"finmme": str(synthetic_parquet), "famma": str(famma)},
                           out=tmp_path / "multi", device_map="auto", revision="main", dtype="float32")
     assert len(calls) == 1
-    source, options = calls[0]
+    source, spec, resolved = calls[0]
     assert source == str(tiny_qwen_dir)
-    assert options["device"] == "cuda:1" and options["device_map"] == "auto" and options["revision"] == "main"
-    assert options["dtype"] == "float32" and not (tmp_path / "multi").exists()
+    assert resolved["device"] == "cuda:1" and spec.device_map == "auto" and spec.revision == "main"  # the rank's GPU
+    assert spec.dtype == "float32" and not (tmp_path / "multi").exists()
 
 
 def test_a_multi_benchmark_run_with_a_loading_option_runs_every_benchmark(

@@ -200,9 +200,10 @@ def test_number_decoder_follows_the_grammar():
 def _device_preprocessed_pair(stock_model, questions):
     """Inputs for the same requests from the stock processor and from --device-preprocess,
     checked to agree: every tensor equal, pixels within 1e-6."""
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    device_model = load_model(stock_model.source, dtype="float32", device="cpu", device_preprocess=True)
+    device_model = load_model(stock_model.source, LoadSpec(dtype="float32", device="cpu", device_preprocess=True))
     requests = [finmme_request(q) for q in questions]
     stock = stock_model.to_device(stock_model.prepare(requests))
     on_device = device_model.to_device(device_model.prepare(requests))

@@ -48,9 +48,10 @@ def _no_grad():
 
 
 def _load(path):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    return load_model(str(path), dtype="float32", device="cpu")
+    return load_model(str(path), LoadSpec(dtype="float32", device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -397,13 +398,14 @@ def test_generate_equals_a_cache_free_greedy_loop(tiny_dsv, dsv_questions):
 
 
 def test_bad_configuration_fails_with_one_line(tiny_dsv, monkeypatch):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="supports none"):
-        load_model(tiny_dsv.source, dtype="float32", device="cpu", quant="8bit")
+        load_model(tiny_dsv.source, LoadSpec(dtype="float32", device="cpu", quant="8bit"))
     with pytest.raises(ValueError, match="max-pixels"):
-        load_model(tiny_dsv.source, dtype="float32", device="cpu", max_pixels=1000)
+        load_model(tiny_dsv.source, LoadSpec(dtype="float32", device="cpu", max_pixels=1000))
     from finbench.models.deepseek_vl2 import DeepSeekVL2
 
     with pytest.raises(ValueError, match="cannot load model") as err:
@@ -416,6 +418,7 @@ def test_a_hub_id_loads_from_the_offline_cache(tmp_path, monkeypatch):
     """`owner/name` goes through snapshot_download: found in the cache (offline), it loads."""
     import huggingface_hub.constants
 
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
     snapshot = tmp_path / "models--deepseek-ai--deepseek-vl2-tiny" / "snapshots" / "0123abcd"
@@ -426,7 +429,7 @@ def test_a_hub_id_loads_from_the_offline_cache(tmp_path, monkeypatch):
                  "special_tokens_map.json", "processor_config.json"):
         shutil.copy(FIXTURES / "tiny" / name, snapshot / name)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    model = load_model("deepseek-ai/deepseek-vl2-tiny", dtype="float32", device="cpu")
+    model = load_model("deepseek-ai/deepseek-vl2-tiny", LoadSpec(dtype="float32", device="cpu"))
     assert model.family == "deepseek-vl2" and model.source == "deepseek-ai/deepseek-vl2-tiny"
     from finbench.models.identity import weights_digest
 

@@ -335,12 +335,13 @@ def test_a_cut_first_batch_gives_the_answers_of_the_uncut_plan(tiny_model, tiny_
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="side-stream copies need CUDA")
 def test_inputs_copied_ahead_on_a_side_stream_equal_a_plain_copy(tiny_qwen_dir, synthetic_parquet, tmp_path):
     from finbench.benchmarks import finmme
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.runner.loop import BatchLoop
     from finbench.runner.run_requests import build_requests
     from finbench.runner.timing import StageTimer
 
-    model = load_model(str(tiny_qwen_dir), dtype="float32", device="cuda")
+    model = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cuda"))
     questions = finmme.load_questions(synthetic_parquet, limit=4)
     config = _config(tiny_qwen_dir, synthetic_parquet, tmp_path / "run")
     requests, _ = build_requests(finmme.BENCHMARK, questions, config, None, None)

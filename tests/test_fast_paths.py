@@ -46,9 +46,10 @@ def family_model(request, tmp_path_factory):
     """A sharpened tiny model of each family (the conftest's `tiny_model` for Qwen2.5-VL)."""
     if request.param == "qwen2.5-vl":
         return request.getfixturevalue("tiny_model")
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    return load_model(str(sharpened_tiny_dir(tmp_path_factory, request.param)), dtype="float32", device="cpu")
+    return load_model(str(sharpened_tiny_dir(tmp_path_factory, request.param)), LoadSpec(dtype="float32", device="cpu"))
 
 
 def _needs(model, path):
@@ -380,9 +381,10 @@ def test_qwen3_5_and_internvl_keep_the_masked_prefill_and_the_dynamic_cache(fami
 # ---- CUDA graphs (CUDA only) ------------------------------------------------------------------
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_graphed_decode_steps_equal_the_eager_static_steps(tiny_qwen_dir, questions):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    eager = load_model(str(tiny_qwen_dir), dtype="float32", device="cuda")
+    eager = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cuda"))
     graphed = fast_twin(eager)
     eager = fast_twin(eager, causal_prefill=True, static_decode=True, cuda_graphs=False)
     requests = _mixed_requests(questions)
@@ -402,6 +404,7 @@ def test_no_fast_paths_reaches_the_adapter_from_the_cli(tiny_qwen_dir, monkeypat
     from typer.testing import CliRunner
 
     from finbench.cli import app
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.models.fast_paths import FastPaths
 
@@ -422,7 +425,7 @@ def test_no_fast_paths_reaches_the_adapter_from_the_cli(tiny_qwen_dir, monkeypat
         return original(self, torch.device("cuda"), supported)  # as if on CUDA: the defaults would be on
 
     monkeypatch.setattr(FastPaths, "resolved", resolved)
-    reference = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu", fast_paths=False)
-    default = load_model(str(tiny_qwen_dir), dtype="float32", device="cpu")
+    reference = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu", fast_paths=False))
+    default = load_model(str(tiny_qwen_dir), LoadSpec(dtype="float32", device="cpu"))
     assert seen[0] == FastPaths.reference() and reference.fast.on() == []
     assert default.fast.on()  # the same load without the option: paths on where CUDA would have them

@@ -342,6 +342,22 @@ def test_unsafe_mode_is_weaker_but_still_a_separate_limited_process(tmp_path):
     assert not outcomes[2].ok
 
 
+def test_unsafe_mode_programs_start_in_a_scratch_folder_of_their_own_removed_after(tmp_path, monkeypatch):
+    """Unsafe mode confines no file; still, a program's relative paths land in its own scratch
+    folder, not in "/" (where a mkdir loop once left 32,873 folders) nor in finbench's folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where mkdtemp makes the scratch folder
+    (tmp_path / "tmp").mkdir()
+    marker = f"finbench-unsafe-{uuid.uuid4().hex[:8]}"
+    program = (f"import os\ndef solution():\n    for i in range(5):\n        os.mkdir('{marker}-' + str(i))\n"
+               f"    open('{marker}.txt', 'w').write('x')\n    return os.getcwd()")
+    outcome = run_programs([program], FAST, mode="unsafe")[0]
+    assert outcome.ok, outcome.reason
+    assert outcome.value.strip("'").startswith(str(tmp_path / "tmp" / "finbench-unsafe-"))
+    assert not [p for p in Path("/").iterdir() if p.name.startswith(marker)]
+    assert not list(tmp_path.glob(f"{marker}*")) and not list((tmp_path / "tmp").iterdir())
+
+
 @jail
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/data/finmmr (60 real items) is absent")
 def test_data_check_says_which_isolation_this_machine_gives():

@@ -13,7 +13,7 @@ import torch
 
 from finbench.app.api import make_config
 from finbench.benchmarks import famma
-from finbench.config.specs import RunConfig
+from finbench.config.specs import BatchSpec, JudgeSpec, RunConfig
 from finbench.core.types import OPEN, Prediction, Question
 from finbench.models.contract import Capabilities, ModelAdapter
 from finbench.models.inputs import ModelInputs
@@ -35,6 +35,7 @@ class FakeJudge:
     def __init__(self, fail_on: str | None = None, oom_above: int | None = None) -> None:
         self.prompts: list[str] = []
         self.batches: list[int] = []
+        self.budgets: list[int] = []  # each batch's reply budget
         self.fail_on, self.oom_above = fail_on, oom_above
 
     def fingerprint(self):
@@ -73,6 +74,7 @@ class FakeJudge:
             raise RuntimeError("judge exploded")
         self.prompts.extend(prompts)
         self.batches.append(len(prompts))
+        self.budgets.append(max_new_tokens)
         replies = []
         for p in prompts:
             qid = p.split("'question_id': '")[1].split("'")[0]
@@ -92,14 +94,14 @@ def test_verdicts_are_cached_and_a_changed_answer_is_judged_again(tmp_path):
                    2: Prediction(id="c", answer="x", generated_text="x")}
     cache = PredictionCache(tmp_path / "cache.sqlite")
     judge = FakeJudge()
-    first = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
+    first = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, JudgeSpec(judge="fake"))
     assert first.columns["judge_score"][:2] == [1.0, 0.0] and first.columns["judge_output"][2] == ""
     assert first.summary["n_computed"] == 2 and len(judge.prompts) == 2  # no gold: not judged
-    again = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
+    again = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, JudgeSpec(judge="fake"))
     assert again.summary["n_cached"] == 2 and again.summary["n_computed"] == 0 and len(judge.prompts) == 2
     assert again.columns["judge_output"] == first.columns["judge_output"]
     predictions[1] = Prediction(id="b", answer="right", generated_text="right")
-    changed = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
+    changed = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, JudgeSpec(judge="fake"))
     assert changed.summary["n_computed"] == 1 and changed.columns["judge_score"][1] == 1.0
     cache.close()
 
@@ -119,7 +121,7 @@ def test_an_unparseable_judge_reply_fails_closed_counted_and_named(tmp_path):
     questions = [open_question("a"), open_question("b")]
     predictions = {0: Prediction(id="a", answer="right", generated_text="right"),
                    1: Prediction(id="b", answer="mumble", generated_text="mumble")}
-    judged = judge_run(famma.BENCHMARK, questions, predictions, MumblingJudge(), None, "fake")
+    judged = judge_run(famma.BENCHMARK, questions, predictions, MumblingJudge(), None, JudgeSpec(judge="fake"))
     assert judged.columns["judge_score"][0] == 1.0 and math.isnan(judged.columns["judge_score"][1])
     assert judged.summary["n_unparsed_items"] == 1 and judged.summary["unparsed_items"] == ["b"]
     assert any("could not be parsed" in note and "b" in note for note in judged.notes)
@@ -132,7 +134,7 @@ def test_a_failing_judge_is_a_per_sample_error_scored_zero_and_named(tmp_path):
                    1: Prediction(id="b", answer="boom", generated_text="boom")}
     cache = PredictionCache(tmp_path / "cache.sqlite")
     judge = FakeJudge(fail_on="boom")
-    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, "fake")
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, cache, JudgeSpec(judge="fake"))
     details = [json.loads(d) if d else {} for d in judged.columns["judge_details"]]
     # the batch of both fails, then each is asked alone: only "b" keeps the error, and scores 0
     assert "error" not in details[0] and "judge exploded" in details[1]["error"]
@@ -140,7 +142,8 @@ def test_a_failing_judge_is_a_per_sample_error_scored_zero_and_named(tmp_path):
     assert judged.summary["n_failed"] == 1 and judged.summary["failed_items"] == ["b"]
     assert judged.summary["n_failed_items"] == 1
     assert len(judged.notes) == 1 and "scored 0" in judged.notes[0] and "b" in judged.notes[0]
-    again = judge_run(famma.BENCHMARK, questions, predictions, FakeJudge(), cache, "fake")  # the failure is not cached
+    # the failure is not cached
+    again = judge_run(famma.BENCHMARK, questions, predictions, FakeJudge(), cache, JudgeSpec(judge="fake"))
     assert again.summary["n_cached"] == 1 and again.summary["n_computed"] == 1 and again.notes == []
     cache.close()
 
@@ -152,11 +155,32 @@ def test_a_judge_out_of_memory_at_batch_8_halves_and_answers_every_item():
     predictions = {k: Prediction(id=f"q{k}", answer="right" if k % 2 else "wrong",
                                  generated_text="right" if k % 2 else "wrong") for k in range(8)}
     judge = FakeJudge(oom_above=2)
-    config = RunConfig.flat(model="m", benchmark="famma", batch_size=8, token_budget=10**6, workers=1)
-    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, "fake", config=config)
+    batching = BatchSpec(batch_size=8, token_budget=10**6, workers=1)
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, JudgeSpec(judge="fake"), batching)
     assert judged.columns["judge_score"] == [float(k % 2) for k in range(8)]
     assert judged.summary["n_failed"] == 0 and judged.summary["oom_retries"] == 2  # 8 → 4 → 2
     assert judge.batches == [2, 2, 2, 2] and len(judge.prompts) == 8
+
+
+def test_judge_run_takes_the_run_s_judging_and_batching_specs_whole():
+    """The judging spec names the judge (the summary's model) and its reply budget, which replaces
+    each request's (none: the benchmark's official judge budget); the batching spec caps the
+    judge's batches."""
+    from finbench.benchmarks.famma.verdicts import JUDGE_MAX_NEW_TOKENS
+
+    questions = [open_question(f"q{k}") for k in range(3)]
+    predictions = {k: Prediction(id=f"q{k}", answer="right", generated_text="right") for k in range(3)}
+    judge = FakeJudge()
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None,
+                       JudgeSpec(judge="owner/judge", judge_max_new_tokens=7),
+                       BatchSpec(batch_size=1, token_budget=10**6, workers=1))
+    assert judged.summary["model"] == "owner/judge" and judged.columns["judge_score"] == [1.0] * 3
+    assert judge.batches == [1, 1, 1] and judge.budgets == [7, 7, 7]
+    judge = FakeJudge()
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, JudgeSpec(),
+                       BatchSpec(batch_size=2, token_budget=10**6, workers=1))
+    assert judged.summary["model"] is None and judged.columns["judge_score"] == [1.0] * 3
+    assert judge.batches == [2, 1] and judge.budgets == [JUDGE_MAX_NEW_TOKENS] * 2
 
 
 def test_a_judge_prompt_longer_than_the_judge_s_context_fails_alone_and_scores_zero():
@@ -169,7 +193,7 @@ def test_a_judge_prompt_longer_than_the_judge_s_context_fails_alone_and_scores_z
             return 300  # the short prompt fits (~150 words), the long one (~550) does not
 
     judge = SmallContext()
-    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, "small")
+    judged = judge_run(famma.BENCHMARK, questions, predictions, judge, None, JudgeSpec(judge="small"))
     assert judged.columns["judge_score"] == [1.0, 0.0] and len(judge.prompts) == 1  # never sent
     assert "exceeds the model's context of 300" in json.loads(judged.columns["judge_details"][1])["error"]
     assert judged.summary["failed_items"] == ["long"]
@@ -183,7 +207,7 @@ def _failed_judge_scores(benchmark, questions, predictions):
         def generate(self, inputs, max_new_tokens):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    judged = judge_run(benchmark, questions, dict(enumerate(predictions)), Broken(), None, "broken")
+    judged = judge_run(benchmark, questions, dict(enumerate(predictions)), Broken(), None, JudgeSpec(judge="broken"))
     samples = samples_table(questions, dict(enumerate(predictions)), [f"k{i}" for i in range(len(questions))])
     for column, values in judged.columns.items():
         samples[column] = values
@@ -229,7 +253,7 @@ def test_a_judge_call_that_fails_scores_its_item_zero_for_every_judged_benchmark
 
 def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.config.specs import RunConfig
+    from finbench.config.specs import BatchSpec, JudgeSpec, RunConfig
 
     data = synthetic.write_early_json(tmp_path / "f.json", synthetic.records(None)[:2])
     config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
@@ -242,7 +266,7 @@ def test_a_bad_judge_is_refused_at_start_up(tiny_qwen_dir, tmp_path):
 @pytest.mark.slow
 def test_tiny_judge_end_to_end_and_rerun_computes_nothing(tiny_model, tiny_qwen_dir, tmp_path):
     from finbench.runner.engine import run_benchmark
-    from finbench.config.specs import RunConfig
+    from finbench.config.specs import BatchSpec, JudgeSpec, RunConfig
 
     data = synthetic.write_parquet(tmp_path / "famma.parquet", synthetic.records(None))
     config = RunConfig.flat(model=str(tiny_qwen_dir), benchmark="famma", data=str(data), out=str(tmp_path / "run"),
@@ -291,7 +315,7 @@ def test_a_text_only_causal_lm_judges_too(tiny_qwen_dir, tmp_path):
     assert judge.capabilities.sees_images is False and judge.max_context() == config.max_position_embeddings
     question = open_question("a", gold="5")
     judged = judge_run(famma.BENCHMARK, [question], {0: Prediction(id="a", answer="5", generated_text="5")}, judge,
-                       None, "text", max_new_tokens=4)
+                       None, JudgeSpec(judge="text", judge_max_new_tokens=4))
     reply = json.loads(judged.columns["judge_output"][0])[0]
     parsed = famma._lenient_json(reply)
     value = parsed.get("a") if isinstance(parsed, dict) else None
@@ -324,7 +348,7 @@ def test_a_vision_language_judge_is_shown_the_session_images_and_its_verdicts_ar
 
     from finbench.runner.engine import run_benchmark
     from finbench.runner.preprocess import decode_images
-    from finbench.config.specs import RunConfig
+    from finbench.config.specs import BatchSpec, JudgeSpec, RunConfig
 
     write_fixtures(tmp_path / "data")
     seen = _recording(tiny_model, monkeypatch)
@@ -373,7 +397,7 @@ def test_a_text_judge_is_shown_the_text_and_labelled(tmp_path):
 
     judge = TextJudge()
     judged = judge_run(finmtm.BENCHMARK, [session], {0: Prediction(id="s1", answer=replies, generated_text=replies)},
-                       judge, None, "text", max_new_tokens=4)
+                       judge, None, JudgeSpec(judge="text", judge_max_new_tokens=4))
     assert judge.requests and all(r.images == () for r in judge.requests)
     assert all(p["type"] == "text" for r in judge.requests for p in r.messages[0]["content"])
     assert "text_only" in judged.summary and not judged.summary["sees_images"]
@@ -455,7 +479,7 @@ def test_a_finmtm_session_whose_judge_reply_cannot_be_read_fails_closed(tmp_path
     benchmark, questions, predictions = _finmtm_sessions(tmp_path)
     s1, s2 = (next(i for i, q in enumerate(questions) if q.id == name) for name in ("s1", "s2"))
     judged = judge_run(benchmark, questions, dict(enumerate(predictions)), RubricJudge(mumble_on="Name the company."),
-                       None, "rubric")
+                       None, JudgeSpec(judge="rubric"))
     assert judged.columns["judge_score"][s1] == pytest.approx((0.5 * 7 + 0.5 * 6) * 10)
     assert math.isnan(judged.columns["judge_score"][s2])
     assert judged.summary["unparsed_items"] == ["s2"] and judged.summary["n_failed_items"] == 0
@@ -464,7 +488,8 @@ def test_a_finmtm_session_whose_judge_reply_cannot_be_read_fails_closed(tmp_path
     dialogue = _scored(benchmark, questions, predictions, judged)["dialogue"]
     assert (dialogue["n_scored"], dialogue["n_unparsed"], dialogue["score"]) == (1, 1, pytest.approx(65.0))
     # every reply unreadable: nothing scored, and the console says why in one line, no table
-    judged = judge_run(benchmark, questions, dict(enumerate(predictions)), RubricJudge(mumble_on="0-10"), None, "rubric")
+    judged = judge_run(benchmark, questions, dict(enumerate(predictions)), RubricJudge(mumble_on="0-10"), None,
+                       JudgeSpec(judge="rubric"))
     assert all(math.isnan(s) for s in judged.columns["judge_score"]) and judged.summary["n_unparsed_items"] == 2
     scores = _scored(benchmark, questions, predictions, judged)
     console = Console(width=120, record=True, file=open("/dev/null", "w"))

@@ -64,9 +64,10 @@ def like_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def like_model(like_dir):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    return load_model(str(like_dir / "sharpened"), dtype="float32", device="cpu")
+    return load_model(str(like_dir / "sharpened"), LoadSpec(dtype="float32", device="cpu"))
 
 
 def test_make_tiny_like_keeps_the_real_files_token_ids_and_vocabulary(like_dir):

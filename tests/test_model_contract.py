@@ -193,12 +193,13 @@ def test_ctrl_c_during_generation_keeps_the_rows_that_had_finished(tiny_model, t
 def test_deepseek_vl2_generation_interrupted_names_the_rows_that_had_finished(questions, tmp_path, monkeypatch):
     """The native adapter's own greedy loop: row 1 emits its end token at the first step, row 0 does
     not; Ctrl-C during the second step raises `GenerationInterrupted` with row 1 only."""
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.models.contract import GenerationInterrupted
     from finbench.offline.tiny import make_tiny
 
-    model = load_model(str(make_tiny("deepseek-vl2", tmp_path / "dsv", weights_dtype="float32")), dtype="float32",
-                       device="cpu")
+    model = load_model(str(make_tiny("deepseek-vl2", tmp_path / "dsv", weights_dtype="float32")),
+                       LoadSpec(dtype="float32", device="cpu"))
     end, word = model.stop_token_ids()[0], model.encode(" B")[0]
     vocabulary = model.model.get_output_embeddings().weight.shape[0]
 

@@ -17,6 +17,7 @@ import torch
 from typer.testing import CliRunner
 
 from finbench.cli import app
+from finbench.config.specs import LoadSpec
 from finbench.models import load_model
 from finbench.models.fp8 import (FP8, Fp8BlockLinear, Fp8Linear, block_matmul, dequantize_blocks, quantize_blocks,
                                  quantize_groups, quantize_rows)
@@ -114,8 +115,8 @@ def test_blockwise_cublas_kernel_equals_the_k_slice_sum_on_hopper():
 
 @pytest.mark.skipif(not CUDA_FP8, reason="FP8 W8A8 needs a CUDA GPU of capability >= 8.9")
 def test_fp8_w8a8_on_the_gpu_is_close_to_bf16(tiny_quant):
-    bf16 = load_model(str(tiny_quant("bf16")), device="cuda")
-    fp8 = load_model(str(tiny_quant("bf16")), device="cuda", quant="fp8")
+    bf16 = load_model(str(tiny_quant("bf16")), LoadSpec(device="cuda"))
+    fp8 = load_model(str(tiny_quant("bf16")), LoadSpec(device="cuda", quant="fp8"))
     report = fp8.fingerprint()["quantization"]
     assert fp8.fingerprint()["quant"] == "fp8" and report["parts"]["language_model"]["types"] == {"Fp8Linear(fp8)": 14}
     a, b = _prefill(bf16), _prefill(fp8)
@@ -130,8 +131,8 @@ def test_fp8_w8a8_on_the_gpu_is_close_to_bf16(tiny_quant):
 def test_each_format_quantizes_the_language_model_only_and_says_so(tiny_quant, quant, kind, bits):
     pytest.importorskip("bitsandbytes" if quant.endswith("bit") else "torchao")
     folder = str(tiny_quant("bf16"))
-    reference = load_model(folder, dtype="float32", device="cpu")
-    model = load_model(folder, dtype="float32", device="cpu", quant=quant)
+    reference = load_model(folder, LoadSpec(dtype="float32", device="cpu"))
+    model = load_model(folder, LoadSpec(dtype="float32", device="cpu", quant=quant))
     fingerprint = model.fingerprint()
     assert fingerprint["quant"] == quant
     parts = fingerprint["quantization"]["parts"]
@@ -146,7 +147,8 @@ def test_each_format_quantizes_the_language_model_only_and_says_so(tiny_quant, q
 
 def test_quant_vision_quantizes_the_vision_tower_too(tiny_quant):
     pytest.importorskip("torchao")
-    model = load_model(str(tiny_quant("bf16")), dtype="float32", device="cpu", quant="int8wo", quant_vision=True)
+    model = load_model(str(tiny_quant("bf16")),
+                       LoadSpec(dtype="float32", device="cpu", quant="int8wo", quant_vision=True))
     parts = model.fingerprint()["quantization"]["parts"]
     assert parts["vision"] == {"layers": 12, "quantized": 12, "types": {"torchao.Int8Tensor": 12}, "bits": {"8": 12}}
     assert parts["lm_head"]["quantized"] == 0
@@ -178,13 +180,13 @@ def test_fp8_and_missing_packages_are_refused_before_any_weights_load(tiny_quant
     folder = str(tiny_quant("bf16"))
     if not CUDA_FP8:
         with pytest.raises(ValueError, match=r"--quant fp8: FP8 matmuls need a CUDA GPU of compute capability >= 8.9"):
-            load_model(folder, device="cpu", quant="fp8")
+            load_model(folder, LoadSpec(device="cpu", quant="fp8"))
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
     with pytest.raises(ValueError, match=r"--quant int8wo needs torchao: pip install 'finbench\[quant\]'"):
-        load_model(folder, device="cpu", quant="int8wo")
+        load_model(folder, LoadSpec(device="cpu", quant="int8wo"))
 
 
 # ---- pre-quantized checkpoints -------------------------------------------------------------------------
@@ -232,8 +234,8 @@ def test_fp8_checkpoint_on_cpu_is_refused_unless_allowed_and_then_labelled(tiny_
     if CUDA_FP8:
         pytest.skip("a GPU with FP8 runs the checkpoint in FP8")
     with pytest.raises(ValueError, match="fp8-block128 and FP8 matmuls need a CUDA GPU.*--allow-dequantized"):
-        load_model(folder, dtype="float32", device="cpu")
-    model = load_model(folder, dtype="float32", device="cpu", allow_dequantized=True)
+        load_model(folder, LoadSpec(dtype="float32", device="cpu"))
+    model = load_model(folder, LoadSpec(dtype="float32", device="cpu", allow_dequantized=True))
     fingerprint = model.fingerprint()
     assert fingerprint["quant"] == "prequantized:fp8-block128+dequantized-float32"
     assert fingerprint["quantization"]["format"]["dequantized"] is True
@@ -278,7 +280,7 @@ def test_fp8_layers_are_served_by_the_block_kernel_not_the_hub_kernel():
 ])
 def test_prequantized_folders_load_in_their_own_format(tiny_quant, fmt, label, kind):
     pytest.importorskip({"bnb": "bitsandbytes", "tor": "torchao", "com": "compressed_tensors"}[fmt[:3]])
-    model = load_model(str(tiny_quant(fmt)), dtype="float32", device="cpu")
+    model = load_model(str(tiny_quant(fmt)), LoadSpec(dtype="float32", device="cpu"))
     fingerprint = model.fingerprint()
     assert fingerprint["quant"] == label
     lm = fingerprint["quantization"]["parts"]["language_model"]
@@ -287,11 +289,11 @@ def test_prequantized_folders_load_in_their_own_format(tiny_quant, fmt, label, k
     hidden = _prefill(model)
     assert torch.isfinite(hidden).all()
     # the checkpoint's weights are the bf16 source's, quantized: outputs stay close to it
-    bf16 = load_model(str(tiny_quant("bf16")), dtype="float32", device="cpu")
+    bf16 = load_model(str(tiny_quant("bf16")), LoadSpec(dtype="float32", device="cpu"))
     reference = _prefill(bf16)
     assert (hidden - reference).norm() / reference.norm() < 0.3
     with pytest.raises(ValueError, match=f"--quant int8wo: .* is already quantized \\({label.split(':', 1)[1]}"):
-        load_model(str(tiny_quant(fmt)), device="cpu", quant="int8wo")
+        load_model(str(tiny_quant(fmt)), LoadSpec(device="cpu", quant="int8wo"))
 
 
 @pytest.mark.parametrize("fmt, needs", [("awq-4bit", "gptqmodel"), ("gptq-4bit", "gptqmodel and optimum")])
@@ -310,7 +312,7 @@ def test_awq_and_gptq_without_their_package_are_one_line_naming_it(tiny_quant, f
         assert qweight.dtype == torch.int32
         assert qweight.shape == ((256, 512 // 8) if fmt.startswith("awq") else (256 // 8, 512))
     with pytest.raises(ValueError, match=f"loading it needs {needs}: pip install"):
-        load_model(str(folder), device="cpu")
+        load_model(str(folder), LoadSpec(device="cpu"))
 
 
 # ---- the command line ------------------------------------------------------------------------------------
@@ -411,12 +413,12 @@ def test_cublas_block_kernel_only_where_the_k_blocks_need_no_padding():
 
 @pytest.mark.skipif(not CUDA_FP8, reason="FP8 block checkpoints run in FP8 on CUDA capability >= 8.9 only")
 def test_fp8_checkpoint_runs_in_fp8_on_a_capable_gpu(tiny_quant):
-    model = load_model(str(tiny_quant("fp8-block128")), device="cuda")
+    model = load_model(str(tiny_quant("fp8-block128")), LoadSpec(device="cuda"))
     fingerprint = model.fingerprint()
     assert fingerprint["quant"] == "prequantized:fp8-block128"
     assert fingerprint["quantization"]["parts"]["language_model"]["types"] == {"Fp8BlockLinear(fp8)": 14}
     assert fingerprint["quantization"]["format"]["kernel"] in ("blockwise", "kblocks", "blockwise+kblocks")
-    bf16 = load_model(str(tiny_quant("bf16")), device="cuda")
+    bf16 = load_model(str(tiny_quant("bf16")), LoadSpec(device="cuda"))
     a, b = _prefill(bf16), _prefill(model)
     assert (a - b).norm() / a.norm() < 0.1
 

@@ -375,6 +375,7 @@ def test_corrupt_cache_is_moved_aside_or_missed_never_a_crash(damage, tmp_path, 
 def test_changed_weights_change_the_cache_key_and_digests_are_remembered(tmp_path, tiny_qwen_dir, synthetic_parquet):
     import shutil
 
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.runner.cache import PredictionCache
 
@@ -384,7 +385,8 @@ def test_changed_weights_change_the_cache_key_and_digests_are_remembered(tmp_pat
     run = lambda out: run_benchmark(RunConfig.flat(model=str(model_dir), data=str(synthetic_parquet), limit=4,
                                               dtype="float32", device="cpu", out=str(tmp_path / out),
                                               cache=str(tmp_path / "cache.sqlite"), bootstrap=0),
-                                    load_model(str(model_dir), dtype="float32", device="cpu"), show_progress=False)
+                                    load_model(str(model_dir), LoadSpec(dtype="float32", device="cpu")),
+                                    show_progress=False)
     first = run("a")
     assert first.results["n_computed"] == 4
     assert run("b").results["n_computed"] == 0  # unchanged: all from the cache

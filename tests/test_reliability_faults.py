@@ -400,11 +400,12 @@ def test_a_family_without_a_flop_count_reports_null_not_zero(tmp_path, synthetic
     result = run_benchmark(_config(tiny_qwen_dir, data, tmp_path / "bad"), Uncounted(tiny_model), show_progress=False)
     assert result.results["throughput"]["prefill_flops"] is None
     if tiny_family_available("internvl"):  # a real family that declares no count
+        from finbench.config.specs import LoadSpec
         from finbench.models import load_model
         from finbench.offline.tiny import make_tiny
 
         path = make_tiny("internvl", tmp_path / "internvl")
-        model = load_model(str(path), dtype="float32", device="cpu")
+        model = load_model(str(path), LoadSpec(dtype="float32", device="cpu"))
         result = run_benchmark(_config(path, synthetic_parquet, tmp_path / "iv", limit=2), model, show_progress=False)
         assert not model.capabilities.flop_count and result.results["throughput"]["prefill_flops"] is None
 

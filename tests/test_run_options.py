@@ -1,71 +1,139 @@
-"""Issue 37 part 4: the run options are declared once (finbench/config/run_options.py) and everything else
-is generated from that table: `finbench run`'s and `finbench sweep`'s flags, `make_config`'s
-coercions, the start-up checks and RUN_IDENTITY. RunConfig is split into typed specs, and results.json
-still records it flat."""
+"""The run options are declared once, each on its RunConfig field (finbench/config/specs.py,
+`option(...)`), and everything else is derived from those fields: `finbench run`'s and `finbench
+sweep`'s flags, `make_config`'s keywords and coercions, the start-up checks and RUN_IDENTITY.
+RunConfig is split into typed specs, and results.json still records it flat.
+
+The flags, `make_config`'s keywords and results.json's `config` keys are pinned against
+tests/fixtures/run_flags.json, a snapshot of the command line as it was before the options moved
+onto the fields: a flag renamed, lost, or given another help text or default fails here. A new option
+adds its line there (the failure prints it)."""
 
 from __future__ import annotations
 
-import dataclasses
+import ast
+import json
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+import typer
 import typer.main
+from generic_layers import PACKAGE
+from typer.testing import CliRunner
 
 from finbench.app.api import RUN_IDENTITY, make_config
 from finbench.cli import app
-from finbench.config.run_options import RUN_OPTIONS, sweep_flags
-from finbench.config.specs import SPEC_OF, SPECS, BatchSpec, LoadSpec, RunConfig
-from finbench.studies import study_options
+from finbench.config.options import field_options, option, with_options
+from finbench.config.run_options import run_options
+from finbench.config.specs import BatchSpec, LoadSpec, RunConfig
 
-# the fields that are not options of the table: the studies' (their own declarations) and start-up's record
-NOT_DECLARED = {"permutations", "image_ablation", "samples", "probes", "sized"}
-# results.json's "config" as it always was: these flat keys, no more, no fewer
-RECORDED = ["model", "served_model", "api_key_env", "in_flight", "request_timeout", "served_thinking",
-            "served_reading", "judge_served_model", "benchmark", "data", "protocol", "limit", "domains",
-            "question_types", "batch_size", "token_budget", "workers", "dtype", "device", "device_map", "family",
-            "quant", "quant_vision", "allow_dequantized", "max_new_tokens", "numeric_budget", "max_pixels",
-            "device_preprocess", "compile_vision", "compile_lm", "profile", "fast_paths", "out", "cache", "seed",
-            "bootstrap", "revision", "trust_remote_code", "attn_implementation", "chat_template", "system_prompt",
-            "gen_kwargs", "log_prompts", "unsafe_sandbox", "judge", "judge_max_new_tokens", "think_budget",
-            "permutations", "image_ablation", "samples", "probes", "sized"]
+SNAPSHOT = json.loads((Path(__file__).parent / "fixtures" / "run_flags.json").read_text(encoding="utf-8"))
+MAX_OPTION_CONSTRUCTIONS = 5  # outside finbench/studies/ (each study declares its one Option whole)
 
 
-def _params(command: str) -> dict[str, object]:
-    return {p.name: p for p in typer.main.get_command(app).commands[command].params}
+def _flags(command: str) -> dict[str, dict[str, object]]:
+    """Each parameter of a command as the snapshot holds it."""
+    flags = {}
+    for p in typer.main.get_command(app).commands[command].params:
+        default = list(p.default) if isinstance(p.default, (list, tuple)) else p.default
+        flags[p.name] = {"opts": list(p.opts), "secondary_opts": list(p.secondary_opts), "help": p.help,
+                         "default": default, "required": p.required, "multiple": p.multiple, "is_flag": p.is_flag,
+                         "type": p.bare_type()}
+    return flags
 
 
-def test_every_option_field_of_run_config_has_exactly_one_declaration_in_its_spec():
-    fields = [name for name in RunConfig.flat("m").record() if name not in NOT_DECLARED]
-    assert sorted(o.name for o in RUN_OPTIONS) == sorted(fields)  # one each: no field left out, none twice
-    for option in RUN_OPTIONS:
-        assert SPEC_OF.get(option.name, "") == option.spec, option.name
-    assert set(SPEC_OF) == {f.name for spec in SPECS.values() for f in dataclasses.fields(spec)}
-    renamed = {o.name: o.cli_flag for o in RUN_OPTIONS if o.cli_flag != "--" + o.name.replace("_", "-")}
-    assert renamed == {"domains": "--domain", "question_types": "--question-type"}  # the flags as they always were
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_run_and_sweep_take_the_flags_they_always_took(command):
+    flags, pinned = _flags(command), SNAPSHOT[command]
+    lost = sorted(set(pinned) - set(flags))
+    assert not lost, f"`finbench {command}` lost (or renamed) {lost}"
+    new = {name: flags[name] for name in set(flags) - set(pinned)}
+    assert not new, f"a new flag of `finbench {command}`: add it to tests/fixtures/run_flags.json: {json.dumps(new)}"
+    changed = {name: {k: (v, flags[name][k]) for k, v in entry.items() if flags[name][k] != v}
+               for name, entry in pinned.items() if flags[name] != entry}
+    assert not changed, f"`finbench {command}` flags changed (pinned, now): {changed}"
 
 
-def test_every_declared_option_is_a_run_flag_with_its_help_and_default():
-    params = _params("run")
-    for option in RUN_OPTIONS:
-        param = params[option.name]
-        assert param.help == option.help, option.name
-        if option.run:
-            assert option.cli_flag in param.opts, (option.name, param.opts)
-            assert param.default == (list(option.default) if option.many else option.default) or option.default is ...
+def test_make_config_takes_the_keywords_it_always_took():
+    with pytest.raises(TypeError) as refused:
+        make_config("m", "finmme", quantization="8bit")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("unknown option(s) quantization; known: ")
+    assert message.partition("; known: ")[2].split(", ") == SNAPSHOT["make_config"]
 
 
-def test_sweep_flags_are_exactly_the_sweep_and_axis_options_and_its_own():
-    params = _params("sweep")
-    declared = {o.name for o in RUN_OPTIONS if (o.sweep or o.axis) and o.name != "model"}
-    own = {"model", "models", "progress", "verbose"}
-    studied = {o.name for o in study_options(sweep=True)}  # each study's, declared by the study (finbench/studies)
-    assert studied and set(params) - {"help"} == declared | own | studied
-    assert {o.name for o in sweep_flags()} == declared
-    assert params["out"].default == "runs/sweep" and params["quant"].multiple and params["think_budget"].multiple
-    assert params["seed"].help == "Bootstrap seed." and params["benchmark"].help == "Benchmark name."
+def test_results_json_records_the_config_keys_it_always_recorded_in_their_order():
+    assert list(make_config("m").record()) == SNAPSHOT["record"]
+
+
+def _option_constructions() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "studies" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Option":
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return found
+
+
+def test_no_second_table_restates_the_options():
+    """The Option list is derived from the fields: `Option(` is built in a handful of places outside
+    the studies, not once per option."""
+    assert len(_option_constructions()) <= MAX_OPTION_CONSTRUCTIONS, _option_constructions()
+
+
+def test_run_options_lists_every_option_with_its_flag_type_default_and_help():
+    options = run_options()
+    studied = {"permutations", "image_ablation", "samples", "probes"}  # the studies' own (finbench/studies)
+    assert {o.name for o in options} == set(SNAPSHOT["make_config"]) - studied - {"sized", "studies"} | {"model",
+                                                                                                        "benchmark"}
+    for o in options:
+        pinned = SNAPSHOT["run"][o.name]
+        assert o.cli_flag in pinned["opts"] and o.help == pinned["help"], o.name
+        if o.run:  # `run` writes the others itself (several benchmarks, BENCHMARK=SOURCE data)
+            assert pinned["type"] == ("list[str]" if o.many else o.kind.__name__), o.name
+            assert pinned["default"] == (list(o.default) if o.many else None if o.default is ... else o.default)
+
+
+@dataclass(frozen=True)
+class _Part:
+    level: int | None = option(None, "A level.", flag="--toy-level")
+    names: tuple[str, ...] = option((), "Names, comma-separated or repeated.")
+    note: str = "not an option"
+
+
+@dataclass(frozen=True)
+class _Toy:
+    target: str = option(help="What to aim at.", identity=True)
+    part: _Part = _Part()
+    ratio: float = option(0.5, "A ratio.", sweep=True)
+    quiet: bool = option(False, "Say less.")
+
+
+def test_one_field_with_its_metadata_is_one_option_flag_and_keyword():
+    options = field_options(_Toy)
+    assert [(o.name, o.kind, o.many, o.default, o.spec) for o in options] == [
+        ("target", str, False, ..., ""), ("level", int, False, None, "part"), ("names", str, True, (), "part"),
+        ("ratio", float, False, 0.5, ""), ("quiet", bool, False, False, "")]
+    assert options[0].identity and options[3].sweep and options[1].cli_flag == "--toy-level"
+
+    toy = typer.Typer()
+    seen = {}
+
+    @toy.command()
+    @with_options(lambda: field_options(_Toy))
+    def go(*, options: dict) -> None:
+        seen.update({o.name: o.coerce(options[o.name]) for o in field_options(_Toy)})
+
+    done = CliRunner().invoke(toy, ["--target", "t", "--toy-level", "3", "--names", "a,b", "--quiet"])
+    assert done.exit_code == 0, done.output
+    assert seen == {"target": "t", "level": 3, "names": ("a", "b"), "ratio": 0.5, "quiet": True}
+    with pytest.raises(TypeError, match=r"option\(\): unknown setting\(s\) chek"):
+        option(1, "A number.", chek=None)
 
 
 def test_run_identity_is_the_options_declared_identity():
-    assert RUN_IDENTITY == tuple(o.name for o in RUN_OPTIONS if o.identity)
     assert set(RUN_IDENTITY) == {"model", "revision", "benchmark", "data", "protocol", "quant", "dtype",
                                  "think_budget", "judge", "chat_template", "system_prompt"}
 
@@ -78,9 +146,6 @@ def test_make_config_coerces_each_option_once_and_rejects_an_unknown_one_in_one_
     assert make_config("m", batch_size="auto").batching.batch_size == "auto"
     with pytest.raises(ValueError, match=r"^--batch-size lots: expected a positive integer or 'auto'$"):
         make_config("m", batch_size="lots")
-    with pytest.raises(TypeError) as refused:
-        make_config("m", "finmme", quantization="8bit")
-    assert "\n" not in str(refused.value) and str(refused.value).startswith("unknown option(s) quantization;")
 
 
 def test_the_config_is_built_read_replaced_and_recorded_by_flat_names():
@@ -90,7 +155,6 @@ def test_the_config_is_built_read_replaced_and_recorded_by_flat_names():
     changed = config.replaced(batch_size=4, seed=5, protocol="official")
     assert (changed.batching.batch_size, changed.output.seed, changed.protocol, changed.load) == (4, 5, "official",
                                                                                                  config.load)
-    assert sorted(config.record()) == sorted(RECORDED)
     assert config.record()["quant"] == "8bit" and config.record()["permutations"] == 3
     with pytest.raises(TypeError):
         RunConfig.flat("m", quantization="8bit")

@@ -191,12 +191,13 @@ def test_thinking_samples_its_reasoning_only_when_asked(tmp_path_factory, synthe
     thinking requests and their keys are the greedy ones."""
     from helpers import sharpened_tiny_dir
 
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.runner.engine import run_benchmark
     from finbench.app.api import make_config
 
-    thinker = load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)), dtype="float32",
-                         device="cpu")
+    thinker = load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)),
+                         LoadSpec(dtype="float32", device="cpu"))
     base = dict(model=thinker.source, benchmark="finmme", data=str(synthetic_parquet), limit=LIMIT, batch_size=2,
                 dtype="float32", device="cpu", bootstrap=0, think_budget=6, gen_kwargs=(("temperature", 1.0),))
     greedy = run_benchmark(make_config(**base, out=str(tmp_path / "greedy")), thinker, show_progress=False)

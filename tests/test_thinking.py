@@ -20,10 +20,11 @@ from finbench.runner.thinking import AFTER_CLOSE, think
 @pytest.fixture(scope="module")
 def thinker(tmp_path_factory):
     """A sharpened tiny thinking Qwen3-VL (answers then depend on the question)."""
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
 
-    return load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)), dtype="float32",
-                      device="cpu")
+    return load_model(str(sharpened_tiny_dir(tmp_path_factory, "qwen3-vl", thinking=True)),
+                      LoadSpec(dtype="float32", device="cpu"))
 
 
 def _run(model, data, out, budget, limit=12):

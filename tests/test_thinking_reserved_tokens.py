@@ -60,11 +60,12 @@ def question(questions):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_reasoning_holding_the_image_token_leaves_the_answer_step_whole(family, question, tmp_path_factory):
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.offline.tiny import make_tiny
 
     path = make_tiny(family, tmp_path_factory.mktemp(family.replace(".", "")) / "model", weights_dtype="float32")
-    model = load_model(str(path), dtype="float32", device="cpu")
+    model = load_model(str(path), LoadSpec(dtype="float32", device="cpu"))
     image = _image_token_id(model)
     request = finmme_request(question)
     inputs = model.to_device(model.prepare([replace(request, answer_prefix="")]))

@@ -260,10 +260,11 @@ def test_pixels_cast_in_the_worker_give_identical_hidden_states(tiny_qwen_dir):
     prefill equals the one from the processor's fp32 pixels, which the tower casts on arrival."""
     from PIL import Image
 
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.core.types import ModelRequest
 
-    model = load_model(str(tiny_qwen_dir), dtype="bfloat16", device="cpu")
+    model = load_model(str(tiny_qwen_dir), LoadSpec(dtype="bfloat16", device="cpu"))
     request = ModelRequest(messages=({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "A?"}]},),
                            images=(Image.new("RGB", (120, 90), (200, 30, 60)),))
     prepared = model.prepare([request])

@@ -63,7 +63,7 @@ def benchmark_names(benchmark: str | Sequence[str]) -> list[str]:
 
 def make_config(model: str, benchmark: str = DEFAULT_BENCHMARK, **options: Any) -> RunConfig:
     """A RunConfig from flat keyword options, each coerced as its declaration says
-    (finbench/config/run_options.py; a study's option, e.g. `permutations=3`, as its Study declares it:
+    (finbench/config/specs.py; a study's option, e.g. `permutations=3`, as its Study declares it:
     finbench/studies); an unknown option is one clear TypeError."""
     studied = {o.name for o in study_options()}
     known = (set(RunConfig.flat(model).record()) | studied) - {"model", "benchmark"}

@@ -12,7 +12,7 @@ import typer
 from finbench.app.leaderboard import FORMATS, build, print_board, write
 from finbench.benchmarks import check_protocol, get_benchmark
 from finbench.cli.common import console, fail, one_line_errors, out_console
-from finbench.config.run_options import UNSAFE_SANDBOX_HELP
+from finbench.config.run_options import OPTIONS
 from finbench.core.types import DEFAULT_BENCHMARK
 from finbench.report.html import write_report
 
@@ -32,7 +32,7 @@ def score(
                                                         "stored, as it is."),
     samples_out: Optional[Path] = typer.Option(None, help="With --predictions: write one JSON line per question "
                                                             "(id, answer, extracted, correct) to this file."),
-    unsafe_sandbox: bool = typer.Option(False, help=UNSAFE_SANDBOX_HELP),
+    unsafe_sandbox: bool = typer.Option(False, help=OPTIONS["unsafe_sandbox"].help),
 ) -> None:
     """Score a finished run (tables + RUN_DIR/scores_<variant>.json), or raw answer strings
     against benchmark data (printed as JSON)."""

@@ -1,4 +1,4 @@
-"""The parsers and start-up checks the run options' declarations (finbench/config/run_options.py) name:
+"""The parsers and start-up checks the run options' declarations (finbench/config/specs.py) name:
 each turns or checks one option's value, with one ValueError line. Torch-free: every option is
 checked before any library loads (runner/startup.py `validate_options`)."""
 

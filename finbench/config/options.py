@@ -2,14 +2,19 @@
 `sweep` says so, a `finbench sweep` flag or axis), an API keyword with its coercion, a start-up check
 and, where `identity` says so, part of what makes a run folder's results another run's.
 
-The command line, the API (`finbench.api.make_config`), start-up validation and the sweep read these
-declarations; none of them restates an option. A study (finbench/studies/) declares its option the
-same way, so a study defined outside finbench gets its flag, keyword and check with no edit here.
+A field of RunConfig or of one of its specs declares itself an option where it is defined
+(finbench/config/specs.py): `dtype: str = option("auto", "help …", check=…)`; `field_options` reads
+the `Option`s back from the fields, its name, default and value type from the field itself. The
+command line, the API (`finbench.api.make_config`), start-up validation and the sweep read these
+declarations; none of them restates an option. A study (finbench/studies/) declares its `Option`
+whole, so a study defined outside finbench gets its flag, keyword and check with no edit here.
 This module imports nothing heavy: the commands build their parameters from it before torch loads.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -102,3 +107,44 @@ def with_options(options: Callable[[], list[Option]]) -> Callable[[Callable[...,
         return wrapper
 
     return wrap
+
+
+OPTION = "finbench.option"  # the metadata key under which a dataclass field declares its option
+_DECLARED = {f.name for f in dataclasses.fields(Option)} - {"name", "default", "help", "spec"}
+
+
+def option(default: Any = dataclasses.MISSING, help: str = "", **declared: Any) -> Any:
+    """A dataclass field that is a run option: `dataclasses.field(default=default)` whose metadata
+    holds `help` and what else `Option` takes (flag, parse, check, sweep, axis, identity, …). The
+    option's name is the field's; its `kind` and `many` are read from the field's type
+    (`value_type`) unless given here. No default: a value every caller gives (the model)."""
+    unknown = sorted(set(declared) - _DECLARED)
+    if unknown:
+        raise TypeError(f"option(): unknown setting(s) {', '.join(unknown)} (known: {', '.join(sorted(_DECLARED))})")
+    return dataclasses.field(default=default, metadata={OPTION: {"help": help, **declared}})
+
+
+def value_type(hint: Any) -> dict[str, Any]:
+    """The command line's value type of a field's type: a tuple is a list option of texts (`many`);
+    bool, int or float (alone or with None) is that kind; anything else is text, parsed by the
+    option's `parse` (e.g. `int | str | None` for a number or "auto")."""
+    if typing.get_origin(hint) is tuple:
+        return {"kind": str, "many": True}
+    given = [arg for arg in typing.get_args(hint) if arg is not type(None)] or [hint]
+    return {"kind": given[0] if len(given) == 1 and given[0] in (bool, int, float) else str}
+
+
+def field_options(cls: type, spec: str = "") -> list[Option]:
+    """The options a dataclass's fields declare (`option`), in field order. A field whose type is
+    itself a dataclass (a RunConfig spec) holds options of its own: they are listed in its place,
+    their `spec` the field's name."""
+    hints = typing.get_type_hints(cls)
+    found: list[Option] = []
+    for field in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[field.name]):
+            found += field_options(hints[field.name], field.name)
+        elif OPTION in field.metadata:
+            default = ... if field.default is dataclasses.MISSING else field.default
+            found.append(Option(name=field.name, default=default, spec=spec,
+                                **{**value_type(hints[field.name]), **field.metadata[OPTION]}))
+    return found

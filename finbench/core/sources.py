@@ -36,7 +36,7 @@ SERVED_READINGS = ("auto", "logprobs", "decision")  # --served-reading (models/s
 
 def check_sources(config: Any) -> None:
     """The options of a served model, across options (each one's own range is its declaration's,
-    finbench/config/run_options.py): each applies only with a server's URL as --model or --judge (one
+    finbench/config/specs.py): each applies only with a server's URL as --model or --judge (one
     ValueError line)."""
     refused = served_refusal(config) if is_served(config.model) else None
     if refused:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from finbench.config.specs import LoadSpec
 from finbench.core.sources import check_judge_source  # torch-free: start-up checks --judge with it
 import finbench.models as models  # by module: a test stands in for its loader
 from finbench.models.base import HFVisionLanguageModel
@@ -36,7 +37,7 @@ def load_judge(source: str, dtype: str = "auto", device: str = "auto", model: An
                           prequantized=checkpoint.declared.label if checkpoint.declared else None)
         if refused:
             raise ValueError(f"--judge {source}: {refused}")
-        return models.load_model(source, dtype=dtype, device=device, checkpoint=checkpoint)
+        return models.load_model(source, LoadSpec(dtype=dtype, device=device), checkpoint=checkpoint)
     try:
         from transformers import AutoConfig
 

@@ -215,8 +215,8 @@ def _judge(run: RunState) -> Judged:
     try:
         with run.timer.stage("judge"):
             judged = judge_run(run.benchmark, study.judged_questions(), run.predictions, run.judge, run.cache,
-                               config.judging.judge or "", config.judging.judge_max_new_tokens, config, config.protocol,
-                               study.judging())
+                               config.judging, config.batching, protocol=config.protocol,
+                               unsafe_sandbox=config.unsafe_sandbox, judging=study.judging())
         run.notes.extend(judged.notes)
         run.cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:

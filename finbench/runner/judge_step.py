@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
-from finbench.config.specs import RunConfig
+from finbench.config.specs import BatchSpec, JudgeSpec, RunConfig
 from finbench.core.judging import Judging, rule_verdicts
 from finbench.core.requests import Generate
 from finbench.core.types import Prediction, Question
@@ -77,35 +77,38 @@ class _Call:
 
 
 def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
-              judge: ModelAdapter | None = None, cache: Any = None, judge_name: str = "",
-              max_new_tokens: int | None = None, config: RunConfig | None = None, protocol: str = "",
+              judge: ModelAdapter | None = None, cache: Any = None, spec: JudgeSpec = JudgeSpec(),
+              batching: BatchSpec = BatchSpec(), *, protocol: str = "", unsafe_sandbox: bool = False,
               judging: Mapping[int, Judging] | None = None) -> Judged:
-    """Rule and judge-model verdicts for every prediction. `max_new_tokens` replaces each
-    request's budget (None: the benchmark's official judge budget); `config` gives the batch
-    loop its row cap, token budget and threads (None, or settings left None: sized to the judge's
-    device). A judge failure is that question's judge error (stored in `judge_output` and
-    `judge_details`) and scores it 0, never the run's error. A benchmark's `rule_judgements`
-    gives the rules' verdicts of the whole run (of `protocol`) in one call. `judging` maps a
-    question to the `Judging` that asks the judge and reads it in the benchmark's place (a study's
-    own judging of its variants, finbench/studies/)."""
+    """Rule and judge-model verdicts for every prediction, as the run's judging `spec` says (the
+    judge's name, recorded in the summary; `judge_max_new_tokens` replaces each request's budget,
+    None: the benchmark's official judge budget). `batching` gives the batch loop its row cap,
+    token budget and threads (settings left None: sized to the judge's device). A judge failure is
+    that question's judge error (stored in `judge_output` and `judge_details`) and scores it 0,
+    never the run's error. A benchmark's `rule_judgements` gives the rules' verdicts of the whole
+    run (of `protocol`; its programs run without a kernel jail only with `unsafe_sandbox`) in one
+    call. `judging` maps a question to the `Judging` that asks the judge and reads it in the
+    benchmark's place (a study's own judging of its variants, finbench/studies/)."""
     n = len(questions)
     rule_score, judge_score = [float("nan")] * n, [float("nan")] * n
     outputs: list[str] = [""] * n
     details: list[dict[str, Any]] = [{} for _ in range(n)]
-    asked = _rule_verdicts(benchmark, questions, predictions, judge is not None, protocol,
-                           config is not None and config.unsafe_sandbox, judging, rule_score, details)
-    summary: dict[str, Any] = {"model": judge_name or None, "n_rule_verdicts": sum(s == s for s in rule_score)}
+    asked = _rule_verdicts(benchmark, questions, predictions, judge is not None, protocol, unsafe_sandbox, judging,
+                           rule_score, details)
+    summary: dict[str, Any] = {"model": spec.judge or None, "n_rule_verdicts": sum(s == s for s in rule_score)}
     if judge is None:
         return Judged(_columns(rule_score, judge_score, outputs, details), summary)
 
     sees_images = judge.capabilities.sees_images
     fingerprint = judge.fingerprint()
-    calls = _calls(asked, questions, fingerprint, max_new_tokens, sees_images)
+    calls = _calls(asked, questions, fingerprint, spec.judge_max_new_tokens, sees_images)
     found = cache.get_many([c.key for c in calls]) if cache is not None else {}
     replies = {k: v.generated_text for k, v in found.items()}
     n_cached = sum(1 for c in calls if c.key in replies)
     todo = list({c.key: c for c in calls if c.key not in replies}.values())  # one call per distinct request
-    config = size_to_device(config or RunConfig(model=judge_name, benchmark=benchmark.name), judge.device)
+    # the judge's own run of the batch loop: the run's batching, greedy, sized to the judge's device
+    config = size_to_device(RunConfig(model=spec.judge or "", benchmark=benchmark.name, batching=batching),
+                            judge.device)
     answered, failed, oom_retries = _answer(judge, benchmark, questions, todo, cache, config)
     replies.update({k: p.generated_text for k, p in answered.items()})
     cost = totals(prediction_rows({**found, **answered}.values()))  # each distinct call once, cached ones too

@@ -123,13 +123,7 @@ def load_for_run(config: RunConfig, world: World | None = None, checkpoint: Any 
     checkpoint = checkpoint or check_family(config)
     device = rank_device(config.load.device, world or World())
     template = Path(config.decode.chat_template).read_text(encoding="utf-8") if config.decode.chat_template else None
-    model = models.load_model(config.model, dtype=config.load.dtype, device=device, quant=config.load.quant,
-                              max_pixels=config.load.max_pixels, device_map=config.load.device_map,
-                              device_preprocess=config.load.device_preprocess, revision=config.load.revision,
-                              trust_remote_code=config.load.trust_remote_code,
-                              attn_implementation=config.load.attn_implementation, chat_template=template,
-                              quant_vision=config.load.quant_vision, allow_dequantized=config.load.allow_dequantized,
-                              fast_paths=config.load.fast_paths, checkpoint=checkpoint)
+    model = models.load_model(config.model, config.load, device=device, chat_template=template, checkpoint=checkpoint)
     return model
 
 

@@ -33,8 +33,10 @@ import json
 import marshal
 import os
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -152,21 +154,29 @@ def _run_one(job: _Job, program: str) -> Outcome:
     payload = marshal.dumps({**job.payload, "program": program})  # read by the jail's start (child.py)
     info, told = os.pipe() if job.mode == "jail" else (-1, -1)  # bwrap tells the host pid of the jail's PID 1
     argv = (job.argv[0], "--info-fd", str(told), *job.argv[1:]) if told >= 0 else job.argv
+    # Unsafe mode confines no file: its programs start in a scratch folder of their own, removed after,
+    # so a relative path (a mkdir loop, a stray output file) lands there and not in "/" or finbench's folder.
+    scratch = tempfile.mkdtemp(prefix="finbench-unsafe-") if job.mode == "unsafe" else None
     try:
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   cwd="/", env=dict(THREADS), start_new_session=True, pass_fds=(told,) if told >= 0 else (),
-                                   user=job.user, group=job.user, extra_groups=[] if job.user is not None else None)
-    except (OSError, ValueError, subprocess.SubprocessError) as err:
-        _close(info)
-        return Outcome(ok=False, reason=f"the jail did not start: {type(err).__name__}: {err}")
+        try:
+            process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       cwd=scratch or "/", env=dict(THREADS), start_new_session=True,
+                                       pass_fds=(told,) if told >= 0 else (), user=job.user, group=job.user,
+                                       extra_groups=[] if job.user is not None else None)
+        except (OSError, ValueError, subprocess.SubprocessError) as err:
+            _close(info)
+            return Outcome(ok=False, reason=f"the jail did not start: {type(err).__name__}: {err}")
+        finally:
+            _close(told)
+        output, reason = b"", "the sandbox failed"
+        try:
+            output, reason = _exchange(process, payload, time.monotonic() + job.deadline_seconds)
+        finally:
+            _end(process, info, output)
+        return _outcome(output, reason, process.returncode)
     finally:
-        _close(told)
-    output, reason = b"", "the sandbox failed"
-    try:
-        output, reason = _exchange(process, payload, time.monotonic() + job.deadline_seconds)
-    finally:
-        _end(process, info, output)
-    return _outcome(output, reason, process.returncode)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _close(fd: int) -> None:

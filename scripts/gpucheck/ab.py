@@ -183,6 +183,7 @@ def quant_section(check: Check, quant: str) -> dict[str, Any]:
     quantization), the others (bitsandbytes) through a checkpoint and `load_model(..., quant=quant)`."""
     import copy
 
+    from finbench.config.specs import LoadSpec
     from finbench.models import load_model
     from finbench.models.loading import resolve_device
     from finbench.models.quant import QUANT_CHOICES, inspect_quantization, quant_unavailable, quantize_loaded
@@ -207,8 +208,8 @@ def quant_section(check: Check, quant: str) -> dict[str, Any]:
         if not (folder / "config.json").exists():
             check.unpadded_model().save_pretrained(folder)
             check.processor.save_pretrained(folder)
-        adapter = load_model(str(folder), dtype="float32" if check.args.tiny else "bfloat16",
-                             device=check.args.device, quant=quant)
+        adapter = load_model(str(folder), LoadSpec(dtype="float32" if check.args.tiny else "bfloat16",
+                                                   device=check.args.device, quant=quant))
         load_s = time.perf_counter() - started
     started = time.perf_counter()  # fp8's fused quantization compiles here: charged like a compiler's
     check.run(adapter, f"{quant}-warmup", min(8, check.args.ab_items))
