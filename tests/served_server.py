@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from helpers import ENV
 
 
@@ -118,6 +119,20 @@ class Mock:
     def close(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture
+def mock():
+    """`mock(routes)`: a `Mock` server, closed after the test (import this fixture into the test module)."""
+    servers = []
+
+    def make(routes):
+        servers.append(Mock(routes))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
 
 
 def models(*entries):

@@ -16,25 +16,12 @@ import time
 import pandas as pd
 import pytest
 from helpers import ENV, cache_rows, cli
-from served_server import Mock, free_port, image_usage, models, vllm_routes
+from served_server import free_port, image_usage, mock, models, vllm_routes  # noqa: F401 (mock: a fixture)
 
 from finbench.models.contract import ModelUnavailable
 from finbench.models.served import load_served, logprobs_of_letters
 from finbench.models.served_client import ClientSettings, ServedClient, ServedError
 from finbench.models.served_engines import PROBE_QUESTION
-
-
-@pytest.fixture
-def mock():
-    servers = []
-
-    def make(routes):
-        servers.append(Mock(routes))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
 
 
 def test_429_and_5xx_are_retried_with_backoff_then_answered(mock):

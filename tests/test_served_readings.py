@@ -13,24 +13,11 @@ import math
 import pandas as pd
 import pytest
 from helpers import cli
-from served_server import Mock, image_usage, models, rule_logprobs, vllm_routes
+from served_server import image_usage, mock, models, rule_logprobs, vllm_routes  # noqa: F401 (mock: a fixture)
 
 from finbench.models.served_bodies import token_logprobs, usage_counts
 from finbench.models.served_client import ServedError
 from finbench.models.served_engines import ANSWER_TEXTS, PROBE_QUESTION
-
-
-@pytest.fixture
-def mock():
-    servers = []
-
-    def make(routes):
-        servers.append(Mock(routes))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
 
 
 @pytest.fixture(scope="module")
