@@ -54,6 +54,8 @@ def make_tiny_command(
     seed: int = typer.Option(0, help="Weight seed."),
     thinking: bool = typer.Option(False, help="A thinking checkpoint: the chat template opens <think> (Qwen3-VL)."),
     force: bool = typer.Option(False, help="Write into a folder that already holds files."),
+    head_dim: int = typer.Option(16, help="Attention head size of the text and vision layers (qwen2.5-vl, qwen3-vl): "
+                                 "32 for vLLM's CPU backend, which runs head sizes 32, 64, 80, ... (docs/scale.md)."),
     quant: Optional[str] = typer.Option(None, help="Kernel-friendly widths (multiples of 128) in a quantization "
                                         "format's own layout: bf16 (for on-the-fly --quant), fp8-block128, bnb-8bit, "
                                         "bnb-4bit, torchao-int8wo, compressed-tensors-w8a16, awq-4bit, gptq-4bit."),
@@ -69,6 +71,8 @@ def make_tiny_command(
     if quant is not None and (thinking or family == "deepseek-vl2"):
         fail(f"--quant: tiny quantized builds are of the transformers families' instruct checkpoints"
              f"{'' if family != 'deepseek-vl2' else ' (deepseek-vl2 loads unquantized checkpoints only)'}")
+    if head_dim != 16 and (quant is not None or like is not None):
+        fail("--head-dim: not with --quant or --like (their widths are the format's or the checkpoint's)")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())) and not force:
         fail(f"{out_dir}: exists and is not an empty folder (pass --force to overwrite a model there)")
     if like is not None:
@@ -84,7 +88,7 @@ def make_tiny_command(
         if quant is not None:
             path = make_tiny_quantized(family, out_dir, quant, seed=seed)
         else:
-            path = make_tiny(family, out_dir, seed=seed, thinking=thinking)
+            path = make_tiny(family, out_dir, seed=seed, thinking=thinking, head_dim=head_dim)
     layout = f", {quant}" if quant else ""
     out_console.print(f"wrote tiny {family} (random weights{layout}) to {path}", markup=False)
 

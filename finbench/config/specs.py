@@ -35,8 +35,9 @@ class LoadSpec:
                                     check=checks.request_timeout)
     served_thinking: bool = option(False, "Ask a served model to think (chat_template_kwargs enable_thinking; off "
                                    "by default, as finbench renders hybrid models).")
-    served_reading: str = option("auto", "How a served model's choices are read: auto (logprobs on vLLM and SGLang, "
-                                 "else the decision endpoint), logprobs or decision.",
+    served_reading: str = option("auto", "How a served model's choices are read: auto (the first reading a start-up "
+                                 "probe finds working: token logprobs on vLLM, top logprobs on SGLang, else the "
+                                 "decision endpoint), logprobs or decision (docs/scale.md).",
                                  check=checks.one_of("--served-reading", SERVED_READINGS, ", ".join(SERVED_READINGS)))
     dtype: str = option("auto", "auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.", check=checks.dtype,
                         identity=True, axis=True,

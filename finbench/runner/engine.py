@@ -67,7 +67,7 @@ from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, read_a
 from finbench.runner.outputs import OutputsError, samples_table, score, write_outputs
 from finbench.runner.replay import Replay
 from finbench.runner.results import results_json
-from finbench.runner.run_requests import build_requests, constrained, shared_requests, unreadable
+from finbench.runner.run_requests import build_requests, constrained, read_by, shared_requests, unreadable
 from finbench.runner.run_state import Computed, Loaded, Planned, RunFolder, Scored, Started
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
@@ -173,7 +173,7 @@ def _requests(benchmark: Benchmark, questions: list[Question], config: RunConfig
     max_images = loaded.model.capabilities.max_images if loaded.model is not None else None
     requests, request_errors = build_requests(benchmark, questions, config, loaded.think_budget, max_images)
     if loaded.model is not None:
-        unreadable(loaded.model, requests, request_errors, notes)  # e.g. a served model's sets and numbers
+        unreadable(loaded.model, requests, notes)  # e.g. a served model's sets and numbers: refused in one line
     return studies.expand(benchmark, questions, requests, request_errors, config, loaded.think_budget, notes)
 
 
@@ -246,6 +246,7 @@ def _score(run: Started, planned: Planned, computed: Computed, judged: Judged) -
     """The run's own questions scored (samples.parquet), then the studies' variants and numbers."""
     config, study = run.config, run.study
     samples = samples_table(run.questions[:study.n_base], computed.predictions, run.keys)
+    samples["read_by"] = read_by(study.requests[:study.n_base], run.folder.fingerprint.get("read_by"))
     for column, values in judged.columns.items():
         samples[column] = values[:study.n_base]
     scores = score(samples, run.benchmark, config.output.bootstrap, config.output.seed)
