@@ -57,13 +57,14 @@ def test_the_compact_summary_shows_the_widest_breakdown_and_verbose_every_table(
     out, compact, verbose = finmme_outputs
     breakdowns = json.loads((out / "results.json").read_text())["scores"]["breakdowns"]
 
-    def spread(groups):  # max − min accuracy over groups of two or more questions, restated
-        values = [g["accuracy"] for g in groups.values() if g["n"] >= 2]
+    def spread(groups):  # max − min accuracy over groups of ten or more questions, restated
+        values = [g["accuracy"] for g in groups.values() if g["n"] >= 10]
         return max(values) - min(values) if len(values) > 1 else -1.0
 
     widest = max(breakdowns, key=lambda column: spread(breakdowns[column]))
     shown = re.findall(r"by (\S+) \(×100\)", compact)
-    assert shown == [widest] and "the largest spread" in compact
+    assert shown == [widest]
+    assert ("the largest spread" in compact) == (spread(breakdowns[widest]) > 0)
     assert set(re.findall(r"by (\S+) \(×100\)", verbose)) == set(breakdowns)
     assert "calibration (" in verbose and "calibration (" not in compact
     assert len(compact.splitlines()) < 0.7 * len(verbose.splitlines())
@@ -319,9 +320,9 @@ def test_the_largest_spread_is_not_claimed_where_every_group_is_equal(finmme_out
     scores = json.loads((out / "results.json").read_text())["scores"]
     for groups in scores["breakdowns"].values():
         for group in groups.values():
-            group["accuracy"] = 0.0
+            group["accuracy"], group["n"] = 0.0, 12  # groups large enough to be compared, all equal
     text = "\n".join(_printed(scores, 120, verbose=False))
-    assert "the largest spread" not in text and "no breakdown's groups differ" in text
+    assert "the largest spread" not in text and "no breakdown's groups of 10 or more questions differ" in text
 
 
 @pytest.mark.parametrize("width", [80, 120])
