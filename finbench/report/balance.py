@@ -34,7 +34,7 @@ def balance_line(results: dict[str, Any]) -> str | None:
     answers = ", ".join(f"{t} {named(a, found)}" if len(found["constant_answers"]) > 1 else named(a, found)
                         for t, a in found["constant_answers"].items())
     return (f"choice items (n {found['n']}, ×100): accuracy {pct(found[ACCURACY.key])} · constant answer "
-            f"{pct(found['constant_baseline'])} (always {answers}, one answer per {found['answer_type']}) · "
+            f"{pct(found['constant_baseline'])} (always {answers}), one answer per {found['answer_type']} · "
             f"macro-recall {pct(found['macro_recall'])} · lowest label recall {pct(found['min_recall'])} "
             f"({named(found['min_recall_label'], found)})")
 
