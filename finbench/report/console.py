@@ -1,7 +1,7 @@
 """What a finished run prints on the console: a compact summary, never a wall of tables.
 
 In order: the headline table (with CIs), the parts a rule scores apart (its `Scorer.parts`: FinMTM's dialogue
-and agent; or one line saying why a part is unscored), the breakdown whose groups differ most (every
+and agent; or one line saying why a part is unscored), the breakdown whose groups of 10 or more questions differ most (every
 breakdown with `--verbose-tables`), the best prior baseline beside the model's accuracy, the label balance of the choice
 items (report/balance.py: constant answer, macro-recall, lowest label recall), a line per robustness study (report/studies.py), the clustered SE against the iid one and the cost
 (report/run_sections.py), the errors, the throughput, where the files went, and a last
