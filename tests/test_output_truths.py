@@ -11,20 +11,17 @@ import html
 import io
 import json
 import re
-import shutil
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
+from helpers import gold_copy
 from typer.testing import CliRunner
 
 from finbench.app.api import make_config
-from finbench.benchmarks import get_benchmark
 from finbench.cli import app
 from finbench.config.specs import RunConfig
 from finbench.runner.engine import run_benchmark
-from finbench.scoring.tables import score_samples
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +34,7 @@ def sweep(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
     run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, dtype="float32",
                                  device="cpu", bootstrap=100, out=str(root / "quant-none")), tiny_model,
                   show_progress=False)
-    shutil.copytree(root / "quant-none", root / "quant-int4wo")
-    samples = pd.read_parquet(root / "quant-int4wo" / "samples.parquet")
-    samples["answer"], samples["correct"] = samples["gold"], 1.0
-    samples.to_parquet(root / "quant-int4wo" / "samples.parquet")
-    results = json.loads((root / "quant-int4wo" / "results.json").read_text())
-    results["scores"] = score_samples(samples, benchmark=get_benchmark("finmme"), n_bootstrap=100)
-    (root / "quant-int4wo" / "results.json").write_text(json.dumps(results))
+    gold_copy(root / "quant-none", root / "quant-int4wo", n_bootstrap=100)
     names = ["quant-none", "quant-int4wo"]
     (root / SWEEP_FILE).write_text(json.dumps(summarize([root / n for n in names], names, n_bootstrap=100)))
     return root
