@@ -94,7 +94,7 @@ def test_the_spread_is_named_only_over_groups_large_enough_with_their_intervals(
     console = _console(200)
     print_scores({**scores, "breakdowns": {"tiny": scores["breakdowns"]["tiny"]}}, console=console, verbose=False)
     text = console.file.getvalue()
-    assert "the largest spread" not in text and f"no breakdown has two groups of {SPREAD_MIN_N}" in text
+    assert "the largest spread" not in text and f"no two groups of ≥ {SPREAD_MIN_N} questions: no spread named" in text
 
 
 def test_breakdown_plot_labels_do_not_overlap_with_long_group_names():

@@ -195,7 +195,7 @@ def spread_text(groups: dict[str, dict[str, Any]]) -> tuple[str, str]:
     least SPREAD_MIN_N questions with their intervals, '' where it names none)."""
     large = _large(groups)
     if len(large) < 2:
-        return f"no breakdown has two groups of {SPREAD_MIN_N} or more questions: no spread is named", ""
+        return f"no two groups of ≥ {SPREAD_MIN_N} questions: no spread named", ""
     if _spread(groups) <= 0:
         return f"no breakdown's groups of {SPREAD_MIN_N} or more questions differ", ""
     (low, g_low), (high, g_high) = large[0], large[-1]
