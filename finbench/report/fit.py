@@ -4,13 +4,17 @@ Rich narrows a table that is too wide by shrinking its widest columns first, dow
 words ("FinSc ore", "model_ty pe" at 80 columns) while narrower columns keep room to spare. Here
 each column keeps at least its longest word (a `no_wrap` column its longest cell) and only the
 widest columns give way, down to a common cap, so rich then wraps every cell between words. Where
-the words alone are wider than the console, the cell padding shrinks to one space and the outer
-border goes; where even that is too wide, rich's own narrowing is left to do what it can.
+the words alone are wider than the console, the cell padding shrinks to one space after each cell,
+then to none (the borders stay); where even that is too wide, rich's own narrowing is left to do
+what it can.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+
+TIGHTER = ((0, 1, 0, 0), (0, 0, 0, 0))  # the cell padding tried, in turn, where the words do not fit
 
 
 def _span(console: Any, column: Any) -> tuple[int, int]:
@@ -43,10 +47,12 @@ def fit_words(console: Any, table: Any) -> None:
     spans = [_span(console, column) for column in table.columns]
     if not spans or sum(high for _, high in spans) <= _room(table, console.width):
         return
+    for padding in TIGHTER:  # a word cut is worse than a cell touching its border
+        if sum(low for low, _ in spans) <= _room(table, console.width):
+            break
+        table.padding, table.pad_edge = padding, False
     if sum(low for low, _ in spans) > _room(table, console.width):
-        table.padding, table.show_edge = (0, 1, 0, 0), False  # tighter, still every word whole
-        if sum(low for low, _ in spans) > _room(table, console.width):
-            return
+        return
     room = _room(table, console.width)
     cap = max(high for _, high in spans)
     while sum(max(low, min(high, cap)) for low, high in spans) > room:
