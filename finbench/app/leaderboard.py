@@ -289,7 +289,8 @@ def _board_table(lines: list[list[dict[str, str]]], columns: list[str], title: s
     table = Table(title=title, caption=caption)
     for name in columns:
         numeric = name in (*NUMERIC, *OPTIONAL)
-        table.add_column(name, justify="right" if numeric else "left", no_wrap=whole and numeric)
+        table.add_column(name, justify="right" if numeric else "left", no_wrap=whole and numeric,
+                         overflow="fold")  # a word longer than any width the board can give folds, never cut
     for run in lines:
         for i, line in enumerate(run):
             table.add_row(*(line.get(c, "") for c in columns), end_section=i == len(run) - 1)
@@ -301,7 +302,8 @@ def print_board(board: dict[str, Any], console: Any) -> None:
     fitted to the console's width: the settings every run shares (model, quantization, thinking,
     protocol) go into the title, not a column; cells wrap between words, never inside a name, a
     label or a number (report/fit.py); the optional columns (errors, samples/s) are left out
-    where they would not fit with every number on one line, and only then a score's CI goes under it."""
+    where they would not fit with every number on one line, and only where the words still would
+    not fit a score's CI goes under it (a name longer than the terminal allows folds)."""
     rows = board["rows"]
     shared = [k for k in IDENTITY if len({str(r[k]) for r in rows}) <= 1]
     lines = [_board_lines(r) for r in rows]
@@ -316,8 +318,9 @@ def print_board(board: dict[str, Any], console: Any) -> None:
         if not word_room(console, table):
             columns.remove(name)
             table = _board_table(lines, columns, title, board["mark"])
-    if not word_room(console, table):  # narrower still: a score and its CI on two lines
-        table = _board_table(lines, columns, title, board["mark"], whole=False)
+    if not word_room(console, table, tightest=True):  # narrower still: a score and its CI on two lines
+        narrower = _board_table(lines, columns, title, board["mark"], whole=False)
+        table = narrower if word_room(console, narrower, tightest=True) else table  # else a name too long folds
     fit_words(console, table)
     console.print(table)
     for r in rows:

@@ -37,9 +37,17 @@ def _room(table: Any, width: int) -> int:
     return width - borders - (left + right) * len(table.columns) + edges
 
 
-def word_room(console: Any, table: Any) -> bool:
-    """Whether `table` can fit `console`'s width with every word whole, at its own padding."""
-    return sum(low for low, _ in (_span(console, column) for column in table.columns)) <= _room(table, console.width)
+def word_room(console: Any, table: Any, tightest: bool = False) -> bool:
+    """Whether `table` can fit `console`'s width with every word whole, at its own padding (at the
+    tightest padding fit_words tries, with `tightest`)."""
+    words = sum(low for low, _ in (_span(console, column) for column in table.columns))
+    if not tightest:
+        return words <= _room(table, console.width)
+    padding, pad_edge = table.padding, table.pad_edge
+    table.padding, table.pad_edge = TIGHTER[-1], False
+    room = _room(table, console.width)
+    table.padding, table.pad_edge = padding, pad_edge
+    return words <= room
 
 
 def fit_words(console: Any, table: Any) -> None:
