@@ -36,7 +36,7 @@ from finbench.benchmarks import get_benchmark
 from finbench.benchmarks.declared import metric_label
 from finbench.benchmarks.metrics import ACCURACY
 from finbench.core.encodable import open_text, write_text
-from finbench.core.types import RESULTS_FILE, SWEEP_FILE
+from finbench.core.types import RESULTS_FILE
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
 from finbench.report.fit import fit_words, word_room
@@ -98,6 +98,8 @@ def run_folders(paths: Sequence[str | Path]) -> list[Path]:
 def _sweep_reference(folder: Path) -> str | None:
     """The variant a sweep folder compares against (its sweep.json `reference`: the first of its
     axes, `quant-none` before `quant-int4wo`); None for any other folder."""
+    from finbench.app.sweep import SWEEP_FILE  # here: the sweep's imports load only for a folder of folders
+
     try:
         return json.loads((folder / SWEEP_FILE).read_text()).get("reference")
     except (OSError, ValueError, AttributeError):

@@ -39,7 +39,6 @@ from rich.markup import escape
 from finbench.benchmarks import get_benchmark, load_matching
 from finbench.benchmarks.metrics import ACCURACY
 from finbench.config.specs import RunConfig
-from finbench.core.types import SWEEP_FILE
 from finbench.report.html import write_sweep_report
 from finbench.report.markdown import write_sweep_markdown
 from finbench.runner import startup  # by module: a test stands in for its loader
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
 
 AXES = ("model", "quant", "dtype", "think_budget")
+SWEEP_FILE = "sweep.json"
 
 
 def parse_axis(text: str | None, cast: type = str) -> list[Any]:

@@ -26,7 +26,6 @@ PROTOCOLS = ("constrained", "official")
 DEFAULT_PROTOCOL = PROTOCOLS[0]  # finbench's own prompts, answers read from the logits (`--protocol`)
 DEFAULT_BENCHMARK = "finmme"  # what a run that names no benchmark evaluates (the registry hands it on)
 RESULTS_FILE = "results.json"  # a run folder's results, beside samples.parquet
-SWEEP_FILE = "sweep.json"  # a sweep folder's comparison, beside its variants' run folders
 # option values checked at start-up before torch is imported (runner/startup.py `validate`); the
 # modules that act on them (models/quant.py, models/loading.py, runner/defaults.py) use these
 QUANT_CHOICES = ("none", "8bit", "4bit", "int8wo", "int4wo", "fp8")
