@@ -99,11 +99,10 @@ def list_models() -> None:
     from rich.table import Table
 
     from finbench.models.families import FAMILIES
+    from finbench.report.console import print_table
 
     table = Table("family", "model_type", "thinking", "quantization", "max images", "device preprocess",
                   "FLOP count")
-    for column in table.columns:  # a narrow terminal folds a name onto two lines, never cuts it
-        column.overflow = "fold"
     yes_no = {True: "yes", False: "no"}
     for family in FAMILIES:
         caps = family.capabilities
@@ -112,7 +111,7 @@ def list_models() -> None:
         table.add_row(family.family, types, thinking, ", ".join(caps.quantization),
                       "any" if caps.max_images is None else str(caps.max_images),
                       yes_no[caps.device_preprocessing], yes_no[caps.flop_count])
-    out_console.print(table)
+    print_table(out_console, table)  # wrapped between words at a narrow terminal, never inside a name
     for family in FAMILIES:  # the generic family: the architectures it was tested on, and what each does
         tested = family.tested_on
         if tested:
