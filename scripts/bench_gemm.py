@@ -93,7 +93,11 @@ def fp8_layers(a: Any, b: Any) -> dict[str, Any] | str:
     import torch
 
     from finbench.models.fp8 import Fp8Linear, SharedActivation, fp8_matmul_unavailable, quantize_rows, rowwise_matmul
+    from finbench.models.quant import fits
 
+    linear = torch.nn.Linear(b.shape[0], b.shape[1], bias=False, device="meta")
+    if not fits(linear, "fp8"):  # _scaled_mm takes widths in multiples of 16 only (3420 raised)
+        return f"{b.shape[0]}x{b.shape[1]} is not in multiples of 16: --quant fp8 keeps such a layer in bf16"
     reason = fp8_matmul_unavailable(a.device)
     if reason:
         return reason

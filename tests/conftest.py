@@ -71,3 +71,16 @@ def other_family(request, tmp_path_factory):
     from finbench.models import load_model
 
     return load_model(str(sharpened_tiny_dir(tmp_path_factory, request.param)), LoadSpec(dtype="float32", device="cpu"))
+
+
+@pytest.fixture()
+def no_model(monkeypatch):
+    """Loading a model (or a judge) fails the test: a refusal must come before."""
+    import finbench.models
+    import finbench.runner.startup
+
+    def loads(*args, **kwargs):
+        raise AssertionError("a model was loaded before the data was refused")
+
+    monkeypatch.setattr(finbench.models, "load_model", loads)
+    monkeypatch.setattr(finbench.runner.startup, "load_for_run", loads)

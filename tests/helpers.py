@@ -145,3 +145,24 @@ def assert_refused_in_one_line(done, message: str, out) -> None:
     errors = [line for line in done.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], done.output
     assert not out.exists()
+
+
+def gold_copy(source: Path, dest: Path, n_bootstrap: int = 200) -> Path:
+    """A copy of FinMME run folder `source` whose every answer is set to the gold, its results.json
+    rescored: a second run that differs from the first on every question it got wrong."""
+    import json
+    import shutil
+
+    import pandas as pd
+
+    from finbench.benchmarks import get_benchmark
+    from finbench.scoring.tables import score_samples
+
+    shutil.copytree(source, dest)
+    samples = pd.read_parquet(dest / "samples.parquet")
+    samples["answer"], samples["correct"] = samples["gold"], 1.0
+    samples.to_parquet(dest / "samples.parquet")
+    results = json.loads((dest / "results.json").read_text())
+    results["scores"] = score_samples(samples, benchmark=get_benchmark("finmme"), n_bootstrap=n_bootstrap)
+    (dest / "results.json").write_text(json.dumps(results))
+    return dest

@@ -132,6 +132,46 @@ def test_every_runner_file_is_at_most_300_lines():
     assert {name: n for name, n in sizes.items() if n > RUNNER_MAX_LINES} == {}
 
 
+RUNNER_MAX_FIELDS = 20  # a bigger record is several steps' state in one: split it by the step that fills it
+
+
+def annotated_fields(tree: ast.AST) -> dict[str, int]:
+    """class name → how many annotated fields its own body declares (`name: type`, with or without a default)."""
+    return {node.name: sum(isinstance(s, ast.AnnAssign) for s in node.body)
+            for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+
+
+def test_no_runner_class_has_more_than_20_annotated_fields():
+    """The run's state is the records its steps return (runner/run_state.py), none a bag of every
+    step's fields."""
+    counts = {f"{path.name}:{name}": n for path in (PACKAGE / "runner").glob("*.py")
+              for name, n in annotated_fields(ast.parse(path.read_text(encoding="utf-8"))).items()}
+    assert counts.get("engine.py:RunResult", 0) > 2 and counts.get("judge_step.py:Judged", 0) > 2  # the walk saw them
+    assert {name: n for name, n in counts.items() if n > RUNNER_MAX_FIELDS} == {}
+    wide = "class Wide:\n" + "".join(f"    f{i}: int = 0\n" for i in range(21))
+    wide += "    def m(self) -> None:\n        x: int = 1\n"
+    assert annotated_fields(ast.parse(wide)) == {"Wide": 21}  # the rule bites; a method's locals are not fields
+
+
+def test_the_records_of_a_run_are_frozen_and_typed():
+    """Each step's record is frozen (a later step returns its own, never rebinds an earlier one's
+    fields) and says what each field holds: no field typed `Any` alone."""
+    import dataclasses
+
+    from finbench.runner import judge_step, run_state, studies
+
+    records = [run_state.Started, run_state.Loaded, run_state.RunFolder, run_state.Planned, run_state.Computed,
+               run_state.Scored, judge_step.Judged, studies.Studies]
+    assert not hasattr(run_state, "RunState")
+    for record in records:
+        assert dataclasses.is_dataclass(record) and record.__dataclass_params__.frozen, record.__name__
+        untyped = [f.name for f in dataclasses.fields(record) if str(f.type) in ("Any", "Any | None")]
+        assert untyped == [], (record.__name__, untyped)
+    judged = judge_step.Judged({"rule_score": [1.0]})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        judged.notes = ["rebound"]
+
+
 def test_runner_never_probes_benchmarks_or_models():
     """Capabilities are declared, never found out: no hasattr, no signature inspection, no
     reaching into the Hugging Face module (`.model.model`, `.tokenizer`, `.processor`)."""

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Spans that call another program: their options are that program's, not finbench's.
 OTHER_TOOLS = re.compile(r"scripts/|pytest|\bpip\b|huggingface-cli|gpu_check|bench_\w+|python3? -m (?!finbench)"
-                         r"|\bgit\b|\bdu\b|make-tiny\.py|vllm serve|transformers serve|ray start")
+                         r"|\bgit\b|\bdu\b|make-tiny\.py|vllm serve|transformers serve|ray start|\bmlflow (?:ui|server)\b")
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 FINBENCH = re.compile(r"(?:^|[\s(`/])finbench((?:\s+[a-z][a-z-]*)*)")
 

@@ -76,6 +76,20 @@ def test_shared_activations_give_the_unshared_outputs_bit_for_bit_and_quantize_e
     assert attention.q_proj.activation.calls == 4 and mlp.gate_proj.activation.calls == 2
 
 
+def test_shared_activations_run_under_inference_mode_as_every_run_does():
+    # a run's forward is under torch.inference_mode: its tensors keep no version counter (reading
+    # one raised "Inference tensors do not track version counter" and failed every fp8 sample)
+    shared, unshared = _quantized(), _quantized()
+    for module in unshared.modules():
+        if isinstance(module, Fp8Linear):
+            module.activation = None
+    with torch.inference_mode():
+        x = torch.randn(3, 5, 64)
+        assert torch.equal(shared(x), unshared(x))
+    attention, mlp = shared.language_model[0]["self_attn"], shared.language_model[0]["mlp"]
+    assert attention.q_proj.activation.calls == 2 and mlp.gate_proj.activation.calls == 1
+
+
 def test_a_shared_quantization_counts_calls_and_never_reuses_a_changed_or_freed_input():
     calls = []
 

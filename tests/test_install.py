@@ -26,8 +26,10 @@ def _pins() -> dict[str, str]:
 def _requirements() -> list[Requirement]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    wanted = [*project["dependencies"], *(r for group in ("test", "quant", "serve") for r in extras[group])]
-    return [Requirement(r) for r in wanted if not r.startswith("finbench")]
+    wanted = [*project["dependencies"], *(r for group in ("test", "quant", "serve", "track") for r in extras[group])]
+    requirements = [Requirement(r) for r in wanted if not r.startswith("finbench")]
+    # what this interpreter installs (tomli only below Python 3.11): what constraints.txt, made here, pins
+    return [r for r in requirements if r.marker is None or r.marker.evaluate()]
 
 
 def test_ci_runs_the_readmes_test_command():

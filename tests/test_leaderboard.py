@@ -13,6 +13,7 @@ import shutil
 
 import pandas as pd
 import pytest
+from helpers import gold_copy
 from test_report import layout_problems, open_page, plot_borders
 from typer.testing import CliRunner
 
@@ -31,13 +32,7 @@ def three_runs(tiny_model, tiny_qwen_dir, synthetic_parquet, tmp_path_factory):
         run_benchmark(RunConfig.flat(model=str(tiny_qwen_dir), data=str(synthetic_parquet), limit=24, protocol=protocol,
                                 max_new_tokens=4, dtype="float32", device="cpu", bootstrap=200,
                                 out=str(root / name)), tiny_model, show_progress=False)
-    shutil.copytree(root / "constrained", root / "gold-copy")
-    samples = pd.read_parquet(root / "gold-copy" / "samples.parquet")
-    samples["answer"], samples["correct"] = samples["gold"], 1.0
-    samples.to_parquet(root / "gold-copy" / "samples.parquet")
-    results = json.loads((root / "gold-copy" / "results.json").read_text())
-    results["scores"] = score_samples(samples, benchmark=get_benchmark("finmme"), n_bootstrap=200)
-    (root / "gold-copy" / "results.json").write_text(json.dumps(results))
+    gold_copy(root / "constrained", root / "gold-copy")
     return root, [root / "constrained", root / "official", root / "gold-copy"]
 
 

@@ -98,6 +98,7 @@ def test_every_offline_example_of_the_readme_runs_as_written(tmp_path):
     names = {args[0] for args, _ in ran}
     assert {"demo", "report", "score", "leaderboard", "sweep"} <= names, names
     assert any("--permutations" in args for args, _ in ran)  # the studies run as written too
+    assert "track" in names and any("--config" in args for args, _ in ran)  # a config run, a tracker call
     demos = [args for args, _ in ran if args[0] == "demo"]
     assert len(demos) >= 5  # the default and every benchmark's demo
 

@@ -13,6 +13,10 @@ from helpers import cli
 # a benchmark added to finbench is added here (test_every_built_in_benchmark_is_fed_the_others_data)
 TITLES = {"finmme": "FinMME", "famma": "FAMMA", "finmtm": "FinMTM", "mme-finance": "MME-Finance", "finmmr": "FinMMR",
           "finchart-bench": "FinChart-Bench", "fcmr": "FCMR"}
+# benchmarks of a user's own plain file (benchmarks/custom): no format is another benchmark's, so they
+# are given every other benchmark's demo data apart (refused in at most two lines naming a file and
+# a row), and their demo data is given to every other benchmark as any benchmark's is
+OWN_FILES = ("custom",)
 
 
 @pytest.fixture(scope="module")
@@ -21,43 +25,43 @@ def demo_data(tmp_path_factory):
     from finbench.benchmarks import get_benchmark
 
     root = tmp_path_factory.mktemp("demo-data")
-    return {name: get_benchmark(name).demo.write(root / name, 2 if name != "finmme" else 8)[0] for name in TITLES}
+    return {name: get_benchmark(name).demo.write(root / name, 2 if name != "finmme" else 8)[0]
+            for name in (*TITLES, *OWN_FILES)}
 
 
-@pytest.fixture()
-def no_model(monkeypatch):
-    """Loading a model (or a judge) fails the test: a refusal must come before."""
-    import finbench.models
-    import finbench.runner.startup
-
-    def loads(*args, **kwargs):
-        raise AssertionError("a model was loaded before the data was refused")
-
-    monkeypatch.setattr(finbench.models, "load_model", loads)
-    monkeypatch.setattr(finbench.runner.startup, "load_for_run", loads)
+def _refused(benchmark, data, model, out) -> tuple[list[str], str]:
+    """(the output's lines, stderr) of a run of `benchmark` on `data` that must be refused at start-up."""
+    done = cli("run", "--model", str(model), "--benchmark", benchmark, "--data", str(data), "--out", str(out),
+               "--device", "cpu", "--no-progress")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert not out.exists()
+    return [line for line in (done.stdout + done.stderr).splitlines() if line.strip()], done.stderr
 
 
-@pytest.mark.parametrize("benchmark, other", [pair for pair in itertools.permutations(TITLES, 2)])
+@pytest.mark.parametrize("benchmark, other", [*itertools.permutations(TITLES, 2),
+                                              *itertools.product(TITLES, OWN_FILES)])
 def test_a_run_given_another_benchmarks_demo_data_is_refused_in_one_line_before_any_model_loads(
         benchmark, other, demo_data, tiny_qwen_dir, tmp_path, no_model):
-    out = tmp_path / "run"
-    done = cli("run", "--model", str(tiny_qwen_dir), "--benchmark", benchmark, "--data", str(demo_data[other]),
-               "--out", str(out), "--device", "cpu", "--no-progress")
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    lines, stderr = _refused(benchmark, demo_data[other], tiny_qwen_dir, tmp_path / "run")
     assert len(lines) == 1 and lines[0].startswith("error:"), lines
-    assert f"not {TITLES[benchmark]} data — " in " ".join(done.stderr.split())
-    assert not out.exists()
+    assert f"not {TITLES[benchmark]} data — " in " ".join(stderr.split())
+
+
+@pytest.mark.parametrize("own, other", list(itertools.product(OWN_FILES, TITLES)))
+def test_a_run_of_your_own_file_given_a_benchmarks_demo_data_is_refused_before_any_model_loads(
+        own, other, demo_data, tiny_qwen_dir, tmp_path, no_model):
+    lines, _ = _refused(own, demo_data[other], tiny_qwen_dir, tmp_path / "run")
+    assert 1 <= len(lines) <= 2 and lines[0].startswith("error:"), lines
 
 
 def test_every_built_in_benchmark_is_fed_the_others_data():
     from finbench.benchmarks import BENCHMARKS
 
     built_in = {name for name, b in BENCHMARKS.items() if b.load.__module__.startswith("finbench.")}
-    assert built_in <= set(TITLES), f"add {built_in - set(TITLES)} to TITLES: its recogniser is untested"
+    assert built_in <= {*TITLES, *OWN_FILES}, f"add {built_in - set(TITLES)} to TITLES: its recogniser is untested"
 
 
-@pytest.mark.parametrize("benchmark", TITLES)
+@pytest.mark.parametrize("benchmark", (*TITLES, *OWN_FILES))
 def test_each_benchmark_recognises_its_own_demo_data(benchmark, demo_data):
     from finbench.benchmarks import get_benchmark
 

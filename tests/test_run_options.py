@@ -134,8 +134,8 @@ def test_one_field_with_its_metadata_is_one_option_flag_and_keyword():
 
 
 def test_run_identity_is_the_options_declared_identity():
-    assert set(RUN_IDENTITY) == {"model", "revision", "benchmark", "data", "protocol", "quant", "dtype",
-                                 "think_budget", "judge", "chat_template", "system_prompt"}
+    assert set(RUN_IDENTITY) == {"model", "revision", "benchmark", "data", "data_spec", "image_root", "protocol",
+                                 "quant", "dtype", "think_budget", "judge", "chat_template", "system_prompt"}
 
 
 def test_make_config_coerces_each_option_once_and_rejects_an_unknown_one_in_one_line():

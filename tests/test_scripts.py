@@ -302,6 +302,21 @@ def test_the_ab_rule_decides_only_outside_the_spread_of_the_interleaved_runs():
         assert gpu_check.verdict(name, row(9.0, 8.05, 9.5)).startswith("within noise"), name
     assert gpu_check.verdict("no-pad-widths", {"projected_finmme_minutes": None}) == ""  # no figure, no rule
     assert gpu_check.verdict("default", row(8.0, 7.9, 8.1)) == ""
+    # a row whose samples failed timed error paths: no verdict, the failure named (once every fp8
+    # sample failed on the H200 and the row read "pays")
+    failed = {**row(6.0, 5.9, 6.1), "sample_errors": 16, "first_error": "model error: RuntimeError: boom"}
+    assert gpu_check.verdict("quant-fp8", failed) == "no verdict: 16 samples failed (model error: RuntimeError: boom)"
+
+
+def test_an_ab_row_counts_the_variant_runs_failed_samples():
+    import pandas as pd
+
+    _load("gpu_check")  # puts scripts/ on the path for its package gpucheck
+    from gpucheck.ab import failed_samples
+
+    samples = pd.DataFrame({"error": ["", None, "model error: RuntimeError: boom", "x"]})
+    assert failed_samples(samples) == {"sample_errors": 2, "first_error": "model error: RuntimeError: boom"}
+    assert failed_samples(samples.iloc[:2]) == {"sample_errors": 0, "first_error": None}
 
 
 def test_bench_gemm_times_the_production_fp8_layer(monkeypatch):
@@ -392,3 +407,34 @@ def test_coverage_sim_runs_on_a_few_benchmarks():
     output, quoted in docs/statistics.md, not asserted here)."""
     found = _load("coverage_sim").simulate(10, 3, 200, 0.6, 0.3, 0)
     assert 0 <= found["normal"] <= found["t"] <= 1 and found["t_multiplier"] > 2.2
+
+
+def test_bench_gemm_names_a_width_fp8_keeps_in_bf16_instead_of_raising():
+    # the vision MLP's published width 3420 is no multiple of 16: _scaled_mm raised on the H200
+    # and took the whole GEMM section with it; --quant fp8 keeps such a layer in bf16
+    import torch
+
+    fp8_layers = _load("bench_gemm").fp8_layers
+    reason = fp8_layers(torch.randn(4, 64), torch.randn(64, 3420))
+    assert reason == "64x3420 is not in multiples of 16: --quant fp8 keeps such a layer in bf16"
+    assert "CUDA GPU" in fp8_layers(torch.randn(4, 64), torch.randn(64, 3456))  # a fitting width: the device decides
+
+
+def test_the_checks_items_are_distinct_requests_past_the_64_generated_ones(tmp_path):
+    # copies of the 64 generated items were equal requests, answered once each: 7 of every 8 rows
+    # of the H200's 512-item run cost nothing and its rate read 8 times too high
+    import hashlib
+
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    _load("gpu_check")
+    from gpucheck.build import make_items
+
+    from finbench.offline.tiny import make_tiny
+
+    tokenizer = AutoTokenizer.from_pretrained(make_tiny("qwen2.5-vl", tmp_path / "tiny"))
+    items = pd.read_parquet(make_items(tmp_path / "items.parquet", 130, (64, 48), tokenizer, 80))
+    assert len(items) == items["id"].nunique() == 130
+    images = items["image"].map(lambda image: hashlib.sha256(image["bytes"]).hexdigest())
+    assert images.nunique() == 130  # the request's key holds the image bytes: each copy its own

@@ -115,7 +115,9 @@ def test_decision_endpoint_probabilities_equal_the_decision_pipeline(server, tin
     samples = pd.read_parquet(out / "samples.parquet")
     assert (samples["error"] == "").all(), samples["error"].tolist()
     results = _results(out)
-    assert results["fingerprint"]["read_by"] == "decision endpoint"
+    assert results["fingerprint"]["read_by"] == {"single": "decision endpoint"}
+    assert set(samples["read_by"]) == {"decision endpoint"}
+    assert samples["prompt_tokens"].gt(0).all() and results["cost"]["total"]["prompt_tokens"] > 0  # the usage's
     assert any("prompt differs from finbench's constrained prompt" in note for note in results["notes"])
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_qwen_dir, dtype=torch.float32)
@@ -131,17 +133,32 @@ def test_decision_endpoint_probabilities_equal_the_decision_pipeline(server, tin
         assert row["answer"] == max(expected, key=expected.get)
 
 
-def test_finmme_constrained_run_reads_single_choices_and_names_what_it_cannot(server, synthetic_parquet, tmp_path):
+def test_a_constrained_finmme_run_is_refused_at_start_up_naming_the_protocol_that_reads_it(server, synthetic_parquet,
+                                                                                            tmp_path):
+    """transformers serve reads single choices only (its decision endpoint): a constrained FinMME run
+    with sets and numbers is refused in one line before any question is sent, naming the protocol
+    that reads them — none is left unasked and scored wrong; nothing is written."""
     out = tmp_path / "constrained"
     done = _run(server.url, synthetic_parquet, out, limit=6)  # single, multi and numerical items
-    assert done.returncode == 0, done.stderr[-3000:]
-    samples = pd.read_parquet(out / "samples.parquet")
-    single = samples["kind"] == "single"
-    assert single.any() and (samples.loc[single, "error"] == "").all()
-    assert samples.loc[single, "answer"].isin(list("ABCDEFGH")).all()
-    refused = samples.loc[~single, "error"]
-    assert len(refused) and refused.str.contains("--protocol official generates and reads them").all()
-    assert sum("not asked" in line for line in done.stdout.splitlines() + done.stderr.splitlines()) == 1
+    assert done.returncode != 0 and not out.exists()
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "cannot be read" in line]
+    assert len(lines) == 1, done.stdout + done.stderr
+    assert lines[0].startswith(f"error: --model {server.url}: multi-answer sets and numbers (the numeric grammar) "
+                               "cannot be read") and lines[0].endswith("--protocol official generates and reads them")
+
+
+def test_the_logprobs_reading_is_refused_at_start_up_with_the_server_s_reason(server, synthetic_parquet, tmp_path):
+    """--served-reading logprobs: transformers serve has no /tokenize and refuses finbench's
+    continuation of the answer prefix with HTTP 422: one start-up line with its reason and the
+    reading that works there, instead of one error per question."""
+    out = tmp_path / "logprobs"
+    done = _run(server.url, synthetic_parquet, out, "--served-reading", "logprobs", "--question-type", "single_choice")
+    assert done.returncode != 0 and not out.exists()
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if "--served-reading logprobs" in line]
+    assert len(lines) == 1, done.stdout + done.stderr
+    assert "top logprobs: POST /chat/completions: HTTP 422: Unexpected fields in the request" in lines[0]
+    assert "continue_final_message" in lines[0]
+    assert lines[0].endswith("the decision endpoint reading works here (--served-reading decision)")
 
 
 def test_server_killed_mid_run_stops_in_one_line_and_a_rerun_completes(tiny_qwen_dir, synthetic_parquet,

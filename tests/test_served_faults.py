@@ -1,7 +1,8 @@
 """What a real `transformers serve` cannot produce, replayed by a small HTTP server on 127.0.0.1:
 429s and 5xx before an answer, a server that is not there, several served models, an API key, and
-vLLM's chat-completion logprobs (the OpenAI shape vLLM and SGLang document:
-choices[0].logprobs.content[0].top_logprobs = [{token, logprob, bytes}, …])."""
+SGLang's chat-completion top logprobs (the OpenAI shape SGLang and llama.cpp document:
+choices[0].logprobs.content[0].top_logprobs = [{token, logprob, bytes}, …]). vLLM's readings:
+tests/test_served_readings.py (replayed) and tests/test_vllm.py (a real vLLM)."""
 
 from __future__ import annotations
 
@@ -10,77 +11,17 @@ import math
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pandas as pd
 import pytest
 from helpers import ENV, cache_rows, cli
-from served_server import free_port
+from served_server import free_port, image_usage, mock, models, vllm_routes  # noqa: F401 (mock: a fixture)
 
 from finbench.models.contract import ModelUnavailable
 from finbench.models.served import load_served, logprobs_of_letters
 from finbench.models.served_client import ClientSettings, ServedClient, ServedError
-
-
-class Mock:
-    """A JSON server on 127.0.0.1: `routes[(method, path)]` → callable(body, headers) → (status, json,
-    headers); every request is recorded (method, path, body, headers)."""
-
-    def __init__(self, routes):
-        self.routes, self.requests = routes, []
-        mock = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self, method):
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null") if length else None
-                mock.requests.append((method, self.path, body, dict(self.headers)))
-                route = mock.routes.get((method, self.path))
-                status, data, headers = route(body, self.headers) if route else (404, {"detail": "Not Found"}, {})
-                payload = json.dumps(data).encode()
-                self.send_response(status)
-                for key, value in {"content-type": "application/json", **headers}.items():
-                    self.send_header(key, value)
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def do_GET(self):  # noqa: N802
-                self._answer("GET")
-
-            def do_POST(self):  # noqa: N802
-                self._answer("POST")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def mock():
-    servers = []
-
-    def make(routes):
-        servers.append(Mock(routes))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
-
-
-def models(*entries):
-    return lambda body, headers: (200, {"object": "list", "data": [{"id": i, "owned_by": o, "object": "model"}
-                                                                   for i, o in entries]}, {})
+from finbench.models.served_engines import PROBE_QUESTION
 
 
 def test_429_and_5xx_are_retried_with_backoff_then_answered(mock):
@@ -121,33 +62,45 @@ def test_several_served_models_are_refused_naming_them_and_one_is_picked(mock):
         load_served(server.url, role="--judge")
     with pytest.raises(ValueError, match="--served-model org/c: .* serves org/a, org/b"):
         load_served(server.url, served_model="org/c")
+    server.routes.update({k: v for k, v in vllm_routes().items() if k[1] != "/v1/models"})
     model = load_served(server.url, served_model="org/b")
-    assert (model.model_id, model.reading, model.in_flight) == ("org/b", "logprobs", 64)
-    assert all(path == "/v1/models" for _, path, _, _ in server.requests)  # a vLLM server is not probed further
+    assert (model.model_id, model.reading, model.in_flight) == ("org/b", "token logprobs", 64)
+    # a vLLM server is asked what it serves, then probed: its answer tokens' ids, then one question, two images
+    paths = [path for _, path, _, _ in server.requests]
+    assert paths.count("/v1/models") == 4 and paths.count("/v1/chat/completions") == 2
+    assert set(paths) == {"/v1/models", "/tokenize", "/v1/chat/completions"}
 
 
 def test_the_reading_can_be_named_for_a_server_that_does_not_say_what_it_is(mock):
-    """A vLLM behind a gateway lists itself as someone else: --served-reading logprobs; a reading the
-    server has no endpoint for is one start-up line."""
-    server = mock({("GET", "/v1/models"): models(("org/a", "gateway"))})
+    """A server behind a gateway lists itself as someone else: --served-reading logprobs reads its
+    top logprobs; a reading the server has no endpoint for is one start-up line naming its answer
+    and the reading that works; "auto" finds the one that works."""
+    def chat(body, headers):
+        return 200, _top([("A", -0.5), ("B", -1.0)], body), {}
+
+    server = mock({("GET", "/v1/models"): models(("org/a", "gateway")), ("POST", "/v1/chat/completions"): chat})
     model = load_served(server.url, reading="logprobs")
-    assert model.reading == "logprobs" and model.capabilities.constrained == ("single",)
-    assert all(path == "/v1/models" for _, path, _, _ in server.requests)
-    with pytest.raises(ValueError, match=r"--served-reading decision: \S+ has no decision endpoint"):
+    assert model.reading == "top logprobs" and model.capabilities.constrained == ("single",)
+    with pytest.raises(ValueError, match=r"^--served-reading decision: decision endpoint: POST /systemone: HTTP 404: "
+                                         r"Not Found; the top logprobs reading works here \(--served-reading logprobs\)$"):
         load_served(server.url, reading="decision")
-    assert load_served(server.url).reading is None  # auto: neither logprobs nor a decision endpoint here
-    assert load_served(server.url).capabilities.constrained == ()
+    assert load_served(server.url).reading == "top logprobs"
+    silent = mock({("GET", "/v1/models"): models(("org/a", "gateway")),
+                   ("POST", "/v1/chat/completions"): lambda body, headers: (200, {"choices": [{"message": {}}]}, {})})
+    assert load_served(silent.url).reading is None  # auto: nothing here returns option probabilities
+    assert load_served(silent.url).capabilities.constrained == ()
 
 
-def _top(pairs):
-    """A vLLM/SGLang chat completion with one generated token and its top log-probabilities."""
+def _top(pairs, body=None):
+    """An SGLang chat completion with one generated token and its top log-probabilities (the usage
+    of `body`'s images: the start-up probe sees them read)."""
     entries = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in pairs]
     return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": pairs[0][0]},
                          "logprobs": {"content": [{"token": pairs[0][0], "logprob": pairs[0][1],
                                                    "bytes": list(pairs[0][0].encode()), "top_logprobs": entries}]},
                          "finish_reason": "length"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
+            "usage": image_usage(body) if body else {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}}
 
 
 def test_logprobs_combine_both_spellings_and_a_missing_option_is_an_error():
@@ -161,19 +114,19 @@ def test_logprobs_combine_both_spellings_and_a_missing_option_is_an_error():
         logprobs_of_letters({"choices": [{"message": {"content": "A"}}]}, 2)
 
 
-def test_a_vllm_shaped_server_answers_a_constrained_run_with_a_key_never_written(mock, tmp_path):
-    """finmme single choices through the logprobs reading: the request continues finbench's prompt
+def test_an_sglang_shaped_server_answers_a_constrained_run_with_a_key_never_written(mock, tmp_path):
+    """finmme single choices through the top-logprobs reading: the request continues finbench's prompt
     (its answer prefix as a final assistant message) with the chart as a data URL; the answer is
-    the letter the logprobs favour; the key travels only in the Authorization header."""
+    the letter the logprobs favour; the key travels only in the Authorization header (the probe's too)."""
     from finbench.offline.finmme_synthetic import write_parquet
 
     def chat(body, headers):
         if headers.get("authorization") != "Bearer s3cret-key":
             return 401, {"error": {"message": "bad key"}}, {}
         return 200, _top([("C", -0.2), (" A", -2.5), ("B", -3.0), ("D", -4.0), ("E", -5.0), ("F", -6.0),
-                          ("G", -7.0), ("H", -8.0)]), {}
+                          ("G", -7.0), ("H", -8.0)], body), {}
 
-    server = mock({("GET", "/v1/models"): models(("served/tiny", "vllm")), ("POST", "/v1/chat/completions"): chat})
+    server = mock({("GET", "/v1/models"): models(("served/tiny", "sglang")), ("POST", "/v1/chat/completions"): chat})
     data = write_parquet(tmp_path / "finmme.parquet", n_items=12, seed=0)
     out = tmp_path / "run"
     done = cli("run", "--model", server.url, "--data", str(data), "--out", str(out), "--question-type", "single_choice",
@@ -182,7 +135,8 @@ def test_a_vllm_shaped_server_answers_a_constrained_run_with_a_key_never_written
     assert done.returncode == 0, done.stderr[-3000:]
     samples = pd.read_parquet(out / "samples.parquet")
     assert samples["answer"].tolist() == ["C"] * 3 and (samples["error"] == "").all()
-    posted = [body for method, path, body, _ in server.requests if path == "/v1/chat/completions"]
+    posted = [body for method, path, body, _ in server.requests
+              if path == "/v1/chat/completions" and PROBE_QUESTION not in json.dumps(body)]
     assert len(posted) == 3
     body = posted[0]
     assert body["max_tokens"] == 1 and body["logprobs"] is True and body["continue_final_message"] is True
@@ -190,7 +144,8 @@ def test_a_vllm_shaped_server_answers_a_constrained_run_with_a_key_never_written
     assert any(part.get("type") == "image_url" and part["image_url"]["url"].startswith("data:image/png;base64,")
                for part in body["messages"][-2]["content"])
     results = json.loads((out / "results.json").read_text())
-    assert results["fingerprint"]["read_by"] == "logprobs"
+    assert results["fingerprint"]["read_by"] == {"single": "top logprobs"}
+    assert set(samples["read_by"]) == {"top logprobs"} and samples["image_tokens"].gt(0).all()
     for path in out.rglob("*"):
         if path.is_file():
             assert b"s3cret-key" not in path.read_bytes(), path
@@ -232,7 +187,8 @@ def test_ctrl_c_keeps_every_finished_served_answer_of_the_batch_in_flight(mock, 
                                 "--bootstrap", "0", "--no-progress"], env=ENV, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, preexec_fn=_interruptible)
     deadline = time.time() + 120
-    while sum(path == "/v1/chat/completions" for _, path, _, _ in server.requests) < 5 and time.time() < deadline:
+    asked = lambda: sum(path == "/v1/chat/completions" and "logprobs" not in body for _, path, body, _ in server.requests)
+    while asked() < 5 and time.time() < deadline:
         time.sleep(0.01)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
@@ -253,7 +209,7 @@ def test_an_item_the_server_cannot_read_is_its_error_and_the_others_are_not_aske
 
     def chat(body, headers):
         letters = "ABCDEFGH".replace("B", "") if odd.text in json.dumps(body) else "ABCDEFGH"
-        return 200, _top([(c, -1.0 - k) for k, c in enumerate(letters)]), {}
+        return 200, _top([(c, -1.0 - k) for k, c in enumerate(letters)], body), {}
 
     server = mock({("GET", "/v1/models"): models(("served/tiny", "sglang")), ("POST", "/v1/chat/completions"): chat})
     out = tmp_path / "run"
@@ -264,4 +220,5 @@ def test_an_item_the_server_cannot_read_is_its_error_and_the_others_are_not_aske
     assert samples.loc[odd.id, "error"].startswith("model error: ServedError: option B not among the 7 most likely")
     assert (samples.drop(odd.id)["error"] == "").all() and (samples.drop(odd.id)["answer"] == "A").all()
     # each item asked once: the retry question by question reuses the answers the server gave
-    assert sum(path == "/v1/chat/completions" for _, path, _, _ in server.requests) == 3
+    assert sum(path == "/v1/chat/completions" and PROBE_QUESTION not in json.dumps(body)
+               for _, path, body, _ in server.requests) == 3

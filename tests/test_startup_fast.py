@@ -52,7 +52,7 @@ def _probe(*args: str, cwd=None) -> tuple[dict, str, float]:
     (["run", "--model", "x", "--judge", "/no/such/judge"], "--judge /no/such/judge: no such model folder"),
     (["run", "--model", "x", "--data", "/no/such.parquet"], "--data /no/such.parquet: no such file"),
     (["run", "--model", "x", "--quant-vision"], "--quant-vision applies with --quant"),
-    (["run", "--model", "x", "--benchmark", "finmmx"], "unknown benchmark 'finmmx'; known: famma, fcmr, finchart-bench, finmme"),
+    (["run", "--model", "x", "--benchmark", "finmmx"], "unknown benchmark 'finmmx'; known: custom, famma, fcmr, finchart-bench, finmme"),
     (["run", "--model", "x", "--benchmark", "finmme,finmmx"], "unknown benchmark 'finmmx'"),
     (["run", "--model", "x", "--benchmark", "finmmr", "--protocol", "cott"],
      "--protocol cott: expected one of constrained, cot, pot"),

@@ -205,6 +205,36 @@ def test_wider_hidden_size(tmp_path: Path) -> None:
     assert model.config.vision_config.out_hidden_size == 128
 
 
+@pytest.mark.parametrize("family", ["qwen2.5-vl", "qwen3-vl"])
+def test_wider_heads_for_vllm_s_cpu_attention(family: str, tmp_path: Path) -> None:
+    """`head_dim=32` (`finbench models make-tiny --head-dim 32`): text and vision heads of 32, the
+    rotary sections rescaled to sum to head_dim / 2 in the family's proportions; the checkpoint
+    loads and a batched forward with images runs; other families are refused in one line."""
+    from finbench.cli import app
+    from typer.testing import CliRunner
+
+    path = tmp_path / "wide-heads"
+    done = CliRunner().invoke(app, ["models", "make-tiny", family, str(path), "--head-dim", "32"])
+    assert done.exit_code == 0, done.output
+    config = json.loads((path / "config.json").read_text())
+    text, vision = config["text_config"], config["vision_config"]
+    assert text["hidden_size"] // text["num_attention_heads"] == 32 and text.get("head_dim", 32) == 32
+    assert vision["hidden_size"] // vision["num_heads"] == 32
+    sections = text["rope_parameters"]["mrope_section"]
+    assert sum(sections) == 16 and sections == {"qwen2.5-vl": [4, 6, 6], "qwen3-vl": [8, 4, 4]}[family]
+    assert json.loads((path / TINY_MARKER).read_text())["head_dim"] == 32
+    processor, model = _load(path)
+    batch = processor(text=[_prompt(processor, 1, "Which bar is highest? A. 1 B. 2", answer_prefix="Answer:")],
+                      images=_images()[:1], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).logits).all()
+    with pytest.raises(ValueError, match="only qwen2.5-vl, qwen3-vl are built with another head size"):
+        make_tiny("internvl", tmp_path / "other", head_dim=32)
+    refused = CliRunner().invoke(app, ["models", "make-tiny", family, str(tmp_path / "q"), "--head-dim", "32",
+                                       "--quant", "bf16"])
+    assert refused.exit_code != 0 and "--head-dim: not with --quant or --like" in refused.output
+
+
 def test_build_leaves_caller_rng_alone(tmp_path: Path) -> None:
     torch.manual_seed(123)
     state = torch.random.get_rng_state()

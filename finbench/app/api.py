@@ -25,17 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from finbench.benchmarks import BENCHMARKS, get_benchmark, load_matching
+from finbench.benchmarks import BENCHMARKS, data_source, get_benchmark, load_matching
 from finbench.benchmarks.metrics import OFFICIAL
 # RUN_IDENTITY: what makes a run folder's results another run's (the options declared `identity`:
 # another model, data or protocol); the rest (limit, filters, batching, budgets, devices) reruns it
+from finbench.config.files import RUNS, run_document
 from finbench.config.run_options import RUN_IDENTITY, coerce
 from finbench.config.specs import RunConfig
 from finbench.core.types import DEFAULT_BENCHMARK, RESULTS_FILE
 from finbench.report.format import declared_parts, run_headlines
 from finbench.runner import startup  # by module: a test stands in for its loader
 from finbench.runner.lock import folder_lock
-from finbench.studies import all_studies, study_options, study_settings
+from finbench.studies import all_studies, flat_config, study_options, study_settings
 
 SUMMARY_FILE = "summary.json"
 
@@ -132,36 +133,61 @@ def evaluate(model: Any, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, 
     and a `MultiRunResult` is returned; `data` may then be a mapping benchmark → source. An `out`
     holding another run's results is refused unless `overwrite` (see `RUN_IDENTITY`)."""
     names = benchmark_names(benchmark)
-    if isinstance(data, (list, tuple)):
-        data = data_sources(data, names)
-    elif isinstance(data, Path):
-        data = str(data)
-    elif data is not None and not isinstance(data, (str, Mapping)):
-        raise TypeError(f"data={data!r}: expected a path or hub id, a mapping benchmark → source, or a list of "
-                        "them as on the command line")
+    data = _sources(data, names)
     source = model if isinstance(model, str) else str(model.source)  # a loaded adapter (models/contract.py)
     loaded = None if isinstance(model, str) else model
     if command is None:  # what results.json records as the command: this call
         arguments = ", ".join([repr(source), repr(benchmark), *(f"{k}={v!r}" for k, v in
                                                                {"data": data, "out": str(out), **options}.items())])
         command = f"finbench.evaluate({arguments})"
-    if len(names) == 1:
-        config = make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out), **options)
-        startup.validate(config)  # before torch is imported: a bad option is refused at once
+    configs = run_configs(source, names, data, out, **options)
+    for config in configs.values():  # every bad option before the model is loaded (before torch is imported)
+        startup.validate(config)
         refuse_other_results(config, overwrite)
+    if len(names) == 1:
+        config = configs[names[0]]
         with folder_lock(Path(out)):  # a second run into the folder is refused here, before torch loads
             _starting(console, source, loaded, names, show_progress)
             from finbench.runner.engine import run_benchmark
 
             return run_benchmark(config, loaded, show_progress=show_progress, console=console, command=command,
                                  validated=True)
-    configs = {name: make_config(source, name, data=_data_for(data, name, single=False),
-                                 out=str(Path(out) / name), **options) for name in names}
-    for config in configs.values():  # every bad option before the model is loaded
-        startup.validate(config)
-        refuse_other_results(config, overwrite)
     with folder_lock(Path(out)):  # summary.json's folder: one multi-benchmark run at a time
         return _evaluate_each(source, loaded, configs, show_progress, console, command, Path(out))
+
+
+def run_configs(source: str, names: Sequence[str], data: Any, out: str | Path, **options: Any) -> dict[str, RunConfig]:
+    """Each benchmark's RunConfig of one run: into `out`, or with several benchmarks into `out/<name>`."""
+    if len(names) == 1:
+        return {names[0]: make_config(source, names[0], data=_data_for(data, names[0], single=True), out=str(out),
+                                      **options)}
+    return {name: make_config(source, name, data=_data_for(data, name, single=False), out=str(Path(out) / name),
+                              **options) for name in names}
+
+
+def resolved_options(model: str, benchmark: str | Sequence[str] = DEFAULT_BENCHMARK, *, data: Any = None,
+                     out: str | Path = "runs/latest", **options: Any) -> dict[str, Any]:
+    """The options a run would run with, as its run folder's config.yaml will hold them (what
+    start-up sizes to the device left unset), checked as a run checks them before anything loads;
+    nothing runs. Several benchmarks: {"runs": [one per benchmark]}, a config file that runs each."""
+    names = benchmark_names(benchmark)
+    documents = []
+    for config in run_configs(model, names, _sources(data, names), out, **options).values():
+        startup.validate_options(config)
+        documents.append(run_document(flat_config(config)))
+    return documents[0] if len(documents) == 1 else {RUNS: documents}
+
+
+def _sources(data: Any, names: Sequence[str]) -> Any:
+    """`data` as evaluate takes it: one source, a mapping benchmark → source, or the command line's list."""
+    if isinstance(data, (list, tuple)):
+        return data_sources(data, names)
+    if isinstance(data, Path):
+        return str(data)
+    if data is not None and not isinstance(data, (str, Mapping)):
+        raise TypeError(f"data={data!r}: expected a path or hub id, a mapping benchmark → source, or a list of "
+                        "them as on the command line")
+    return data
 
 
 def _evaluate_each(source: str, loaded: Any, configs: Mapping[str, RunConfig], show_progress: bool, console: Any,
@@ -252,7 +278,9 @@ def _check_data(name: str, config: RunConfig) -> None:
     read, or that nothing matches, is a start-up error naming the benchmark, not an error found
     after the benchmarks before it have run."""
     try:
-        load_matching(get_benchmark(name), config.data, 1, config.domains, config.question_types)
+        benchmark = get_benchmark(name)
+        load_matching(benchmark, data_source(benchmark, config.data, config.option), 1, config.domains,
+                      config.question_types)
     except (ValueError, OSError) as err:
         raise ValueError(str(err) if str(err).startswith(f"{name}: ") else f"{name}: {err}") from None
 

@@ -9,37 +9,32 @@ error); and the counts per split, task or domain, question type and kind — to 
 published sizes (FinMME 11,099 items; FAMMA release_basic ~1,945; FinMTM 11,133; FinChart-Bench
 MC 2,350 / TF 2,384 / QA 2,285; FCMR 757 / 728 / 714). A benchmark names its data files (`Benchmark.files`). Nothing is
 written. A source that cannot be read at all is the same one-line start-up error as in a run.
+The content digest of the questions (rows and image bytes: benchmarks/base.py `questions_digest`)
+is printed: the one results.json records (`provenance.data.content`) for a run of every question.
+
+A benchmark that checks its data in full itself (`Benchmark.inspect`: a user's own file, whose every
+problem refuses a run) gives the report instead: its counts, sections of lines (the schema it
+resolved, rendered prompts) and every problem by row; the data options it reads (`--spec`,
+`--image-root`: `Benchmark.data_options`) are given as a run gives them.
 """
 
 from __future__ import annotations
 
-import io
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from finbench.benchmarks import get_benchmark, refusal_of
+from finbench.benchmarks import data_source, get_benchmark, refusal_of
+from finbench.benchmarks.base import Inspection, questions_digest
+from finbench.benchmarks.records import image_problem
+from finbench.config.run_options import check_data_options
 from finbench.sandbox import isolation
 
 MAX_IDS_SHOWN = 3  # ids named per error message
 MISSING = "(missing)"  # the count of records without the field (an unreadable record has none)
 COUNT_FIELDS = ("task", "domain", "subfield", "question_type", "level", "language", "difficulty", "asset_class",
                 "chart_type", "gold_status")
-
-
-def image_problem(data: bytes) -> str:
-    """'' when the bytes are an image PIL can read (header and size), else why not."""
-    from PIL import Image
-
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
-        with Image.open(io.BytesIO(data)) as image:
-            width, height = image.size
-    except Exception as err:  # noqa: BLE001 — any failure is this image's problem
-        return f"{type(err).__name__}: {str(err)[:120]}"
-    return "" if width > 0 and height > 0 else f"empty image ({width}×{height})"
 
 
 def message_kind(message: str) -> str:
@@ -49,16 +44,22 @@ def message_kind(message: str) -> str:
     return re.sub(r"\d+", "N", text)[:160]
 
 
-def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
-    """The report (a JSON-ready dict); ValueError when the source cannot be read at all."""
+def check_data(benchmark_name: str, source: str | Path, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report (a JSON-ready dict); ValueError when the source cannot be read at all. `options`:
+    the data options given (name → value; a benchmark reads those it declares)."""
     benchmark = get_benchmark(benchmark_name)
+    given = {name: value for name, value in (options or {}).items() if value is not None}
+    check_data_options(benchmark.name, given.get)
+    local = Path(source).expanduser()
+    named, source = str(source), data_source(benchmark, str(local) if local.exists() else str(source), given)
+    if benchmark.inspect is not None:
+        return _inspected(benchmark.name, named, benchmark.inspect(source))
     refusal = refusal_of(benchmark, source)  # another benchmark's data: "not FinMMR data", not a file of errors
     if refusal:
         raise ValueError(refusal)
-    local = Path(source).expanduser()
     files = [str(f) for f in benchmark.files(local)] if local.exists() else [str(source)]
     notes: list[str] = []
-    questions = benchmark.load(str(local) if local.exists() else str(source), notes=notes)
+    questions = benchmark.load(source, notes=notes)
     errors: dict[str, list[str]] = {}
     for question in questions:
         if question.error:
@@ -71,12 +72,7 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
             problem = image_problem(data)
             if problem:
                 bad_images.setdefault(problem, []).append(question.id)
-    counts: dict[str, dict[str, int]] = {}
-    splits = Counter(str(q.fields.get("release")) for q in questions if q.fields.get("release"))
-    if splits:
-        counts["split"] = dict(splits)
-    counts["kind"] = dict(Counter(q.kind for q in questions))
-    same = _count_fields(questions, (benchmark.domain_field, *COUNT_FIELDS), counts)
+    counts, same = _counts(benchmark, questions)
     n_errors = sum(1 for q in questions if q.error)
     if benchmark.program_protocols:  # which isolation its model-written programs would get here
         found = isolation()
@@ -84,12 +80,24 @@ def check_data(benchmark_name: str, source: str | Path) -> dict[str, Any]:
             found.detail if found.mode == "jail" else f"{found.detail} (no kernel jail: {found.reason})"
             if found.mode == "landlock" else f"no isolation here ({found.reason}): refused at start-up unless "
                                              "--unsafe-sandbox"))
-    return {"benchmark": benchmark.name, "source": str(source), "files": files, "n_records": len(questions),
+    return {"benchmark": benchmark.name, "source": named, "files": files, "n_records": len(questions),
             "n_errors": n_errors, "errors": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in errors.items()},
             "n_images": n_images, "n_bad_images": sum(len(ids) for ids in bad_images.values()),
             "bad_images": {m: {"n": len(ids), "ids": ids[:MAX_IDS_SHOWN]} for m, ids in bad_images.items()},
-            "counts": counts, "same": same, "notes": notes,
+            "counts": counts, "same": same, "notes": notes, "digest": questions_digest(questions),
             "ok": n_errors == 0 and not bad_images and len(questions) > 0}
+
+
+def _counts(benchmark: Any, questions: list[Any]) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Counts per split, kind, the domain field and COUNT_FIELDS (records without a field counted
+    apart), and the fields shown with an earlier one (`_count_fields`)."""
+    counts: dict[str, dict[str, int]] = {}
+    splits = Counter(str(q.fields.get("release")) for q in questions if q.fields.get("release"))
+    if splits:
+        counts["split"] = dict(splits)
+    counts["kind"] = dict(Counter(q.kind for q in questions))
+    same = _count_fields(questions, (benchmark.domain_field, *COUNT_FIELDS), counts)
+    return counts, same
 
 
 def _count_fields(questions: list[Any], fields: tuple[str, ...], counts: dict[str, dict[str, int]]) -> dict[str, str]:
@@ -113,6 +121,16 @@ def _count_fields(questions: list[Any], fields: tuple[str, ...], counts: dict[st
     return same
 
 
+def _inspected(name: str, source: str, inspection: Inspection) -> dict[str, Any]:
+    """The report of a benchmark's own full check: every problem is a row a run would refuse."""
+    return {"benchmark": name, "source": source, "files": list(inspection.files), "n_records": inspection.n_records,
+            "n_errors": len(inspection.problems), "errors": {}, "n_images": inspection.n_images, "n_bad_images": 0,
+            "bad_images": {}, "counts": {k: dict(v) for k, v in inspection.counts.items()},
+            "sections": {k: list(v) for k, v in inspection.sections.items()}, "problems": list(inspection.problems),
+            "notes": list(inspection.notes), "digest": inspection.digest,
+            "ok": not inspection.problems and inspection.n_records > 0}
+
+
 def print_check(report: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
@@ -130,6 +148,15 @@ def print_check(report: dict[str, Any], console: Any) -> None:
         for value, n in sorted(values.items(), key=lambda kv: (-kv[1], kv[0])):
             table.add_row(value, str(n))
         console.print(table)
+    for title, lines in report.get("sections", {}).items():
+        console.print(f"{title}:", markup=False, highlight=False)
+        for line in lines:
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+    if report.get("problems"):
+        console.print(f"problems ({report['n_errors']}; each refuses `finbench run` at start-up):", markup=False,
+                      highlight=False)
+        for line in report["problems"]:
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
     for title, key in (("records with an error (each would be that sample's error)", "errors"),
                        ("images that do not decode", "bad_images")):
         if report[key]:
@@ -142,7 +169,11 @@ def print_check(report: dict[str, Any], console: Any) -> None:
             console.print(table)
     for note in report["notes"]:
         console.print(f"note: {note}", markup=False)
+    if report.get("digest"):
+        console.print(f"content digest (rows and image bytes): {report['digest']}", markup=False, highlight=False,
+                      soft_wrap=True)
     verdict = ("ok: every record loads and every image decodes" if report["ok"] else
+               f"problems: {report['n_errors']} rows a run refuses" if report.get("problems") else
                f"problems: {report['n_errors']} records with an error, {report['n_bad_images']} images that do not "
                "decode (a run keeps going: each becomes that sample's error)")
     console.print(verdict, markup=False, highlight=False)

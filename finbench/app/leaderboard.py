@@ -15,7 +15,8 @@ where its clustered t(G−1) interval excludes 0 (its `significant`, the verdict
 the line under the table print): the cell and its mark judge the same difference, one interval
 each, in every output. Exact McNemar with Holm is
 kept only as a secondary check, named as such in report.md (`mcnemar_p_holm`). The reference is
-the run given as `reference`, or the first run of each benchmark. Per-domain accuracy is the
+the run given as `reference`, or the first run of each benchmark — of a sweep folder, the sweep's own
+reference (sweep.json `reference`), not the alphabetically first variant. Per-domain accuracy is the
 benchmark's own breakdown, as its `Benchmark` declares it (`breakdown_column`: FinMME `domain`,
 FAMMA `subfield`, FinMTM `question_type`).
 
@@ -38,6 +39,7 @@ from finbench.core.encodable import open_text, write_text
 from finbench.core.types import RESULTS_FILE
 from finbench.report.balance import balance_headlines
 from finbench.report.console import model_name
+from finbench.report.fit import fit_words, word_room
 from finbench.report.format import also_text, delta_text, headline_label, interval_text, power_line, run_headlines
 from finbench.report.html import write_leaderboard_report
 from finbench.report.markdown import leaderboard_markdown
@@ -86,10 +88,22 @@ def run_folders(paths: Sequence[str | Path]) -> list[Path]:
         inside = sorted(p for p in path.iterdir() if (p / RESULTS_FILE).is_file()) if path.is_dir() else []
         if not inside:
             raise ValueError(f"{path}: not a finbench run folder (no results.json), nor a folder of run folders")
-        out.extend(inside)
+        reference = _sweep_reference(path)
+        out.extend(sorted(inside, key=lambda p: p.name != reference))  # a sweep's own reference first
     if len({p.resolve() for p in out}) != len(out):
         raise ValueError("a run folder is named twice")
     return out
+
+
+def _sweep_reference(folder: Path) -> str | None:
+    """The variant a sweep folder compares against (its sweep.json `reference`: the first of its
+    axes, `quant-none` before `quant-int4wo`); None for any other folder."""
+    from finbench.app.sweep import SWEEP_FILE  # here: the sweep's imports load only for a folder of folders
+
+    try:
+        return json.loads((folder / SWEEP_FILE).read_text()).get("reference")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def mark(significant: bool | None) -> str:
@@ -249,7 +263,7 @@ def power_entry(comparison: dict[str, Any]) -> dict[str, Any]:
 
 IDENTITY = ("model", "quant", "thinking", "protocol")  # a column only where the runs differ in it
 OPTIONAL = ("errors", "samples/s")  # shown only where they fit the console's width
-MAX_WORD = 12  # a longer word of a name or label folds; a shorter one wraps whole
+NUMERIC = ("score [CI]", "n", "Δ vs ref")  # right-aligned; a cell wraps between its numbers, never inside one
 
 
 def _board_lines(r: dict[str, Any]) -> list[dict[str, str]]:
@@ -269,43 +283,47 @@ def _board_lines(r: dict[str, Any]) -> list[dict[str, str]]:
     return lines
 
 
-def print_board(board: dict[str, Any], console: Any) -> None:
-    """One row per run and headline (its benchmark's declared headlines: format.run_headlines),
-    fitted to the console's width: the settings every run shares (model, quantization, thinking,
-    protocol) go into the title, not a column; names and labels wrap; every number is whole
-    (its column never narrower than its widest value), and the optional columns (errors,
-    samples/s) are left out where they would not fit."""
+def _board_table(lines: list[list[dict[str, str]]], columns: list[str], title: str, caption: str,
+                 whole: bool = True) -> Any:
+    """The board's table; `whole`: a number cell kept on one line (else it wraps between its numbers)."""
     from rich.table import Table
 
-    rows = board["rows"]
-    shared = [k for k in IDENTITY if len({str(r[k]) for r in rows}) <= 1]
-    lines = [_board_lines(r) for r in rows]
-    numeric = ["score [CI]", "n", "Δ vs ref", *OPTIONAL]
-    columns = ["run", *[k for k in IDENTITY if k not in shared], "benchmark", "metric", *numeric]
-    if not any(run[0]["Δ vs ref"] for run in lines):  # no benchmark has two runs: nothing compared
-        columns.remove("Δ vs ref")
-
-    def width(name: str) -> int:  # the narrowest the column can be: no number cut, no header word folded
-        cells = [line.get(name, "") for run in lines for line in run]
-        longest = max(map(len, cells)) if name in numeric else \
-            min(MAX_WORD, max((len(word) for cell in cells for word in cell.split()), default=0))
-        return max(len(name) if name in numeric else max(map(len, name.split())), longest)  # numbers: no_wrap
-
-    for name in reversed(OPTIONAL):  # the least needed goes first
-        if sum(width(c) for c in columns) + 3 * len(columns) + 1 > console.width:
-            columns.remove(name)
-    title = "leaderboard (scores ×100 unless a metric names its scale)"
-    if rows and shared:
-        title += ": " + " · ".join(f"{k} {rows[0][k]}" for k in shared)
-    table = Table(title=title, caption=board["mark"])
+    table = Table(title=title, caption=caption)
     for name in columns:
-        if name in numeric:
-            table.add_column(name, justify="right", no_wrap=True, min_width=width(name))
-        else:
-            table.add_column(name, overflow="fold")
+        numeric = name in (*NUMERIC, *OPTIONAL)
+        table.add_column(name, justify="right" if numeric else "left", no_wrap=whole and numeric,
+                         overflow="fold")  # a word longer than any width the board can give folds, never cut
     for run in lines:
         for i, line in enumerate(run):
             table.add_row(*(line.get(c, "") for c in columns), end_section=i == len(run) - 1)
+    return table
+
+
+def print_board(board: dict[str, Any], console: Any) -> None:
+    """One row per run and headline (its benchmark's declared headlines: format.run_headlines),
+    fitted to the console's width: the settings every run shares (model, quantization, thinking,
+    protocol) go into the title, not a column; cells wrap between words, never inside a name, a
+    label or a number (report/fit.py); the optional columns (errors, samples/s) are left out
+    where they would not fit with every number on one line, and only where the words still would
+    not fit a score's CI goes under it (a name longer than the terminal allows folds)."""
+    rows = board["rows"]
+    shared = [k for k in IDENTITY if len({str(r[k]) for r in rows}) <= 1]
+    lines = [_board_lines(r) for r in rows]
+    columns = ["run", *[k for k in IDENTITY if k not in shared], "benchmark", "metric", *NUMERIC, *OPTIONAL]
+    if not any(run[0]["Δ vs ref"] for run in lines):  # no benchmark has two runs: nothing compared
+        columns.remove("Δ vs ref")
+    title = "leaderboard (scores ×100 unless a metric names its scale)"
+    if rows and shared:
+        title += ": " + " · ".join(f"{k} {rows[0][k]}" for k in shared)
+    table = _board_table(lines, columns, title, board["mark"])
+    for name in reversed(OPTIONAL):  # the least needed goes first
+        if not word_room(console, table):
+            columns.remove(name)
+            table = _board_table(lines, columns, title, board["mark"])
+    if not word_room(console, table, tightest=True):  # narrower still: a score and its CI on two lines
+        narrower = _board_table(lines, columns, title, board["mark"], whole=False)
+        table = narrower if word_room(console, narrower, tightest=True) else table  # else a name too long folds
+    fit_words(console, table)
     console.print(table)
     for r in rows:
         if r.get("comparison") and (line := power_line(r["comparison"])):

@@ -36,15 +36,18 @@ import numpy as np
 import pandas as pd
 from rich.markup import escape
 
-from finbench.benchmarks import get_benchmark, load_matching
+from finbench.benchmarks import data_source, get_benchmark, load_matching
 from finbench.benchmarks.metrics import ACCURACY
+from finbench.config.files import CONFIG_FILE, dump, run_document
+from finbench.config.run_options import sweep_flags
 from finbench.config.specs import RunConfig
+from finbench.core.encodable import write_text
 from finbench.report.html import write_sweep_report
 from finbench.report.markdown import write_sweep_markdown
 from finbench.runner import startup  # by module: a test stands in for its loader
 from finbench.runner.lock import folder_lock
 from finbench.runner.replay import Replay
-from finbench.studies import headlines, question_means
+from finbench.studies import flat_config, headlines, question_means, study_options
 
 if TYPE_CHECKING:
     from finbench.benchmarks.base import Benchmark
@@ -136,7 +139,9 @@ def _check_data(config: RunConfig) -> None:
     """The sweep's data, read before any variant's model loads: a source that cannot be read (a hub
     set not in the local cache, offline) or that the filters leave empty is one line now, not an
     error after the first variant's model has loaded."""
-    load_matching(get_benchmark(config.benchmark), config.data, 1, config.domains, config.question_types)
+    benchmark = get_benchmark(config.benchmark)
+    load_matching(benchmark, data_source(benchmark, config.data, config.option), 1, config.domains,
+                  config.question_types)
 
 
 def _refuse_unquantizable(variants: Sequence[tuple[str, RunConfig]]) -> None:
@@ -162,7 +167,25 @@ def run_sweep(base: RunConfig, axes: dict[str, Sequence[Any]], out: str | Path, 
     checked = validate_variants(variants, out)  # once: run_benchmark does not validate them again
 
     with folder_lock(out):  # one sweep per folder: a second is refused before any model loads
-        return _run_variants(base, axes, out, variants, checked, show_progress, console)
+        summary = _run_variants(base, axes, out, variants, checked, show_progress, console)
+        write_text(out / CONFIG_FILE, dump(sweep_document(base, axes)))  # `finbench sweep --config` reruns it
+        return summary
+
+
+def sweep_document(base: RunConfig, axes: dict[str, Sequence[Any]], check: bool = False) -> dict[str, Any]:
+    """The sweep's resolved options, as its folder's config.yaml holds them: the model (or
+    models), each axis's values and every option `finbench sweep` takes, as the variants share
+    them. `check`: first plan the variants and check their options, as the sweep does before any
+    runs (nothing is loaded)."""
+    if check:
+        for _, config in plan_variants(base, axes):
+            startup.validate_options(config)
+    taken = {o.name for o in sweep_flags()} | {o.name for o in study_options(sweep=True)}
+    models = list(axes.get("model") or [base.model])
+    document: dict[str, Any] = {"models": models} if len(models) > 1 else {"model": models[0]}
+    document.update({k: v for k, v in run_document(flat_config(base)).items() if k in taken})
+    document.update({axis: list(values) for axis, values in axes.items() if axis != "model" and values})
+    return document
 
 
 def _run_variants(base: RunConfig, axes: dict[str, Sequence[Any]], out: Path, variants: list[tuple[str, RunConfig]],

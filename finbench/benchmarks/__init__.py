@@ -1,17 +1,34 @@
 """Benchmarks: one file each, each ending in `BENCHMARK = Benchmark(...)` (the contract in
 `benchmarks/base.py`), registered here with `register`, in the one place a built-in benchmark is
 added (docs/adding-a-benchmark.md); a benchmark defined outside finbench registers itself with the
-same call. The runner, the judge, the scorer, the reports and the CLI reach a benchmark only
-through its `Benchmark`."""
+same call, or is the `BENCHMARK` of a module finbench imports for it (registered then), as the
+studies' are (studies/__init__.py):
+
+- the modules named by the FINBENCH_BENCHMARKS environment variable (comma-separated), imported
+  with the registry, at the end of this module;
+- the Python entry points of the group `finbench.benchmarks` of installed packages (each names a
+  module or a `Benchmark`), read the first time a name is not found among those registered and
+  when every benchmark is listed (`all_benchmarks`): reading the installed packages' metadata
+  costs tens of milliseconds, which a command that names a built-in benchmark never pays.
+
+The runner, the judge, the scorer, the reports and the CLI reach a benchmark only through its
+`Benchmark`."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+import importlib
+import os
+from typing import Any, Callable, Mapping, Sequence
 
-from finbench.benchmarks import famma, fcmr, finchart_bench, finmme, finmmr, finmtm, mme_finance
-from finbench.benchmarks.base import Benchmark
+from finbench.benchmarks import custom, famma, fcmr, finchart_bench, finmme, finmmr, finmtm, mme_finance
+from finbench.benchmarks.base import Benchmark, DataSource
 from finbench.benchmarks.recognise import anything
+from finbench.core.plugins import load_entry_points
 from finbench.core.types import DEFAULT_BENCHMARK, Question
+
+PLUGINS_ENV = "FINBENCH_BENCHMARKS"
+ENTRY_POINTS = "finbench.benchmarks"
 
 BENCHMARKS: dict[str, Benchmark] = {}
 
@@ -30,18 +47,57 @@ def register(benchmark: Benchmark) -> Benchmark:
     return benchmark
 
 
-for _builtin in (finmme, famma, finmtm, mme_finance, finmmr, finchart_bench, fcmr):
+for _builtin in (finmme, famma, finmtm, mme_finance, finmmr, finchart_bench, fcmr, custom):
     register(_builtin.BENCHMARK)
 
-__all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "check_protocol", "describe", "get_benchmark", "load_matching",
-           "refusal_of", "register"]
+__all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "all_benchmarks", "check_protocol", "data_option_names",
+           "data_source", "describe", "get_benchmark", "load_matching", "refusal_of",
+           "register"]
+
+
+@functools.cache
+def entry_point_plugins() -> tuple[str, ...]:
+    """Import (once) what the installed packages declare in the entry-point group `finbench.benchmarks`:
+    a module (its `BENCHMARK`, or what it registered itself) or a `Benchmark`. The names loaded."""
+    return load_entry_points(ENTRY_POINTS, plugin)
+
+
+def plugin(found: Any) -> None:
+    """Register what a plugin names: a `Benchmark`, or a module's `BENCHMARK` (a module that
+    registered its own already is left as it is: `register` takes the same benchmark twice)."""
+    benchmark = found if isinstance(found, Benchmark) else getattr(found, "BENCHMARK", None)
+    if isinstance(benchmark, Benchmark):
+        register(benchmark)
+
+
+def all_benchmarks() -> list[Benchmark]:
+    """Every benchmark, the installed packages' entry points included, in registration order."""
+    entry_point_plugins()
+    return list(BENCHMARKS.values())
 
 
 def get_benchmark(name: str) -> Benchmark:
+    if name.lower() not in BENCHMARKS:
+        entry_point_plugins()  # a name not found: the installed packages' benchmarks may hold it
     try:
         return BENCHMARKS[name.lower()]
     except KeyError:
         raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}") from None
+
+
+def data_option_names() -> list[str]:
+    """The run options some registered benchmark's loader reads beside --data (`Benchmark.data_options`)."""
+    return list(dict.fromkeys(name for benchmark in BENCHMARKS.values() for name in benchmark.data_options))
+
+
+def data_source(benchmark: Benchmark, data: Any, option: Callable[[str], Any] | Mapping[str, Any]) -> Any:
+    """--data as `benchmark`'s loader, recogniser and data check take it: as given, or, for a
+    benchmark that reads run options beside it (`Benchmark.data_options`), a `DataSource` holding
+    their values (`option`: a run's `config.option`, or a mapping name → value)."""
+    if not benchmark.data_options or data is None:
+        return data
+    read = option.get if isinstance(option, Mapping) else option
+    return DataSource(str(data), tuple((name, read(name)) for name in benchmark.data_options))
 
 
 def check_protocol(benchmark: Benchmark, protocol: str | None) -> None:
@@ -95,3 +151,7 @@ def describe(benchmark: Benchmark) -> dict[str, str]:
             "where": where,
             "forms": "; ".join(benchmark.forms), "protocols": "; ".join(benchmark.protocols),
             "metrics": benchmark.metrics}
+
+
+for _module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+    plugin(importlib.import_module(_module))  # its BENCHMARK, or what it registered itself

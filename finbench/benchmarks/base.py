@@ -10,10 +10,13 @@ judges or image transforms; nothing is ever probed with `hasattr`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from finbench.benchmarks.recognise import Recognise, anything
 from finbench.benchmarks.records import data_files
@@ -94,6 +97,61 @@ def rotated_options(question: Question, shift: int) -> Question | None:
     return dataclasses.replace(question, options=question.options[shift:] + question.options[:shift], gold=gold)
 
 
+def questions_digest(questions: Sequence[Question]) -> str:
+    """The content digest of the data a run evaluates (results.json `provenance.data.content`,
+    `finbench data check`): every question's id, kind, text, options, gold, tolerance, unit, meta
+    and fields, and the SHA-256 of each of its images, in data order — so an image replaced under
+    the same path, or a row edited, gives another digest where the files' own digests (which do
+    not cover images named by path) would not."""
+    digest = hashlib.sha256()
+    for question in questions:
+        record = [question.id, question.kind, question.text, list(question.options), question.gold,
+                  question.tolerance, question.unit, sorted((str(k), str(v)) for k, v in question.meta.items()),
+                  sorted((str(k), str(v)) for k, v in question.fields.items()), question.error or "",
+                  [hashlib.sha256(bytes(image)).hexdigest() for image in question.images]]
+        digest.update(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    return "sha256:" + digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class DataSource(os.PathLike):
+    """A `--data` source with the run options a benchmark's loader reads beside it
+    (`Benchmark.data_options`: e.g. a column spec file, an image folder), as `load`, `recognise`,
+    `files` and `inspect` receive it (`finbench.benchmarks.data_source`). It is the data's path to
+    anything that takes one (`Path(source)`, `str(source)`), so a generic layer lists its files as
+    it lists any path's."""
+
+    path: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def option(self, name: str) -> Any:
+        return dict(self.options).get(name)
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """What `finbench data check` shows of a benchmark that checks its own data in full
+    (`Benchmark.inspect`; a file of the user's own, whose every problem is a start-up refusal):
+    the files read, the rows and images found, counts by what splits them (`counts`: title →
+    {value: n}), sections of lines (`sections`: the schema it resolved, rendered prompts, …), every
+    problem by row (each a refusal of `finbench run`), notes, and the data's content digest."""
+
+    files: tuple[str, ...]
+    n_records: int
+    n_images: int
+    counts: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    sections: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    digest: str = ""
+
+
 def cluster_key(field: str, question: Question) -> str:
     """The cluster a question belongs to under a benchmark's `cluster_field`: `id` — its own;
     `image` — a digest of its images' bytes (questions asked of the same picture share it); any
@@ -102,8 +160,6 @@ def cluster_key(field: str, question: Question) -> str:
     if field == "image":
         if not question.images:
             return f"id:{question.id}"
-        import hashlib
-
         digest = hashlib.sha256()
         for image in question.images:
             digest.update(hashlib.sha256(bytes(image)).digest())
@@ -214,7 +270,12 @@ class Benchmark:
     - `answer_type_field` → the samples column whose values are its answer types (`kind`; FinChart-Bench's
       MC and TF are both single choices over different labels: `task`), for the label balance
       (scoring/balance.py: constant-answer baseline, macro-recall, lowest per-label recall).
-      `files(source)` → the data files a source holds, as `finbench data check` lists them."""
+      `files(source)` → the data files a source holds, as `finbench data check` lists them;
+    - `data_options` → the run options (finbench/config/run_options.py names) its loader reads
+      beside `--data` (a column spec, an image folder): `load`, `recognise`, `files` and `inspect`
+      then receive a `DataSource`, and a run that gives one it does not read is refused;
+      `inspect(source)` → an `Inspection`: what `finbench data check` shows of a benchmark that
+      checks its data in full itself (None: the generic check, its loader's per-record errors)."""
 
     name: str
     title: str
@@ -252,6 +313,8 @@ class Benchmark:
     # the constant answer, macro-recall and the lowest per-label recall are computed per type
     answer_type_field: str = "kind"
     files: Callable[[Any], list[Path]] = record_files
+    data_options: tuple[str, ...] = ()  # run options its loader reads beside --data (a DataSource)
+    inspect: Callable[[Any], Inspection] | None = None  # `finbench data check`'s full check of its own
     hub_set: bool = True  # False: `hub_id` names a GitHub repository, read only from a local checkout (--data)
 
     @property

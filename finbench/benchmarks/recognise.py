@@ -5,7 +5,7 @@ saying why not — "…: not FinMMR data — missing required column(s) …". It
 check`, so another benchmark's file is refused in one line instead of run as a file of broken records.
 
 It must be cheap: the column names of each data file from what names them — a parquet file's
-schema, a TSV's header, the first lines of a JSONL file — and, for JSON and Arrow files, their
+schema, a TSV's or CSV's header, the first lines of a JSONL file — and, for JSON and Arrow files, their
 records. A file that cannot be read at all says nothing here: the loader names it. The builders
 below cover what a benchmark usually declares (columns every record set has; one of several
 kinds of record); a benchmark with another test writes its own function of the source.
@@ -39,10 +39,11 @@ def file_columns(file: Path) -> set[str] | None:
 
             metadata = pq.read_metadata(file)
             return set(metadata.schema.to_arrow_schema().names) if metadata.num_rows else None
-        if file.suffix == ".tsv":
-            with file.open(encoding="utf-8", errors="replace") as text:
+        if file.suffix in (".tsv", ".csv"):
+            with file.open(encoding="utf-8-sig", errors="replace") as text:
                 header, first = text.readline(), text.readline()
-            names = next(csv.reader([header.rstrip("\r\n")], delimiter="\t"), [])  # a quoted header, as pandas reads it
+            delimiter = "\t" if file.suffix == ".tsv" else ","
+            names = next(csv.reader([header.rstrip("\r\n")], delimiter=delimiter), [])  # a quoted header, as pandas reads it
             return {name.strip() for name in names if name.strip()} if first.strip() else None
         if file.suffix == ".jsonl":
             columns: set[str] = set()

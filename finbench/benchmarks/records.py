@@ -40,6 +40,7 @@ silently.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import re
 from dataclasses import dataclass, field
@@ -171,6 +172,20 @@ def skipped_note(table: RawTable) -> list[str]:
     return [f"not read as records (metadata files of the data folder): {shown}"]
 
 
+def image_problem(data: bytes) -> str:
+    """'' when the bytes are an image PIL can read (header and size), else why not."""
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.verify()
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+    except Exception as err:  # noqa: BLE001 — any failure is this image's problem
+        return f"{type(err).__name__}: {str(err)[:120]}"
+    return "" if width > 0 and height > 0 else f"empty image ({width}×{height})"
+
+
 def local_file(text: str, base: str | Path, root: str | Path = "") -> Path:
     """The path a record names, `text`, read from `base` (the data file's folder, or a folder a
     loader looks in). An absolute path is taken as given; a relative one must stay inside `base`
@@ -264,8 +279,6 @@ def _read_tsv(path: Path, sep: str = "\t") -> tuple[list[RawRecord], set[str]]:
     fields than the header, fails that record only; a record with fewer fields reads the missing
     ones as empty, as pandas pads them (an empty question or answer is then that record's error).
     A quote left open swallows the rest of the file in pandas too: the file cannot be read."""
-    import io
-
     import pandas as pd
 
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")

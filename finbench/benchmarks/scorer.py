@@ -43,7 +43,9 @@ class Scorer:
     df with derived breakdown columns (e.g. FAMMA's arithmetic × language); `parts` → the parts
     `summary` scores apart, in display order; `metrics` → every metric its tables' headlines
     can name (label, direction, scale, the count behind it: benchmarks/metrics.py), in display
-    order; `variants` → the ways it scores, the official rule first."""
+    order; `variants` → the ways it scores, the official rule first; `breakdown_columns(df)` → the
+    breakdowns of a table whose breakdowns are its data's own (a custom file's columns), read from
+    the table (None: the benchmark's `group_columns`)."""
 
     build_table: Callable[..., ScoreTable]
     variants: tuple[Variant, ...] = (OFFICIAL,)
@@ -51,6 +53,7 @@ class Scorer:
     group_frame: Callable[[pd.DataFrame], pd.DataFrame] = _same_frame
     parts: tuple[Part, ...] = ()
     metrics: tuple[Metric, ...] = (ACCURACY,)
+    breakdown_columns: Callable[[pd.DataFrame], tuple[str, ...]] | None = None
 
     def metric(self, key: str) -> Metric:
         """The declared metric `key` (an undeclared one: shown ×100 under its key)."""

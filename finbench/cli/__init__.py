@@ -1,18 +1,20 @@
-"""`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks,
-judge-agreement.
+"""`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, track, data, models,
+benchmarks, judge-agreement.
 
 Configuration errors (unknown model, missing path, impossible quantization) end the command at
 start-up with one clear line and exit code 2; per-sample problems never stop a run.
 
-One module per command group: `evaluate` (run, demo, sweep), `scores` (score, compare, report,
-leaderboard, judge-agreement), `tools` (data check, models, benchmarks); `common` holds the apps, the consoles and
-how a command ends. The commands are registered below, in the order `finbench --help` lists them.
+One module per command group: `evaluate` (run, demo, sweep; `config_file`: their --config),
+`scores` (score, compare, report, leaderboard, judge-agreement), `track` (track), `tools` (data
+check, models, benchmarks); `common` holds the apps, the consoles and how a command ends. The
+commands are registered below, in the order `finbench --help` lists them.
 """
 
 from __future__ import annotations
 
-from finbench.cli import evaluate, scores, tools
+from finbench.cli import evaluate, scores, tools, track
 from finbench.cli.common import app, data_app, models_app
+from finbench.cli.config_file import config_command
 
 
 
@@ -22,9 +24,13 @@ def _summary(command: object) -> str:
     return " ".join((command.__doc__ or "").strip().split("\n\n")[0].split())
 
 
-CLASSES = {evaluate.demo: evaluate.DemoCommand, evaluate.run: evaluate.ProtocolsCommand}  # a command whose help is read from the registry when asked for
+# a command whose help is read from the registry when asked for (run: its --protocol list); those that
+# take --config FILE
+RUN_COMMAND = type("RunCommand", (evaluate.ProtocolsCommand, config_command(evaluate.run_takes)), {})
+CLASSES = {evaluate.demo: evaluate.DemoCommand, evaluate.run: RUN_COMMAND,
+           evaluate.sweep: config_command(evaluate.sweep_takes)}
 for command in (evaluate.run, evaluate.demo, scores.score, scores.compare, evaluate.sweep, scores.report,
-                scores.leaderboard):
+                scores.leaderboard, track.track):
     app.command(cls=CLASSES.get(command), short_help=_summary(command))(command)
 data_app.command("check", short_help=_summary(tools.data_check))(tools.data_check)
 models_app.command("make-tiny", cls=tools.MakeTinyCommand, short_help=_summary(tools.make_tiny_command))(

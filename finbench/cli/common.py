@@ -15,7 +15,7 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import typer
 from rich.console import Console
@@ -26,15 +26,16 @@ from finbench.core.encodable import escape_streams
 from finbench.report.console import last_line, print_run
 
 
-HELP = ("`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, data, models, benchmarks, "
-        "judge-agreement.")
+HELP = ("`finbench` command line: run, demo, score, compare, sweep, report, leaderboard, track, data, models, "
+        "benchmarks, judge-agreement.")
 
 console = Console(stderr=True, soft_wrap=True)
 out_console = Console()
 
 
 def fail(message: str) -> None:
-    console.print(f"[bold red]error:[/] {escape(message)}")  # paths and values may hold [brackets]
+    # paths and values may hold [brackets] and :codes: ("--track wandb:x:" is no emoji)
+    console.print(f"[bold red]error:[/] {escape(message)}", emoji=False)
     raise typer.Exit(2)
 
 
@@ -143,9 +144,10 @@ def stops_in_one_line() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def run_and_report(work, verbose_tables: bool = False, notice: str | None = None) -> None:
+def run_and_report(work, verbose_tables: bool = False, notice: str | None = None) -> Any:
     """Run, then print each run's compact summary (report/console.py); the last line of all
-    repeats model · benchmark · protocol · headline score [CI] · n · errors."""
+    repeats model · benchmark · protocol · headline score [CI] · n · errors. Returns what `work`
+    returned (None on a data-parallel rank other than 0, which prints nothing)."""
     with stops_in_one_line():
         try:
             result = work()
@@ -154,7 +156,7 @@ def run_and_report(work, verbose_tables: bool = False, notice: str | None = None
 
     runs = list(result.runs.values()) if isinstance(result, MultiRunResult) else [result]
     if any(one.samples is None for one in runs):  # a data-parallel rank other than 0: rank 0 reports
-        return
+        return None
     failed = []
     for one in runs:
         if len(runs) > 1:
@@ -175,3 +177,4 @@ def run_and_report(work, verbose_tables: bool = False, notice: str | None = None
         out_console.print(last_line(one.results), markup=False, highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(1)
+    return result

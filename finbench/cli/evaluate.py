@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -11,9 +12,10 @@ from rich.markup import escape
 
 from finbench.app import api  # by module: a test stands in for api.evaluate
 from finbench.benchmarks import BENCHMARKS
+from finbench.app.track import EXPERIMENT, tracker
 from finbench.cli.common import (comma_list, console, fail, home, one_line_errors, out_console, run_and_report,
                                  stops_in_one_line)
-from finbench.config.options import with_options
+from finbench.config.options import Option, with_options
 from finbench.config.run_options import OPTIONS, run_flags, sweep_flags
 from finbench.core.types import DEFAULT_BENCHMARK  # the registry's default (finbench.benchmarks hands it on), without
 from finbench.offline.demo import demo_data, demo_model, demo_options, demos
@@ -75,9 +77,31 @@ VERBOSE_TABLES_HELP = ("Print every breakdown table, calibration and the selecti
                        "the breakdown with the largest spread).")
 OVERWRITE_HELP = ("Replace the results of another run (another model, benchmark, data or protocol) that --out holds "
                   "(default: refuse).")
+CONFIG_HELP = ("A YAML or TOML file of this command's options: each key an option below (dashes or underscores); a "
+               "flag given here overrides the file. A `runs:` list runs each entry into its own folder, the file's other "
+               "keys shared (docs/config.md).")
+PRINT_CONFIG_HELP = ("Print the resolved options as YAML (what the run folder's config.yaml holds) and stop: "
+                     "nothing runs.")
+TRACK_HELP = ("Record the finished run in an experiment tracker, as `finbench track` does: mlflow:URI, e.g. "
+              "mlflow:sqlite:///runs/mlflow.db (the optional `track` extra).")
+SWEEP_PRINT_CONFIG_HELP = ("Print the resolved options as YAML (what the sweep folder's config.yaml holds) and stop: "
+                           "nothing runs.")
+SWEEP_TRACK_HELP = ("Record the finished sweep in an experiment tracker, as `finbench track` does: one parent run, a "
+                    "child per variant. mlflow:URI, e.g. mlflow:sqlite:///runs/mlflow.db (the optional `track` "
+                    "extra).")
 
 
-@with_options(lambda: run_flags() + study_options())  # every RunConfig option (finbench/config/run_options.py), every study's
+def run_takes() -> list[Option]:
+    """`finbench run`'s declared options: every RunConfig option it takes (config/run_options.py), every study's."""
+    return run_flags() + study_options()
+
+
+def sweep_takes() -> list[Option]:
+    """`finbench sweep`'s declared options: its options and axes, the studies every variant runs."""
+    return sweep_flags() + study_options(sweep=True)
+
+
+@with_options(run_takes)  # a --config file's keys are typed by the same declarations (cli/config_file.py)
 def run(
     benchmark: List[str] = typer.Option([DEFAULT_BENCHMARK], help=OPTIONS["benchmark"].help),
     data: List[str] = typer.Option([], help=OPTIONS["data"].help),
@@ -86,21 +110,30 @@ def run(
                                  "once; all of them in run.log)."),
     verbose_tables: bool = typer.Option(False, "--verbose-tables", help=VERBOSE_TABLES_HELP),
     overwrite: bool = typer.Option(False, help=OVERWRITE_HELP),
+    config: Optional[str] = typer.Option(None, help=CONFIG_HELP),
+    print_config: bool = typer.Option(False, "--print-config", help=PRINT_CONFIG_HELP),
+    track: Optional[str] = typer.Option(None, help=TRACK_HELP),
     *, options: dict[str, Any],
-) -> None:
+) -> Optional[dict[str, Any]]:
     """Evaluate a model on one or more benchmarks; resumes from the cache if interrupted."""
-    import shlex
     import sys
 
     configure_output(progress, verbose)
     benchmark, model = comma_list(benchmark), options.pop("model")
     try:
         sources = api.data_sources(data, api.benchmark_names(benchmark)) if data else None
-    except ValueError as err:
+        target = tracker(track)  # before the run: a tracker that cannot take it is refused now
+        if print_config:  # printed by the command (cli/config_file.py)
+            return api.resolved_options(model, benchmark, data=sources, **options)
+    except (ValueError, TypeError) as err:
         fail(str(err))
     command = shlex.join(["finbench", *sys.argv[1:]])
-    run_and_report(lambda: api.evaluate(model, benchmark, data=sources, overwrite=overwrite, show_progress=progress,
-                                        console=console, command=command, **options), verbose_tables)
+    result = run_and_report(lambda: api.evaluate(model, benchmark, data=sources, overwrite=overwrite,
+                                                 show_progress=progress, console=console, command=command, **options),
+                            verbose_tables)
+    if target is not None and result is not None:
+        track_folders(target, [one.out_dir for one in (result if isinstance(result, api.MultiRunResult) else [result])])
+    return None
 
 
 def demo(
@@ -141,25 +174,31 @@ def demo(
                    verbose_tables, notice=DEMO_NOTICE)  # once, above the last line: the score it qualifies
 
 
-@with_options(lambda: sweep_flags() + study_options(sweep=True))  # a sweep's options and axes, the studies every variant runs
+@with_options(sweep_takes)
 def sweep(
     model: Optional[str] = typer.Option(None, help="Hub id or local folder of the model (or use --models)."),
     models: List[str] = typer.Option([], help="Comma-separated (or repeated) models, e.g. instruct,thinking "
                                      "checkpoints."),
     progress: bool = typer.Option(True, help=PROGRESS_HELP),
     verbose: bool = typer.Option(False, help="Show every library warning and log line."),
+    config: Optional[str] = typer.Option(None, help=CONFIG_HELP),
+    print_config: bool = typer.Option(False, "--print-config", help=SWEEP_PRINT_CONFIG_HELP),
+    track: Optional[str] = typer.Option(None, help=SWEEP_TRACK_HELP),
     *, options: dict[str, Any],
-) -> None:
+) -> Optional[dict[str, Any]]:
     """Run one evaluation under several settings (quantization, dtype, thinking budget, models)
     and compare every variant against the first."""
     configure_output(progress, verbose)
     # a folder that exists is locked first, before the sweep's modules (numpy, pandas, torch) load:
     # a second sweep into it is refused at once; run_sweep takes the same lock again (this thread
     # holds it). A folder not there yet is no one's: run_sweep makes and locks it after the checks.
+    # --print-config writes nothing, so it takes no lock.
     out = Path(options["out"])
-    with stops_in_one_line(), one_line_errors(), folder_lock(out) if out.is_dir() else contextlib.nullcontext():
-        from finbench.app.sweep import parse_axis, run_sweep
+    early_lock = folder_lock(out) if out.is_dir() and not print_config else contextlib.nullcontext()
+    with stops_in_one_line(), one_line_errors(), early_lock:
+        from finbench.app.sweep import parse_axis, run_sweep, sweep_document
 
+        target = tracker(track)
         model_list = parse_axis(comma_list(models)) or ([model] if model else [])
         if not model_list:
             raise ValueError("give --model or --models")
@@ -168,8 +207,29 @@ def sweep(
         axes = {"model": model_list, **{name: parse_axis(comma_list(options.pop(name)), OPTIONS[name].kind)
                                         for name in [o.name for o in sweep_flags() if o.axis]}}
         base = api.make_config(model_list[0], **options)
+        if print_config:  # printed by the command (cli/config_file.py)
+            return sweep_document(base, axes, check=True)
         summary = run_sweep(base, axes, options["out"], show_progress=progress, console=console)
     print_sweep(summary, Path(options["out"]))
+    if target is not None:
+        track_folders(target, [options["out"]])
+    return None
+
+
+def track_folders(target: tuple[str, str], folders: list[Any]) -> None:
+    """`--track`: the finished run's folders into the tracker; a failure says how to retry (exit 1)."""
+    from finbench.app.track import track
+
+    to, uri = target
+    try:
+        lines = track(folders, to, uri, EXPERIMENT)
+    except (ValueError, OSError) as err:
+        retry = shlex.join(["finbench", "track", *map(str, folders), "--to", to, "--uri", uri])
+        console.print(f"[bold red]error:[/] not tracked: {escape(str(err))} — the run is complete; retry with "
+                      f"`{escape(retry)}`", emoji=False)
+        raise typer.Exit(1) from None
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
 
 
 def print_sweep(summary: dict[str, Any], out: Path) -> None:

@@ -131,7 +131,7 @@ def leaderboard(
     out: List[Path] = typer.Option([], help="Write the leaderboard to FILE.csv, FILE.md or FILE.html "
                                    "(sortable, with the per-domain breakdown); repeatable."),
     reference: Optional[Path] = typer.Option(None, help="The run the paired tests compare against (default: the "
-                                             "first run of each benchmark)."),
+                                             "first run of each benchmark; of a sweep folder, the sweep's own reference)."),
 ) -> None:
     """One row per run: model, quant, thinking, protocol, benchmark, headline score with CI,
     accuracy, n, errors, samples/s, and the difference from a reference run, marked "*" where its

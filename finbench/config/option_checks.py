@@ -16,7 +16,7 @@ from finbench.core.types import AUTO, DTYPE_NAMES, QUANT_CHOICES
 
 DEVICE_NAME = re.compile(r"auto|(cpu|mps|cuda)(:\d+)?")
 DEVICE_MAPS = (None, "auto", "balanced", "balanced_low_0", "sequential")
-DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json")
+DATA_SUFFIXES = (".parquet", ".arrow", ".jsonl", ".json", ".csv", ".tsv")
 
 
 def batch_size(value: Any) -> int | str:
@@ -51,6 +51,22 @@ def at_least(flag: str, low: int) -> Callable[[Any, Any], None]:
     def check(value: Any, config: Any) -> None:
         if value is not None and value < low:
             raise ValueError(f"{flag} {value}: must be at least {low}")
+    return check
+
+
+def existing_file(flag: str) -> Callable[[Any, Any], None]:
+    """A check that a path given is a file."""
+    def check(value: Any, config: Any) -> None:
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ValueError(f"{flag} {value}: no such file")
+    return check
+
+
+def existing_folder(flag: str) -> Callable[[Any, Any], None]:
+    """A check that a path given is a folder."""
+    def check(value: Any, config: Any) -> None:
+        if value is not None and not Path(value).expanduser().is_dir():
+            raise ValueError(f"{flag} {value}: no such folder")
     return check
 
 

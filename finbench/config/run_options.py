@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from finbench.benchmarks import get_benchmark
+from finbench.benchmarks import BENCHMARKS, data_option_names, get_benchmark
 from finbench.config.options import Option, field_options
 from finbench.config.specs import RunConfig
 
@@ -39,8 +39,22 @@ def _quant_vision_quant(config: RunConfig) -> None:
         raise ValueError("--quant-vision applies with --quant (8bit, 4bit, int8wo, int4wo, fp8)")
 
 
+def check_data_options(benchmark_name: str, option: Callable[[str], Any]) -> None:
+    """A data option (--spec, --image-root) the benchmark does not read is refused, never ignored
+    (`option`: the value given of each option name; `finbench run` and `finbench data check` alike)."""
+    benchmark = get_benchmark(benchmark_name)
+    for name in data_option_names():
+        if option(name) is not None and name not in benchmark.data_options:
+            readers = [b.name for b in BENCHMARKS.values() if name in b.data_options]
+            raise ValueError(f"{OPTIONS[name].cli_flag}: {benchmark.name} does not read it (read by: {', '.join(readers)})")
+
+
+def _data_options_read(config: RunConfig) -> None:
+    check_data_options(config.benchmark, config.option)
+
+
 # what one option's declaration cannot check alone; the served options' own are sources.py `check_sources`
-CROSS_CHECKS: list[Callable[[RunConfig], None]] = [_think_budget_protocol, _quant_vision_quant]
+CROSS_CHECKS: list[Callable[[RunConfig], None]] = [_think_budget_protocol, _quant_vision_quant, _data_options_read]
 
 
 def run_flags() -> list[Option]:

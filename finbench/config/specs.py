@@ -35,8 +35,9 @@ class LoadSpec:
                                     check=checks.request_timeout)
     served_thinking: bool = option(False, "Ask a served model to think (chat_template_kwargs enable_thinking; off "
                                    "by default, as finbench renders hybrid models).")
-    served_reading: str = option("auto", "How a served model's choices are read: auto (logprobs on vLLM and SGLang, "
-                                 "else the decision endpoint), logprobs or decision.",
+    served_reading: str = option("auto", "How a served model's choices are read: auto (the first reading a start-up "
+                                 "probe finds working: token logprobs on vLLM, top logprobs on SGLang, else the "
+                                 "decision endpoint), logprobs or decision (docs/scale.md).",
                                  check=checks.one_of("--served-reading", SERVED_READINGS, ", ".join(SERVED_READINGS)))
     dtype: str = option("auto", "auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16.", check=checks.dtype,
                         identity=True, axis=True,
@@ -168,6 +169,14 @@ class RunConfig:
     data: str | None = option(None, "Local data file/folder or hub id (default: the benchmark's hub set); with "
                               "several benchmarks, BENCHMARK=SOURCE, repeatable.", parse=str, check=checks.data,
                               identity=True, run=False, sweep=True, sweep_help="Local data file/folder or hub id.")
+    # read beside --data by the benchmarks that declare them (Benchmark.data_options): a column spec, an image folder
+    data_spec: str | None = option(None, "A YAML file naming which of the data's columns hold what (the question, "
+                                   "options, answer, images, breakdowns; benchmarks that read one: `finbench "
+                                   "benchmarks`, docs/own-data.md).", parse=str, check=checks.existing_file("--spec"),
+                                   identity=True, sweep=True, flag="--spec")
+    image_root: str | None = option(None, "The folder the data's relative image paths are read from (besides the "
+                                    "data file's own folder).", parse=str,
+                                    check=checks.existing_folder("--image-root"), identity=True, sweep=True)
     protocol: str = option(DEFAULT_PROTOCOL, "constrained (logit-based) or official (generate + extract).",
                            check=checks.protocol, identity=True)
     limit: int | None = option(None, "Evaluate only the first N questions (after filters).",

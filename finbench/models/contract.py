@@ -46,6 +46,7 @@ class Capabilities:
     # the constrained answers it can read (types.py kinds): a served model reads single choices at most
     constrained: tuple[str, ...] = (SINGLE, MULTI, NUMERICAL)
     choice_reading: str = ""  # how choices are read when not from finbench's prompt and logits (a note in results)
+    unread: str = ""  # why the kinds missing from `constrained` are not read here (one line, saying what reads them)
 
 
 def refusal(capabilities: Capabilities, family: str, *, think_budget: int = 0, quant: str = "none",

@@ -212,13 +212,17 @@ class SharedActivation:
 
     def __call__(self, x: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(fp8 rows, scales) of `rows` (= `x` viewed as [M, K]); `x` is what the layer was given."""
-        if self._left > 0 and self._source is not None and self._source() is x and x._version == self._version:
+        # under torch.inference_mode (every run's forward) tensors keep no version counter (reading
+        # one raises): identity alone decides then, which holds for the siblings served here,
+        # called one after another on the same input with no in-place change between them
+        version = None if x.is_inference() else x._version
+        if self._left > 0 and self._source is not None and self._source() is x and version == self._version:
             value = self._value
         else:
             quantize = self.quantize or fused_quantize_rows(rows.device.type)
             value = quantize(rows)
             self.calls += 1
-            self._source, self._version, self._left = weakref.ref(x, self._drop), x._version, self.users
+            self._source, self._version, self._left = weakref.ref(x, self._drop), version, self.users
         self._left -= 1
         if self._left > 0:
             self._value = value

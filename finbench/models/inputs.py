@@ -14,7 +14,10 @@ list) of the batch's images (e.g. Qwen's patches); `derived_keys` are computed f
 (positions) and dropped when the tokens change, `image_derived_keys` from the images (a tower's
 indices) and dropped when the rows do: the adapter recomputes what it needs, at once for a joined
 batch when the parts carry its `derive` (the function that computed them in the workers).
-A key none of these name cannot be cut by rows (`select` refuses it).
+A key none of these name cannot be cut by rows (`select` refuses it). A batch a server answers
+(models/served.py) has no tokens here: once answered it holds `prompt_tokens` and `image_tokens`,
+each row's counts as the server's usage reports them (None where it does not), which the runner's
+cost reads in place of the attention mask (runner/cost.py).
 """
 
 from __future__ import annotations

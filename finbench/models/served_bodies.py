@@ -1,7 +1,7 @@
 """What a served model (models/served.py) is sent and how its answers are read: OpenAI-compatible
 chat-completion and System One decision bodies built from finbench's prompts (images as lossless
-PNG data URLs), and the option log-probabilities read back from them. Pure functions: the tests
-replay documented answer shapes through them."""
+PNG data URLs), the log-probabilities (of given token ids, or the top 20) and the token counts read
+back from them. Pure functions: the tests replay documented answer shapes through them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import base64
 import io
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -30,7 +30,6 @@ class ServedRow:
     n_options: int
     state: str
     assets: tuple[tuple[str, str], ...]  # (placeholder, base64 PNG)
-
 
 
 def served_row(request: ModelRequest) -> ServedRow:
@@ -61,23 +60,81 @@ def served_row(request: ModelRequest) -> ServedRow:
     return ServedRow(tuple(messages), request.answer_prefix, request.n_options, "\n\n".join(state_lines), assets)
 
 
-def decision_body(model_id: str, row: ServedRow) -> dict[str, Any]:
-    """One System One choice question over the prompt (its options' letters as the choices)."""
+def decision_body(model_id: str, row: ServedRow, media: str = "assets") -> dict[str, Any]:
+    """One System One choice question over the prompt (its options' letters as the choices), its
+    images in the field the server reads (`media`): "assets" keyed by their placeholders in the
+    state (transformers serve), or "images", a list of data URLs (vLLM, which ignores "assets")."""
     if len(row.assets) > MAX_ASSETS:
         raise ServedError(f"the decision endpoint takes at most {MAX_ASSETS} images; this question shows "
                           f"{len(row.assets)}")
     criteria = {letter: None for letter in OPTION_LETTERS[:row.n_options]}
-    return {"model": model_id, "state": row.state, "questions": {"answer": {"type": "choice", "criteria": criteria}},
-            "assets": {name: {"type": "image", "format": "png", "data_base64": data} for name, data in row.assets}}
+    body = {"model": model_id, "state": row.state, "questions": {"answer": {"type": "choice", "criteria": criteria}}}
+    if media == "images":
+        return {**body, "images": ["data:image/png;base64," + data for _, data in row.assets]}
+    return {**body, "assets": {name: {"type": "image", "format": "png", "data_base64": data} for name, data in row.assets}}
+
+
+def chat_body(model_id: str, row: ServedRow, thinking: bool = False, answered: str = "") -> dict[str, Any]:
+    """finbench's prompt as a chat completion: its messages, then its answer prefix and the answer
+    begun so far (`answered`) as a final assistant message the reply continues
+    (`continue_final_message`); the template's thinking switch set."""
+    begun = row.answer_prefix + answered
+    messages = list(row.messages) + ([_assistant(begun)] if begun else [])
+    extra = {"continue_final_message": True, "add_generation_prompt": False} if begun else {}
+    return {"model": model_id, "messages": messages, "chat_template_kwargs": {"enable_thinking": thinking}, **extra}
 
 
 def logprobs_body(model_id: str, row: ServedRow, thinking: bool = False) -> dict[str, Any]:
-    """A one-token greedy completion continuing finbench's constrained prompt (its answer prefix as
-    the final assistant message), with the top log-probs; the template's thinking switch set."""
-    messages = list(row.messages) + ([_assistant(row.answer_prefix)] if row.answer_prefix else [])
-    extra = {"continue_final_message": True, "add_generation_prompt": False} if row.answer_prefix else {}
-    return {"model": model_id, "messages": messages, "max_tokens": 1, "temperature": 0, "logprobs": True,
-            "top_logprobs": TOP_LOGPROBS, "chat_template_kwargs": {"enable_thinking": thinking}, **extra}
+    """A one-token greedy completion continuing finbench's constrained prompt, with the top log-probs."""
+    return {**chat_body(model_id, row, thinking), "max_tokens": 1, "temperature": 0, "logprobs": True,
+            "top_logprobs": TOP_LOGPROBS}
+
+
+def token_logprobs_body(model_id: str, row: ServedRow, ids: Sequence[int], answered: str = "",
+                        thinking: bool = False) -> dict[str, Any]:
+    """A one-token greedy completion continuing finbench's prompt and the answer begun, asking the
+    full-vocabulary log-probability of each of `ids` at the reply's next token (vLLM's
+    `logprob_token_ids`), with tokens named by id (`return_tokens_as_token_ids`)."""
+    return {**chat_body(model_id, row, thinking, answered), "max_tokens": 1, "temperature": 0, "logprobs": True,
+            "logprob_token_ids": sorted(set(ids)), "return_tokens_as_token_ids": True}
+
+
+def token_logprobs(answer: dict[str, Any], ids: Sequence[int]) -> dict[int, float]:
+    """The log-probability of each of `ids` from an answer to `token_logprobs_body`: vLLM lists the
+    sampled token, then each id asked for, once (an id equal to the sampled one is not repeated),
+    as "token_id:N" in choices[0].logprobs.content[0].top_logprobs. An id missing (a server that
+    ignores `logprob_token_ids`) is a ServedError, never filled in."""
+    try:
+        listed = answer["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        found = {int(str(e["token"]).removeprefix("token_id:")): float(e["logprob"]) for e in listed}
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise ServedError("the server returned no log-probabilities of token ids for the answer token") from None
+    missing = sorted(set(ids) - set(found))
+    if missing:
+        raise ServedError(f"the server returned no log-probability for token ids {missing[:5]} (it ignores "
+                          "logprob_token_ids)")
+    return {i: found[i] for i in ids}
+
+
+def usage_counts(answer: Any) -> tuple[int | None, int | None, int | None]:
+    """(prompt, image, generated) tokens an answer's `usage` reports, None where it does not: a chat
+    completion's prompt_tokens, prompt_tokens_details.multimodal_tokens.image (vLLM with
+    --enable-prompt-tokens-details; 0 for a prompt without images) and completion_tokens, or a
+    decision endpoint's input_tokens and output_tokens."""
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    if not isinstance(usage, dict):
+        return None, None, None
+    prompt = _count(usage.get("prompt_tokens", usage.get("input_tokens")))
+    generated = _count(usage.get("completion_tokens", usage.get("output_tokens")))
+    details = usage.get("prompt_tokens_details")
+    image = None
+    if isinstance(details, dict) and "multimodal_tokens" in details:
+        image = _count((details.get("multimodal_tokens") or {}).get("image", 0))
+    return prompt, image, generated
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else None
 
 
 def logprobs_of_letters(answer: dict[str, Any], n_options: int) -> list[float]:

@@ -59,8 +59,10 @@ class ServedClient:
     def get(self, path: str) -> Any:
         return self._send("GET", path, None)
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        return self._send("POST", path, body)
+    def post(self, path: str, body: dict[str, Any], root: bool = False) -> Any:
+        """POST `body` to `path` under the base URL, or (`root`) under the server's root, where vLLM
+        serves /tokenize beside /v1."""
+        return self._send("POST", path, body, root)
 
     def exists(self, path: str) -> bool:
         """Whether the server routes POST `path` (an empty body: a 404/405 says no, anything else
@@ -68,7 +70,7 @@ class ServedClient:
         response = self._attempt("POST", path, {})
         return response.status_code not in (404, 405)
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+    def _send(self, method: str, path: str, body: dict[str, Any] | None, root: bool = False) -> Any:
         import httpx
 
         last, last_response = "", None
@@ -77,7 +79,7 @@ class ServedClient:
                 time.sleep(self._delay(attempt, last_response))
             last_response = None
             try:
-                response = self._attempt(method, path, body)
+                response = self._attempt(method, path, body, root)
             except httpx.TimeoutException:
                 last = f"no answer within {self.settings.timeout:g} s"
                 continue
@@ -98,8 +100,9 @@ class ServedClient:
                 raise ServedError(f"{method} {path}: the answer is not JSON") from None
         raise ServedError(f"{method} {path}: {last} after {self.settings.retries + 1} tries")
 
-    def _attempt(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
-        return self._http.request(method, self.base_url + path, json=body)
+    def _attempt(self, method: str, path: str, body: dict[str, Any] | None, root: bool = False) -> Any:
+        base = self.base_url.removesuffix("/v1") if root else self.base_url
+        return self._http.request(method, base + path, json=body)
 
     def _delay(self, attempt: int, response: Any) -> float:
         """Exponential backoff, or the server's `Retry-After` (seconds) when it gives one."""

@@ -80,7 +80,7 @@ from typing import Any
 
 from finbench.offline.bpe import TINY_MARKER, TINY_NOTE, check_tokenizer
 from finbench.offline.tiny_auto import AUTO_BUILDERS, STOPS
-from finbench.offline.tiny_families import _BUILDERS, _Built, _HEAD_DIM, _VISION_HIDDEN
+from finbench.offline.tiny_families import _BUILDERS, HEAD_DIM_FAMILIES, _Built, _HEAD_DIM, _VISION_HIDDEN
 
 TINY_FAMILIES: tuple[str, ...] = ("qwen2.5-vl", "qwen3-vl", "internvl", "qwen3-vl-moe", "qwen3.5", "qwen3.5-moe",
                                   "deepseek-vl2", "gemma4", "glm46v", "minicpmv4_6", "llama4", "mistral3", "smolvlm",
@@ -123,6 +123,7 @@ def make_tiny(
     weights_dtype: str = "bfloat16",
     thinking: bool = False,
     vision_hidden_size: int = _VISION_HIDDEN,
+    head_dim: int = _HEAD_DIM,
 ) -> Path:
     """Build a tiny random-weight checkpoint of `family` into `out_dir` and return its path.
 
@@ -132,7 +133,8 @@ def make_tiny(
     load with `dtype=torch.float32` for exact comparisons. `thinking=True` writes a thinking
     checkpoint's chat template (the generation prompt opens `<think>`, as Qwen3-VL-*-Thinking).
     `vision_hidden_size` sets the vision tower's width (offline/tiny_quant.py builds quantization
-    checkpoints in kernel-friendly widths with it).
+    checkpoints in kernel-friendly widths with it). `head_dim` (HEAD_DIM_FAMILIES): the text and
+    vision attention heads' size, e.g. 32 for vLLM's CPU attention (docs/scale.md).
     """
     import torch
 
@@ -144,14 +146,15 @@ def make_tiny(
         from finbench.offline.tiny_deepseek_vl2 import make_tiny_deepseek_vl2
 
         return make_tiny_deepseek_vl2(out_dir, seed=seed, hidden_size=hidden_size, weights_dtype=weights_dtype)
-    _check_arguments(family, hidden_size, weights_dtype, thinking)
+    _check_arguments(family, hidden_size, weights_dtype, thinking, head_dim)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
     # Fork the RNG so that seeding for a deterministic init does not disturb the caller.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        built = (AUTO_BUILDERS.get(family) or _BUILDERS[family])(hidden_size, max_pixels, vision_hidden_size)
+        wide = {"head_dim": head_dim} if head_dim != _HEAD_DIM else {}  # default builds: files unchanged
+        built = (AUTO_BUILDERS.get(family) or _BUILDERS[family])(hidden_size, max_pixels, vision_hidden_size, **wide)
     if thinking:
         _make_thinking(built)
     model = built.model.to(getattr(torch, weights_dtype)).eval()
@@ -180,6 +183,7 @@ def make_tiny(
         "processor": built.processor_class,
         "hidden_size": hidden_size,
         **({"vision_hidden_size": vision_hidden_size} if vision_hidden_size != _VISION_HIDDEN else {}),
+        **wide,
         "max_pixels": max_pixels,
         "weights_dtype": weights_dtype,
         "thinking": thinking,
@@ -190,13 +194,17 @@ def make_tiny(
     return out
 
 
-def _check_arguments(family: str, hidden_size: int, weights_dtype: str, thinking: bool) -> None:
-    """One ValueError line for a family, width, dtype or thinking variant no tiny build has."""
+def _check_arguments(family: str, hidden_size: int, weights_dtype: str, thinking: bool,
+                     head_dim: int = _HEAD_DIM) -> None:
+    """One ValueError line for a family, width, dtype, head size or thinking variant no tiny build has."""
     if family not in _BUILDERS and family not in AUTO_BUILDERS:
         raise ValueError(f"unknown tiny family {family!r}; known: {', '.join(TINY_FAMILIES)}")
-    if hidden_size <= 0 or hidden_size % _HEAD_DIM:
+    if head_dim != _HEAD_DIM and (family not in HEAD_DIM_FAMILIES or head_dim <= 0 or head_dim % _HEAD_DIM):
+        raise ValueError(f"head_dim {head_dim}: only {', '.join(HEAD_DIM_FAMILIES)} are built with another head "
+                         f"size (a multiple of {_HEAD_DIM}); {family}'s is {_HEAD_DIM}")
+    if hidden_size <= 0 or hidden_size % head_dim:
         raise ValueError(
-            f"hidden_size must be a positive multiple of {_HEAD_DIM} (of 64 for bnb 4-bit), got {hidden_size}"
+            f"hidden_size must be a positive multiple of {head_dim} (of 64 for bnb 4-bit), got {hidden_size}"
         )
     if weights_dtype not in ("bfloat16", "float32"):
         raise ValueError(f"weights_dtype must be 'bfloat16' or 'float32', got {weights_dtype!r}")

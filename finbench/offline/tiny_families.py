@@ -15,6 +15,9 @@ from finbench.offline.tiny_texts import (INTERNVL_CHAT_TEMPLATE, QWEN25_VL_CHAT_
 # of 16 (multiples of 64 are needed for bitsandbytes 4-bit, which crashes on < 64 in-features).
 _HEAD_DIM = 16
 _VISION_HIDDEN = 64
+# `make_tiny(head_dim=...)` builds these families with wider heads (vLLM's CPU attention runs head
+# sizes 32, 64, 80, ... only: docs/scale.md)
+HEAD_DIM_FAMILIES = ("qwen2.5-vl", "qwen3-vl")
 
 
 # --------------------------------------------------------------------------------------------
@@ -47,8 +50,8 @@ def _padded_vocab(tokenizer: Any) -> int:
     return (len(tokenizer) + 63) // 64 * 64
 
 
-def _text_dims(hidden_size: int) -> dict[str, int]:
-    heads = hidden_size // _HEAD_DIM
+def _text_dims(hidden_size: int, head_dim: int = _HEAD_DIM) -> dict[str, int]:
+    heads = hidden_size // head_dim
     return {
         "hidden_size": hidden_size,
         "intermediate_size": 2 * hidden_size,
@@ -58,13 +61,20 @@ def _text_dims(hidden_size: int) -> dict[str, int]:
     }
 
 
+def _mrope(sections: list[int], head_dim: int) -> list[int]:
+    """Rotary sections (temporal, height, width) of head_dim 16 scaled to `head_dim` (they sum to
+    head_dim / 2: no weight depends on them)."""
+    return [s * head_dim // _HEAD_DIM for s in sections]
+
+
 def _qwen_image_sizes(max_pixels: int, factor: int) -> dict[str, int]:
     # Smallest image = 2x2 merged tokens (the real min_pixels is 56*56 for a 28-pixel factor).
     min_pixels = min(4 * factor * factor, max_pixels)
     return {"shortest_edge": min_pixels, "longest_edge": max_pixels}
 
 
-def _build_qwen25_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN) -> _Built:
+def _build_qwen25_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN,
+                     head_dim: int = _HEAD_DIM) -> _Built:
     from transformers import (
         Qwen2_5_VLConfig,
         Qwen2_5_VLForConditionalGeneration,
@@ -86,7 +96,7 @@ def _build_qwen25_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VI
         chat_template=QWEN25_VL_CHAT_TEMPLATE,
     )
     text = {
-        **_text_dims(hidden_size),
+        **_text_dims(hidden_size, head_dim),
         "vocab_size": _padded_vocab(tokenizer),
         "max_position_embeddings": 32768,
         "hidden_act": "silu",
@@ -94,7 +104,7 @@ def _build_qwen25_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VI
         "use_sliding_window": False,
         # mrope_section splits head_dim/2 = 8 rotary frequencies into (temporal, height, width),
         # the same 2:3:3 proportion as the real [16, 24, 24] of head_dim 128.
-        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": _mrope([2, 3, 3], head_dim)},
         "bos_token_id": ids("<|endoftext|>"),
         "eos_token_id": ids("<|im_end|>"),
     }
@@ -102,7 +112,7 @@ def _build_qwen25_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VI
         "depth": 2,
         "hidden_size": vision_hidden,
         "intermediate_size": 2 * vision_hidden,
-        "num_heads": vision_hidden // _HEAD_DIM,
+        "num_heads": vision_hidden // head_dim,
         "hidden_act": "silu",
         "patch_size": 14,
         "spatial_merge_size": 2,
@@ -127,7 +137,8 @@ def _build_qwen25_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VI
                   {"text_config": text, "vision_config": vision, "image_processor_size": size})
 
 
-def _build_qwen3_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN) -> _Built:
+def _build_qwen3_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VISION_HIDDEN,
+                    head_dim: int = _HEAD_DIM) -> _Built:
     from transformers import (
         Qwen3VLConfig,
         Qwen3VLForConditionalGeneration,
@@ -151,8 +162,8 @@ def _build_qwen3_vl(hidden_size: int, max_pixels: int, vision_hidden: int = _VIS
         video_processor=video_processor,
         chat_template=QWEN3_VL_CHAT_TEMPLATE,
     )
-    text = _qwen3_style_text(tokenizer, hidden_size)
-    vision = _qwen3_style_vision(hidden_size, deepstack=True, vision_hidden=vision_hidden)
+    text = _qwen3_style_text(tokenizer, hidden_size, head_dim)
+    vision = _qwen3_style_vision(hidden_size, deepstack=True, vision_hidden=vision_hidden, head_dim=head_dim)
     config = Qwen3VLConfig(
         text_config=text,
         vision_config=vision,
@@ -269,31 +280,32 @@ def _qwen3_style_processor(tokenizer: Any, max_pixels: int, chat_template: str) 
     return processor, size
 
 
-def _qwen3_style_text(tokenizer: Any, hidden_size: int) -> dict[str, Any]:
+def _qwen3_style_text(tokenizer: Any, hidden_size: int, head_dim: int = _HEAD_DIM) -> dict[str, Any]:
     """The text config shared by the Qwen3-VL dense and MoE builders."""
     ids = tokenizer.convert_tokens_to_ids
     return {
-        **_text_dims(hidden_size),
-        "head_dim": _HEAD_DIM,
+        **_text_dims(hidden_size, head_dim),
+        "head_dim": head_dim,
         "vocab_size": _padded_vocab(tokenizer),
         "max_position_embeddings": 32768,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-6,
         # Interleaved mrope over head_dim/2 = 8 frequencies; sections (t, h, w) = [4, 2, 2]
         # (the interleave needs 3 * section <= 8 for h and w; real: [24, 20, 20] of 64).
-        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": [4, 2, 2],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0, "mrope_section": _mrope([4, 2, 2], head_dim),
                             "mrope_interleaved": True},
         "bos_token_id": ids("<|endoftext|>"),
         "eos_token_id": ids("<|im_end|>"),
     }
 
 
-def _qwen3_style_vision(hidden_size: int, deepstack: bool, vision_hidden: int = _VISION_HIDDEN) -> dict[str, Any]:
+def _qwen3_style_vision(hidden_size: int, deepstack: bool, vision_hidden: int = _VISION_HIDDEN,
+                        head_dim: int = _HEAD_DIM) -> dict[str, Any]:
     vision = {
         "depth": 2,
         "hidden_size": vision_hidden,
         "intermediate_size": 2 * vision_hidden,
-        "num_heads": vision_hidden // _HEAD_DIM,
+        "num_heads": vision_hidden // head_dim,
         "hidden_act": "gelu_pytorch_tanh",
         "patch_size": 16,
         "spatial_merge_size": 2,

@@ -19,16 +19,24 @@ def _balance(results_or_scores: dict[str, Any]) -> dict[str, Any] | None:
     return found if found and found.get("n") else None
 
 
+def named(label: str, found: dict[str, Any]) -> str:
+    """A gold label with the answer it stands for where every item shows the same one ('A = none')."""
+    texts = found.get("label_texts") or {}
+    letter = label.rsplit(" ", 1)[-1]  # 'single A' where a run has several answer types
+    return f"{label} = {texts[letter]}" if letter in texts else label
+
+
 def balance_line(results: dict[str, Any]) -> str | None:
     """The console line for choice items, or None where the run has none."""
     found = _balance(results)
     if found is None:
         return None
-    answers = ", ".join(f"{t} {a}" if len(found["constant_answers"]) > 1 else a
+    answers = ", ".join(f"{t} {named(a, found)}" if len(found["constant_answers"]) > 1 else named(a, found)
                         for t, a in found["constant_answers"].items())
     return (f"choice items (n {found['n']}, ×100): accuracy {pct(found[ACCURACY.key])} · constant answer "
-            f"{pct(found['constant_baseline'])} (always {answers}) · macro-recall {pct(found['macro_recall'])} · "
-            f"lowest label recall {pct(found['min_recall'])} ({found['min_recall_label']})")
+            f"{pct(found['constant_baseline'])} (always {answers}), one answer per {found['answer_type']} · "
+            f"macro-recall {pct(found['macro_recall'])} · lowest label recall {pct(found['min_recall'])} "
+            f"({named(found['min_recall_label'], found)})")
 
 
 def balance_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -39,12 +47,12 @@ def balance_sections(results: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     header = [found["answer_type"], "n", ACCURACY.label, "constant answer", "constant-answer baseline", "macro-recall",
               "lowest recall (label)"]
-    rows = [[name, str(g["n"]), pct(g[ACCURACY.key]), g["constant_answer"], pct(g["constant_baseline"]),
-             pct(g["macro_recall"]), f"{pct(g['min_recall'])} ({g['min_recall_label']})"]
+    rows = [[name, str(g["n"]), pct(g[ACCURACY.key]), named(g["constant_answer"], found), pct(g["constant_baseline"]),
+             pct(g["macro_recall"]), f"{pct(g['min_recall'])} ({named(g['min_recall_label'], found)})"]
             for name, g in found["by_type"].items()]
     rows.append(["all", str(found["n"]), pct(found[ACCURACY.key]), "", pct(found["constant_baseline"]),
-                 pct(found["macro_recall"]), f"{pct(found['min_recall'])} ({found['min_recall_label']})"])
-    labels = [[name, label, str(r["n"]), pct(r["recall"])] for name, g in found["by_type"].items()
+                 pct(found["macro_recall"]), f"{pct(found['min_recall'])} ({named(found['min_recall_label'], found)})"])
+    labels = [[name, named(label, found), str(r["n"]), pct(r["recall"])] for name, g in found["by_type"].items()
               for label, r in g["recall"].items()]
     return [{"id": "label-balance", "title": "What accuracy hides: label balance of the choice items (×100)",
              "tables": [{"header": header, "rows": rows},

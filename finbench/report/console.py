@@ -1,7 +1,7 @@
 """What a finished run prints on the console: a compact summary, never a wall of tables.
 
 In order: the headline table (with CIs), the parts a rule scores apart (its `Scorer.parts`: FinMTM's dialogue
-and agent; or one line saying why a part is unscored), the breakdown whose groups differ most (every
+and agent; or one line saying why a part is unscored), the breakdown whose groups of 10 or more questions differ most (every
 breakdown with `--verbose-tables`), the best prior baseline beside the model's accuracy, the label balance of the choice
 items (report/balance.py: constant answer, macro-recall, lowest label recall), a line per robustness study (report/studies.py), the clustered SE against the iid one and the cost
 (report/run_sections.py), the errors, the throughput, where the files went, and a last
@@ -17,6 +17,7 @@ from typing import Any
 
 from finbench.benchmarks.metrics import ACCURACY, SCORE
 from finbench.report.balance import balance_line
+from finbench.report.fit import fit_words
 from finbench.report.format import (bootstrap_label, headline_score, metric_of, part_cells, plural, power_line,
                                      sampled_label, score_text, scored_by, scored_parts)
 from finbench.report.run_sections import clustered_line, cost_line
@@ -73,7 +74,7 @@ def throughput_line(results: dict[str, Any]) -> str:
 
 def files_line(out_dir: Path) -> str:
     """Where the files went: 'wrote OUT/results.json, samples.parquet, … (in OUT)'."""
-    names = [n for n in ("results.json", "samples.parquet", "report.html", "report.md", "run.log")
+    names = [n for n in ("results.json", "samples.parquet", "report.html", "report.md", "config.yaml", "run.log")
              if (Path(out_dir) / n).exists()]
     return f"wrote {Path(out_dir) / names[0]}, {', '.join(names[1:])}" if names else f"wrote nothing in {out_dir}"
 
@@ -101,9 +102,10 @@ def as_console(console: Any = None) -> Any:
 def print_table(con: Any, table: Any) -> None:
     """`table`, with a title or caption wider than the table printed as a line of its own (above or
     below, left-aligned, wrapped between words at the console's width) instead of wrapped into
-    centred fragments of the table's width."""
+    centred fragments of the table's width; its cells wrapped between words (report/fit.py)."""
     from rich.measure import Measurement
 
+    fit_words(con, table)
     width = min(Measurement.get(con, con.options, table).maximum, con.width)
     title = table.title if isinstance(table.title, str) and len(table.title) > width else None
     caption = table.caption if isinstance(table.caption, str) and len(table.caption) > width else None
@@ -155,28 +157,52 @@ def print_scores(scores: dict[str, Any], console: Any = None, max_groups: int = 
     elif breakdowns:
         column = widest_breakdown(breakdowns)
         rest = len(breakdowns) - 1
-        # "the largest spread" only where groups differ: at 0.00 everywhere there is none to name
-        why = "the largest spread" if _spread(breakdowns[column]) > 0 else "no breakdown's groups differ"
+        why, extremes = spread_text(breakdowns[column])
         _print_breakdown(con, column, groups=breakdowns[column], max_groups=max_groups,
                          title=f"by {column} (×100) — {why}"
                                + (f"; {plural(rest, 'other breakdown')}: --verbose-tables or report.html" if rest else ""))
+        if extremes:
+            con.print(extremes, markup=False, highlight=False, soft_wrap=True)
     if verbose:
         _print_calibration(con, scores)
     for note in scores.get("notes", []) + _small_sample_notes(scores):
         con.print(f"note: {note}", markup=False)
 
 
+SPREAD_MIN_N = 10  # a group's items for it to count in "the largest spread": below, its 95% interval spans ±30 points
+
+
 def widest_breakdown(breakdowns: dict[str, dict[str, dict[str, Any]]]) -> str:
-    """The breakdown whose groups differ most in accuracy (max − min), over groups of at least two
-    questions where there are such; ties go to the first."""
+    """The breakdown whose groups of at least SPREAD_MIN_N questions differ most in accuracy
+    (max − min); where none has two such groups, the first; ties go to the first."""
     return max(breakdowns, key=lambda column: _spread(breakdowns[column]))
 
 
+def _large(groups: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The groups large enough to say something, by accuracy (lowest first)."""
+    return sorted(((label, g) for label, g in groups.items() if g.get("n", 0) >= SPREAD_MIN_N
+                   and g.get(ACCURACY.key) is not None), key=lambda kv: kv[1][ACCURACY.key])
+
+
 def _spread(groups: dict[str, dict[str, Any]]) -> float:
-    """max − min accuracy of the groups (of at least two questions where there are such); -1 for one."""
-    values = [g[ACCURACY.key] for g in groups.values() if g.get("n", 0) >= 2 and g.get(ACCURACY.key) is not None]
-    values = values or [g[ACCURACY.key] for g in groups.values() if g.get(ACCURACY.key) is not None]
-    return max(values) - min(values) if len(values) > 1 else -1.0
+    """max − min accuracy of the groups of at least SPREAD_MIN_N questions; -1 for fewer than two."""
+    large = _large(groups)
+    return large[-1][1][ACCURACY.key] - large[0][1][ACCURACY.key] if len(large) > 1 else -1.0
+
+
+def spread_text(groups: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """(why this breakdown is shown, with the rule; the line naming its two extreme groups of at
+    least SPREAD_MIN_N questions with their intervals, '' where it names none)."""
+    large = _large(groups)
+    if len(large) < 2:
+        return f"no two groups of ≥ {SPREAD_MIN_N} questions: no spread named", ""
+    if _spread(groups) <= 0:
+        return f"no breakdown's groups of {SPREAD_MIN_N} or more questions differ", ""
+    (low, g_low), (high, g_high) = large[0], large[-1]
+    return (f"the largest spread (groups ≥ {SPREAD_MIN_N} questions)",
+            f"largest spread: {high} {_fmt(ACCURACY.key, g_high[ACCURACY.key])} "
+            f"{_fmt_ci(ACCURACY.key, g_high.get('ci'))} vs {low} {_fmt(ACCURACY.key, g_low[ACCURACY.key])} "
+            f"{_fmt_ci(ACCURACY.key, g_low.get('ci'))} (accuracy ×100, 95% Wilson intervals)")
 
 
 def _print_headline(con: Any, scores: dict[str, Any], protocol: str | None) -> None:

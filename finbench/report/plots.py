@@ -117,12 +117,15 @@ def breakdown_figure(column: str, groups: dict[str, dict[str, Any]], max_groups:
         return None
     intervals = [(g["ci"]["low"], g["ci"]["high"]) if g.get("ci") else wilson(g[ACCURACY.key], g["n"]) for _, g in items]
     heights, errors = _whiskers([g[ACCURACY.key] for _, g in items], [i[0] for i in intervals], [i[1] for i in intervals])
-    figure = _figure(6.4, 1.1 + 0.32 * len(items))
+    labels = [f"{wrapped(name, 2.6, TICK_SIZE)} ({g['n']})" for name, g in items]
+    # each row as tall as its label's lines (a long group name wraps onto several), so labels never overlap
+    lines = max(label.count("\n") + 1 for label in labels)
+    figure = _figure(6.4, 1.1 + max(0.32, 0.16 * lines) * len(items))
     axis = figure.subplots()
     rows = list(range(len(items)))[::-1]  # largest group on top
     axis.barh(rows, heights, xerr=errors, capsize=3, color=BLUE)
     axis.set_yticks(rows)
-    axis.set_yticklabels([f"{wrapped(name, 2.6, TICK_SIZE)} ({g['n']})" for name, g in items], fontsize=TICK_SIZE)
+    axis.set_yticklabels(labels, fontsize=TICK_SIZE)
     axis.set_xlim(0, 100)
     axis.set_xlabel("accuracy ×100", fontsize=LABEL_SIZE)
     _title(axis, f"accuracy by {column} (whiskers: 95% Wilson interval; n in brackets)", 6.4)

@@ -39,6 +39,9 @@ SAMPLE_COLUMNS = {
     "counted",
     "generated_tokens": "int — tokens decoded: reasoning + answer (0 for a single choice read from option scores); "
     "null when not counted",
+    "read_by": "str — how the answer was read: 'logits' (finbench's prompt and the model's logits), 'generation', "
+    "or a served model's reading of its kind ('token logprobs', 'set decoding over token logprobs', 'number grammar "
+    "over token logprobs', 'top logprobs', 'decision endpoint'); '' for a sample that failed before its request",
     "sample_key": "str — cache key",
     "cluster": "str — the cluster the question's error bars group it in (its benchmark's `cluster_field`: the "
     "main question, the image's digest, or 'id:<id>' for a question on its own)",

@@ -30,12 +30,14 @@ def _signed(value: Any) -> str:
 
 def baseline_line(results: dict[str, Any]) -> str | None:
     """The line beside the headline: the best prior baseline, the model, the margin (×100)."""
-    found = (results.get("majority_baseline") or {}).get("all")
+    majority = results.get("majority_baseline") or {}
+    found = majority.get("all")
     if not found or found.get("best_baseline") is None:
         return None
-    return (f"best prior baseline: {BASELINE_NAMES[found['best_baseline']]} {pct(found['best_accuracy'])} · model "
+    return (f"best prior baseline per {majority.get('column') or 'question type'}: "
+            f"{BASELINE_NAMES[found['best_baseline']]} {pct(found['best_accuracy'])} · model "
             f"accuracy {pct(found['model_accuracy'])} · above it {_signed(found['above_best'])} (×100, "
-            f"{found['n']} choice and numerical items, per question type)")
+            f"{found['n']} choice and numerical items, each given its {majority.get('column') or 'question type'}'s prior)")
 
 
 def study_lines(results: dict[str, Any]) -> list[str]:

@@ -35,12 +35,17 @@ COST_COLUMNS = ("prompt_tokens", "image_tokens", "generated_tokens", "seconds")
 JUDGE_KIND = "judge"
 
 
-def row_counts(model: Any, inputs: Any) -> tuple[list[int], list[int]] | None:
-    """(prompt tokens, image tokens) of each row of a prepared batch; None when the adapter cannot
-    count them (bookkeeping never fails a batch)."""
+def row_counts(model: Any, inputs: Any) -> tuple[list[int], list[int | None]] | None:
+    """(prompt tokens, image tokens) of each row of a prepared batch: its attention mask's sums, or
+    for a batch a server answered, the server's counts (models/inputs.py `prompt_tokens`; an image
+    count it does not report is None); None when the adapter cannot count them (bookkeeping never
+    fails a batch)."""
     try:
-        prompt = [int(n) for n in inputs["attention_mask"].sum(1).tolist()]
-        image = [int(n) for n in model.image_tokens_per_row(inputs)]
+        if "attention_mask" in inputs:
+            prompt = [int(n) for n in inputs["attention_mask"].sum(1).tolist()]
+        else:
+            prompt = [int(n) for n in inputs["prompt_tokens"]]
+        image = [None if n is None else int(n) for n in model.image_tokens_per_row(inputs)]
     except Exception:  # noqa: BLE001
         return None
     return (prompt, image) if len(prompt) == len(image) else None
@@ -48,20 +53,34 @@ def row_counts(model: Any, inputs: Any) -> tuple[list[int], list[int]] | None:
 
 class RowCounts:
     """The prompt and image tokens of a batch's rows (`counts`: None when not counted): its first
-    prefill's, plus every later session turn's (`add`)."""
+    prefill's, plus every later session turn's (`add`). Counted when first read, after the batch
+    is answered: a server reports its counts with its answers."""
 
     def __init__(self, model: Any, inputs: Any) -> None:
-        self.model, self.counts = model, row_counts(model, inputs)
+        self.model, self._parts = model, [(None, inputs)]
+        self._counts: tuple[list[int], list[int | None]] | None = None
 
     def add(self, rows: Sequence[int], inputs: Any) -> None:
         """A later turn prefilled for `rows` (positions in the batch), one per row of `inputs`."""
-        more = row_counts(self.model, inputs)
-        if self.counts is None or more is None:
-            self.counts = None  # part of a row's prompts uncounted: the row is not counted
+        self._parts.append((list(rows), inputs))
+
+    @property
+    def counts(self) -> tuple[list[int], list[int | None]] | None:
+        if self._parts:
+            parts, self._parts = self._parts, []
+            self._counts = row_counts(self.model, parts[0][1])
+            for rows, inputs in parts[1:]:
+                self._add(rows, row_counts(self.model, inputs))
+        return self._counts
+
+    def _add(self, rows: list[int], more: tuple[list[int], list[int | None]] | None) -> None:
+        if self._counts is None or more is None:
+            self._counts = None  # part of a row's prompts uncounted: the row is not counted
             return
         for row, prompt, image in zip(rows, *more):
-            self.counts[0][row] += prompt
-            self.counts[1][row] += image
+            self._counts[0][row] += prompt
+            old = self._counts[1][row]
+            self._counts[1][row] = None if old is None or image is None else old + image
 
 
 def generated_tokens(request: Request | None, prediction: Prediction) -> int:

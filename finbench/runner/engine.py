@@ -2,8 +2,9 @@
 
 It knows neither the benchmark nor the model family: a `Benchmark` (benchmarks/base.py) turns
 each question into one request (finbench/core/requests.py), a model adapter (models/contract.py)
-answers it. `run_benchmark` is these steps in order, each a function over one `RunState`
-(runner/run_state.py). Order of work:
+answers it. `run_benchmark` is these steps in order, each a function that takes the records the
+steps before it returned and returns its own, frozen (runner/run_state.py: `Started`, `Planned`,
+`Computed`, `Judged`, `Scored`). Order of work:
 1. start-up (runner/startup.py): check every option (once), take the run folder's lock (a second
    writer is refused in one line naming the first: runner/lock.py), size what was left to the device
    (runner/defaults.py: batch size, token budget, threads; named in `config.sized`), read the
@@ -43,17 +44,21 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from finbench.benchmarks import get_benchmark, load_matching
+import torch
+
+from finbench.benchmarks import data_source, get_benchmark, load_matching
+from finbench.benchmarks.base import Benchmark
 from finbench.config.specs import RunConfig
-from finbench.core.types import Prediction
+from finbench.core.types import Prediction, Question
 from finbench.models.contract import ModelAdapter
 from finbench.runner import distributed, startup, studies
 from finbench.runner.batching import plan_batches, too_long
 from finbench.runner.cache import CacheWriteError, PredictionCache
 from finbench.runner.compute import compute, gather_ranks
 from finbench.runner.decoding import AnswerVocabulary
+from finbench.runner.distributed import World
 from finbench.runner.defaults import size_to_device
 from finbench.runner.judge_step import Judged, judge_run
 from finbench.runner.keys import model_arguments, sample_key
@@ -62,11 +67,15 @@ from finbench.runner.loop import AUTO_BATCH_START, BatchLoop, first_rows, read_a
 from finbench.runner.outputs import OutputsError, samples_table, score, write_outputs
 from finbench.runner.replay import Replay
 from finbench.runner.results import results_json
-from finbench.runner.run_requests import build_requests, constrained, setting_notes, shared_requests, unreadable
-from finbench.runner.run_state import RunState
+from finbench.runner.run_requests import (build_requests, constrained, read_by, setting_notes, shared_requests,
+                                          unreadable)
+from finbench.runner.run_state import Computed, Loaded, Planned, RunFolder, Scored, Started
 from finbench.runner.runlog import RunLog
 from finbench.runner.stops import Interrupted, Stopped, stopped
 from finbench.runner.timing import StageTimer
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("finbench")
 __all__ = ["AUTO_BATCH_START", "Interrupted", "RunResult", "Stopped", "run_benchmark"]
@@ -79,7 +88,7 @@ class RunResult:
 
     out_dir: Path
     results: dict[str, Any]
-    samples: Any  # pandas.DataFrame
+    samples: pd.DataFrame | None  # None on a rank other than 0 (its share is in `results`)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.results, self.samples))
@@ -99,18 +108,19 @@ def run_benchmark(config: RunConfig, model: ModelAdapter | None = None, *, show_
         startup.validate(config)
     with folder_lock(Path(config.output.out)) as took_over:  # one writer per run folder (runner/lock.py)
         run = _start(config, model, replay, loaded_with, took_over)  # 1. start-up: nothing written before its checks
-        _look_up_and_plan(run)  # 2. the cache first, then a plan for the rest
-        if run.replay is None:
-            compute(run, show_progress and run.world.main, console)  # 3-4. preprocess ahead, decode, commit
-        rank_share = gather_ranks(run)  # several ranks: rank 0 takes every rank's answers
+        planned = _look_up_and_plan(run)  # 2. the cache first, then a plan for the rest
+        computed = (compute(run, planned, show_progress and run.world.main, console) if run.replay is None
+                    else Computed.nothing(planned))  # 3-4. preprocess ahead, decode, commit
+        computed, rank_share = gather_ranks(run, planned, computed)  # several ranks: rank 0 takes every rank's answers
         if rank_share is not None:
-            return RunResult(run.out_dir, rank_share, None)
-        judged = _judge(run)  # 5. judge open answers (rules, a --judge model)
-        return _score_and_write(run, judged, command)  # 5. score, write samples, results and reports
+            return RunResult(run.folder.out_dir, rank_share, None)
+        judged = _judge(run, computed)  # 5. judge open answers (rules, a --judge model)
+        scored = _score(run, planned, computed, judged)  # 5. score the run's samples and the studies' variants
+        return _write(run, planned, computed, judged, scored, command)  # 5. samples, results and reports
 
 
 def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None, loaded_with: RunConfig | None,
-           took_over: str) -> RunState:
+           took_over: str) -> Started:
     """Start-up: every check, the model and judge loaded, the requests built with their cache keys,
     then the run folder, run.log and the cache."""
     if config.data is not None and Path(config.data).expanduser().exists():
@@ -120,127 +130,143 @@ def _start(config: RunConfig, model: ModelAdapter | None, replay: Replay | None,
     device = model.device if model is not None else distributed.rank_device(config.load.device, world)
     config = size_to_device(config, device)  # batch size, token budget and threads left None: sized to the device
     distributed.start(world)
-    run = RunState(config, world, get_benchmark(config.benchmark), time.time(), [took_over] if took_over else [],
-                   RunLog(), replay=replay)
+    benchmark, started, run_log = get_benchmark(config.benchmark), time.time(), RunLog()
+    notes = [took_over] if took_over else []  # warnings for results.json, each step's in order
     if took_over:
         log.warning("%s", took_over)
-    questions = load_matching(run.benchmark, config.data, config.limit, config.domains, config.question_types,
-                              run.notes)
-    questions = startup.mark_duplicate_ids(questions, run.notes)
-    if replay is None:
-        _load_models(run, model, loaded_with)
-    else:
-        run.think_budget = replay.think_budget(config)
-        run.judge = startup.load_judge_for_run(config, world)
-    max_images = run.model.capabilities.max_images if run.model is not None else None
-    requests, request_errors = build_requests(run.benchmark, questions, config, run.think_budget, max_images)
-    run.notes.extend(setting_notes(config, requests))  # a generation setting resolved or unused: one line each
-    if run.model is not None:
-        unreadable(run.model, requests, request_errors, run.notes)  # e.g. a served model's sets and numbers
-    # the robustness studies' variants after the run's questions (runner/studies.py)
-    run.study = studies.expand(run.benchmark, questions, requests, request_errors, config, run.think_budget, run.notes)
-    run.questions, run.requests = run.study.questions, run.study.requests  # the run's, then its variants'
-    run.predictions = {i: Prediction(id=run.questions[i].id, answer="", error=e) for i, e in run.study.errors.items()}
-    if run.model is not None and constrained(run.requests):  # the checkpoint's letters and digits, before any write
-        run.vocab = AnswerVocabulary.for_model(run.model)
-    _open_run_folder(run)
-    run.prompt_version = run.benchmark.prompt_version_for(config.protocol)
-    run.keys = [sample_key(run.fingerprint, run.prompt_version, r, q) if r is not None else ""
-                for q, r in zip(run.questions, run.requests)]
-    run.timer = StageTimer(run.device, synchronize=config.batching.profile)
-    run.finish = partial(read_answer, run.benchmark, config.protocol)
-    return run
+    source = data_source(benchmark, config.data, config.option)  # with --spec, --image-root where it reads them
+    questions = load_matching(benchmark, source, config.limit, config.domains, config.question_types, notes)
+    questions = startup.mark_duplicate_ids(questions, notes)
+    loaded = (_load_models(config, world, model, loaded_with, notes) if replay is None
+              else _replayed(config, world, replay))
+    study = _requests(benchmark, questions, config, loaded, notes)
+    vocab = (AnswerVocabulary.for_model(loaded.model) if loaded.model is not None and constrained(study.requests)
+             else None)  # the checkpoint's letters and digits, before any write
+    folder = _open_run_folder(config, world, run_log, loaded, replay, notes)
+    prompt_version = benchmark.prompt_version_for(config.protocol)
+    keys = [sample_key(folder.fingerprint, prompt_version, r, q) if r is not None else ""
+            for q, r in zip(study.questions, study.requests)]
+    return Started(config, world, benchmark, started, tuple(notes), replay, loaded, study, vocab, folder,
+                   prompt_version, keys, StageTimer(loaded.device, synchronize=config.batching.profile),
+                   partial(read_answer, benchmark, config.protocol))
 
 
-def _load_models(run: RunState, model: ModelAdapter | None, loaded_with: RunConfig | None) -> None:
+def _load_models(config: RunConfig, world: World, model: ModelAdapter | None, loaded_with: RunConfig | None,
+                 notes: list[str]) -> Loaded:
     """The model (given, or loaded on the rank's device) checked for the run's options, its
     thinking budget, compiled parts, and the judge."""
-    config = run.config
-    run.model = (startup.given_model(config, model, loaded_with) if model is not None
-                 else startup.load_for_run(config, run.world))
-    run.device = run.model.device
-    run.think_budget = startup.think_budget_for(config, run.model)
-    startup.compile_parts(run.model, config, run.notes)
-    run.judge = startup.load_judge_for_run(config, run.world, run.model)
+    model = (startup.given_model(config, model, loaded_with) if model is not None
+             else startup.load_for_run(config, world))
+    think_budget = startup.think_budget_for(config, model)
+    startup.compile_parts(model, config, notes)
+    return Loaded(model, model.device, think_budget, startup.load_judge_for_run(config, world, model))
 
 
-def _open_run_folder(run: RunState) -> None:
+def _replayed(config: RunConfig, world: World, replay: Replay) -> Loaded:
+    """A replay's: no model (nothing runs, on the CPU), the thinking budget as recorded, the judge."""
+    return Loaded(None, torch.device("cpu"), replay.think_budget(config), startup.load_judge_for_run(config, world))
+
+
+def _requests(benchmark: Benchmark, questions: list[Question], config: RunConfig, loaded: Loaded,
+              notes: list[str]) -> studies.Studies:
+    """Each question's request, built once with the run's settings, then the robustness studies'
+    variants after the run's questions (runner/studies.py), each a request of its own."""
+    max_images = loaded.model.capabilities.max_images if loaded.model is not None else None
+    requests, request_errors = build_requests(benchmark, questions, config, loaded.think_budget, max_images)
+    notes.extend(setting_notes(config, requests))  # a generation setting resolved or unused: one line each
+    if loaded.model is not None:
+        unreadable(loaded.model, requests, notes)  # e.g. a served model's sets and numbers: refused in one line
+    return studies.expand(benchmark, questions, requests, request_errors, config, loaded.think_budget, notes)
+
+
+def _open_run_folder(config: RunConfig, world: World, run_log: RunLog, loaded: Loaded, replay: Replay | None,
+                     notes: list[str]) -> RunFolder:
     """The run folder, run.log and the cache (this rank's shard over several nodes), and the
     model's fingerprint (with the cache file's digest) the keys are computed from."""
-    config, world = run.config, run.world
-    run.out_dir = Path(config.output.out)
-    startup.make_run_folder(run.out_dir)
-    run.run_log.open(run.out_dir / ("run.log" if world.main else f"run.rank{world.rank}.log"))
-    run.cache_file = Path(config.output.cache) if config.output.cache else run.out_dir / "cache.sqlite"
-    run.cache = PredictionCache(distributed.shard_path(run.cache_file, world))
-    run.notes.extend(run.cache.notes)
-    recorded = run.replay.fingerprint if run.replay is not None else None  # the weights are gone: as recorded
-    run.fingerprint = {**(recorded or run.model.fingerprint(file_digest=run.cache.file_digest)),
-                       "arguments": model_arguments(config)}
+    out_dir = Path(config.output.out)
+    startup.make_run_folder(out_dir)
+    run_log.open(out_dir / ("run.log" if world.main else f"run.rank{world.rank}.log"))
+    cache_file = Path(config.output.cache) if config.output.cache else out_dir / "cache.sqlite"
+    cache = PredictionCache(distributed.shard_path(cache_file, world))
+    notes.extend(cache.notes)
+    recorded = replay.fingerprint if replay is not None else None  # the weights are gone: as recorded
+    fingerprint = {**(recorded or loaded.model.fingerprint(file_digest=cache.file_digest)),
+                   "arguments": model_arguments(config)}
+    return RunFolder(out_dir, cache_file, cache, fingerprint)
 
 
-def _look_up_and_plan(run: RunState) -> None:
+def _look_up_and_plan(run: Started) -> Planned:
     """The cache's answers (asked by every rank), then the rest planned: identical requests once,
     prompts longer than the context as errors, this rank's share in batches of one kind within
     the token budget. A replay with anything left to compute is refused in one line."""
-    config, questions, keys = run.config, run.questions, run.keys
-    run.cached = distributed.cached_everywhere(run.cache, sorted({k for k in keys if k}), run.cache_file, run.world)
-    log.info("%d questions, %d cached, model %s", len(questions), sum(k in run.cached for k in keys), config.model)
+    config, questions, keys, cache = run.config, run.questions, run.keys, run.folder.cache
+    predictions = {i: Prediction(id=questions[i].id, answer="", error=e) for i, e in run.study.errors.items()}
+    cached = distributed.cached_everywhere(cache, sorted({k for k in keys if k}), run.folder.cache_file, run.world)
+    log.info("%d questions, %d cached, model %s", len(questions), sum(k in cached for k in keys), config.model)
     for index, (question, key) in enumerate(zip(questions, keys)):
         if question.error:
-            run.predictions[index] = Prediction(id=question.id, answer="", error=question.error)
-        elif key in run.cached:
-            run.predictions[index] = run.finish(question, run.requests[index], run.cached[key])
-    run.n_cached = run.saved = sum(1 for i in run.predictions if keys[i] in run.cached)
-    run.todo = [i for i in range(len(questions)) if i not in run.predictions]
-    leaders, run.followers = shared_requests(run.todo, keys)
+            predictions[index] = Prediction(id=question.id, answer="", error=question.error)
+        elif key in cached:
+            predictions[index] = run.finish(question, run.requests[index], cached[key])
+    n_cached = sum(1 for i in predictions if keys[i] in cached)
+    todo = [i for i in range(len(questions)) if i not in predictions]
+    leaders, followers = shared_requests(todo, keys)
     if run.replay is not None:
         if leaders:
-            run.cache.close()
-            raise run.replay.missing(len(run.todo))
-        return
-    run.loop = BatchLoop(run.model, run.benchmark, questions, run.requests, config, run.vocab, run.timer)
+            cache.close()
+            raise run.replay.missing(len(todo))
+        return Planned(predictions, cached, n_cached, todo, followers, None, [], [])
+    loop = BatchLoop(run.loaded.model, run.benchmark, questions, run.requests, config, run.vocab, run.timer)
     with run.timer.stage("plan"):
-        items = run.loop.items(leaders)
-        for item, error in too_long(items, run.model):
-            run.predictions.update(run.with_followers({item.index: Prediction(
+        items = loop.items(leaders)
+        for item, error in too_long(items, run.loaded.model):
+            predictions.update(run.with_followers(followers, {item.index: Prediction(
                 id=questions[item.index].id, answer="", error=error)}))
-        run.items = distributed.shard([item for item in items if item.index not in run.predictions], run.world)
-        run.batches = plan_batches(run.items, first_rows(config.batching), config.batching.token_budget)
+        mine = distributed.shard([item for item in items if item.index not in predictions], run.world)
+        batches = plan_batches(mine, first_rows(config.batching), config.batching.token_budget)
+    return Planned(predictions, cached, n_cached, todo, followers, loop, mine, batches)
 
 
-def _judge(run: RunState) -> Judged:
+def _judge(run: Started, computed: Computed) -> Judged:
     """Open answers judged (the benchmark's rules; a --judge model's requests through the same
     batch loop, cached too); then the cache is closed."""
-    config, study = run.config, run.study
+    config, study, cache = run.config, run.study, run.folder.cache
     try:
         with run.timer.stage("judge"):
-            judged = judge_run(run.benchmark, study.judged_questions(), run.predictions, run.judge, run.cache,
+            judged = judge_run(run.benchmark, study.judged_questions(), computed.predictions, run.loaded.judge, cache,
                                config.judging, config.batching, protocol=config.protocol,
                                unsafe_sandbox=config.unsafe_sandbox, judging=study.judging())
-        run.notes.extend(judged.notes)
-        run.cache.check_present()  # the run folder removed since the last batch: say so, write nothing
+        cache.check_present()  # the run folder removed since the last batch: say so, write nothing
     except CacheWriteError as err:
-        raise stopped(err, run.saved, len(run.questions)) from None
+        raise stopped(err, computed.saved, len(run.questions)) from None
     finally:
-        run.cache.close()
+        cache.close()
     return judged
 
 
-def _score_and_write(run: RunState, judged: Judged, command: str | None) -> RunResult:
-    """Scores, then samples.parquet, variants.parquet, results.json and the reports written together."""
+def _score(run: Started, planned: Planned, computed: Computed, judged: Judged) -> Scored:
+    """The run's own questions scored (samples.parquet), then the studies' variants and numbers."""
     config, study = run.config, run.study
-    samples = samples_table(run.questions[:study.n_base], run.predictions, run.keys)
+    samples = samples_table(run.questions[:study.n_base], computed.predictions, run.keys)
+    samples["read_by"] = read_by(study.requests[:study.n_base], run.folder.fingerprint.get("read_by"))
     for column, values in judged.columns.items():
         samples[column] = values[:study.n_base]
     scores = score(samples, run.benchmark, config.output.bootstrap, config.output.seed)
-    studied, variants = study.finish(run.benchmark, run.predictions, run.keys, judged.columns, samples, run.cached, run.todo)
-    results = results_json(run, judged, scores, samples, variants, studied, command)
+    studied, variants = study.finish(run.benchmark, computed.predictions, run.keys, judged.columns, samples,
+                                     planned.cached, planned.todo)
+    return Scored(samples, scores, studied, variants)
+
+
+def _write(run: Started, planned: Planned, computed: Computed, judged: Judged, scored: Scored,
+           command: str | None) -> RunResult:
+    """samples.parquet, variants.parquet, results.json and the reports written together."""
+    results = results_json(run, planned, computed, judged, scored, command)
+    out_dir, n_base = run.folder.out_dir, run.study.n_base
     try:
-        write_outputs(run.out_dir, samples, results, variants, run.questions[:study.n_base])  # with the thumbnails
+        write_outputs(out_dir, scored.samples, results, scored.variants, run.questions[:n_base])  # with the thumbnails
     except OutputsError as err:
-        raise Stopped(f"stopped: {err}; every answer is in the cache {run.cache.path}: free space and rerun the same "
-                      "command (nothing is computed again)") from None
-    log.info("done: %s", {k: scores.get(k) for k in scores.get("headline", [])})
+        raise Stopped(f"stopped: {err}; every answer is in the cache {run.folder.cache.path}: free space and rerun the "
+                      "same command (nothing is computed again)") from None
+    log.info("done: %s", {k: scored.scores.get(k) for k in scored.scores.get("headline", [])})
     distributed.finish(run.world)
-    return RunResult(run.out_dir, results, samples)
+    return RunResult(out_dir, results, scored.samples)

@@ -38,6 +38,7 @@ from finbench.core.requests import Generate
 from finbench.core.types import Prediction, Question
 from finbench.models.contract import ModelAdapter
 from finbench.runner.batching import plan_batches, too_long
+from finbench.runner.cache import PredictionCache
 from finbench.runner.cost import prediction_rows, totals
 from finbench.runner.defaults import size_to_device
 from finbench.runner.keys import request_payload
@@ -59,7 +60,7 @@ def text_only(request: Generate) -> Generate:
     return dataclasses.replace(request, prompt=request.prompt.without_images())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Judged:
     """Per-question judging columns for samples.parquet, and a summary for results.json."""
 
@@ -77,7 +78,7 @@ class _Call:
 
 
 def judge_run(benchmark: Benchmark, questions: Sequence[Question], predictions: dict[int, Prediction],
-              judge: ModelAdapter | None = None, cache: Any = None, spec: JudgeSpec = JudgeSpec(),
+              judge: ModelAdapter | None = None, cache: PredictionCache | None = None, spec: JudgeSpec = JudgeSpec(),
               batching: BatchSpec = BatchSpec(), *, protocol: str = "", unsafe_sandbox: bool = False,
               judging: Mapping[int, Judging] | None = None) -> Judged:
     """Rule and judge-model verdicts for every prediction, as the run's judging `spec` says (the
@@ -220,8 +221,8 @@ def _failure_notes(failed_items: Sequence[str], unparsed_items: Sequence[str], f
     return notes
 
 
-def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call], cache: Any,
-            config: RunConfig) -> tuple[dict[str, Prediction], dict[str, str], int]:
+def _answer(judge: ModelAdapter, benchmark: Benchmark, questions: Sequence[Question], calls: Sequence[_Call],
+            cache: PredictionCache | None, config: RunConfig) -> tuple[dict[str, Prediction], dict[str, str], int]:
     """(replies, errors, out-of-memory retries) by call key: the calls answered by the batch loop
     (each one a row, shown its question's images when its prompt names them), each batch's replies
     committed to the cache as it finishes."""

@@ -1,5 +1,5 @@
 """A run's outputs: the samples table, its scores, results.json, report.html (the progress: runner/progress.py).
-The files of a run (samples.parquet, results.json, report.html, report.md, variants.parquet) are written into
+The files of a run (samples.parquet, results.json, config.yaml, report.html, report.md, variants.parquet) are written into
 a staging folder inside the run folder, then renamed into place together: a kill or a full disk
 while writing never leaves a truncated output, nor the previous run's report beside new results."""
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from finbench.benchmarks import BENCHMARKS
 from finbench.benchmarks.base import cluster_key
+from finbench.config.files import CONFIG_FILE, dump, run_document
 from finbench.core.encodable import encodable_frame, text_frame, write_text
 from finbench.core.types import Prediction, Question
 from finbench.report import html  # by module: a test stands in for its writer
@@ -124,7 +125,8 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-OUTPUT_FILES = ("samples.parquet", "results.json", "report.html", "report.md", "variants.parquet", "thumbnails.parquet")
+OUTPUT_FILES = ("samples.parquet", "results.json", CONFIG_FILE, "report.html", "report.md", "variants.parquet",
+                "thumbnails.parquet")
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)  # the disk, not the report's rendering
 STAGING_PREFIX = ".finbench-staging-"
 
@@ -138,7 +140,8 @@ class OutputsError(OSError):
 
 def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants: Any = None,
                   questions: Sequence[Question] = ()) -> None:
-    """samples.parquet, results.json, report.html and report.md (and variants.parquet, the robustness
+    """samples.parquet, results.json, config.yaml (the resolved options: `finbench run --config
+    OUT/config.yaml` reruns the run, config/files.py), report.html and report.md (and variants.parquet, the robustness
     studies' variants, when the run has some; thumbnails.parquet, the report's thumbnails of the
     first `questions`' images: report/thumbnails.py), replaced together or not at all:
     written into a staging folder, then renamed into place. A report that fails to render loses
@@ -158,6 +161,8 @@ def write_outputs(out_dir: Path, samples: Any, results: dict[str, Any], variants
             write_samples(variants, staging / "variants.parquet")
         writing = "results.json"
         write_json(staging / "results.json", results)
+        writing = CONFIG_FILE
+        write_text(staging / CONFIG_FILE, dump(run_document({**results["config"], "out": str(out_dir)})))
         if any(q.images for q in questions):
             writing = THUMBNAILS_FILE
             write_thumbnails(questions, staging / THUMBNAILS_FILE)

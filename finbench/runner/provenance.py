@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from finbench.benchmarks import get_benchmark
 from finbench.benchmarks.records import data_files
 from finbench.runner.cache import PredictionCache
 
@@ -36,7 +37,7 @@ def provenance(config: Any, started: float, device: torch.device, file_digest: C
         "git_commit": git_commit(),
         "command": command if command is not None else shlex.join(["finbench", *sys.argv[1:]]),
         "started": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).isoformat(timespec="seconds"),
-        "data": data_fingerprint(config.data, file_digest),
+        "data": data_fingerprint(config.data, file_digest, get_benchmark(config.benchmark).files),
         "seed": config.output.seed,
         "versions": {"python": platform.python_version(), **{name: _version(name) for name in LIBRARIES}},
         "device": device_name(device),
@@ -66,12 +67,13 @@ def git_commit() -> str:
     return f"{commit}-dirty" if commit and dirty else commit
 
 
-def data_fingerprint(source: str | None, file_digest: Callable[[Path], str]) -> dict[str, Any]:
-    """SHA-256 per local data file (remembered in the cache by path, size and mtime), or the hub
-    id with the commit the local Hugging Face cache holds for it."""
+def data_fingerprint(source: str | None, file_digest: Callable[[Path], str],
+                     files_of: Callable[[Any], list[Path]] = data_files) -> dict[str, Any]:
+    """SHA-256 per local data file (the benchmark's data files, `files_of`; remembered in the cache
+    by path, size and mtime), or the hub id with the commit the local Hugging Face cache holds for it."""
     if source is not None and Path(source).exists():
         try:
-            files = {str(path): file_digest(path) for path in data_files(source)}
+            files = {str(path): file_digest(path) for path in files_of(source)}
         except (OSError, ValueError):
             return {"source": str(source), "files": {}, "digest": ""}
         combined = hashlib.sha256("".join(f"{p}:{d}" for p, d in sorted(files.items())).encode()).hexdigest()

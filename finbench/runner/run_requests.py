@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.base import Benchmark
 from finbench.config.run_settings import for_run
@@ -160,27 +160,43 @@ def shared_requests(todo: Sequence[int], keys: Sequence[str]) -> tuple[list[int]
     return list(leaders.values()), followers
 
 
-def unreadable(model: Any, requests: list[Any], errors: dict[int, str], notes: list[str]) -> None:
-    """The constrained requests the model declares it cannot read (`Capabilities.constrained`: a
-    served model reads single choices at most) become their questions' errors, named in one note,
-    before any is sent; a run with nothing left that it can read is refused in one line. A model
-    that reads choices its own way (`Capabilities.choice_reading`) says so in a note."""
-    def kind(request: Any) -> str | None:
-        if isinstance(request, Choose):
-            return MULTI if request.multi else SINGLE
-        return NUMERICAL if isinstance(request, Number) else None
+KIND_NAMES = {SINGLE: "single-answer choices", MULTI: "multi-answer sets", NUMERICAL: "numbers (the numeric grammar)"}
+GENERATION, LOGITS = "generation", "logits"  # samples.parquet `read_by` of generated answers, of in-process constrained ones
 
-    names = {SINGLE: "single-answer choices", MULTI: "multi-answer sets", NUMERICAL: "numbers (the numeric grammar)"}
-    refused = {i: kind(r) for i, r in enumerate(requests)
-               if r is not None and kind(r) not in (None, *model.capabilities.constrained)}
+
+def constrained_kind(request: Any) -> str | None:
+    """The constrained answer a request asks for (types.py kinds), None for a generated one."""
+    if isinstance(request, Choose):
+        return MULTI if request.multi else SINGLE
+    return NUMERICAL if isinstance(request, Number) else None
+
+
+def unreadable(model: Any, requests: Sequence[Any], notes: list[str]) -> None:
+    """Constrained requests the model declares it cannot read (`Capabilities.constrained`: a served
+    model reads what its server gives scores for) refuse the run at start-up in one line, before
+    any is sent, saying why (`Capabilities.unread`) and what reads them: no question is left
+    unasked and scored wrong. A model that reads choices its own way (`Capabilities.choice_reading`)
+    says so in a note."""
+    kinds = {constrained_kind(r) for r in requests if r is not None} - {None}
+    refused = sorted(kinds - set(model.capabilities.constrained))
     if refused:
-        what = " or ".join(sorted({names[k] for k in refused.values() if k}))
-        line = (f"cannot be read from a {model.family} model: {what} under the constrained protocol (no logits reach "
-                "finbench); --protocol official generates and reads them")
-        if len(refused) == sum(r is not None for r in requests):
-            raise ValueError(f"--model {model.source}: {line}")
-        for index in refused:
-            errors[index], requests[index] = line, None
-        notes.append(f"{len(refused)} question(s) not asked: {line}")
-    if model.capabilities.choice_reading and any(kind(r) == SINGLE for r in requests):
+        what = " and ".join(KIND_NAMES[k] for k in refused)
+        why = model.capabilities.unread or "no logits reach finbench"
+        raise ValueError(f"--model {model.source}: {what} cannot be read from this {model.family} model under the "
+                         f"constrained protocol ({why}); --protocol official generates and reads them")
+    if model.capabilities.choice_reading and SINGLE in kinds:
         notes.append(f"choices read by {model.capabilities.choice_reading}")
+
+
+def read_by(requests: Sequence[Any], readings: Mapping[str, str] | None) -> list[str]:
+    """How each request's answer was read (samples.parquet `read_by`): a constrained one by the
+    reading its model declares for its kind (a served model's `fingerprint()["read_by"]`), else
+    from finbench's prompt and the model's logits ("logits"); a generated one "generation"; ""
+    without a request."""
+    declared = readings if isinstance(readings, Mapping) else {}
+
+    def one(request: Any) -> str:
+        kind = constrained_kind(request)
+        return "" if request is None else GENERATION if kind is None else declared.get(kind, LOGITS)
+
+    return [one(request) for request in requests]

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from finbench.benchmarks import get_benchmark, refusal_of
+from finbench.benchmarks import data_source, get_benchmark, refusal_of
 from finbench.config.run_options import check_options as check_declared
 from finbench.config.specs import RunConfig
 from finbench.core.sources import check_sources, is_served
@@ -40,7 +40,8 @@ def validate(config: RunConfig) -> None:
     """Every option checked before any work: a bad one is one ValueError line. First what the
     options alone decide (`validate_options`), then what needs the registry, torch or a package."""
     validate_options(config)
-    refusal = refusal_of(get_benchmark(config.benchmark), config.data)  # another benchmark's data: one line, now
+    benchmark = get_benchmark(config.benchmark)
+    refusal = refusal_of(benchmark, data_source(benchmark, config.data, config.option))  # another's data, a bad row: now
     if refusal:
         raise ValueError(refusal)
     refuse_without_jail(config.protocol in get_benchmark(config.benchmark).program_protocols, config.unsafe_sandbox,

@@ -32,7 +32,7 @@ from finbench.studies.base import Study, StudyRows, Variant
 __all__ = ["Studies", "Variant", "expand", "flat_config"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Studies:
     """The run's questions and requests followed by its variants' (`questions[n_base:]`)."""
 
@@ -129,20 +129,22 @@ def expand(benchmark: Benchmark, questions: Sequence[Question], requests: Sequen
     run can honour (e.g. more orders than any item has options)."""
     active = active_studies(config)
     requests = [None if r is None else _adjusted(r, active, config) for r in requests]
-    studies = Studies(len(questions), list(questions), list(requests), dict(errors), config=config)
+    all_questions, all_requests, all_errors = list(questions), list(requests), dict(errors)
+    variants: list[Variant] = []
+    states: dict[str, Any] = {}
     for study in active:
         expanded = study.expand(benchmark, questions, requests, config, think_budget, notes)
-        studies.states[study.name] = expanded.state
+        states[study.name] = expanded.state
         for variant, question, make in expanded.variants:
-            index = len(studies.questions)
-            studies.variants.append(variant)
-            studies.questions.append(question)
+            index = len(all_questions)
+            variants.append(variant)
+            all_questions.append(question)
             try:
-                studies.requests.append(_adjusted(make(), active, config))
+                all_requests.append(_adjusted(make(), active, config))
             except Exception as err:  # noqa: BLE001 — a variant that cannot be built is that variant's error
-                studies.requests.append(None)
-                studies.errors[index] = f"bad request: {type(err).__name__}: {err}"
-    return studies
+                all_requests.append(None)
+                all_errors[index] = f"bad request: {type(err).__name__}: {err}"
+    return Studies(len(questions), all_questions, all_requests, all_errors, variants, config, states)
 
 
 def _adjusted(request: Request, active: Sequence[Study], config: RunConfig) -> Request:

@@ -122,12 +122,22 @@ def judge_agreement(frames: Sequence[pd.DataFrame], names: Sequence[str], n_boot
     return out
 
 
+def _undefined(found: dict[str, Any]) -> str:
+    """Why a statistic has no value: chance agreement is total where every verdict (score) of both
+    raters is one and the same, and kappa (alpha) divides by what is left of it."""
+    if found["statistic"] == "cohen_kappa":
+        raw = found.get("raw_agreement")
+        return ("– (undefined: every verdict of both is the same, so chance agreement is 1"
+                + (f"; raw agreement {raw:.2f})" if raw is not None else ")"))
+    return "– (undefined: every score of both is the same, so no disagreement is expected by chance)"
+
+
 def agreement_lines(result: dict[str, Any]) -> list[str]:
     """One line for the judges, one per run for its rules against its judge."""
     def text(found: dict[str, Any]) -> str:
         ci = found["ci"]
         interval = f" [{ci['low']:.3f}, {ci['high']:.3f}]" if ci.get("low") is not None else ""
-        value = "–" if found["value"] is None else f"{found['value']:.3f}"
+        value = _undefined(found) if found["value"] is None else f"{found['value']:.3f}"
         name = "Cohen's kappa" if found["statistic"] == "cohen_kappa" else "Krippendorff's alpha (interval)"
         return f"{name} {value}{interval} (95% bootstrap CI, n {found['n']})"
 

@@ -56,6 +56,18 @@ def type_reductions(items: torch.Tensor, recall: torch.Tensor, label_type: torch
     return {"most": most, "mode": mode, "macro": macro, "lowest": lowest, "low": low, "n_labels": n_labels}
 
 
+def label_texts(rows: pd.DataFrame, gold: np.ndarray) -> dict[str, str]:
+    """The option text of each one-letter gold label whose items all show one text at that letter
+    (a fixed answer set: FCMR's A is always "none"), so a label is named by what it means; a label
+    whose text differs from item to item (FinMME's A) is left as its letter."""
+    if "options" not in rows.columns or not len(rows):
+        return {}
+    position = np.array([ord(g[0]) - ord("A") if len(g) == 1 else -1 for g in gold])
+    text = [str(o[p]) if o is not None and 0 <= p < len(o) else None for o, p in zip(rows["options"], position)]
+    found = pd.DataFrame({"label": gold, "text": text}).dropna().groupby("label")["text"].agg(["nunique", "first"])
+    return {label: t for label, (count, t) in found.iterrows() if count == 1 and t != label}
+
+
 def label_balance(rows: pd.DataFrame, correct: torch.Tensor, type_field: str = "kind") -> dict[str, Any]:
     """results.json's `scores.label_balance` of the scored `rows` (in table order) and their
     per-question `correct` [N]; see the module docstring."""
@@ -92,7 +104,7 @@ def label_balance(rows: pd.DataFrame, correct: torch.Tensor, type_field: str = "
             "min_recall": float(per_type["lowest"][t]), "min_recall_label": named[int(per_type["low"][t])],
             "recall": {named[j]: {"n": int(items[j]), "recall": float(recall[j])} for j in members}}
     weakest = int(torch.argmin(recall))  # the first label of the lowest recall, in sorted order
-    return {**out, ACCURACY.key: float(hit.sum()) / n,
+    return {**out, "label_texts": label_texts(rows[keep], gold), ACCURACY.key: float(hit.sum()) / n,
             "constant_baseline": float(per_type["most"].sum()) / n,
             "constant_answers": {str(name): g["constant_answer"] for name, g in by_type.items()},
             "macro_recall": float(recall.mean()), "min_recall": float(recall[weakest]), "min_recall_label": shown(weakest),

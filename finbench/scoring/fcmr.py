@@ -11,6 +11,8 @@ unreadable answer or a per-sample error is wrong in both.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import torch
@@ -74,5 +76,24 @@ def summary(df: pd.DataFrame, table: ScoreTable, estimates: dict) -> dict:
     return {"n_unreadable": table.info["n_unreadable"], "chance_accuracy": 1 / len(SETS)}
 
 
-SCORER = Scorer(build_table=build_table, summary=summary, variants=(RULE,),
+# one entry of the repository's option_type, a Python dict written as text: 'Text': 'Only_Text'
+OPTION_ENTRY = re.compile(r"""['"]([^'"]+)['"]\s*:\s*['"]([^'"]*)['"]""")
+
+
+def readable_option_type(value: object) -> object:
+    """The repository's `option_type` ("{'Text': 'Only_Text', 'Table': 'Arithmetic', ...}") as a
+    group name: "Text: Only Text; Table: Arithmetic; ...", read by a pattern (never evaluated);
+    anything else as it is."""
+    entries = OPTION_ENTRY.findall(value) if isinstance(value, str) else []
+    return "; ".join(f"{key.replace('_', ' ')}: {kind.replace('_', ' ')}" for key, kind in entries) or value
+
+
+def group_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """`option_type` with readable group names (readable_option_type); the other columns as stored."""
+    if "option_type" not in df.columns:
+        return df
+    return pd.DataFrame({"option_type": df["option_type"].map(readable_option_type)}, index=df.index)
+
+
+SCORER = Scorer(build_table=build_table, summary=summary, variants=(RULE,), group_frame=group_frame,
                 metrics=(ACCURACY, Metric("statement_accuracy", "per-statement accuracy")))

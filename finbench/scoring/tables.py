@@ -224,8 +224,9 @@ def score_samples(df: pd.DataFrame, benchmark: Benchmark | None = None, variant:
         known = ~np.isnan(stored)
         mismatch = int(((stored[known] > 0.5) != (table.correct.cpu().numpy()[known] > 0.5)).sum())
         out["stored_correct_mismatches"] = mismatch
-    if group_columns is None:
-        group_columns = spec.group_columns
+    if group_columns is None:  # the benchmark's, or those its data names (Scorer.breakdown_columns)
+        found = spec.scorer.breakdown_columns
+        group_columns = found(rows) if found is not None else spec.group_columns
     out["breakdowns"] = breakdowns(_group_frame(rows, spec.scorer), table, group_columns)
     if "confidence" in rows.columns:  # every answer's own confidence (runs written since it exists)
         out.update(answer_confidence_scores(table, rows, thresholds))

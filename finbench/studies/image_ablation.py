@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any, Mapping, Sequence
 
 from finbench.benchmarks.declared import metric_label
+from finbench.benchmarks.metrics import ACCURACY
 from finbench.config.options import Option
 from finbench.config.specs import RunConfig
 from finbench.core.requests import IMAGE_ABLATIONS, Session
@@ -76,20 +77,24 @@ class ImageAblation(Study):
 
     def console_lines(self, block: Any, benchmark: str | None = None) -> list[str]:
         return [f"image ablation {mode} ({f['n']} items, ×100): {_label(benchmark, f['metric'])} "
-                f"{pct(f['base_score'])} → {pct(f['score'])} ({kept(f['retained'])}) · accuracy "
-                f"{pct(f['base_accuracy'])} → {pct(f['accuracy'])} ({kept(f['retained_accuracy'])})"
+                f"{pct(f['base_score'])} → {pct(f['score'])} ({kept(f['retained'])})"
+                + ("" if f["metric"] == ACCURACY.key else  # the headline is accuracy: said once
+                   f" · accuracy {pct(f['base_accuracy'])} → {pct(f['accuracy'])} ({kept(f['retained_accuracy'])})")
                 for mode, f in (block or {}).items()]
 
     def section(self, block: Any, benchmark: str | None = None) -> dict[str, Any] | None:
         if not block:
             return None
+        also = any(f["metric"] != ACCURACY.key for f in block.values())  # accuracy columns beside another headline
         summary = [[mode, str(f["n"]), _label(benchmark, f["metric"]), pct(f["base_score"]), pct(f["score"]),
-                    ratio(f["retained"]), pct(f["base_accuracy"]), pct(f["accuracy"]), ratio(f["retained_accuracy"])]
+                    ratio(f["retained"]), *([pct(f["base_accuracy"]), pct(f["accuracy"]), ratio(f["retained_accuracy"])]
+                                            if also else [])]
                    for mode, f in block.items()]
         domains = [[d, mode, str(g["n"]), pct(g["base"]), pct(g["ablated"]), ratio(g["retained"])]
                    for mode, f in block.items() for d, g in f.get("by_domain", {}).items()]
-        tables = [{"header": ["mode", "n", "headline", "base ×100", "ablated ×100", "retained", "base accuracy ×100",
-                              "ablated accuracy ×100", "accuracy retained"], "rows": summary}]
+        tables = [{"header": ["mode", "n", "headline", "base ×100", "ablated ×100", "retained",
+                              *(["base accuracy ×100", "ablated accuracy ×100", "accuracy retained"] if also else [])],
+                   "rows": summary}]
         if domains:
             tables.append({"header": ["domain", "mode", "n", "base accuracy ×100", "ablated accuracy ×100",
                                       "retained"], "rows": domains})

@@ -116,8 +116,17 @@ def interleaved(check: Check, name: str, variant: Callable[[int], Any], pairs: i
         rates.append(throughput["samples_per_s"])
         row = _row(mine, base, rates, base_rates, pairs, compile_s)
         row["vs_default"] = compared(last.samples, default.samples)
+        row.update(failed_samples(last.samples))
         check.report.partial = row
     return row, last
+
+
+def failed_samples(samples: Any) -> dict[str, Any]:
+    """The variant's failed samples and the first error: a row whose samples failed is timed on
+    error paths, so its rate decides nothing (`output.verdict`)."""
+    errors = samples["error"].fillna("").astype(str)
+    failed = errors[errors != ""]
+    return {"sample_errors": len(failed), "first_error": failed.iloc[0][:300] if len(failed) else None}
 
 
 def _row(mine: list[float | None], base: list[float | None], rates: list[float], base_rates: list[float],
@@ -169,7 +178,6 @@ def ab_section(check: Check, variant: str) -> dict[str, Any]:
         _free()  # here, not between sections: a skipped section costs nothing (gc.collect takes ~0.5 s)
     return {**row, "fast_paths": adapter.fast.on(), "padded_widths": adapter.padded_widths,
             "compiled": sorted({**adapter.compiled_blocks, **adapter.compiled_language_model}),
-            "sample_errors": result.results["errors"]["count"],
             **anchored(check, result, row)}
 
 

@@ -27,10 +27,13 @@ def verdict(name: str, row: dict[str, Any]) -> str:
     projected minutes (compile time included) against the default runs between them; when the two
     spreads (min..max over the pairs) overlap, "within noise" and nothing changes. A lever whose
     removal is slower pays (keep it on); one whose removal is faster should be off; a compiler or
-    a quantization that is faster pays. Rates only: the answers are compared beside it."""
+    a quantization that is faster pays. Rates only: the answers are compared beside it. A row with
+    failed samples gets no verdict: its rate timed error paths."""
     mine, base = row.get("projected_finmme_minutes"), row.get("default_minutes")
     if name in ("reference", "default") or not mine or not base:
         return ""
+    if row.get("sample_errors"):
+        return f"no verdict: {row['sample_errors']} samples failed ({row.get('first_error') or 'see the runs'})"
     low, high = row.get("minutes_spread") or [mine, mine]
     base_low, base_high = row.get("default_minutes_spread") or [base, base]
     figures = f"{mine:.2f} vs {base:.2f} min"
