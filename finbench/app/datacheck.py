@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping
 
-from finbench.benchmarks import data_source, get_benchmark, refusal_of
+from finbench.benchmarks import data_source, get_benchmark, looks_like, refusal_of
 from finbench.benchmarks.base import Inspection, questions_digest
 from finbench.benchmarks.records import image_problem
 from finbench.config.run_options import check_data_options
@@ -53,7 +53,11 @@ def check_data(benchmark_name: str, source: str | Path, options: Mapping[str, An
     local = Path(source).expanduser()
     named, source = str(source), data_source(benchmark, str(local) if local.exists() else str(source), given)
     if benchmark.inspect is not None:
-        return _inspected(benchmark.name, named, benchmark.inspect(source))
+        try:
+            inspection = benchmark.inspect(source)
+        except ValueError as err:  # a source it cannot read at all: another benchmark's data is named, as below
+            raise ValueError(f"{err}{looks_like(benchmark, source)}") from err
+        return _inspected(benchmark.name, named, inspection)
     refusal = refusal_of(benchmark, source)  # another benchmark's data: "not FinMMR data", not a file of errors
     if refusal:
         raise ValueError(refusal)

@@ -51,8 +51,8 @@ for _builtin in (finmme, famma, finmtm, mme_finance, finmmr, finchart_bench, fcm
     register(_builtin.BENCHMARK)
 
 __all__ = ["BENCHMARKS", "DEFAULT_BENCHMARK", "Benchmark", "all_benchmarks", "check_protocol", "data_option_names",
-           "data_source", "describe", "get_benchmark", "load_matching", "refusal_of",
-           "register"]
+           "data_source", "describe", "get_benchmark", "load_matching", "looks_like",
+           "refusal_of", "register"]
 
 
 @functools.cache
@@ -108,14 +108,18 @@ def check_protocol(benchmark: Benchmark, protocol: str | None) -> None:
 
 def refusal_of(benchmark: Benchmark, source: Any) -> str:
     """`benchmark.recognise(source)` ("" when the source looks like its data), and, when it does
-    not, the registered benchmarks whose data it looks like, named as --benchmark takes them
-    (benchmarks that declare no recogniser take anything, so they are never named)."""
+    not, the registered benchmarks whose data it looks like (`looks_like`)."""
     refusal = benchmark.recognise(source)
-    if not refusal:
-        return ""
+    return refusal + looks_like(benchmark, source) if refusal else ""
+
+
+def looks_like(benchmark: Benchmark, source: Any) -> str:
+    """"; it looks like X data: --benchmark X": the other registered benchmarks whose data `source`
+    looks like, named as --benchmark takes them ("" for none; benchmarks that declare no recogniser
+    take anything, so they are never named)."""
     alike = [b.name for b in BENCHMARKS.values()
              if b is not benchmark and b.recognise is not anything and not b.recognise(source)]
-    return refusal + (f"; it looks like {' or '.join(alike)} data: --benchmark {alike[0]}" if alike else "")
+    return f"; it looks like {' or '.join(alike)} data: --benchmark {alike[0]}" if alike else ""
 
 
 MAX_VALUES_SHOWN = 30  # filter values listed when nothing matched
