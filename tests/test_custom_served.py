@@ -54,8 +54,9 @@ def test_the_same_custom_file_served_and_in_process(server, tiny_qwen_dir, tiny_
         assert samples["id"].tolist() == list(READABLE)
         assert results["scores"]["accuracy"] == pytest.approx(samples["correct"].mean())
     assert served[["kind", "gold"]].values.tolist() == local[["kind", "gold"]].values.tolist()
-    assert served_results["fingerprint"]["read_by"] == "decision endpoint"
+    assert served_results["fingerprint"]["read_by"] == {"single": "decision endpoint"}  # each kind's reading
     choice = served["kind"] == "single"
+    assert (served.loc[choice, "read_by"] == "decision endpoint").all()
     assert served.loc[choice, "answer"].isin(["A", "B", "C", "D"]).all()
     assert [_printable(t, tiny_model.tokenizer) for t in served.loc[~choice, "raw_output"]] == \
         [_printable(t, tiny_model.tokenizer) for t in local.loc[~choice, "raw_output"]]  # greedy open answers alike

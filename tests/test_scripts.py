@@ -44,7 +44,10 @@ def test_gpu_check_sh_in_cpu_mode_writes_every_section(tmp_path):
     shapes = {row["shape"]: row for row in gemm["shapes"]}
     assert {"vision gate/up 3420", "vision gate/up 3456 (padded)", "lm down"} <= set(shapes)
     assert all(row["tflops"] > 0 and row["kernels"] for row in gemm["shapes"])
-    assert all("FP8 matmuls need a CUDA GPU" in row["fp8"] for row in gemm["shapes"])  # CPU: why, never a made-up figure
+    # CPU: why, never a made-up figure; a width fp8 keeps in bf16 says so first (the tiny 3420 is 106)
+    assert all("FP8 matmuls need a CUDA GPU" in row["fp8"] or "not in multiples of 16" in row["fp8"]
+               for row in gemm["shapes"])
+    assert "not in multiples of 16" in shapes["vision gate/up 3420"]["fp8"]
     assert gemm["sustained"]["tflops_per_second"]
     attention = json.loads((tmp_path / "bench_attention_tiny.json").read_text())
     variants = {row["variant"]: row for row in attention["results"]}

@@ -248,12 +248,13 @@ def _score(run: Started, planned: Planned, computed: Computed, judged: Judged) -
     """The run's own questions scored (samples.parquet), then the studies' variants and numbers."""
     config, study = run.config, run.study
     samples = samples_table(run.questions[:study.n_base], computed.predictions, run.keys)
-    samples["read_by"] = read_by(study.requests[:study.n_base], run.folder.fingerprint.get("read_by"))
+    readings = run.folder.fingerprint.get("read_by")  # a served model's reading per kind
+    samples["read_by"] = read_by(study.requests[:study.n_base], readings)
     for column, values in judged.columns.items():
         samples[column] = values[:study.n_base]
     scores = score(samples, run.benchmark, config.output.bootstrap, config.output.seed)
     studied, variants = study.finish(run.benchmark, computed.predictions, run.keys, judged.columns, samples,
-                                     planned.cached, planned.todo)
+                                     planned.cached, planned.todo, readings)
     return Scored(samples, scores, studied, variants)
 
 

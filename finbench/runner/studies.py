@@ -24,6 +24,7 @@ from finbench.core.judging import Judging
 from finbench.core.requests import Request
 from finbench.core.types import Prediction, Question
 from finbench.runner.outputs import samples_table
+from finbench.runner.run_requests import read_by
 from finbench.scoring.robustness import majority_baselines
 from finbench.scoring.tables import per_question_correct
 from finbench.studies import active_studies, all_studies, flat_config
@@ -73,14 +74,15 @@ class Studies:
 
     def finish(self, benchmark: Benchmark, predictions: Mapping[int, Prediction], keys: Sequence[str],
                judged_columns: Mapping[str, Sequence[Any]], samples: Any, cached: Mapping[str, Any],
-               todo: Sequence[int]) -> tuple[dict[str, Any], Any]:
+               todo: Sequence[int], readings: Mapping[str, str] | None = None) -> tuple[dict[str, Any], Any]:
         """(results.json's study entries, the variants table or None). `samples` is the scored base
-        table; `judged_columns` the judging columns of every question, base and variants."""
+        table; `judged_columns` the judging columns of every question, base and variants; `readings`
+        the model's declared reading per kind (`read_by`, as for the base rows)."""
         studied: dict[str, Any] = {"majority_baseline": majority_baselines(samples)}
         active = active_studies(self.config) if self.config is not None else []
         if not active:
             return studied, None
-        table = self._table(benchmark, predictions, keys, judged_columns)
+        table = self._table(benchmark, predictions, keys, judged_columns, readings)
         for study in active:
             rows = (table["study"] == study.name).to_numpy()
             found = StudyRows(samples, table[rows].reset_index(drop=True),
@@ -95,11 +97,12 @@ class Studies:
         return studied, table if len(table) else None
 
     def _table(self, benchmark: Benchmark, predictions: Mapping[int, Prediction], keys: Sequence[str],
-               judged_columns: Mapping[str, Sequence[Any]]) -> Any:
+               judged_columns: Mapping[str, Sequence[Any]], readings: Mapping[str, str] | None = None) -> Any:
         """The variants table, scored: the benchmark's verdicts, then each study's own rescoring of
         its rows."""
         n = self.n_base
         table = samples_table(self.questions[n:], {j: predictions[n + j] for j in range(len(self.variants))}, keys[n:])
+        table["read_by"] = read_by(self.requests[n:], readings)
         for column, values in judged_columns.items():
             table[column] = list(values[n:])
         columns = [("variant", [v.name for v in self.variants]), ("study", [v.study for v in self.variants])]

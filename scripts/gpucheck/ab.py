@@ -124,6 +124,8 @@ def interleaved(check: Check, name: str, variant: Callable[[int], Any], pairs: i
 def failed_samples(samples: Any) -> dict[str, Any]:
     """The variant's failed samples and the first error: a row whose samples failed is timed on
     error paths, so its rate decides nothing (`output.verdict`)."""
+    if "error" not in samples:  # a table without the column holds no failure
+        return {"sample_errors": 0, "first_error": None}
     errors = samples["error"].fillna("").astype(str)
     failed = errors[errors != ""]
     return {"sample_errors": len(failed), "first_error": failed.iloc[0][:300] if len(failed) else None}
