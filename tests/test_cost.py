@@ -260,3 +260,12 @@ def test_a_sessions_prompt_tokens_add_every_turns_prefill(tiny_model, tiny_qwen_
     assert turns == 3 and len(mine) == turns
     assert session["prompt_tokens"] == sum(mine) > mine[0]
     assert 0 < session["generated_tokens"] <= 6 * turns and session["image_tokens"] > 0
+
+
+def test_the_seconds_of_the_same_rows_in_another_order_total_the_same_to_the_last_bit():
+    # a rerun reads its cached judge calls in another order than they were answered: its cost must
+    # equal the first run's (0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1 differ as plain float sums)
+    from finbench.runner.cost import totals
+
+    rows = [{"prompt_tokens": 1, "image_tokens": 0, "generated_tokens": 1, "seconds": s} for s in (0.1, 0.2, 0.3)]
+    assert totals(rows)["seconds"] == totals(rows[::-1])["seconds"] == 0.6

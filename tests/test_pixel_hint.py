@@ -110,3 +110,25 @@ def test_no_hint_off_the_cpu_without_a_pixel_budget_or_where_no_budget_would_cut
     # the tiny model's processor keeps its images small already: no budget considered would cut them
     hint = pixel_hint(tiny_model, tiny_model.device, questions, items)
     assert hint is not None and hint(10 * 3600.0) == ""
+
+
+class Refusing(StubQwen):
+    """The real processor's rule on extreme shapes: smart_resize raises for an aspect ratio over 200."""
+
+    def image_token_count(self, width: int, height: int) -> int:
+        if max(width, height) / min(width, height) > 200:
+            raise ValueError(f"absolute aspect ratio must be smaller than 200, got {max(width, height) / min(width, height)}")
+        return super().image_token_count(width, height)
+
+
+def test_an_image_the_processor_refuses_leaves_the_hint_to_the_others_and_the_run_running():
+    # such an image is that sample's error when it runs; counting it for the hint stopped the whole
+    # run before its first batch (the bad-input corpus' aspect-500 image)
+    from finbench.runner.pixel_hint import pixel_hint
+
+    questions = [types.SimpleNamespace(images=(_png(1000, 2),)), types.SimpleNamespace(images=(_png(1400, 1000),))]
+    model = Refusing()
+    items = [Item(0, "single", 300), Item(1, "single", 2000)]
+    hint = pixel_hint(model, types.SimpleNamespace(type="cpu"), questions, items)
+    counted = model.image_token_count(1400, 1000)  # the refused image counts 0
+    assert f"at {counted / 2:,.0f} image tokens per item" in hint(4 * 3600.0)

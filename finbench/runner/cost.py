@@ -110,14 +110,16 @@ def totals(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     columns); a row whose tokens were not counted adds its seconds only; token sums are null when
     no row was counted."""
     n = n_counted = 0
-    sums = dict.fromkeys(COST_COLUMNS, 0.0)
+    values: dict[str, list[float]] = {column: [] for column in COST_COLUMNS}
     for row in rows:
         n += 1
         counted = _number(row.get("prompt_tokens")) is not None
         n_counted += counted
         for column in COST_COLUMNS:
-            value = _number(row.get(column))
-            sums[column] += value or 0.0
+            values[column].append(_number(row.get(column)) or 0.0)
+    # fsum: exact, so the same rows in another order (a rerun reads its cached judge calls in
+    # another order than they were answered) give the same total to the last bit
+    sums = {column: math.fsum(found) for column, found in values.items()}
     out: dict[str, Any] = {"n": n, "n_counted": n_counted}
     for column in COST_COLUMNS[:3]:
         out[column] = int(sums[column]) if n_counted else None
@@ -164,7 +166,7 @@ def _sum(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for column in COST_COLUMNS[:3]:
         values = [p[column] for p in parts if p[column] is not None]
         out[column] = sum(values) if values else None
-    out["seconds"] = sum(p["seconds"] for p in parts)
+    out["seconds"] = math.fsum(p["seconds"] for p in parts)
     return out
 
 
